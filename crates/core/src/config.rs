@@ -1,0 +1,492 @@
+//! The configuration file (SPEC §10): TOML, every key defaulted, unknown keys
+//! rejected, values validated with messages that name the key.
+//!
+//! The embedded default is `config/pollbox.toml` itself (`include_str!`), so the
+//! file in the repository and the binary's default can never drift apart.
+
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+
+/// The default configuration, byte for byte `config/pollbox.toml`.
+pub const DEFAULT_TOML: &str = include_str!("../../../config/pollbox.toml");
+
+/// Why a configuration was refused. The message always names the key.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("config: {0}")]
+    Parse(String),
+    #[error("config: `{key}`: {reason}")]
+    Invalid { key: String, reason: String },
+}
+
+fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        reason: reason.into(),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub limits: LimitsConfig,
+    pub auth: AuthConfig,
+    pub boxes: BoxesConfig,
+    pub snapshot: SnapshotConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub listen: String,
+    /// 0 = one per core.
+    pub workers: usize,
+    pub pin_workers: bool,
+    pub epoch_ms: u64,
+    /// "" = `/metrics` on the main listener.
+    pub metrics_listen: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    pub max_connections: usize,
+    pub max_body_bytes: usize,
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+    pub header_timeout_ms: u64,
+    pub body_timeout_ms: u64,
+    pub idle_timeout_ms: u64,
+    pub max_wait_ms: u64,
+    pub arena_limit_bytes: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Empty = ingest needs no token.
+    pub ingest_tokens: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BoxesConfig {
+    pub key_field: String,
+    pub max_key_bytes: usize,
+    pub max_boxes: usize,
+    pub max_payload_bytes: usize,
+    #[serde(rename = "field")]
+    pub fields: Vec<FieldConfig>,
+}
+
+/// One payload field: where it comes from in a message, its type and reducer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FieldConfig {
+    pub name: String,
+    /// JSON pointer (RFC 6901); absent only for `count`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub ty: Option<FieldType>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_len: Option<usize>,
+    pub reduce: Reduce,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FieldType {
+    I64,
+    F64,
+    Bool,
+    Str,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reduce {
+    Last,
+    Sum,
+    Min,
+    Max,
+    Count,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SnapshotConfig {
+    /// "" = no persistence.
+    pub path: String,
+    pub interval_s: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            workers: 0,
+            pin_workers: false,
+            epoch_ms: 16,
+            metrics_listen: String::new(),
+        }
+    }
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_connections: 10_000,
+            max_body_bytes: 1_048_576,
+            max_header_bytes: 8192,
+            max_headers: 64,
+            header_timeout_ms: 5000,
+            body_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            max_wait_ms: 30_000,
+            arena_limit_bytes: 67_108_864,
+        }
+    }
+}
+
+impl Default for BoxesConfig {
+    fn default() -> Self {
+        let field = |name: &str, path: Option<&str>, ty, max_len, reduce| FieldConfig {
+            name: name.into(),
+            path: path.map(Into::into),
+            ty,
+            max_len,
+            reduce,
+        };
+        Self {
+            key_field: "key".into(),
+            max_key_bytes: 128,
+            max_boxes: 1_000_000,
+            max_payload_bytes: 256,
+            fields: vec![
+                field("v", Some("/value"), Some(FieldType::I64), None, Reduce::Last),
+                field("sum", Some("/value"), Some(FieldType::I64), None, Reduce::Sum),
+                field("n", None, None, None, Reduce::Count),
+                field(
+                    "by",
+                    Some("/player"),
+                    Some(FieldType::Str),
+                    Some(16),
+                    Reduce::Last,
+                ),
+            ],
+        }
+    }
+}
+
+impl Default for SnapshotConfig {
+    fn default() -> Self {
+        Self {
+            path: String::new(),
+            interval_s: 10,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            server: ServerConfig::default(),
+            limits: LimitsConfig::default(),
+            auth: AuthConfig::default(),
+            boxes: BoxesConfig::default(),
+            snapshot: SnapshotConfig::default(),
+        }
+    }
+}
+
+impl Config {
+    /// The embedded default (`config/pollbox.toml`).
+    pub fn embedded() -> Config {
+        // The embedded file is checked by a unit test; failing here is a build defect.
+        Config::from_toml(DEFAULT_TOML).expect("embedded default config is valid")
+    }
+
+    /// Parse and validate a TOML document.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let cfg: Config = toml::from_str(text).map_err(|e| {
+            // toml's message names the key and the line; keep it on one line.
+            ConfigError::Parse(e.to_string().trim().replace('\n', " "))
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Check every value that types alone cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let s = &self.server;
+        if s.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(invalid(
+                "server.listen",
+                format!("`{}` is not an address like 127.0.0.1:8080", s.listen),
+            ));
+        }
+        if !s.metrics_listen.is_empty()
+            && s.metrics_listen.parse::<std::net::SocketAddr>().is_err()
+        {
+            return Err(invalid(
+                "server.metrics_listen",
+                format!("`{}` is not an address like 127.0.0.1:9090", s.metrics_listen),
+            ));
+        }
+        if s.workers > 1024 {
+            return Err(invalid("server.workers", "must be 0 (one per core) to 1024"));
+        }
+        if !(1..=1000).contains(&s.epoch_ms) {
+            return Err(invalid("server.epoch_ms", "must be 1 to 1000"));
+        }
+        let l = &self.limits;
+        let positive = [
+            ("limits.max_connections", l.max_connections as u64),
+            ("limits.max_body_bytes", l.max_body_bytes as u64),
+            ("limits.max_header_bytes", l.max_header_bytes as u64),
+            ("limits.max_headers", l.max_headers as u64),
+            ("limits.header_timeout_ms", l.header_timeout_ms),
+            ("limits.body_timeout_ms", l.body_timeout_ms),
+            ("limits.idle_timeout_ms", l.idle_timeout_ms),
+            ("limits.arena_limit_bytes", l.arena_limit_bytes as u64),
+        ];
+        for (key, v) in positive {
+            if v == 0 {
+                return Err(invalid(key, "must be greater than 0"));
+            }
+        }
+        if l.max_header_bytes < 64 {
+            return Err(invalid("limits.max_header_bytes", "must be at least 64"));
+        }
+        if l.max_headers > 1024 {
+            return Err(invalid("limits.max_headers", "must be at most 1024"));
+        }
+        if l.arena_limit_bytes < 64 * 1024 {
+            return Err(invalid("limits.arena_limit_bytes", "must be at least 65536"));
+        }
+        for (i, t) in self.auth.ingest_tokens.iter().enumerate() {
+            if t.is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(invalid(
+                    format!("auth.ingest_tokens[{i}]"),
+                    "a token must be non-empty visible ASCII",
+                ));
+            }
+        }
+        let b = &self.boxes;
+        if b.key_field.is_empty() {
+            return Err(invalid("boxes.key_field", "must not be empty"));
+        }
+        if b.max_key_bytes == 0 || b.max_key_bytes > 4096 {
+            return Err(invalid("boxes.max_key_bytes", "must be 1 to 4096"));
+        }
+        if b.max_boxes == 0 {
+            return Err(invalid("boxes.max_boxes", "must be greater than 0"));
+        }
+        if b.max_payload_bytes < 16 || b.max_payload_bytes > 65_536 {
+            return Err(invalid("boxes.max_payload_bytes", "must be 16 to 65536"));
+        }
+        if b.fields.is_empty() {
+            return Err(invalid("boxes.field", "at least one [[boxes.field]] is needed"));
+        }
+        let mut names: Vec<&str> = Vec::new();
+        for (i, f) in b.fields.iter().enumerate() {
+            let at = |k: &str| format!("boxes.field[{i}].{k}");
+            if f.name.is_empty()
+                || !f
+                    .name
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+            {
+                return Err(invalid(at("name"), "must be non-empty [A-Za-z0-9_-]"));
+            }
+            if f.name == "k" || f.name == "ver" {
+                return Err(invalid(at("name"), "`k` and `ver` are reserved"));
+            }
+            if names.contains(&f.name.as_str()) {
+                return Err(invalid(at("name"), format!("`{}` is used twice", f.name)));
+            }
+            names.push(&f.name);
+            match f.reduce {
+                Reduce::Count => {
+                    if f.ty.is_some_and(|t| t != FieldType::I64) {
+                        return Err(invalid(at("type"), "a count is an i64; leave `type` out"));
+                    }
+                    if f.max_len.is_some() {
+                        return Err(invalid(at("max_len"), "only for type = \"str\""));
+                    }
+                }
+                reduce => {
+                    let Some(path) = &f.path else {
+                        return Err(invalid(at("path"), "required unless reduce = \"count\""));
+                    };
+                    if let Err(reason) = parse_pointer(path) {
+                        return Err(invalid(at("path"), reason));
+                    }
+                    let Some(ty) = f.ty else {
+                        return Err(invalid(at("type"), "required unless reduce = \"count\""));
+                    };
+                    match ty {
+                        FieldType::Str => match f.max_len {
+                            None => {
+                                return Err(invalid(at("max_len"), "required for type = \"str\""))
+                            }
+                            Some(0) => return Err(invalid(at("max_len"), "must be at least 1")),
+                            Some(n) if n > b.max_payload_bytes => {
+                                return Err(invalid(
+                                    at("max_len"),
+                                    "must not exceed boxes.max_payload_bytes",
+                                ))
+                            }
+                            Some(_) => {}
+                        },
+                        _ if f.max_len.is_some() => {
+                            return Err(invalid(at("max_len"), "only for type = \"str\""))
+                        }
+                        _ => {}
+                    }
+                    let numeric = matches!(ty, FieldType::I64 | FieldType::F64);
+                    if matches!(reduce, Reduce::Sum | Reduce::Min | Reduce::Max) && !numeric {
+                        return Err(invalid(
+                            at("reduce"),
+                            "sum, min and max need type = \"i64\" or \"f64\"",
+                        ));
+                    }
+                }
+            }
+        }
+        if self.snapshot.interval_s == 0 {
+            return Err(invalid("snapshot.interval_s", "must be greater than 0"));
+        }
+        Ok(())
+    }
+
+    /// The effective configuration as TOML, in the layout of `config/pollbox.toml`.
+    pub fn to_toml(&self) -> String {
+        // Serialising our own plain structs cannot fail.
+        toml::to_string(self).unwrap_or_else(|e| {
+            let mut s = String::new();
+            let _ = write!(s, "# could not render config: {e}");
+            s
+        })
+    }
+
+    /// Number of worker threads to run: `workers`, or one per core when 0.
+    pub fn effective_workers(&self) -> usize {
+        if self.server.workers > 0 {
+            self.server.workers
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        }
+    }
+}
+
+/// Split an RFC 6901 JSON pointer into its unescaped reference tokens.
+/// Only object members are addressed (no array indices), so every token is a key.
+pub fn parse_pointer(path: &str) -> Result<Vec<String>, String> {
+    if !path.starts_with('/') {
+        return Err(format!("`{path}` is not a JSON pointer (it must start with `/`)"));
+    }
+    let mut out = Vec::new();
+    for raw in path[1..].split('/') {
+        let mut tok = String::with_capacity(raw.len());
+        let mut chars = raw.chars();
+        while let Some(c) = chars.next() {
+            if c == '~' {
+                match chars.next() {
+                    Some('0') => tok.push('~'),
+                    Some('1') => tok.push('/'),
+                    _ => return Err(format!("`{path}`: `~` must be followed by 0 or 1")),
+                }
+            } else {
+                tok.push(c);
+            }
+        }
+        out.push(tok);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_equals_code_default() {
+        assert_eq!(Config::embedded(), Config::default());
+    }
+
+    #[test]
+    fn effective_config_round_trips() {
+        let cfg = Config::embedded();
+        let again = Config::from_toml(&cfg.to_toml()).unwrap();
+        assert_eq!(cfg, again);
+    }
+
+    #[test]
+    fn empty_document_is_the_default() {
+        assert_eq!(Config::from_toml("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let e = Config::from_toml("[server]\nlisten = \"127.0.0.1:1\"\nlisen = 3\n").unwrap_err();
+        assert!(e.to_string().contains("lisen"), "{e}");
+        let e = Config::from_toml("[serverx]\n").unwrap_err();
+        assert!(e.to_string().contains("serverx"), "{e}");
+        let e = Config::from_toml(
+            "[[boxes.field]]\nname = \"a\"\nreduce = \"count\"\ncolour = 1\n",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let cases = [
+            ("[server]\nlisten = \"nowhere\"\n", "server.listen"),
+            ("[server]\nepoch_ms = 0\n", "server.epoch_ms"),
+            ("[limits]\nmax_body_bytes = 0\n", "limits.max_body_bytes"),
+            ("[boxes]\nmax_key_bytes = 0\n", "boxes.max_key_bytes"),
+            ("[snapshot]\ninterval_s = 0\n", "snapshot.interval_s"),
+            (
+                "[[boxes.field]]\nname = \"a\"\npath = \"value\"\ntype = \"i64\"\nreduce = \"last\"\n",
+                "boxes.field[0].path",
+            ),
+            (
+                "[[boxes.field]]\nname = \"a\"\npath = \"/s\"\ntype = \"str\"\nreduce = \"last\"\n",
+                "boxes.field[0].max_len",
+            ),
+            (
+                "[[boxes.field]]\nname = \"a\"\npath = \"/s\"\ntype = \"bool\"\nreduce = \"sum\"\n",
+                "boxes.field[0].reduce",
+            ),
+            (
+                "[[boxes.field]]\nname = \"a\"\nreduce = \"count\"\n[[boxes.field]]\nname = \"a\"\nreduce = \"count\"\n",
+                "boxes.field[1].name",
+            ),
+            (
+                "[[boxes.field]]\nname = \"ver\"\nreduce = \"count\"\n",
+                "boxes.field[0].name",
+            ),
+        ];
+        for (doc, key) in cases {
+            let e = Config::from_toml(doc).unwrap_err();
+            assert!(e.to_string().contains(key), "{doc:?} -> {e}");
+        }
+        let e = Config::from_toml("[limits]\nmax_body_bytes = \"big\"\n").unwrap_err();
+        assert!(e.to_string().contains("max_body_bytes"), "{e}");
+        let e = Config::from_toml("[[boxes.field]]\nname = \"a\"\nreduce = \"median\"\n")
+            .unwrap_err();
+        assert!(e.to_string().contains("median"), "{e}");
+    }
+
+    #[test]
+    fn pointers_unescape() {
+        assert_eq!(parse_pointer("/a/b").unwrap(), vec!["a", "b"]);
+        assert_eq!(parse_pointer("/a~1b/c~0d").unwrap(), vec!["a/b", "c~d"]);
+        assert!(parse_pointer("/a~2").is_err());
+        assert!(parse_pointer("a").is_err());
+    }
+}

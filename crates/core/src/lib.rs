@@ -1,0 +1,28 @@
+//! # pollbox-core
+//!
+//! The sans-IO heart of pollbox: everything that decides what a byte means and
+//! what goes back, with no sockets, threads or clocks of its own. The server
+//! crate feeds it bytes and instants; tests, fuzzers and benches do the same.
+//!
+//! Where things are:
+//! - [`http`]: request framing (head, `Content-Length` and chunked bodies,
+//!   pipelining, limits) and response heads, the cached `Date`.
+//! - [`config`]: the TOML configuration (SPEC §10).
+//! - [`plan`]: the configured fields compiled once.
+//! - [`projection`]: a body parsed with simd-json into a worker's arena, only the
+//!   configured paths read.
+//! - [`boxes`]: the box table shared by all workers; where a box is updated.
+//! - [`render`]: payload rendering (SPEC §3).
+//! - [`epoch`]: the per-worker arena and its reset.
+//! - [`wheel`]: the hashed timer wheel.
+//!
+//! What it is not: an HTTP library. It knows exactly the requests pollbox serves.
+
+pub mod boxes;
+pub mod config;
+pub mod epoch;
+pub mod http;
+pub mod plan;
+pub mod projection;
+pub mod render;
+pub mod wheel;
