@@ -99,3 +99,116 @@ mod tests {
         assert_eq!(p.fields[3].max_len, 16);
     }
 }
+
+/// Why one message was rejected (422 for a single message, an `errors` entry in
+/// a batch). A rejected message changes nothing. Field errors carry the index of
+/// the field in [`Plan::fields`] so the message can name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageError {
+    /// A batch element that is not a JSON object.
+    NotAnObject,
+    MissingKey,
+    KeyNotString,
+    EmptyKey,
+    KeyTooLong,
+    /// The key is not valid UTF-8 (path keys after percent-decoding).
+    KeyNotUtf8,
+    /// The field's value has another JSON type than configured.
+    WrongType { field: u16 },
+    /// A `str` field longer than its `max_len`.
+    StringTooLong { field: u16 },
+    /// A `sum` that would leave the i64 range (or an f64 sum that is not finite).
+    SumOverflow { field: u16 },
+    /// The rendered payload would exceed `max_payload_bytes`.
+    PayloadTooLarge,
+    /// A new box past `max_boxes` (507 for a single message).
+    TooManyBoxes,
+}
+
+impl MessageError {
+    /// HTTP status when this is the answer to a single-message ingest.
+    pub fn status(&self) -> u16 {
+        match self {
+            MessageError::TooManyBoxes => 507,
+            _ => 422,
+        }
+    }
+
+    /// Label for `pollbox_ingest_messages_total{result=...}`.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            MessageError::NotAnObject => "not_object",
+            MessageError::MissingKey
+            | MessageError::KeyNotString
+            | MessageError::EmptyKey
+            | MessageError::KeyTooLong
+            | MessageError::KeyNotUtf8 => "bad_key",
+            MessageError::WrongType { .. } => "wrong_type",
+            MessageError::StringTooLong { .. } => "string_too_long",
+            MessageError::SumOverflow { .. } => "overflow",
+            MessageError::PayloadTooLarge => "payload_too_large",
+            MessageError::TooManyBoxes => "too_many_boxes",
+        }
+    }
+
+    /// Append the human-readable reason (plain text, no JSON quoting) to `out`,
+    /// e.g. `missing key` or `field by: string longer than 16 bytes`.
+    pub fn write_reason(&self, plan: &Plan, out: &mut Vec<u8>) {
+        let field = |i: u16| plan.fields.get(i as usize);
+        match *self {
+            MessageError::NotAnObject => out.extend_from_slice(b"not an object"),
+            MessageError::MissingKey => out.extend_from_slice(b"missing key"),
+            MessageError::KeyNotString => out.extend_from_slice(b"key is not a string"),
+            MessageError::EmptyKey => out.extend_from_slice(b"key is empty"),
+            MessageError::KeyTooLong => {
+                out.extend_from_slice(b"key longer than ");
+                out.extend_from_slice(itoa::Buffer::new().format(plan.max_key_bytes).as_bytes());
+                out.extend_from_slice(b" bytes");
+            }
+            MessageError::KeyNotUtf8 => out.extend_from_slice(b"key is not valid UTF-8"),
+            MessageError::WrongType { field: i } => {
+                if let Some(f) = field(i) {
+                    out.extend_from_slice(b"field ");
+                    out.extend_from_slice(f.name.as_bytes());
+                    out.extend_from_slice(b": expected ");
+                    out.extend_from_slice(match f.ty {
+                        FieldType::I64 => b"an integer (i64)".as_slice(),
+                        FieldType::F64 => b"a number (f64)",
+                        FieldType::Bool => b"a boolean",
+                        FieldType::Str => b"a string",
+                    });
+                }
+            }
+            MessageError::StringTooLong { field: i } => {
+                if let Some(f) = field(i) {
+                    out.extend_from_slice(b"field ");
+                    out.extend_from_slice(f.name.as_bytes());
+                    out.extend_from_slice(b": string longer than ");
+                    out.extend_from_slice(itoa::Buffer::new().format(f.max_len).as_bytes());
+                    out.extend_from_slice(b" bytes");
+                }
+            }
+            MessageError::SumOverflow { field: i } => {
+                if let Some(f) = field(i) {
+                    out.extend_from_slice(b"field ");
+                    out.extend_from_slice(f.name.as_bytes());
+                    out.extend_from_slice(b": sum overflows");
+                }
+            }
+            MessageError::PayloadTooLarge => {
+                out.extend_from_slice(b"payload would exceed ");
+                out.extend_from_slice(
+                    itoa::Buffer::new()
+                        .format(plan.max_payload_bytes)
+                        .as_bytes(),
+                );
+                out.extend_from_slice(b" bytes");
+            }
+            MessageError::TooManyBoxes => {
+                out.extend_from_slice(b"too many boxes (max_boxes is ");
+                out.extend_from_slice(itoa::Buffer::new().format(plan.max_boxes).as_bytes());
+                out.extend_from_slice(b")");
+            }
+        }
+    }
+}
