@@ -1,1 +1,182 @@
-fn main() {}
+//! `pollbox`: the binary. Thin on purpose: argument parsing and wiring of
+//! `pollbox-server` (serve), `pollbox-load` (load, demo) and the memcheck client.
+
+mod memcheck;
+
+use clap::{Parser, Subcommand};
+use pollbox_core::config::{Config, DEFAULT_TOML};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc options compiled in (override at run time with the environment
+/// variable `_RJEM_MALLOC_CONF`, e.g. `_RJEM_MALLOC_CONF=narenas:8`):
+/// background threads purge dirty pages off the workers' path; dirty pages go
+/// back after 5 s; one arena per CPU (`percpu_arena`), i.e. narenas = cores.
+#[allow(non_upper_case_globals)]
+#[export_name = "_rjem_malloc_conf"]
+pub static malloc_conf: &[u8; 75] =
+    b"background_thread:true,dirty_decay_ms:5000,muzzy_decay_ms:5000,percpu_arena\0";
+
+#[derive(Parser)]
+#[command(name = "pollbox", version, about = "Low-latency HTTP/1.1 JSON ingest and polling server")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve (with no flags: the embedded default config on 127.0.0.1:8080).
+    Serve {
+        /// Config file (TOML, SPEC §10). Env: POLLBOX_CONFIG.
+        #[arg(long, env = "POLLBOX_CONFIG")]
+        config: Option<PathBuf>,
+        /// Listen address, overrides the config. Env: POLLBOX_LISTEN.
+        #[arg(long, env = "POLLBOX_LISTEN")]
+        listen: Option<String>,
+        /// Worker threads (0 = one per core), overrides the config. Env: POLLBOX_WORKERS.
+        #[arg(long, env = "POLLBOX_WORKERS")]
+        workers: Option<usize>,
+    },
+    /// The bundled load generator.
+    Load(pollbox_load::LoadArgs),
+    /// Compare accounted memory with jemalloc's and the kernel's view.
+    Memcheck {
+        /// Base URL of a pollbox (or its metrics listener), e.g. http://127.0.0.1:8080
+        #[arg(long)]
+        url: String,
+        /// Print a row every SECS seconds until interrupted.
+        #[arg(long)]
+        watch: Option<u64>,
+    },
+    /// Start a server on a free loopback port, drive 10 s of mixed load, report, stop.
+    Demo {
+        /// Seconds of load.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+    },
+    /// Validate a config file and print the effective config.
+    CheckConfig { file: PathBuf },
+}
+
+fn load_config(path: Option<&PathBuf>) -> Result<(Config, String), String> {
+    match path {
+        None => Config::from_toml(DEFAULT_TOML)
+            .map(|c| (c, "embedded default".to_string()))
+            .map_err(|e| e.to_string()),
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+            Config::from_toml(&text)
+                .map(|c| (c, p.display().to_string()))
+                .map_err(|e| format!("{}: {e}", p.display()))
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("pollbox: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode, String> {
+    match cli.cmd {
+        Cmd::Serve {
+            config,
+            listen,
+            workers,
+        } => {
+            let (mut cfg, source) = load_config(config.as_ref())?;
+            if let Some(l) = listen {
+                cfg.server.listen = l;
+            }
+            if let Some(w) = workers {
+                cfg.server.workers = w;
+            }
+            cfg.validate().map_err(|e| e.to_string())?;
+            let server = pollbox_server::Server::start(cfg.clone()).map_err(|e| e.to_string())?;
+            eprintln!(
+                "pollbox: listening on http://{} with {} workers (config: {source}; boxes loaded: {}{})",
+                server.addr(),
+                cfg.effective_workers(),
+                server.shared().boxes.len(),
+                server
+                    .metrics_addr()
+                    .map(|a| format!("; metrics on http://{a}/metrics"))
+                    .unwrap_or_default(),
+            );
+            pollbox_server::serve_until_signal(server)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Load(args) => {
+            let report = pollbox_load::run(&args).map_err(|e| e.to_string())?;
+            let mut out = std::io::stdout().lock();
+            pollbox_load::print_report(&report, &mut out).map_err(|e| e.to_string())?;
+            if report.error_rate() > args.max_error_rate {
+                eprintln!(
+                    "pollbox load: error rate {:.4} is over --max-error-rate {}",
+                    report.error_rate(),
+                    args.max_error_rate
+                );
+                return Ok(ExitCode::from(1));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Memcheck { url, watch } => memcheck::run(&url, watch),
+        Cmd::Demo { seconds } => demo(seconds),
+        Cmd::CheckConfig { file } => {
+            let (cfg, _) = load_config(Some(&file))?;
+            println!("# {}: valid. Effective configuration:", file.display());
+            print!("{}", cfg.to_toml());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn demo(seconds: u64) -> Result<ExitCode, String> {
+    use clap::FromArgMatches;
+    let mut cfg = Config::embedded();
+    cfg.server.listen = "127.0.0.1:0".into();
+    let server = pollbox_server::Server::start(cfg).map_err(|e| e.to_string())?;
+    let url = format!("http://{}", server.addr());
+    eprintln!("pollbox demo: server on {url}; {seconds} s of mixed load (poll 80, ingest 15, batch 5)");
+    let argv = [
+        "load",
+        "--url",
+        &url,
+        "--connections",
+        "32",
+        "--threads",
+        "1",
+        "--duration",
+        &format!("{seconds}s"),
+        "--mix",
+        "poll:80,ingest:15,batch:5",
+        "--keys",
+        "1000",
+    ];
+    let cmd = <pollbox_load::LoadArgs as clap::Args>::augment_args(clap::Command::new("load"));
+    let m = cmd
+        .try_get_matches_from(argv)
+        .map_err(|e| e.to_string())?;
+    let args = pollbox_load::LoadArgs::from_arg_matches(&m).map_err(|e| e.to_string())?;
+    let report = pollbox_load::run(&args).map_err(|e| e.to_string())?;
+    let mut out = std::io::stdout().lock();
+    println!("\n== latency (pollbox load)");
+    pollbox_load::print_report(&report, &mut out).map_err(|e| e.to_string())?;
+    drop(out);
+    println!("\n== memory (pollbox memcheck)");
+    memcheck::run(&url, None)?;
+    server.shutdown()?;
+    println!("\npollbox demo: server stopped cleanly");
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,1 +1,351 @@
-//! (in progress)
+//! # pollbox-server
+//!
+//! The I/O shell around `pollbox-core`: per-core worker threads, each with its
+//! own `mio::Poll` and `SO_REUSEPORT` listener, reading into per-connection
+//! buffers, calling the core to frame, project and apply, and writing the
+//! answers from per-connection send queues. Also: the metrics endpoint, the
+//! snapshot thread, signals and graceful shutdown.
+//!
+//! Where things are: [`worker`] (event loop, connections, timeouts,
+//! long-poll parking), [`dispatch`] (what a request gets back),
+//! [`send_queue`] (where bytes are written), [`metrics`] (`/metrics`),
+//! [`stats`] (per-worker counters), [`listener`] (sockets), [`waiters`]
+//! (cross-worker long-poll wake-ups).
+//!
+//! What it is not: a general HTTP server. It serves exactly SPEC §2.
+
+pub mod alloc_stats;
+pub mod dispatch;
+pub mod listener;
+pub mod metrics;
+pub mod send_queue;
+pub mod stats;
+pub mod waiters;
+pub mod worker;
+
+use pollbox_core::boxes::BoxTable;
+use pollbox_core::config::Config;
+use pollbox_core::plan::Plan;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// State every worker shares.
+pub struct Shared {
+    pub config: Config,
+    pub plan: Arc<Plan>,
+    pub boxes: BoxTable,
+    /// One per worker, plus one for the metrics listener thread.
+    pub stats: Vec<stats::WorkerStats>,
+    pub open_connections: AtomicUsize,
+    pub draining: AtomicBool,
+    ready: AtomicBool,
+    pub tokens: Vec<Vec<u8>>,
+    pub waiters: waiters::Waiters,
+    pub wake_rx: Vec<crossbeam_channel::Receiver<Box<[u8]>>>,
+    pub started: Instant,
+    pub workers: usize,
+    /// Snapshots written / failed, for metrics.
+    pub snapshots_ok: AtomicUsize,
+    pub snapshots_failed: AtomicUsize,
+}
+
+impl Shared {
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+}
+
+/// Why the server did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("invalid config: {0}")]
+    Config(#[from] pollbox_core::config::ConfigError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: String, source: io::Error },
+    #[error("snapshot {path}: {reason}")]
+    Snapshot { path: String, reason: String },
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+/// A running server.
+pub struct Server {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
+    threads: Vec<JoinHandle<io::Result<()>>>,
+    wakers: Vec<Arc<mio::Waker>>,
+    snapshot_path: Option<PathBuf>,
+    snapshot_stop: Arc<(Mutex<bool>, Condvar)>,
+    snapshot_thread: Option<JoinHandle<()>>,
+    metrics_thread: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Load the snapshot (if configured), bind, and start the workers.
+    pub fn start(config: Config) -> Result<Server, StartError> {
+        config.validate()?;
+        let plan = Arc::new(Plan::compile(&config.boxes)?);
+        let snapshot_path = (!config.snapshot.path.is_empty())
+            .then(|| PathBuf::from(&config.snapshot.path));
+        let boxes = match &snapshot_path {
+            Some(p) => {
+                check_snapshot_dir(p)?;
+                match pollbox_core::snapshot::load(plan.clone(), p) {
+                    Ok(Some(t)) => t,
+                    Ok(None) => BoxTable::new(plan.clone()),
+                    Err(e) => {
+                        return Err(StartError::Snapshot {
+                            path: p.display().to_string(),
+                            reason: format!(
+                                "{e}; refusing to start (move the file away to start empty)"
+                            ),
+                        })
+                    }
+                }
+            }
+            None => BoxTable::new(plan.clone()),
+        };
+        let n = config.effective_workers();
+        let addr: SocketAddr = config.server.listen.parse().map_err(|_| StartError::Listen {
+            addr: config.server.listen.clone(),
+            source: io::ErrorKind::InvalidInput.into(),
+        })?;
+        let (actual, listeners) =
+            listener::bind_all(addr, n).map_err(|source| StartError::Listen {
+                addr: config.server.listen.clone(),
+                source,
+            })?;
+        let metrics_listener = if config.server.metrics_listen.is_empty() {
+            None
+        } else {
+            let a = config.server.metrics_listen.clone();
+            Some(
+                std::net::TcpListener::bind(&a)
+                    .map_err(|source| StartError::Listen { addr: a, source })?,
+            )
+        };
+        let metrics_addr = metrics_listener
+            .as_ref()
+            .map(|l| l.local_addr())
+            .transpose()?;
+
+        let mut polls = Vec::with_capacity(n);
+        let mut wakers = Vec::with_capacity(n);
+        let mut senders = Vec::with_capacity(n);
+        let mut receivers = Vec::with_capacity(n);
+        for _ in 0..n {
+            let poll = mio::Poll::new()?;
+            wakers.push(Arc::new(mio::Waker::new(poll.registry(), worker::WAKER)?));
+            polls.push(poll);
+            let (tx, rx) = crossbeam_channel::unbounded();
+            senders.push(tx);
+            receivers.push(rx);
+        }
+        let tokens = config
+            .auth
+            .ingest_tokens
+            .iter()
+            .map(|t| t.as_bytes().to_vec())
+            .collect();
+        let shared = Arc::new(Shared {
+            plan,
+            boxes,
+            stats: (0..=n).map(|_| stats::WorkerStats::default()).collect(),
+            open_connections: AtomicUsize::new(0),
+            draining: AtomicBool::new(false),
+            ready: AtomicBool::new(false),
+            tokens,
+            waiters: waiters::Waiters::new(senders, wakers.clone()),
+            wake_rx: receivers,
+            started: Instant::now(),
+            workers: n,
+            snapshots_ok: AtomicUsize::new(0),
+            snapshots_failed: AtomicUsize::new(0),
+            config,
+        });
+        let pin = shared.config.server.pin_workers;
+        let mut threads = Vec::with_capacity(n);
+        for (i, (l, poll)) in listeners.into_iter().zip(polls).enumerate() {
+            let shared = shared.clone();
+            let w = worker::Worker::new(i, shared, l, poll)?;
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("pollbox-w{i}"))
+                    .spawn(move || {
+                        if pin {
+                            pin_to_core(i);
+                        }
+                        w.run()
+                    })?,
+            );
+        }
+        let metrics_thread = metrics_listener.map(|l| {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("pollbox-metrics".into())
+                .spawn(move || metrics::serve_listener(l, shared))
+        });
+        let metrics_thread = metrics_thread.transpose()?;
+        let snapshot_stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let snapshot_thread = match &snapshot_path {
+            Some(p) => {
+                let (shared, stop, path) = (shared.clone(), snapshot_stop.clone(), p.clone());
+                Some(
+                    std::thread::Builder::new()
+                        .name("pollbox-snapshot".into())
+                        .spawn(move || snapshot_loop(shared, stop, path))?,
+                )
+            }
+            None => None,
+        };
+        shared.ready.store(true, Ordering::Release);
+        Ok(Server {
+            shared,
+            addr: actual,
+            metrics_addr,
+            threads,
+            wakers,
+            snapshot_path,
+            snapshot_stop,
+            snapshot_thread,
+            metrics_thread,
+        })
+    }
+
+    /// The address the workers listen on (the real port when 0 was asked).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Graceful stop: stop accepting, finish requests in flight, write the
+    /// snapshot. Returns the first error met.
+    pub fn shutdown(mut self) -> Result<(), String> {
+        self.shared.draining.store(true, Ordering::Release);
+        for w in &self.wakers {
+            let _ = w.wake();
+        }
+        let mut first_err = None;
+        for t in self.threads.drain(..) {
+            match t.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(format!("worker failed: {e}"));
+                }
+                Err(_) => {
+                    first_err.get_or_insert("a worker panicked".to_string());
+                }
+            }
+        }
+        {
+            let (lock, cv) = &*self.snapshot_stop;
+            if let Ok(mut stop) = lock.lock() {
+                *stop = true;
+            }
+            cv.notify_all();
+        }
+        if let Some(t) = self.snapshot_thread.take() {
+            let _ = t.join();
+        }
+        if let Some(p) = &self.snapshot_path {
+            if let Err(e) = pollbox_core::snapshot::save_atomic(&self.shared.boxes, p) {
+                first_err.get_or_insert(format!("final snapshot to {}: {e}", p.display()));
+            }
+        }
+        // The metrics thread blocks in accept; it ends with the process.
+        drop(self.metrics_thread.take());
+        match first_err {
+            None => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
+}
+
+/// Serve until SIGTERM or SIGINT, then shut down gracefully.
+pub fn serve_until_signal(server: Server) -> Result<(), String> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+        .map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    if let Some(sig) = signals.forever().next() {
+        eprintln!(
+            "pollbox: signal {sig}: draining (stop accepting, finish requests, write snapshot)"
+        );
+    }
+    let boxes = server.shared.boxes.len();
+    let r = server.shutdown();
+    if r.is_ok() {
+        eprintln!("pollbox: stopped cleanly ({boxes} boxes)");
+    }
+    r
+}
+
+/// Refuse to start when the snapshot cannot be written later.
+fn check_snapshot_dir(path: &std::path::Path) -> Result<(), StartError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let probe = dir.join(format!(".pollbox-write-test-{}", std::process::id()));
+    match std::fs::File::create(&probe) {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(StartError::Snapshot {
+            path: path.display().to_string(),
+            reason: format!("directory {} is not writable: {e}", dir.display()),
+        }),
+    }
+}
+
+fn snapshot_loop(shared: Arc<Shared>, stop: Arc<(Mutex<bool>, Condvar)>, path: PathBuf) {
+    let every = Duration::from_secs(shared.config.snapshot.interval_s);
+    let (lock, cv) = &*stop;
+    let Ok(mut stopped) = lock.lock() else {
+        return;
+    };
+    loop {
+        let (guard, _) = match cv.wait_timeout(stopped, every) {
+            Ok(r) => r,
+            Err(_) => return,
+        };
+        stopped = guard;
+        if *stopped {
+            return;
+        }
+        match pollbox_core::snapshot::save_atomic(&shared.boxes, &path) {
+            Ok(()) => {
+                shared.snapshots_ok.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                shared.snapshots_failed.fetch_add(1, Ordering::Relaxed);
+                eprintln!("pollbox: snapshot to {} failed: {e}", path.display());
+            }
+        }
+    }
+}
+
+fn pin_to_core(i: usize) {
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write inside it, and
+    // sched_setaffinity(0, ...) reads it for the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_ZERO(&mut set);
+        libc::CPU_SET(i % ncpu, &mut set);
+        let _ = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}

@@ -1,0 +1,75 @@
+//! Memory as jemalloc sees it.
+//!
+//! Global statistics (`stats.*`) are refreshed by advancing jemalloc's `epoch`,
+//! which locks every arena: that is done only when `/metrics` is scraped, never
+//! on a worker's tick. Per-thread cumulative counters (`thread.allocatedp` /
+//! `thread.deallocatedp`) are plain thread-local reads, copied into the worker's
+//! stats at each tick, so an allocating worker shows itself.
+//!
+//! When jemalloc is not the global allocator (unit tests of this crate), every
+//! figure reads 0 and nothing fails.
+
+use crate::stats::WorkerStats;
+use tikv_jemalloc_ctl::thread::ThreadLocal;
+
+/// jemalloc's global figures, in bytes.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct JemallocStats {
+    pub allocated: u64,
+    pub active: u64,
+    pub resident: u64,
+    pub mapped: u64,
+    pub retained: u64,
+    pub metadata: u64,
+}
+
+impl JemallocStats {
+    /// Resident pages that hold no live allocation (resident − active − metadata).
+    pub fn dirty(&self) -> u64 {
+        self.resident
+            .saturating_sub(self.active)
+            .saturating_sub(self.metadata)
+    }
+    /// Active pages not covered by live allocations (active − allocated).
+    pub fn fragmentation(&self) -> u64 {
+        self.active.saturating_sub(self.allocated)
+    }
+}
+
+/// Advance jemalloc's epoch and read its global statistics.
+pub fn read_global() -> JemallocStats {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    if epoch::advance().is_err() {
+        return JemallocStats::default();
+    }
+    JemallocStats {
+        allocated: stats::allocated::read().unwrap_or(0) as u64,
+        active: stats::active::read().unwrap_or(0) as u64,
+        resident: stats::resident::read().unwrap_or(0) as u64,
+        mapped: stats::mapped::read().unwrap_or(0) as u64,
+        retained: stats::retained::read().unwrap_or(0) as u64,
+        metadata: stats::metadata::read().unwrap_or(0) as u64,
+    }
+}
+
+thread_local! {
+    static COUNTERS: Option<(ThreadLocal<u64>, ThreadLocal<u64>)> = {
+        use tikv_jemalloc_ctl::thread::{allocatedp, deallocatedp};
+        match (allocatedp::read(), deallocatedp::read()) {
+            (Ok(a), Ok(d)) => Some((a, d)),
+            _ => None,
+        }
+    };
+}
+
+/// This thread's cumulative (allocated, deallocated) bytes.
+pub fn thread_counters() -> (u64, u64) {
+    COUNTERS.with(|c| c.map_or((0, 0), |(a, d)| (a.get(), d.get())))
+}
+
+/// Copy this thread's counters into its worker's stats.
+pub fn publish_thread_counters(stats: &WorkerStats) {
+    let (a, d) = thread_counters();
+    stats.thread_allocated.set(a);
+    stats.thread_deallocated.set(d);
+}

@@ -1,0 +1,520 @@
+//! `/metrics`: Prometheus text exposition 0.0.4 (SPEC §6).
+//!
+//! Everything is summed from the per-worker stats at scrape time; jemalloc's
+//! epoch is advanced here, on the scraping thread, and nowhere else.
+
+use crate::alloc_stats;
+use crate::stats::{
+    RouteLabel, WorkerStats, DURATION_BUCKETS, INGEST_RESULTS, REJECT_REASONS, RESET_BUCKETS,
+};
+use crate::Shared;
+use std::io::Write;
+use std::sync::Arc;
+
+pub const CONTENT_TYPE: &[u8] = b"text/plain; version=0.0.4; charset=utf-8";
+
+/// Memory as pollbox accounts it, by part.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Accounted {
+    pub arena: u64,
+    pub boxes: u64,
+    pub buffers: u64,
+    pub send_queue: u64,
+}
+
+impl Accounted {
+    pub fn total(&self) -> u64 {
+        self.arena + self.boxes + self.buffers + self.send_queue
+    }
+}
+
+pub fn accounted(shared: &Shared) -> Accounted {
+    let mut a = Accounted {
+        boxes: shared.boxes.accounted_bytes() as u64,
+        ..Default::default()
+    };
+    for s in &shared.stats {
+        a.arena += s.arena_capacity.get();
+        a.buffers += s.buffer_bytes.get();
+        a.send_queue += s.send_queue_bytes.get();
+    }
+    a
+}
+
+fn sum(shared: &Shared, f: impl Fn(&WorkerStats) -> u64) -> u64 {
+    shared.stats.iter().map(f).sum()
+}
+
+fn header(out: &mut Vec<u8>, name: &str, kind: &str, help: &str) {
+    let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n");
+}
+
+fn single(out: &mut Vec<u8>, name: &str, kind: &str, help: &str, v: u64) {
+    header(out, name, kind, help);
+    let _ = writeln!(out, "{name} {v}");
+}
+
+fn single_f(out: &mut Vec<u8>, name: &str, kind: &str, help: &str, v: f64) {
+    header(out, name, kind, help);
+    let _ = writeln!(out, "{name} {v}");
+}
+
+fn histogram(
+    out: &mut Vec<u8>,
+    name: &str,
+    help: &str,
+    bounds: &[f64],
+    counts: &[u64],
+    sum_ns: u64,
+) {
+    header(out, name, "histogram", help);
+    let mut cum = 0;
+    for (i, b) in bounds.iter().enumerate() {
+        cum += counts[i];
+        let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {cum}");
+    }
+    cum += counts[bounds.len()];
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cum}");
+    let _ = writeln!(out, "{name}_sum {}", sum_ns as f64 / 1e9);
+    let _ = writeln!(out, "{name}_count {cum}");
+}
+
+/// Render every metric into `out`.
+pub fn render(shared: &Shared, out: &mut Vec<u8>) {
+    // Requests by route and code.
+    header(
+        out,
+        "pollbox_http_requests_total",
+        "counter",
+        "HTTP requests answered, by route and status code.",
+    );
+    let mut cells: Vec<(RouteLabel, u16, u64)> = Vec::new();
+    for s in &shared.stats {
+        for (r, c, n) in s.requests() {
+            match cells.iter_mut().find(|(r2, c2, _)| *r2 == r && *c2 == c) {
+                Some(cell) => cell.2 += n,
+                None => cells.push((r, c, n)),
+            }
+        }
+    }
+    cells.sort_by_key(|&(r, c, _)| (r as u8, c));
+    for (r, c, n) in cells {
+        let code = if c == 0 {
+            "other".to_string()
+        } else {
+            c.to_string()
+        };
+        let _ = writeln!(
+            out,
+            "pollbox_http_requests_total{{route=\"{}\",code=\"{code}\"}} {n}",
+            r.name()
+        );
+    }
+
+    let mut counts = vec![0u64; DURATION_BUCKETS.len() + 1];
+    let mut sum_ns = 0;
+    for s in &shared.stats {
+        for (i, c) in s.duration.counts().enumerate() {
+            counts[i] += c;
+        }
+        sum_ns += s.duration.sum_ns();
+    }
+    histogram(
+        out,
+        "pollbox_http_request_duration_seconds",
+        "Server-side time from a complete request to its queued response.",
+        &DURATION_BUCKETS,
+        &counts,
+        sum_ns,
+    );
+
+    header(
+        out,
+        "pollbox_ingest_messages_total",
+        "counter",
+        "Ingested messages by result (accepted, or the rejection reason).",
+    );
+    for (i, label) in INGEST_RESULTS.iter().enumerate() {
+        let n = sum(shared, |s| s.ingest[i].get());
+        let _ = writeln!(out, "pollbox_ingest_messages_total{{result=\"{label}\"}} {n}");
+    }
+
+    single(
+        out,
+        "pollbox_connections_open",
+        "gauge",
+        "Connections open now.",
+        shared
+            .open_connections
+            .load(std::sync::atomic::Ordering::Relaxed) as u64,
+    );
+    single(
+        out,
+        "pollbox_connections_total",
+        "counter",
+        "Connections accepted.",
+        sum(shared, |s| s.connections_total.get()),
+    );
+    header(
+        out,
+        "pollbox_connections_rejected_total",
+        "counter",
+        "Connections refused, by reason.",
+    );
+    for (i, reason) in REJECT_REASONS.iter().enumerate() {
+        let n = sum(shared, |s| s.rejected[i].get());
+        let _ = writeln!(
+            out,
+            "pollbox_connections_rejected_total{{reason=\"{reason}\"}} {n}"
+        );
+    }
+    single(
+        out,
+        "pollbox_bytes_received_total",
+        "counter",
+        "Bytes read from clients.",
+        sum(shared, |s| s.bytes_received.get()),
+    );
+    single(
+        out,
+        "pollbox_bytes_sent_total",
+        "counter",
+        "Bytes written to clients.",
+        sum(shared, |s| s.bytes_sent.get()),
+    );
+    single(
+        out,
+        "pollbox_boxes",
+        "gauge",
+        "Boxes in the table.",
+        shared.boxes.len() as u64,
+    );
+    single(
+        out,
+        "pollbox_parked_polls",
+        "gauge",
+        "Long-polls waiting now.",
+        sum(shared, |s| s.parked_polls.get()),
+    );
+
+    // Arenas and epochs.
+    single(
+        out,
+        "pollbox_arena_resets_total",
+        "counter",
+        "Arena resets (one per worker per epoch).",
+        sum(shared, |s| s.arena_resets.get()),
+    );
+    let mut rcounts = vec![0u64; RESET_BUCKETS.len() + 1];
+    let mut rsum = 0;
+    for s in &shared.stats {
+        for (i, c) in s.arena_reset.counts().enumerate() {
+            rcounts[i] += c;
+        }
+        rsum += s.arena_reset.sum_ns();
+    }
+    histogram(
+        out,
+        "pollbox_arena_reset_duration_seconds",
+        "Duration of one arena reset.",
+        &RESET_BUCKETS,
+        &rcounts,
+        rsum,
+    );
+    single(
+        out,
+        "pollbox_arena_bytes",
+        "gauge",
+        "Arena capacity held from the allocator, all workers.",
+        sum(shared, |s| s.arena_capacity.get()),
+    );
+    single(
+        out,
+        "pollbox_arena_high_water_bytes",
+        "gauge",
+        "Most arena bytes used in one epoch by one worker.",
+        shared
+            .stats
+            .iter()
+            .map(|s| s.arena_high_water.get())
+            .max()
+            .unwrap_or(0),
+    );
+    single(
+        out,
+        "pollbox_epoch_overruns_total",
+        "counter",
+        "Ticks that started a whole epoch late.",
+        sum(shared, |s| s.epoch_overruns.get()),
+    );
+    single_f(
+        out,
+        "pollbox_epoch_work_max_seconds",
+        "gauge",
+        "Longest time one tick's work took (reset, timers, date).",
+        shared
+            .stats
+            .iter()
+            .map(|s| s.epoch_work_max_ns.get())
+            .max()
+            .unwrap_or(0) as f64
+            / 1e9,
+    );
+    header(
+        out,
+        "pollbox_arena_capacity_bytes",
+        "gauge",
+        "Arena capacity per worker, after the last reset.",
+    );
+    for (w, s) in shared.stats.iter().take(shared.workers).enumerate() {
+        let _ = writeln!(
+            out,
+            "pollbox_arena_capacity_bytes{{worker=\"{w}\"}} {}",
+            s.arena_capacity.get()
+        );
+    }
+    header(
+        out,
+        "pollbox_arena_used_bytes",
+        "gauge",
+        "Arena bytes in use per worker, sampled just before the last reset.",
+    );
+    for (w, s) in shared.stats.iter().take(shared.workers).enumerate() {
+        let _ = writeln!(
+            out,
+            "pollbox_arena_used_bytes{{worker=\"{w}\"}} {}",
+            s.arena_used_before_reset.get()
+        );
+    }
+
+    // Memory: ours, jemalloc's, the kernel's.
+    let acc = accounted(shared);
+    header(
+        out,
+        "pollbox_accounted_bytes",
+        "gauge",
+        "Memory as pollbox accounts it, by part.",
+    );
+    for (part, v) in [
+        ("arena", acc.arena),
+        ("boxes", acc.boxes),
+        ("buffers", acc.buffers),
+        ("send_queue", acc.send_queue),
+    ] {
+        let _ = writeln!(out, "pollbox_accounted_bytes{{part=\"{part}\"}} {v}");
+    }
+    let je = alloc_stats::read_global();
+    for (name, v, help) in [
+        ("allocated", je.allocated, "Bytes in live allocations."),
+        ("active", je.active, "Bytes in active pages."),
+        ("resident", je.resident, "Bytes in resident pages jemalloc maps."),
+        ("mapped", je.mapped, "Bytes in active extents mapped."),
+        ("retained", je.retained, "Bytes retained (unmapped but reserved)."),
+        ("metadata", je.metadata, "Bytes of jemalloc metadata."),
+        ("dirty", je.dirty(), "Resident − active − metadata."),
+        ("fragmentation", je.fragmentation(), "Active − allocated."),
+    ] {
+        single(
+            out,
+            &format!("pollbox_jemalloc_{name}_bytes"),
+            "gauge",
+            help,
+            v,
+        );
+    }
+    header(
+        out,
+        "pollbox_worker_allocated_bytes_total",
+        "counter",
+        "Bytes allocated by each worker thread (jemalloc thread.allocatedp).",
+    );
+    for (w, s) in shared.stats.iter().take(shared.workers).enumerate() {
+        let _ = writeln!(
+            out,
+            "pollbox_worker_allocated_bytes_total{{worker=\"{w}\"}} {}",
+            s.thread_allocated.get()
+        );
+    }
+    header(
+        out,
+        "pollbox_worker_deallocated_bytes_total",
+        "counter",
+        "Bytes freed by each worker thread (jemalloc thread.deallocatedp).",
+    );
+    for (w, s) in shared.stats.iter().take(shared.workers).enumerate() {
+        let _ = writeln!(
+            out,
+            "pollbox_worker_deallocated_bytes_total{{worker=\"{w}\"}} {}",
+            s.thread_deallocated.get()
+        );
+    }
+    single(
+        out,
+        "pollbox_snapshots_total",
+        "counter",
+        "Periodic snapshots written.",
+        shared
+            .snapshots_ok
+            .load(std::sync::atomic::Ordering::Relaxed) as u64,
+    );
+    single(
+        out,
+        "pollbox_snapshot_failures_total",
+        "counter",
+        "Periodic snapshots that failed.",
+        shared
+            .snapshots_failed
+            .load(std::sync::atomic::Ordering::Relaxed) as u64,
+    );
+
+    let p = process_stats();
+    single(
+        out,
+        "process_resident_memory_bytes",
+        "gauge",
+        "Resident memory size in bytes.",
+        p.rss,
+    );
+    single_f(
+        out,
+        "process_cpu_seconds_total",
+        "counter",
+        "Total user and system CPU time spent in seconds.",
+        p.cpu_seconds,
+    );
+    single(
+        out,
+        "process_open_fds",
+        "gauge",
+        "Number of open file descriptors.",
+        p.open_fds,
+    );
+    single_f(
+        out,
+        "process_start_time_seconds",
+        "gauge",
+        "Start time of the process since unix epoch in seconds.",
+        p.start_time,
+    );
+}
+
+/// Figures about this process from `/proc`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ProcessStats {
+    pub rss: u64,
+    pub cpu_seconds: f64,
+    pub open_fds: u64,
+    pub start_time: f64,
+}
+
+pub fn process_stats() -> ProcessStats {
+    let mut p = ProcessStats::default();
+    // SAFETY: sysconf only reads a configuration value.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    // SAFETY: as above.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    if let Ok(statm) = std::fs::read_to_string("/proc/self/statm") {
+        if let Some(rss) = statm.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()) {
+            p.rss = rss * page;
+        }
+    }
+    if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
+        // Fields after the parenthesised command name; utime is field 14, stime 15, starttime 22.
+        if let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) {
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            p.cpu_seconds = (num(11) + num(12)) as f64 / ticks;
+            let boot = std::fs::read_to_string("/proc/stat")
+                .ok()
+                .and_then(|s| {
+                    s.lines()
+                        .find_map(|l| l.strip_prefix("btime "))
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                })
+                .unwrap_or(0);
+            p.start_time = boot as f64 + num(19) as f64 / ticks;
+        }
+    }
+    if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
+        p.open_fds = dir.count() as u64;
+    }
+    p
+}
+
+/// Serve `/metrics` (and `/healthz`) on a separate listener (`metrics_listen`),
+/// one connection at a time: scrapes are rare and must not touch the workers.
+pub fn serve_listener(listener: std::net::TcpListener, shared: Arc<Shared>) {
+    use pollbox_core::http::{
+        route, write_response_head, DateCache, Framer, Limits, Progress, Route,
+    };
+    use std::io::Read;
+    let stats_slot = shared.workers;
+    let mut date = DateCache::new();
+    let mut body = Vec::with_capacity(16 * 1024);
+    let mut out = Vec::with_capacity(16 * 1024);
+    for stream in listener.incoming() {
+        let Ok(mut stream) = stream else { continue };
+        let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+        let mut framer = Framer::new(Limits {
+            max_header_bytes: 8192,
+            max_headers: 64,
+            max_body_bytes: 0,
+        });
+        let mut buf = vec![0u8; 8192];
+        let mut end = 0;
+        'conn: loop {
+            let n = match stream.read(&mut buf[end..]) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            end += n;
+            loop {
+                let frame = match framer.advance(&mut buf[..end]) {
+                    Ok(Progress::Complete(f)) => f,
+                    Ok(Progress::Partial { .. }) if end < buf.len() => break,
+                    _ => break 'conn,
+                };
+                date.update(std::time::SystemTime::now());
+                body.clear();
+                out.clear();
+                let (code, label, ctype): (u16, RouteLabel, &[u8]) =
+                    match route(frame.method, &buf[frame.path.clone()]) {
+                        Route::Metrics => {
+                            render(&shared, &mut body);
+                            (200, RouteLabel::Metrics, CONTENT_TYPE)
+                        }
+                        Route::Healthz => {
+                            body.extend_from_slice(b"ok");
+                            (200, RouteLabel::Healthz, b"text/plain; charset=utf-8")
+                        }
+                        _ => {
+                            body.extend_from_slice(b"{\"error\":\"not found\"}");
+                            (404, RouteLabel::Other, b"application/json")
+                        }
+                    };
+                write_response_head(
+                    &mut out,
+                    code,
+                    ctype,
+                    body.len(),
+                    date.get(),
+                    frame.keep_alive,
+                    frame.version,
+                    &[],
+                );
+                if frame.method != pollbox_core::http::Method::Head {
+                    out.extend_from_slice(&body);
+                }
+                shared.stats[stats_slot].request(label, code);
+                if stream.write_all(&out).is_err() || !frame.keep_alive {
+                    break 'conn;
+                }
+                buf.copy_within(frame.consumed..end, 0);
+                end -= frame.consumed;
+                if end == 0 {
+                    break;
+                }
+            }
+        }
+    }
+}

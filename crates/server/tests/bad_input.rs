@@ -1,0 +1,191 @@
+//! Every row of SPEC §5 over a real socket: the specific answer, the close
+//! where the spec says so, and other clients undisturbed.
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+fn assert_error(r: &Resp, status: u16, needle: &str) {
+    assert_eq!(r.status, status, "{}", r.text());
+    assert!(r.text().contains(needle), "want {needle:?} in {}", r.text());
+}
+
+#[test]
+fn bodies_that_are_not_what_we_take() {
+    let s = start(config());
+    let a = s.addr();
+    let r = post(a, "/v1/ingest", r#"{"key":"a","value":1"#);
+    assert_error(&r, 400, "invalid json");
+    let r = post(a, "/v1/ingest", "{\"key\":\"a\",\"player\":\"\u{e9}\"}".replace('\u{e9}', "\u{e9}").as_str());
+    assert_eq!(r.status, 200, "valid UTF-8 is fine: {}", r.text());
+    let mut bad = b"POST /v1/ingest HTTP/1.1\r\nContent-Length: 17\r\n\r\n".to_vec();
+    bad.extend_from_slice(b"{\"key\":\"a\xff\xfe\"}  ");
+    let (r, _) = raw(a, &bad);
+    assert_error(&r, 400, "invalid json");
+    assert_error(&post(a, "/v1/ingest", "42"), 400, "error");
+    assert_error(&post(a, "/v1/ingest", r#"{"value":1}"#), 422, "missing key");
+    assert_error(&post(a, "/v1/ingest", r#"{"key":7}"#), 422, "key");
+    assert_error(&post(a, "/v1/ingest", r#"{"key":""}"#), 422, "key");
+    let long = "k".repeat(129);
+    assert_error(&post(a, "/v1/ingest", &format!(r#"{{"key":"{long}"}}"#)), 422, "key");
+    assert_error(&post(a, "/v1/boxes/t", r#"{"value":"5"}"#), 422, "field v");
+    assert_error(&post(a, "/v1/boxes/t", r#"{"value":1.5}"#), 422, "field v");
+    assert_error(&post(a, "/v1/boxes/t", r#"{"player":"ABCDEFGHIJKLMNOPQ"}"#), 422, "field by");
+    assert_eq!(post(a, "/v1/boxes/t", &format!(r#"{{"value":{}}}"#, i64::MAX)).status, 200);
+    assert_error(&post(a, "/v1/boxes/t", r#"{"value":1}"#), 422, "overflow");
+    // The rejected message changed nothing.
+    let r = get(a, "/v1/boxes/t");
+    assert!(r.text().contains("\"ver\":1,"), "{}", r.text());
+    s.shutdown().unwrap();
+}
+
+#[test]
+fn framing_errors_answer_then_close() {
+    let s = start(config());
+    let a = s.addr();
+    let cases: &[(&[u8], u16)] = &[
+        (b"GARBAGE\r\n\r\n", 400),
+        (b"GET /healthz HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+        (b"POST /v1/ingest HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", 400),
+        (b"POST /v1/ingest HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
+        (b"GET /healthz HTTP/1.1\r\nX: a\r\n folded\r\n\r\n", 400),
+        (b"POST /v1/ingest HTTP/1.1\r\nContent-Length: 2000000\r\n\r\n", 413),
+    ];
+    for (req, status) in cases {
+        let (r, mut rd) = raw(a, req);
+        assert_eq!(r.status, *status, "{:?}: {}", String::from_utf8_lossy(req), r.text());
+        assert_eq!(r.header("Connection"), Some("close"));
+        assert!(rd.closed(), "{:?} must close", String::from_utf8_lossy(req));
+    }
+    // Head too large, and too many headers.
+    let mut big = b"GET /healthz HTTP/1.1\r\nX-Big: ".to_vec();
+    big.extend(std::iter::repeat_n(b'a', 9000));
+    big.extend_from_slice(b"\r\n\r\n");
+    let (r, mut rd) = raw(a, &big);
+    assert_eq!(r.status, 431);
+    assert!(rd.closed());
+    let mut many = b"GET /healthz HTTP/1.1\r\n".to_vec();
+    for i in 0..65 {
+        many.extend_from_slice(format!("X-{i}: 1\r\n").as_bytes());
+    }
+    many.extend_from_slice(b"\r\n");
+    let (r, mut rd) = raw(a, &many);
+    assert_eq!(r.status, 431);
+    assert!(rd.closed());
+    // A body over max_body_bytes sent chunked.
+    let mut chunked = b"POST /v1/ingest HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for _ in 0..20 {
+        chunked.extend_from_slice(b"10000\r\n");
+        chunked.extend(std::iter::repeat_n(b' ', 0x10000));
+        chunked.extend_from_slice(b"\r\n");
+    }
+    let mut rd = Reader::new(connect(a));
+    let _ = std::io::Write::write_all(&mut rd.stream, &chunked);
+    let r = rd.read(false);
+    assert_eq!(r.status, 413);
+    s.shutdown().unwrap();
+}
+
+#[test]
+fn slow_header_gets_408_while_others_are_served() {
+    let mut c = config();
+    c.limits.header_timeout_ms = 300;
+    let s = start(c);
+    let a = s.addr();
+    let mut slow = Reader::new(connect(a));
+    slow.send(b"GET /healthz HTTP/1.1\r\nHost:");
+    // Meanwhile another client is served normally, repeatedly.
+    for _ in 0..20 {
+        assert_eq!(get(a, "/healthz").status, 200);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let r = slow.read(false);
+    assert_eq!(r.status, 408);
+    assert!(slow.closed());
+    s.shutdown().unwrap();
+}
+
+#[test]
+fn stalled_body_gets_408_and_idle_connection_is_closed() {
+    let mut c = config();
+    c.limits.body_timeout_ms = 300;
+    c.limits.idle_timeout_ms = 300;
+    let s = start(c);
+    let a = s.addr();
+    let mut rd = Reader::new(connect(a));
+    rd.send(b"POST /v1/ingest HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"key\":");
+    let r = rd.read(false);
+    assert_eq!(r.status, 408);
+    assert!(rd.closed());
+
+    let (r, mut idle) = raw(a, b"GET /healthz HTTP/1.1\r\n\r\n");
+    assert_eq!(r.status, 200);
+    // No request follows: the server closes it silently after idle_timeout_ms.
+    assert!(idle.closed());
+    s.shutdown().unwrap();
+}
+
+#[test]
+fn connection_cap_answers_503_and_spares_existing_connections() {
+    let mut c = config();
+    c.limits.max_connections = 4;
+    let s = start(c);
+    let a = s.addr();
+    let mut kept: Vec<Reader> = (0..4)
+        .map(|_| {
+            let (r, rd) = raw(a, b"GET /healthz HTTP/1.1\r\n\r\n");
+            assert_eq!(r.status, 200);
+            rd
+        })
+        .collect();
+    let (r, mut extra) = raw(a, b"GET /healthz HTTP/1.1\r\n\r\n");
+    assert_eq!(r.status, 503);
+    assert!(extra.closed());
+    for rd in &mut kept {
+        rd.send(b"GET /healthz HTTP/1.1\r\n\r\n");
+        assert_eq!(rd.read(false).status, 200);
+    }
+    drop(kept);
+    // Slots come back once connections close.
+    let mut ok = false;
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(20));
+        if get(a, "/healthz").status == 200 {
+            ok = true;
+            break;
+        }
+    }
+    assert!(ok);
+    s.shutdown().unwrap();
+}
+
+#[test]
+fn ingest_tokens_and_max_boxes() {
+    let mut c = config();
+    c.auth.ingest_tokens = vec!["s3cret".into(), "other".into()];
+    c.boxes.max_boxes = 2;
+    let s = start(c);
+    let a = s.addr();
+    assert_error(&post(a, "/v1/boxes/x", r#"{"value":1}"#), 401, "token");
+    let req = |tok: &str, key: &str| {
+        let body = r#"{"value":1}"#;
+        raw(
+            a,
+            format!(
+                "POST /v1/boxes/{key} HTTP/1.1\r\nAuthorization: Bearer {tok}\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .0
+    };
+    assert_eq!(req("wrong", "x").status, 401);
+    assert_eq!(req("s3cret", "x").status, 200);
+    assert_eq!(req("other", "y").status, 200);
+    let r = req("s3cret", "z");
+    assert_error(&r, 507, "too many boxes");
+    // Existing boxes keep working, polls need no token.
+    assert_eq!(req("s3cret", "x").status, 200);
+    assert_eq!(get(a, "/v1/boxes/x").status, 200);
+    s.shutdown().unwrap();
+}

@@ -1,0 +1,159 @@
+//! Helpers shared by the server's integration tests: a real server on a free
+//! loopback port, and a raw HTTP/1.1 client over `TcpStream`.
+#![allow(dead_code)]
+
+use pollbox_core::config::Config;
+use pollbox_server::Server;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+pub fn config() -> Config {
+    let mut c = Config::embedded();
+    c.server.listen = "127.0.0.1:0".into();
+    c.server.workers = 2;
+    c
+}
+
+pub fn start(c: Config) -> Server {
+    Server::start(c).expect("server starts")
+}
+
+pub fn url(s: &Server, path: &str) -> String {
+    format!("http://{}{}", s.addr(), path)
+}
+
+pub fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.set_nodelay(true).unwrap();
+    s
+}
+
+/// One parsed response.
+#[derive(Debug, Clone)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.text()))
+    }
+}
+
+/// Reads responses from a stream, keeping leftover bytes between calls.
+pub struct Reader {
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Reader {
+    pub fn new(stream: TcpStream) -> Reader {
+        Reader {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write");
+    }
+
+    /// Read one response; `head_only` for answers to HEAD (no body follows).
+    pub fn read(&mut self, head_only: bool) -> Resp {
+        self.try_read(head_only).expect("a response")
+    }
+
+    /// None on EOF before a response.
+    pub fn try_read(&mut self, head_only: bool) -> Option<Resp> {
+        loop {
+            if let Some((resp, used)) = parse(&self.buf, head_only) {
+                self.buf.drain(..used);
+                return Some(resp);
+            }
+            let mut tmp = [0u8; 65536];
+            match self.stream.read(&mut tmp) {
+                Ok(0) => return None,
+                Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
+                Err(e) => panic!("read failed: {e} (have {:?})", String::from_utf8_lossy(&self.buf)),
+            }
+        }
+    }
+
+    /// True when the server closed the connection (EOF or reset) with nothing more to read.
+    pub fn closed(&mut self) -> bool {
+        if !self.buf.is_empty() {
+            return false;
+        }
+        let mut tmp = [0u8; 1024];
+        matches!(self.stream.read(&mut tmp), Ok(0) | Err(_))
+    }
+}
+
+fn parse(buf: &[u8], head_only: bool) -> Option<(Resp, usize)> {
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut r = httparse::Response::new(&mut headers);
+    let n = match r.parse(buf).expect("valid response") {
+        httparse::Status::Complete(n) => n,
+        httparse::Status::Partial => return None,
+    };
+    let status = r.code.unwrap_or(0);
+    let hs: Vec<(String, String)> = r
+        .headers
+        .iter()
+        .map(|h| (h.name.to_string(), String::from_utf8_lossy(h.value).into_owned()))
+        .collect();
+    let len: usize = hs
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+        .map(|(_, v)| v.parse().expect("numeric content-length"))
+        .expect("every response has Content-Length");
+    let body_len = if head_only || status == 304 || status == 100 { 0 } else { len };
+    if buf.len() < n + body_len {
+        return None;
+    }
+    Some((
+        Resp {
+            status,
+            headers: hs,
+            body: buf[n..n + body_len].to_vec(),
+        },
+        n + body_len,
+    ))
+}
+
+/// Send one request on a fresh connection and read one response.
+pub fn raw(addr: SocketAddr, req: &[u8]) -> (Resp, Reader) {
+    let mut r = Reader::new(connect(addr));
+    r.send(req);
+    let resp = r.read(req.starts_with(b"HEAD "));
+    (resp, r)
+}
+
+pub fn get(addr: SocketAddr, path: &str) -> Resp {
+    raw(addr, format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes()).0
+}
+
+pub fn post(addr: SocketAddr, path: &str, body: &str) -> Resp {
+    raw(
+        addr,
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .0
+}
