@@ -1,0 +1,193 @@
+//! Allocation contract of the projection (SPEC §1, §4): with a warm arena and a
+//! warm `Projector`, ingest parsing allocates nothing outside the arena.
+//!
+//! A counting global allocator wraps the system one and counts, per thread,
+//! every `alloc`, `alloc_zeroed` and `realloc` call, so tests running in
+//! parallel on other threads do not disturb the count.
+
+use pollbox_core::epoch::Epoch;
+use pollbox_core::plan::{Plan, Value};
+use pollbox_core::projection::{BodyFormat, KeySource, Projector, Shape};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::Arc;
+
+struct CountingAllocator;
+
+thread_local! {
+    // Const-initialised and without a destructor, so reading it from inside
+    // the allocator never allocates or registers anything.
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count_one() {
+    // `try_with`: a thread being torn down may still allocate.
+    let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+}
+
+fn allocations() -> u64 {
+    ALLOCATIONS.with(Cell::get)
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments
+// unchanged; the only addition is a thread-local counter bump, which neither
+// allocates nor unwinds.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count_one();
+        // SAFETY: forwarded contract.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count_one();
+        // SAFETY: forwarded contract.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count_one();
+        // SAFETY: forwarded contract.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded contract.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
+
+/// `{"key":"box-<i>","value":<i>,"player":"p-7", cargo...}` of about `size` bytes,
+/// with escaped strings and nested cargo.
+fn message(i: usize, size: usize) -> String {
+    let mut s = format!(r#"{{"key":"box-{i}","value":{i},"player":"p-\u0037""#);
+    let mut n = 0;
+    while s.len() + 70 < size {
+        s.push_str(&format!(
+            r#","c{n}":{{"a":[1,2.5,"x\"y",null,true],"b":{{"value":{n}}}}},"s{n}":"zz""#
+        ));
+        n += 1;
+    }
+    s.push('}');
+    s
+}
+
+struct Bodies {
+    single: String,
+    ndjson: String,
+    array: String,
+}
+
+fn bodies() -> Bodies {
+    let single = message(42, 512);
+    assert!(
+        single.len() > 440 && single.len() <= 512,
+        "{}",
+        single.len()
+    );
+    let lines: Vec<String> = (0..32).map(|i| message(i, 512)).collect();
+    Bodies {
+        single,
+        ndjson: lines.join("\n") + "\n",
+        array: format!("[{}]", lines.join(",")),
+    }
+}
+
+/// Project the three bodies once and check what came out (so the work cannot
+/// be skipped), without allocating on success.
+fn project_all(p: &mut Projector, epoch: &Epoch, b: &Bodies) {
+    let batch = p
+        .project(
+            epoch.arena(),
+            b.single.as_bytes(),
+            BodyFormat::Json,
+            KeySource::Body,
+        )
+        .unwrap();
+    assert_eq!(batch.shape, Shape::Object);
+    let m = batch.items[0].unwrap();
+    assert_eq!(m.key, "box-42");
+    assert_eq!(m.values[0], Some(Value::I64(42)));
+    assert_eq!(m.values[3], Some(Value::Str("p-7")));
+
+    for (body, format) in [
+        (&b.ndjson, BodyFormat::Ndjson),
+        (&b.array, BodyFormat::Json),
+    ] {
+        let batch = p
+            .project(epoch.arena(), body.as_bytes(), format, KeySource::Body)
+            .unwrap();
+        assert_eq!(batch.items.len(), 32);
+        for (i, item) in batch.items.iter().enumerate() {
+            assert_eq!(item.unwrap().values[1], Some(Value::I64(i as i64)));
+        }
+    }
+
+    let batch = p
+        .project(
+            epoch.arena(),
+            b.single.as_bytes(),
+            BodyFormat::Json,
+            KeySource::Path,
+        )
+        .unwrap();
+    assert_eq!(batch.items[0].unwrap().key, "");
+}
+
+#[test]
+fn warm_projection_allocates_only_in_the_arena() {
+    let b = bodies();
+    let mut epoch = Epoch::new(1 << 20, 64 << 20);
+    let mut p = Projector::new(Arc::new(Plan::default_plan()));
+
+    // A cold projector sizes simd-json's buffers and tape: this proves the
+    // counter sees allocations made by the projection.
+    let cold = allocations();
+    project_all(&mut p, &epoch, &b);
+    assert!(allocations() > cold, "the counting allocator saw nothing");
+    epoch.reset();
+
+    // Warm up, then count whole epochs: reset, project, project, ...
+    project_all(&mut p, &epoch, &b);
+    epoch.reset();
+    let before = allocations();
+    for _ in 0..100 {
+        project_all(&mut p, &epoch, &b);
+        epoch.reset();
+    }
+    let made = allocations() - before;
+    assert_eq!(
+        made, 0,
+        "steady-state projection allocated {made} times outside the arena"
+    );
+}
+
+#[test]
+fn rejected_messages_and_refused_bodies_allocate_nothing_when_warm() {
+    let mut epoch = Epoch::new(1 << 20, 64 << 20);
+    let mut p = Projector::new(Arc::new(Plan::default_plan()));
+    let bodies: [&[u8]; 6] = [
+        br#"{"value":1}"#,
+        br#"{"key":"k","value":"x"}"#,
+        br#"[1,{"key":""},{"key":"k","player":"01234567890123456789"}]"#,
+        br#"{"key":"k","value":01}"#,
+        b"{\"key\":\"\xff\"}",
+        b"5",
+    ];
+    let run = |p: &mut Projector, epoch: &Epoch| {
+        for body in bodies {
+            let _ = p.project(epoch.arena(), body, BodyFormat::Json, KeySource::Body);
+        }
+    };
+    run(&mut p, &epoch);
+    epoch.reset();
+    let before = allocations();
+    for _ in 0..10 {
+        run(&mut p, &epoch);
+        epoch.reset();
+    }
+    assert_eq!(allocations() - before, 0);
+}
