@@ -17,8 +17,8 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// back after 5 s; one arena per CPU (`percpu_arena`), i.e. narenas = cores.
 #[allow(non_upper_case_globals)]
 #[export_name = "_rjem_malloc_conf"]
-pub static malloc_conf: &[u8; 75] =
-    b"background_thread:true,dirty_decay_ms:5000,muzzy_decay_ms:5000,percpu_arena\0";
+pub static malloc_conf: &[u8; 83] =
+    b"background_thread:true,dirty_decay_ms:5000,muzzy_decay_ms:5000,percpu_arena:percpu\0";
 
 #[derive(Parser)]
 #[command(name = "pollbox", version, about = "Low-latency HTTP/1.1 JSON ingest and polling server")]

@@ -13,6 +13,7 @@ use pollbox_core::http::{
     parse_poll_query, percent_decode_into, route, write_response_head, DateCache, Frame, HttpError,
     Method, Route, Version,
 };
+use pollbox_core::plan::MessageError;
 use pollbox_core::projection::{BodyFormat, KeySource, Projector, Shape};
 
 const JSON: &[u8] = b"application/json";
@@ -329,68 +330,80 @@ fn ingest(
         KeySource::Body => RouteLabel::Ingest,
     };
     let body = &buf[frame.body.clone()];
-    let format = match frame.content_type.clone() {
-        Some(r) if is_ndjson(&buf[r]) => BodyFormat::Ndjson,
+    let format = match &frame.content_type {
+        Some(r) if is_ndjson(&buf[r.clone()]) => BodyFormat::Ndjson,
         _ => BodyFormat::Json,
     };
-    let shared = ctx.shared.clone();
-    let stats = &shared.stats[ctx.worker];
+    // Split the context: the batch borrows the arena while answers are written.
+    let Ctx {
+        shared,
+        worker,
+        epoch,
+        projector,
+        pool,
+        date,
+        key: path_key,
+        body: out,
+    } = ctx;
+    let stats = &shared.stats[*worker];
     let boxes = &shared.boxes;
-    let batch = match ctx
-        .projector
-        .project(ctx.epoch.arena(), body, format, keys)
-    {
+    let mut answer = Answer {
+        pool,
+        date,
+        stats,
+        q,
+        version: frame.version,
+        label,
+        keep_alive,
+    };
+    out.clear();
+    let batch = match projector.project(epoch.arena(), body, format, keys) {
         Ok(b) => b,
         Err(e) => {
             stats.ingest_result("invalid_body");
-            ctx.body.clear();
-            e.write_message(&mut ctx.body);
-            let code = e.status();
-            respond(ctx, q, frame.version, label, code, JSON, false, keep_alive, &[]);
+            out.extend_from_slice(b"{\"error\":\"");
+            e.write_message(out);
+            out.extend_from_slice(b"\"}");
+            answer.send(e.status(), JSON, out, false, &[]);
             return after(keep_alive);
         }
     };
-    ctx.body.clear();
     if batch.shape == Shape::Object {
         // One message: answer with the box's new payload, or 422/507.
-        let result = match batch.items.first() {
+        let (key, result) = match batch.items.first() {
             Some(Ok(m)) => {
                 let key = match keys {
-                    KeySource::Path => std::str::from_utf8(&ctx.key).unwrap_or(""),
+                    KeySource::Path => std::str::from_utf8(path_key).unwrap_or(""),
                     KeySource::Body => m.key,
                 };
-                boxes.apply(key, m.values, Some(&mut ctx.body))
+                (key, boxes.apply(key, m.values, Some(out)))
             }
-            Some(Err(e)) => Err(*e),
-            None => Err(pollbox_core::plan::MessageError::NotAnObject),
+            Some(Err(e)) => ("", Err(*e)),
+            None => ("", Err(MessageError::NotAnObject)),
         };
-        return match result {
+        match result {
             Ok(_) => {
-                let key = match keys {
-                    KeySource::Path => ctx.key.as_slice(),
-                    KeySource::Body => batch.items.first().and_then(|i| i.as_ref().ok()).map_or(&[][..], |m| m.key.as_bytes()),
-                };
-                shared.waiters.notify(key);
+                shared.waiters.notify(key.as_bytes());
                 stats.ingest_accepted(1);
-                respond(ctx, q, frame.version, label, 200, JSON, false, keep_alive, &[]);
-                after(keep_alive)
+                answer.send(200, JSON, out, false, &[]);
             }
             Err(e) => {
                 stats.ingest_result(e.metric_label());
-                ctx.body.clear();
-                ctx.body.extend_from_slice(b"{\"error\":\"");
-                e.write_reason(boxes.plan(), &mut ctx.body);
-                ctx.body.extend_from_slice(b"\"}");
-                respond(ctx, q, frame.version, label, e.status(), JSON, false, keep_alive, &[]);
-                after(keep_alive)
+                out.clear();
+                out.extend_from_slice(b"{\"error\":\"");
+                e.write_reason(boxes.plan(), out);
+                out.extend_from_slice(b"\"}");
+                answer.send(e.status(), JSON, out, false, &[]);
             }
-        };
+        }
+        return after(keep_alive);
     }
     // A batch: apply in order, list up to 16 errors.
     let mut accepted = 0u64;
     let mut rejected = 0u64;
-    let mut errors = std::mem::take(&mut ctx.key);
-    errors.clear();
+    out.extend_from_slice(b"{\"accepted\":");
+    let counts_at = out.len();
+    out.extend_from_slice(b",\"errors\":[");
     for (i, item) in batch.items.iter().enumerate() {
         let res = match item {
             Ok(m) => boxes.apply(m.key, m.values, None).map(|_| {
@@ -404,30 +417,71 @@ fn ingest(
                 stats.ingest_result(e.metric_label());
                 if (rejected as usize) < MAX_LISTED_ERRORS {
                     if rejected > 0 {
-                        errors.push(b',');
+                        out.push(b',');
                     }
-                    errors.extend_from_slice(b"{\"i\":");
-                    errors.extend_from_slice(itoa::Buffer::new().format(i).as_bytes());
-                    errors.extend_from_slice(b",\"error\":\"");
-                    e.write_reason(boxes.plan(), &mut errors);
-                    errors.extend_from_slice(b"\"}");
+                    out.extend_from_slice(b"{\"i\":");
+                    out.extend_from_slice(itoa::Buffer::new().format(i).as_bytes());
+                    out.extend_from_slice(b",\"error\":\"");
+                    e.write_reason(boxes.plan(), out);
+                    out.extend_from_slice(b"\"}");
                 }
                 rejected += 1;
             }
         }
     }
     stats.ingest_accepted(accepted);
-    let b = &mut ctx.body;
-    b.extend_from_slice(b"{\"accepted\":");
-    b.extend_from_slice(itoa::Buffer::new().format(accepted).as_bytes());
-    b.extend_from_slice(b",\"rejected\":");
-    b.extend_from_slice(itoa::Buffer::new().format(rejected).as_bytes());
-    b.extend_from_slice(b",\"errors\":[");
-    b.extend_from_slice(&errors);
-    b.extend_from_slice(b"]}");
-    ctx.key = errors;
-    respond(ctx, q, frame.version, label, 200, JSON, false, keep_alive, &[]);
+    out.extend_from_slice(b"]}");
+    // The counts are known only now: splice them in before the error list.
+    let mut counts = [0u8; 64];
+    let mut n = 0;
+    for part in [
+        itoa::Buffer::new().format(accepted).as_bytes(),
+        b",\"rejected\":",
+        itoa::Buffer::new().format(rejected).as_bytes(),
+    ] {
+        counts[n..n + part.len()].copy_from_slice(part);
+        n += part.len();
+    }
+    out.splice(counts_at..counts_at, counts[..n].iter().copied());
+    answer.send(200, JSON, out, false, &[]);
     after(keep_alive)
+}
+
+/// Where an answer goes, for code that holds the context in parts.
+struct Answer<'a> {
+    pool: &'a mut BufferPool,
+    date: &'a DateCache,
+    stats: &'a WorkerStats,
+    q: &'a mut SendQueue,
+    version: Version,
+    label: RouteLabel,
+    keep_alive: bool,
+}
+
+impl Answer<'_> {
+    fn send(
+        &mut self,
+        code: u16,
+        content_type: &[u8],
+        body: &[u8],
+        head_only: bool,
+        extra: &[(&[u8], &[u8])],
+    ) {
+        write_answer(
+            self.pool,
+            self.date,
+            self.stats,
+            self.q,
+            self.version,
+            self.label,
+            code,
+            content_type,
+            body,
+            head_only,
+            self.keep_alive,
+            extra,
+        );
+    }
 }
 
 fn is_ndjson(content_type: &[u8]) -> bool {
@@ -514,24 +568,57 @@ pub fn respond(
     keep_alive: bool,
     extra: &[(&[u8], &[u8])],
 ) {
-    let out = q.tail(&mut ctx.pool);
+    write_answer(
+        &mut ctx.pool,
+        &ctx.date,
+        &ctx.shared.stats[ctx.worker],
+        q,
+        version,
+        label,
+        code,
+        content_type,
+        &ctx.body,
+        head_only,
+        keep_alive,
+        extra,
+    );
+}
+
+/// Render one response (head, then `body` unless `head_only`) into the queue
+/// and count it.
+#[allow(clippy::too_many_arguments)]
+fn write_answer(
+    pool: &mut BufferPool,
+    date: &DateCache,
+    stats: &WorkerStats,
+    q: &mut SendQueue,
+    version: Version,
+    label: RouteLabel,
+    code: u16,
+    content_type: &[u8],
+    body: &[u8],
+    head_only: bool,
+    keep_alive: bool,
+    extra: &[(&[u8], &[u8])],
+) {
+    let out = q.tail(pool);
     let before = out.len();
     write_response_head(
         out,
         code,
         content_type,
-        ctx.body.len(),
-        ctx.date.get(),
+        body.len(),
+        date.get(),
         keep_alive,
         version,
         extra,
     );
     if !head_only {
-        out.extend_from_slice(&ctx.body);
+        out.extend_from_slice(body);
     }
     let n = out.len() - before;
     q.commit(n);
-    ctx.shared.stats[ctx.worker].request(label, code);
+    stats.request(label, code);
 }
 
 #[cfg(test)]

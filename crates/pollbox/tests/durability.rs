@@ -1,0 +1,238 @@
+//! Durability through the real binary: SIGTERM under concurrent ingest loses no
+//! acknowledged update; kill -9 after a snapshot interval restores the boxes; a
+//! corrupt snapshot or an unwritable snapshot directory is refused at start.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("pollbox-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write_config(dir: &Path, interval_s: u64) -> PathBuf {
+    let cfg = dir.join("pollbox.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 2\n[snapshot]\npath = \"{}\"\ninterval_s = {interval_s}\n",
+            dir.join("boxes.snap").display()
+        ),
+    )
+    .unwrap();
+    cfg
+}
+
+/// Start `pollbox serve` and read the address from its start-up line.
+fn spawn(cfg: &Path) -> (Child, SocketAddr) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pollbox"))
+        .args(["serve", "--config"])
+        .arg(cfg)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let line = lines.next().expect("a start-up line").unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .parse()
+        .unwrap();
+    // Keep draining stderr so the server never blocks on it.
+    std::thread::spawn(move || for _ in lines {});
+    (child, addr)
+}
+
+fn request(s: &mut TcpStream, req: &[u8]) -> Option<(u16, String)> {
+    s.write_all(req).ok()?;
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 4096];
+    loop {
+        let n = s.read(&mut tmp).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&tmp[..n]);
+        let mut h = [httparse::EMPTY_HEADER; 16];
+        let mut r = httparse::Response::new(&mut h);
+        if let Ok(httparse::Status::Complete(head)) = r.parse(&buf) {
+            let len: usize = r
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                .map(|h| std::str::from_utf8(h.value).unwrap().parse().unwrap())
+                .unwrap();
+            if buf.len() >= head + len {
+                let body = String::from_utf8_lossy(&buf[head..head + len]).into_owned();
+                return Some((r.code.unwrap(), body));
+            }
+        }
+    }
+}
+
+fn ingest(s: &mut TcpStream, key: &str, value: u64) -> Option<u64> {
+    let body = format!(r#"{{"value":{value}}}"#);
+    let req = format!(
+        "POST /v1/boxes/{key} HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let (code, body) = request(s, req.as_bytes())?;
+    if code != 200 {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    v["ver"].as_u64()
+}
+
+fn version(addr: SocketAddr, key: &str) -> Option<u64> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let (code, body) = request(&mut s, format!("GET /v1/boxes/{key} HTTP/1.1\r\n\r\n").as_bytes())?;
+    if code != 200 {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v["ver"].as_u64()
+}
+
+fn signal(child: &Child, sig: &str) {
+    let st = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+#[test]
+fn sigterm_under_concurrent_ingest_loses_no_acknowledged_update() {
+    let dir = tmpdir("sigterm");
+    let cfg = write_config(&dir, 3600);
+    let (mut child, addr) = spawn(&cfg);
+    let acked: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let (acked, stop) = (acked.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let Ok(mut s) = TcpStream::connect(addr) else { return };
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let key = format!("t{t}-{}", i % 50);
+                    match ingest(&mut s, &key, i) {
+                        Some(v) => {
+                            acked.lock().unwrap().insert(key, v);
+                        }
+                        None => return,
+                    }
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    signal(&child, "-TERM");
+    let status = child.wait().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(status.success(), "exit status {status:?}");
+    let acked = acked.lock().unwrap().clone();
+    assert!(acked.len() >= 50, "load ran ({} keys acked)", acked.len());
+
+    let (mut child, addr) = spawn(&cfg);
+    for (key, v) in &acked {
+        let got = version(addr, key);
+        assert!(got.is_some_and(|g| g >= *v), "{key}: acked {v}, restored {got:?}");
+    }
+    signal(&child, "-TERM");
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn kill_9_after_a_snapshot_interval_restores_the_boxes() {
+    let dir = tmpdir("kill9");
+    let cfg = write_config(&dir, 1);
+    let (mut child, addr) = spawn(&cfg);
+    let mut s = TcpStream::connect(addr).unwrap();
+    for k in 0..100 {
+        for v in 0..3 {
+            assert_eq!(ingest(&mut s, &format!("k{k}"), v), Some(v + 1));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    signal(&child, "-KILL");
+    let _ = child.wait();
+    let (mut child, addr) = spawn(&cfg);
+    for k in 0..100 {
+        assert_eq!(version(addr, &format!("k{k}")), Some(3), "k{k}");
+    }
+    signal(&child, "-TERM");
+    assert!(child.wait().unwrap().success());
+}
+
+fn start_fails(cfg: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_pollbox"))
+        .args(["serve", "--config"])
+        .arg(cfg)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "must refuse to start");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn corrupt_or_truncated_snapshot_is_refused_at_start() {
+    let dir = tmpdir("corrupt");
+    let cfg = write_config(&dir, 3600);
+    let (mut child, addr) = spawn(&cfg);
+    let mut s = TcpStream::connect(addr).unwrap();
+    for k in 0..20 {
+        assert!(ingest(&mut s, &format!("k{k}"), 1).is_some());
+    }
+    signal(&child, "-TERM");
+    assert!(child.wait().unwrap().success());
+    let snap = dir.join("boxes.snap");
+    let good = std::fs::read(&snap).unwrap();
+
+    std::fs::write(&snap, &good[..good.len() / 2]).unwrap();
+    let err = start_fails(&cfg);
+    assert!(err.contains("snapshot") && err.contains("truncated"), "{err}");
+
+    let mut flipped = good.clone();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 0x40;
+    std::fs::write(&snap, &flipped).unwrap();
+    let err = start_fails(&cfg);
+    assert!(err.contains("snapshot"), "{err}");
+
+    std::fs::write(&snap, &good).unwrap();
+    let (mut child, addr) = spawn(&cfg);
+    assert_eq!(version(addr, "k7"), Some(1));
+    signal(&child, "-TERM");
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn unwritable_snapshot_directory_is_reported_at_start() {
+    let dir = tmpdir("nodir");
+    let cfg = dir.join("pollbox.toml");
+    std::fs::write(
+        &cfg,
+        "[server]\nlisten = \"127.0.0.1:0\"\n[snapshot]\npath = \"/proc/pollbox/boxes.snap\"\n",
+    )
+    .unwrap();
+    let err = start_fails(&cfg);
+    assert!(err.contains("not writable"), "{err}");
+}
