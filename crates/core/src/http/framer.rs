@@ -1,0 +1,525 @@
+//! The per-connection request framer: head scan, head parse, body framing.
+//!
+//! The head is found by a resumable scan that also enforces the line rules the
+//! module doc lists (CRLF only, no obs-fold, header count, head size); only a
+//! complete head is handed to `httparse`, once. The body is then framed by
+//! `Content-Length` or by the chunked decoder in `chunked.rs`.
+
+use std::mem::MaybeUninit;
+use std::ops::Range;
+
+use super::chunked::Dechunk;
+use super::{Frame, FramerState, HttpError, Limits, Method, Progress, Version};
+
+/// The most header lines a head may have, whatever `Limits::max_headers` says
+/// (the config refuses more than this). `httparse` needs a slot per header and
+/// the slots live on the stack, uninitialised, so a parse costs no allocation.
+pub const MAX_HEADERS: usize = 1024;
+
+/// Frames the requests of one connection, one at a time. Holds no buffer: the
+/// caller owns the bytes; the framer remembers only positions in them, so it is
+/// reusable and allocates nothing.
+#[derive(Debug)]
+pub struct Framer {
+    limits: Limits,
+    phase: Phase,
+    /// Bytes examined so far, over the framer's life: lets tests check that
+    /// progress is kept between calls instead of rescanning.
+    examined: u64,
+}
+
+#[derive(Debug)]
+enum Phase {
+    Head(HeadScan),
+    Body {
+        frame: Frame,
+        body: BodyFraming,
+    },
+    /// A refused request: the same error again until `reset`, since the next
+    /// request boundary is unknown.
+    Failed(HttpError),
+}
+
+#[derive(Debug)]
+enum BodyFraming {
+    /// Body ends at this index.
+    Length {
+        end: usize,
+    },
+    Chunked(Dechunk),
+}
+
+/// Progress of the search for the blank line that ends a head. All positions
+/// index the caller's slice, which starts at the request boundary.
+#[derive(Debug, Default, Clone, Copy)]
+struct HeadScan {
+    /// Next byte to examine.
+    pos: usize,
+    /// First byte of the request line, once a non-empty line began.
+    start: Option<usize>,
+    /// First byte of the line being scanned.
+    line_start: usize,
+    /// Lines completed since the request line began (the request line included).
+    lines: usize,
+}
+
+/// A parsed head: what it says about the body, and the frame to complete.
+struct Head {
+    frame: Frame,
+    body: BodyKind,
+}
+
+enum BodyKind {
+    None,
+    Length(usize),
+    Chunked,
+}
+
+impl Framer {
+    pub fn new(limits: Limits) -> Framer {
+        Framer {
+            limits: Limits {
+                max_headers: limits.max_headers.min(MAX_HEADERS),
+                ..limits
+            },
+            phase: Phase::Head(HeadScan::default()),
+            examined: 0,
+        }
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// `buf` starts at a request boundary and holds every byte received since
+    /// it. Between `Partial` calls the caller may append bytes at the end (and
+    /// may move the whole slice) but never drops bytes from the front. After
+    /// `Complete`, the caller handles the request, then continues with
+    /// `&mut buf[frame.consumed..]`. Progress is kept between calls, so each byte
+    /// is examined a bounded number of times. Chunked bodies are decoded in
+    /// place, so bytes of `buf` after the head may be rewritten.
+    pub fn advance(&mut self, buf: &mut [u8]) -> Result<Progress, HttpError> {
+        let mut send_continue = false;
+        if let Phase::Head(scan) = &mut self.phase {
+            let before = scan.pos;
+            let found = scan_head(scan, buf, &self.limits);
+            self.examined += scan.pos.saturating_sub(before) as u64;
+            let head_end = match found {
+                Ok(Some(end)) => end,
+                Ok(None) => return Ok(Progress::Partial { send_continue }),
+                Err(e) => return Err(self.fail(e)),
+            };
+            let start = scan.start.unwrap_or(0);
+            let head = match parse_head(&buf[..head_end], start, &self.limits) {
+                Ok(head) => head,
+                Err(e) => return Err(self.fail(e)),
+            };
+            let body = match head.body {
+                BodyKind::None => {
+                    return Ok(self.complete(head.frame, head_end..head_end, head_end))
+                }
+                BodyKind::Length(n) => match head_end.checked_add(n) {
+                    Some(end) => BodyFraming::Length { end },
+                    // Only with a max_body_bytes near usize::MAX.
+                    None => return Err(self.fail(HttpError::BodyTooLarge)),
+                },
+                BodyKind::Chunked => BodyFraming::Chunked(Dechunk::new(head_end)),
+            };
+            send_continue = head.frame.expect_continue;
+            self.phase = Phase::Body {
+                frame: head.frame,
+                body,
+            };
+        }
+        match &mut self.phase {
+            Phase::Head(_) => Ok(Progress::Partial { send_continue }),
+            Phase::Failed(e) => Err(*e),
+            Phase::Body { frame, body } => {
+                let (body_range, consumed) = match body {
+                    BodyFraming::Length { end } => {
+                        if buf.len() < *end {
+                            return Ok(Progress::Partial { send_continue });
+                        }
+                        (frame.body.start..*end, *end)
+                    }
+                    BodyFraming::Chunked(d) => {
+                        let before = d.raw();
+                        let done = d.run(buf, &self.limits);
+                        self.examined += d.raw().saturating_sub(before) as u64;
+                        match done {
+                            Ok(true) => (d.body(), d.raw()),
+                            Ok(false) => return Ok(Progress::Partial { send_continue }),
+                            Err(e) => return Err(self.fail(e)),
+                        }
+                    }
+                };
+                let frame = frame.clone();
+                Ok(self.complete(frame, body_range, consumed))
+            }
+        }
+    }
+
+    pub fn state(&self) -> FramerState {
+        match &self.phase {
+            Phase::Head(scan) if scan.start.is_none() => FramerState::Idle,
+            Phase::Head(_) | Phase::Failed(_) => FramerState::Head,
+            Phase::Body { .. } => FramerState::Body,
+        }
+    }
+
+    /// Forget a partial (or refused) request; the next `advance` starts at a
+    /// request boundary.
+    pub fn reset(&mut self) {
+        self.phase = Phase::Head(HeadScan::default());
+    }
+
+    /// Bytes examined over the framer's life (head scan and chunk decoding; the
+    /// one `httparse` pass over each complete head is not counted). For tests
+    /// that check progress is kept between calls.
+    pub fn bytes_examined(&self) -> u64 {
+        self.examined
+    }
+
+    fn fail(&mut self, e: HttpError) -> HttpError {
+        self.phase = Phase::Failed(e);
+        e
+    }
+
+    fn complete(&mut self, mut frame: Frame, body: Range<usize>, consumed: usize) -> Progress {
+        frame.body = body;
+        frame.consumed = consumed;
+        self.phase = Phase::Head(HeadScan::default());
+        Progress::Complete(frame)
+    }
+}
+
+/// Scan for the end of the head from where the last call stopped. Returns the
+/// index just past the blank line, or `None` when more bytes are needed.
+///
+/// Only LFs are searched for (a word at a time); each must follow a CR. The
+/// first byte of each line is judged once it has arrived: whitespace there is
+/// obs-fold, and a line starting with CR must be the blank line. A bare CR
+/// inside a line is left to httparse, which refuses it (see `bare_cr_error`).
+/// Only the first `max_header_bytes` bytes are looked at: past them the head
+/// is too large whatever follows.
+fn scan_head(s: &mut HeadScan, buf: &[u8], limits: &Limits) -> Result<Option<usize>, HttpError> {
+    let limit = buf.len().min(limits.max_header_bytes);
+    while s.pos < limit {
+        if s.pos == s.line_start {
+            let first = buf[s.pos];
+            if s.start.is_none() {
+                if first != b'\r' && first != b'\n' {
+                    s.start = Some(s.pos);
+                }
+            } else if first == b' ' || first == b'\t' {
+                return Err(HttpError::ObsFold);
+            }
+        }
+        let Some(found) = find_lf(&buf[s.pos..limit]) else {
+            s.pos = limit;
+            break;
+        };
+        let lf = s.pos + found;
+        s.pos = lf + 1;
+        // The byte before an LF is ours (the slice starts at the request
+        // boundary), unless the LF is the very first byte.
+        if lf == 0 || buf[lf - 1] != b'\r' {
+            return Err(HttpError::BareLf);
+        }
+        let empty = lf - 1 == s.line_start;
+        if !empty && buf[s.line_start] == b'\r' {
+            return Err(HttpError::BareCr);
+        }
+        s.line_start = lf + 1;
+        if s.start.is_some() {
+            if empty {
+                return Ok(Some(lf + 1));
+            }
+            s.lines += 1;
+            // The request line is not a header.
+            if s.lines - 1 > limits.max_headers {
+                return Err(HttpError::TooManyHeaders);
+            }
+        }
+    }
+    if buf.len() > limits.max_header_bytes {
+        return Err(HttpError::HeadTooLarge);
+    }
+    Ok(None)
+}
+
+/// Index of the first LF in `hay`, eight bytes at a time (SWAR): heads are
+/// short lines, and this is the one pass over every head byte besides httparse.
+fn find_lf(hay: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    const LFS: u64 = ONES * b'\n' as u64;
+    let mut words = hay.chunks_exact(8);
+    let mut at = 0;
+    for word in words.by_ref() {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(word);
+        let x = u64::from_le_bytes(bytes) ^ LFS;
+        // A zero byte of x is an LF. The lowest flagged byte is always a true
+        // zero (borrows only create false flags above a true one).
+        let zeros = x.wrapping_sub(ONES) & !x & HIGHS;
+        if zeros != 0 {
+            return Some(at + (zeros.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    words
+        .remainder()
+        .iter()
+        .position(|&b| b == b'\n')
+        .map(|p| at + p)
+}
+
+/// httparse refuses a CR not followed by LF wherever it is; say so precisely
+/// instead of "malformed".
+fn bare_cr_error(head: &[u8], otherwise: HttpError) -> HttpError {
+    let bare = head.windows(2).any(|w| w[0] == b'\r' && w[1] != b'\n');
+    if bare {
+        HttpError::BareCr
+    } else {
+        otherwise
+    }
+}
+
+/// Parse a complete head, `buf[start..]` (bytes before `start` are empty
+/// lines). Every range in the frame indexes `buf`.
+// The header slots take 32 KiB of stack; keep them out of `advance`'s frame.
+#[inline(never)]
+fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpError> {
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let parsed = req.parse_with_uninit_headers(&buf[start..], &mut slots[..limits.max_headers]);
+    let refused = match parsed {
+        Ok(httparse::Status::Complete(_)) => None,
+        // The scan found the blank line, so httparse cannot want more.
+        Ok(httparse::Status::Partial) => Some(HttpError::MalformedRequestLine),
+        Err(httparse::Error::TooManyHeaders) => Some(HttpError::TooManyHeaders),
+        Err(httparse::Error::HeaderName | httparse::Error::HeaderValue) => {
+            Some(HttpError::MalformedHeader)
+        }
+        Err(httparse::Error::Version) => Some(version_error(&buf[start..])),
+        Err(_) => Some(HttpError::MalformedRequestLine),
+    };
+    if let Some(e) = refused {
+        return Err(bare_cr_error(&buf[start..], e));
+    }
+
+    let version = match req.version {
+        Some(0) => Version::Http10,
+        Some(1) => Version::Http11,
+        _ => return Err(HttpError::UnsupportedVersion),
+    };
+    let method = Method::from_bytes(req.method.unwrap_or("").as_bytes());
+    let target = range_of(buf, req.path.unwrap_or("").as_bytes());
+    let (path, query) = split_target(buf, target);
+
+    let mut content_length: Option<u64> = None;
+    let mut te = TransferCodings::default();
+    let mut close = false;
+    let mut keep_alive_token = false;
+    let mut expect = false;
+    let mut if_none_match = None;
+    let mut authorization = None;
+    let mut content_type = None;
+
+    for h in req.headers.iter() {
+        let name = h.name.as_bytes();
+        let value = trim_ows(h.value);
+        match name.len() {
+            6 if name.eq_ignore_ascii_case(b"expect") => {
+                expect |= value.eq_ignore_ascii_case(b"100-continue");
+            }
+            10 if name.eq_ignore_ascii_case(b"connection") => {
+                for token in list_elements(value) {
+                    close |= token.eq_ignore_ascii_case(b"close");
+                    keep_alive_token |= token.eq_ignore_ascii_case(b"keep-alive");
+                }
+            }
+            12 if name.eq_ignore_ascii_case(b"content-type") => {
+                content_type.get_or_insert_with(|| range_of(buf, value));
+            }
+            13 if name.eq_ignore_ascii_case(b"if-none-match") => {
+                if_none_match.get_or_insert_with(|| range_of(buf, value));
+            }
+            13 if name.eq_ignore_ascii_case(b"authorization") => {
+                authorization.get_or_insert_with(|| range_of(buf, value));
+            }
+            14 if name.eq_ignore_ascii_case(b"content-length") => {
+                let n = parse_content_length(value)?;
+                if content_length.is_some_and(|seen| seen != n) {
+                    return Err(HttpError::ConflictingContentLength);
+                }
+                content_length = Some(n);
+            }
+            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => te.add(value),
+            _ => {}
+        }
+    }
+
+    let body = match (te.present, content_length) {
+        (true, Some(_)) => return Err(HttpError::ContentLengthAndTransferEncoding),
+        (true, None) => {
+            if version == Version::Http10 {
+                return Err(HttpError::TransferEncodingInHttp10);
+            }
+            te.check()?;
+            BodyKind::Chunked
+        }
+        (false, Some(n)) => {
+            if n > limits.max_body_bytes as u64 {
+                return Err(HttpError::BodyTooLarge);
+            }
+            // Fits: n <= max_body_bytes, a usize.
+            BodyKind::Length(n as usize)
+        }
+        (false, None) => BodyKind::None,
+    };
+    let keep_alive = match version {
+        Version::Http11 => !close,
+        Version::Http10 => keep_alive_token && !close,
+    };
+    let head_end = buf.len();
+    Ok(Head {
+        frame: Frame {
+            method,
+            version,
+            keep_alive,
+            expect_continue: expect && version == Version::Http11,
+            path,
+            query,
+            if_none_match,
+            authorization,
+            content_type,
+            body: head_end..head_end,
+            consumed: head_end,
+        },
+        body,
+    })
+}
+
+/// httparse says "bad version" both for `HTTP/2.0` (a version we do not
+/// support: 505) and for junk where the version should be (400).
+fn version_error(head: &[u8]) -> HttpError {
+    let line_end = head.iter().position(|&b| b == b'\r').unwrap_or(head.len());
+    let mut parts = head[..line_end].split(|&b| b == b' ');
+    let version = (parts.next(), parts.next(), parts.next(), parts.next());
+    match version {
+        (Some(_), Some(_), Some([b'H', b'T', b'T', b'P', b'/', major, b'.', minor]), None)
+            if major.is_ascii_digit() && minor.is_ascii_digit() =>
+        {
+            HttpError::UnsupportedVersion
+        }
+        _ => HttpError::MalformedRequestLine,
+    }
+}
+
+/// The codings of every `Transfer-Encoding` field, as one list.
+#[derive(Default)]
+struct TransferCodings {
+    present: bool,
+    codings: usize,
+    chunked: usize,
+    last_is_chunked: bool,
+}
+
+impl TransferCodings {
+    fn add(&mut self, value: &[u8]) {
+        self.present = true;
+        for coding in list_elements(value) {
+            let is_chunked = coding.eq_ignore_ascii_case(b"chunked");
+            self.codings += 1;
+            self.chunked += usize::from(is_chunked);
+            self.last_is_chunked = is_chunked;
+        }
+    }
+
+    fn check(&self) -> Result<(), HttpError> {
+        if !self.last_is_chunked {
+            Err(HttpError::TransferEncodingNotChunked)
+        } else if self.chunked > 1 {
+            Err(HttpError::ChunkedTwice)
+        } else if self.codings > 1 {
+            Err(HttpError::UnsupportedTransferCoding)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// `1*DIGIT`, no sign, no list, no overflow.
+fn parse_content_length(value: &[u8]) -> Result<u64, HttpError> {
+    if value.is_empty() {
+        return Err(HttpError::InvalidContentLength);
+    }
+    let mut n: u64 = 0;
+    for &b in value {
+        if !b.is_ascii_digit() {
+            return Err(HttpError::InvalidContentLength);
+        }
+        n = n
+            .checked_mul(10)
+            .and_then(|n| n.checked_add(u64::from(b - b'0')))
+            .ok_or(HttpError::InvalidContentLength)?;
+    }
+    Ok(n)
+}
+
+/// Elements of a comma-separated field value (RFC 9110 §5.6.1), OWS trimmed,
+/// empty elements skipped.
+fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|&b| b == b',')
+        .map(trim_ows)
+        .filter(|e| !e.is_empty())
+}
+
+fn trim_ows(mut v: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = v {
+        v = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = v {
+        v = rest;
+    }
+    v
+}
+
+/// Where `part` (a subslice of `buf`, as httparse hands them out) lies in
+/// `buf`. An empty part may point anywhere, so anything outside `buf` becomes
+/// an empty range at its end.
+fn range_of(buf: &[u8], part: &[u8]) -> Range<usize> {
+    let start = (part.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize);
+    match start.checked_add(part.len()) {
+        Some(end) if start <= buf.len() && end <= buf.len() => start..end,
+        _ => buf.len()..buf.len(),
+    }
+}
+
+/// Split a request target into path and query (see the module doc).
+fn split_target(buf: &[u8], target: Range<usize>) -> (Range<usize>, Range<usize>) {
+    let t = &buf[target.clone()];
+    let mut path_start = 0;
+    if t.first() != Some(&b'/') {
+        // absolute-form: skip "scheme://authority".
+        if let Some(i) = t.windows(3).position(|w| w == b"://") {
+            let after = i + 3;
+            path_start = t[after..]
+                .iter()
+                .position(|&b| matches!(b, b'/' | b'?' | b'#'))
+                .map_or(t.len(), |p| after + p);
+        }
+    }
+    let end = t.iter().position(|&b| b == b'#').unwrap_or(t.len());
+    let path_end = t[..end].iter().position(|&b| b == b'?').unwrap_or(end);
+    let path_start = path_start.min(path_end);
+    let query_start = if path_end < end { path_end + 1 } else { end };
+    let base = target.start;
+    (
+        base + path_start..base + path_end,
+        base + query_start..base + end,
+    )
+}

@@ -1,0 +1,345 @@
+//! What a request target means for pollbox: the route table (SPEC §2), the
+//! percent-decoding of box keys and the long-poll query.
+
+use super::Method;
+
+/// Where a request goes. Keys are raw (still percent-encoded) slices of the
+/// path; decode them with [`percent_decode_into`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route<'a> {
+    /// `GET`/`HEAD /v1/boxes/{key}`
+    Poll {
+        key: &'a [u8],
+    },
+    /// `POST /v1/boxes/{key}`
+    IngestKey {
+        key: &'a [u8],
+    },
+    /// `POST /v1/ingest`
+    Ingest,
+    Metrics,
+    Healthz,
+    Readyz,
+    NotFound,
+    /// 405; `allow` is the `Allow` field value.
+    MethodNotAllowed {
+        allow: &'static str,
+    },
+}
+
+const BOXES_PREFIX: &[u8] = b"/v1/boxes/";
+
+/// Route a request by method and raw path (before `?`). An empty key, or one
+/// with a `/` in it, is not a box path: 404. A `%2F` in a key is fine; it is a
+/// slash only after decoding.
+pub fn route(method: Method, path: &[u8]) -> Route<'_> {
+    let get_or_head = matches!(method, Method::Get | Method::Head);
+    if let Some(key) = path.strip_prefix(BOXES_PREFIX) {
+        if key.is_empty() || key.contains(&b'/') {
+            return Route::NotFound;
+        }
+        return match method {
+            Method::Get | Method::Head => Route::Poll { key },
+            Method::Post => Route::IngestKey { key },
+            _ => Route::MethodNotAllowed {
+                allow: "GET, HEAD, POST",
+            },
+        };
+    }
+    let read_only = |found: Route<'static>| {
+        if get_or_head {
+            found
+        } else {
+            Route::MethodNotAllowed { allow: "GET, HEAD" }
+        }
+    };
+    match path {
+        b"/v1/ingest" if method == Method::Post => Route::Ingest,
+        b"/v1/ingest" => Route::MethodNotAllowed { allow: "POST" },
+        b"/metrics" => read_only(Route::Metrics),
+        b"/healthz" => read_only(Route::Healthz),
+        b"/readyz" => read_only(Route::Readyz),
+        _ => Route::NotFound,
+    }
+}
+
+/// A `%` not followed by two hex digits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("bad percent-escape at byte {at}")]
+pub struct BadEscape {
+    /// Index of the `%` in the raw input.
+    pub at: usize,
+}
+
+/// Clear `out` and write the percent-decoded `raw` into it. Strict: a `%` not
+/// followed by two hex digits is an error (and `out` is left empty); `+` stays
+/// `+` (it means space only in form bodies, not in paths). Allocates only if
+/// `out` lacks the capacity.
+pub fn percent_decode_into(raw: &[u8], out: &mut Vec<u8>) -> Result<(), BadEscape> {
+    out.clear();
+    // percent-encoding's decoder passes bad escapes through as-is; refuse them
+    // first so a key has exactly one spelling.
+    let mut i = 0;
+    while let Some(p) = raw[i..].iter().position(|&b| b == b'%') {
+        let at = i + p;
+        match raw.get(at + 1..at + 3) {
+            Some([h, l]) if h.is_ascii_hexdigit() && l.is_ascii_hexdigit() => i = at + 3,
+            _ => return Err(BadEscape { at }),
+        }
+    }
+    out.extend(percent_encoding::percent_decode(raw));
+    Ok(())
+}
+
+/// The long-poll parameters of `GET /v1/boxes/{key}?after=V&wait_ms=N`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PollQuery {
+    /// Answer only once the box's version is greater than this.
+    pub after: Option<u64>,
+    /// How long to wait for that, in milliseconds (capped by the caller).
+    pub wait_ms: Option<u64>,
+}
+
+/// Parse a raw query string (after `?`). Unknown parameters are ignored; a
+/// known one must be a decimal u64, given at most once.
+pub fn parse_poll_query(q: &[u8]) -> Result<PollQuery, &'static str> {
+    let mut query = PollQuery::default();
+    for pair in q.split(|&b| b == b'&').filter(|p| !p.is_empty()) {
+        let (name, value) = match pair.iter().position(|&b| b == b'=') {
+            Some(eq) => (&pair[..eq], &pair[eq + 1..]),
+            None => (pair, &b""[..]),
+        };
+        match name {
+            b"after" => {
+                if query.after.is_some() {
+                    return Err("after given more than once");
+                }
+                query.after = Some(parse_u64(value).map_err(|e| match e {
+                    NumError::NotDecimal => "after is not a non-negative decimal integer",
+                    NumError::TooLarge => "after is too large",
+                })?);
+            }
+            b"wait_ms" => {
+                if query.wait_ms.is_some() {
+                    return Err("wait_ms given more than once");
+                }
+                query.wait_ms = Some(parse_u64(value).map_err(|e| match e {
+                    NumError::NotDecimal => "wait_ms is not a non-negative decimal integer",
+                    NumError::TooLarge => "wait_ms is too large",
+                })?);
+            }
+            _ => {}
+        }
+    }
+    Ok(query)
+}
+
+enum NumError {
+    NotDecimal,
+    TooLarge,
+}
+
+fn parse_u64(v: &[u8]) -> Result<u64, NumError> {
+    if v.is_empty() {
+        return Err(NumError::NotDecimal);
+    }
+    let mut n: u64 = 0;
+    for &b in v {
+        if !b.is_ascii_digit() {
+            return Err(NumError::NotDecimal);
+        }
+        n = n
+            .checked_mul(10)
+            .and_then(|n| n.checked_add(u64::from(b - b'0')))
+            .ok_or(NumError::TooLarge)?;
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn box_routes_by_method() {
+        for m in [Method::Get, Method::Head] {
+            assert_eq!(
+                route(m, b"/v1/boxes/box-42"),
+                Route::Poll { key: b"box-42" }
+            );
+        }
+        assert_eq!(
+            route(Method::Post, b"/v1/boxes/a%20b"),
+            Route::IngestKey { key: b"a%20b" }
+        );
+        for m in [
+            Method::Put,
+            Method::Delete,
+            Method::Patch,
+            Method::Options,
+            Method::Other,
+        ] {
+            assert_eq!(
+                route(m, b"/v1/boxes/k"),
+                Route::MethodNotAllowed {
+                    allow: "GET, HEAD, POST"
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn empty_or_slashed_keys_are_not_found() {
+        for p in [
+            &b"/v1/boxes/"[..],
+            b"/v1/boxes",
+            b"/v1/boxes/a/b",
+            b"/v1/boxes//",
+            b"/v1/boxes/a/",
+        ] {
+            assert_eq!(
+                route(Method::Get, p),
+                Route::NotFound,
+                "{:?}",
+                String::from_utf8_lossy(p)
+            );
+            assert_eq!(route(Method::Put, p), Route::NotFound);
+        }
+        assert_eq!(
+            route(Method::Get, b"/v1/boxes/a%2Fb"),
+            Route::Poll { key: b"a%2Fb" }
+        );
+    }
+
+    #[test]
+    fn ingest_is_post_only() {
+        assert_eq!(route(Method::Post, b"/v1/ingest"), Route::Ingest);
+        for m in [Method::Get, Method::Head, Method::Put, Method::Other] {
+            assert_eq!(
+                route(m, b"/v1/ingest"),
+                Route::MethodNotAllowed { allow: "POST" }
+            );
+        }
+        assert_eq!(route(Method::Post, b"/v1/ingest/"), Route::NotFound);
+    }
+
+    #[test]
+    fn operational_routes_are_get_or_head() {
+        for (p, r) in [
+            (&b"/metrics"[..], Route::Metrics),
+            (b"/healthz", Route::Healthz),
+            (b"/readyz", Route::Readyz),
+        ] {
+            assert_eq!(route(Method::Get, p), r);
+            assert_eq!(route(Method::Head, p), r);
+            assert_eq!(
+                route(Method::Post, p),
+                Route::MethodNotAllowed { allow: "GET, HEAD" }
+            );
+            assert_eq!(
+                route(Method::Delete, p),
+                Route::MethodNotAllowed { allow: "GET, HEAD" }
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_paths_are_not_found() {
+        for p in [
+            &b"/"[..],
+            b"",
+            b"/metrics/",
+            b"/v1",
+            b"/V1/boxes/a",
+            b"*",
+            b"/healthz2",
+        ] {
+            assert_eq!(route(Method::Get, p), Route::NotFound);
+            assert_eq!(route(Method::Post, p), Route::NotFound);
+        }
+    }
+
+    #[test]
+    fn percent_decoding() {
+        let mut out = b"stale".to_vec();
+        percent_decode_into(b"a%20b%2Fc+d%e2%82%AC", &mut out).unwrap();
+        assert_eq!(out, "a b/c+d€".as_bytes());
+        percent_decode_into(b"plain", &mut out).unwrap();
+        assert_eq!(out, b"plain");
+        percent_decode_into(b"", &mut out).unwrap();
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn bad_escapes_are_refused() {
+        let mut out = Vec::new();
+        for (raw, at) in [
+            (&b"%"[..], 0),
+            (b"ab%", 2),
+            (b"ab%4", 2),
+            (b"%4g", 0),
+            (b"%g4", 0),
+            (b"%41%", 3),
+            (b"x%%41", 1),
+        ] {
+            out.extend_from_slice(b"junk");
+            assert_eq!(percent_decode_into(raw, &mut out), Err(BadEscape { at }));
+            assert!(out.is_empty());
+        }
+    }
+
+    #[test]
+    fn poll_query() {
+        assert_eq!(parse_poll_query(b""), Ok(PollQuery::default()));
+        assert_eq!(
+            parse_poll_query(b"after=7&wait_ms=2500"),
+            Ok(PollQuery {
+                after: Some(7),
+                wait_ms: Some(2500)
+            })
+        );
+        assert_eq!(
+            parse_poll_query(b"x=1&&wait_ms=0&y&after=18446744073709551615"),
+            Ok(PollQuery {
+                after: Some(u64::MAX),
+                wait_ms: Some(0)
+            })
+        );
+        assert_eq!(
+            parse_poll_query(b"after=1"),
+            Ok(PollQuery {
+                after: Some(1),
+                wait_ms: None
+            })
+        );
+    }
+
+    #[test]
+    fn poll_query_errors_are_specific() {
+        for (q, msg) in [
+            (
+                &b"after=-1"[..],
+                "after is not a non-negative decimal integer",
+            ),
+            (b"after=", "after is not a non-negative decimal integer"),
+            (b"after", "after is not a non-negative decimal integer"),
+            (b"after=+5", "after is not a non-negative decimal integer"),
+            (b"after=1.5", "after is not a non-negative decimal integer"),
+            (b"after=18446744073709551616", "after is too large"),
+            (
+                b"wait_ms=abc",
+                "wait_ms is not a non-negative decimal integer",
+            ),
+            (b"wait_ms=99999999999999999999", "wait_ms is too large"),
+            (b"after=1&after=2", "after given more than once"),
+            (b"wait_ms=1&wait_ms=1", "wait_ms given more than once"),
+        ] {
+            assert_eq!(
+                parse_poll_query(q),
+                Err(msg),
+                "{:?}",
+                String::from_utf8_lossy(q)
+            );
+        }
+    }
+}
