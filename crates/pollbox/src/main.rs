@@ -1,8 +1,6 @@
 //! `pollbox`: the binary. Thin on purpose: argument parsing and wiring of
 //! `pollbox-server` (serve), `pollbox-load` (load, demo) and the memcheck client.
 
-mod memcheck;
-
 use clap::{Parser, Subcommand};
 use pollbox_core::config::{Config, DEFAULT_TOML};
 use std::path::PathBuf;
@@ -131,7 +129,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Memcheck { url, watch } => memcheck::run(&url, watch),
+        Cmd::Memcheck { url, watch } => pollbox_server::memcheck::run(&url, watch),
         Cmd::Demo { seconds } => demo(seconds),
         Cmd::CheckConfig { file } => {
             let (cfg, _) = load_config(Some(&file))?;
@@ -175,7 +173,7 @@ fn demo(seconds: u64) -> Result<ExitCode, String> {
     pollbox_load::print_report(&report, &mut out).map_err(|e| e.to_string())?;
     drop(out);
     println!("\n== memory (pollbox memcheck)");
-    memcheck::run(&url, None)?;
+    pollbox_server::memcheck::run(&url, None)?;
     server.shutdown()?;
     println!("\npollbox demo: server stopped cleanly");
     Ok(ExitCode::SUCCESS)

@@ -10,13 +10,14 @@
 //! long-poll parking), [`dispatch`] (what a request gets back),
 //! [`send_queue`] (where bytes are written), [`metrics`] (`/metrics`),
 //! [`stats`] (per-worker counters), [`listener`] (sockets), [`waiters`]
-//! (cross-worker long-poll wake-ups).
+//! (cross-worker long-poll wake-ups), [`memcheck`] (the memory report client).
 //!
 //! What it is not: a general HTTP server. It serves exactly SPEC §2.
 
 pub mod alloc_stats;
 pub mod dispatch;
 pub mod listener;
+pub mod memcheck;
 pub mod metrics;
 pub mod send_queue;
 pub mod stats;
@@ -52,6 +53,10 @@ pub struct Shared {
     /// Snapshots written / failed, for metrics.
     pub snapshots_ok: AtomicUsize,
     pub snapshots_failed: AtomicUsize,
+    /// Bytes jemalloc had allocated, when start-up finished, outside the parts
+    /// pollbox accounts (the Rust runtime, argument parsing, the config, the
+    /// workers' fixed structures). Measured once; it does not grow.
+    pub runtime_bytes: AtomicUsize,
 }
 
 impl Shared {
@@ -167,13 +172,24 @@ impl Server {
             workers: n,
             snapshots_ok: AtomicUsize::new(0),
             snapshots_failed: AtomicUsize::new(0),
+            runtime_bytes: AtomicUsize::new(0),
             config,
         });
         let pin = shared.config.server.pin_workers;
-        let mut threads = Vec::with_capacity(n);
+        let mut workers = Vec::with_capacity(n);
         for (i, (l, poll)) in listeners.into_iter().zip(polls).enumerate() {
-            let shared = shared.clone();
-            let w = worker::Worker::new(i, shared, l, poll)?;
+            workers.push(worker::Worker::new(i, shared.clone(), l, poll)?);
+        }
+        // Everything allocated so far that is not a box, an arena or a buffer
+        // counted by the workers is fixed start-up memory.
+        let counted: usize = shared.boxes.accounted_bytes()
+            + workers.iter().map(worker::Worker::accounted_bytes).sum::<usize>();
+        shared.runtime_bytes.store(
+            (alloc_stats::read_global().allocated as usize).saturating_sub(counted),
+            Ordering::Relaxed,
+        );
+        let mut threads = Vec::with_capacity(n);
+        for (i, w) in workers.into_iter().enumerate() {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("pollbox-w{i}"))

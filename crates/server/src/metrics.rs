@@ -20,17 +20,19 @@ pub struct Accounted {
     pub boxes: u64,
     pub buffers: u64,
     pub send_queue: u64,
+    pub runtime: u64,
 }
 
 impl Accounted {
     pub fn total(&self) -> u64 {
-        self.arena + self.boxes + self.buffers + self.send_queue
+        self.arena + self.boxes + self.buffers + self.send_queue + self.runtime
     }
 }
 
 pub fn accounted(shared: &Shared) -> Accounted {
     let mut a = Accounted {
         boxes: shared.boxes.accounted_bytes() as u64,
+        runtime: shared.runtime_bytes.load(std::sync::atomic::Ordering::Relaxed) as u64,
         ..Default::default()
     };
     for s in &shared.stats {
@@ -300,6 +302,7 @@ pub fn render(shared: &Shared, out: &mut Vec<u8>) {
         ("boxes", acc.boxes),
         ("buffers", acc.buffers),
         ("send_queue", acc.send_queue),
+        ("runtime", acc.runtime),
     ] {
         let _ = writeln!(out, "pollbox_accounted_bytes{{part=\"{part}\"}} {v}");
     }

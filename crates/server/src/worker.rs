@@ -155,6 +155,22 @@ impl Worker {
         Ok(w)
     }
 
+    /// Bytes this worker accounts for now (arena and buffers), before it runs.
+    pub fn accounted_bytes(&self) -> usize {
+        self.ctx.epoch.capacity_bytes() + self.buffer_total()
+    }
+
+    /// Connection read buffers, pooled send buffers, the worker's scratch,
+    /// simd-json's working memory and the connection slab.
+    fn buffer_total(&self) -> usize {
+        self.buffer_bytes
+            + self.ctx.pool.pooled_bytes()
+            + self.ctx.key.capacity()
+            + self.ctx.body.capacity()
+            + self.ctx.projector.working_bytes()
+            + self.conns.capacity() * std::mem::size_of::<Option<Conn>>()
+    }
+
     fn clock(&mut self) -> u64 {
         self.now_ms = self.started.elapsed().as_millis() as u64;
         self.now_ms
@@ -524,8 +540,7 @@ impl Worker {
         self.ctx.date.update(std::time::SystemTime::now());
         st.bytes_received.set(self.read_bytes);
         st.bytes_sent.set(self.sent_bytes);
-        st.buffer_bytes
-            .set((self.buffer_bytes + self.ctx.pool.pooled_bytes()) as u64);
+        st.buffer_bytes.set(self.buffer_total() as u64);
         st.send_queue_bytes.set(self.send_bytes as u64);
         crate::alloc_stats::publish_thread_counters(st);
         self.fired.clear();

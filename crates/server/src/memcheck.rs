@@ -15,6 +15,7 @@ pub struct Memory {
     pub boxes: f64,
     pub buffers: f64,
     pub send_queue: f64,
+    pub runtime: f64,
     pub allocated: f64,
     pub active: f64,
     pub resident: f64,
@@ -41,6 +42,7 @@ impl Memory {
                 "pollbox_accounted_bytes{part=\"boxes\"}" => &mut m.boxes,
                 "pollbox_accounted_bytes{part=\"buffers\"}" => &mut m.buffers,
                 "pollbox_accounted_bytes{part=\"send_queue\"}" => &mut m.send_queue,
+                "pollbox_accounted_bytes{part=\"runtime\"}" => &mut m.runtime,
                 "pollbox_jemalloc_allocated_bytes" => &mut m.allocated,
                 "pollbox_jemalloc_active_bytes" => &mut m.active,
                 "pollbox_jemalloc_resident_bytes" => &mut m.resident,
@@ -53,7 +55,7 @@ impl Memory {
         if seen < 8 {
             return Err("the metrics do not look like pollbox's (accounted/jemalloc figures missing)".into());
         }
-        m.accounted = m.arena + m.boxes + m.buffers + m.send_queue;
+        m.accounted = m.arena + m.boxes + m.buffers + m.send_queue + m.runtime;
         Ok(m)
     }
 
@@ -159,11 +161,12 @@ pub fn run(url: &str, watch: Option<u64>) -> Result<ExitCode, String> {
         print!("{}", table(&m, first));
         if first {
             println!(
-                "  accounted = arena {} + boxes {} + buffers {} + send_queue {}",
+                "  accounted = arena {} + boxes {} + buffers {} + send_queue {} + runtime {}",
                 mib(m.arena),
                 mib(m.boxes),
                 mib(m.buffers),
-                mib(m.send_queue)
+                mib(m.send_queue),
+                mib(m.runtime)
             );
         }
         println!("  {}", m.verdict());

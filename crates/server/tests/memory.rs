@@ -1,0 +1,89 @@
+//! Memory accounting against jemalloc, in-process with jemalloc as the global
+//! allocator (as in the shipped binary).
+
+mod common;
+use common::*;
+use pollbox_server::memcheck::{self, Memory};
+
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's figures are process-wide: the tests here run one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn memory(s: &pollbox_server::Server) -> Memory {
+    let text = memcheck::scrape(&format!("http://{}", s.addr())).unwrap();
+    Memory::from_metrics(&text).unwrap()
+}
+
+fn boxes_accounted(s: &pollbox_server::Server) -> f64 {
+    memory(s).boxes
+}
+
+#[test]
+fn accounted_box_bytes_track_jemalloc_at_100k_boxes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let s = start(config());
+    let a = s.addr();
+    let before = memory(&s);
+    let mut rd = Reader::new(connect(a));
+    for batch in 0..1000 {
+        let mut body = String::from("[");
+        for i in 0..100 {
+            if i > 0 {
+                body.push(',');
+            }
+            body.push_str(&format!(
+                r#"{{"key":"box-{}","value":{i},"player":"p-{i}"}}"#,
+                batch * 100 + i
+            ));
+        }
+        body.push(']');
+        rd.send(
+            format!(
+                "POST /v1/ingest HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        );
+        let r = rd.read(false);
+        assert_eq!(r.status, 200);
+        assert_eq!(r.json()["accepted"], 100);
+    }
+    assert_eq!(s.shared().boxes.len(), 100_000);
+    let after = memory(&s);
+    let rise = after.allocated - before.allocated;
+    let accounted = boxes_accounted(&s) - before.boxes;
+    let ratio = accounted / rise;
+    eprintln!(
+        "jemalloc allocated rose {:.1} MiB; accounted boxes {:.1} MiB (ratio {ratio:.3})",
+        rise / 1048576.0,
+        accounted / 1048576.0
+    );
+    assert!((0.8..=1.2).contains(&ratio), "accounted/rise = {ratio:.3}");
+    s.shutdown().unwrap();
+}
+
+#[test]
+fn memory_outside_the_accounting_shows_in_memcheck() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let s = start(config());
+    let a = s.addr();
+    for i in 0..100 {
+        assert_eq!(post(a, &format!("/v1/boxes/k{i}"), r#"{"value":1}"#).status, 200);
+    }
+    let clean = memory(&s);
+    // 64 MiB that pollbox knows nothing about, touched so it is resident.
+    let leak = vec![7u8; 64 << 20];
+    let m = memory(&s);
+    let gap = m.allocated - m.accounted;
+    assert!(gap >= 60.0 * 1048576.0, "gap {gap}");
+    assert!(m.leaking());
+    assert!(m.verdict().starts_with("VERDICT"), "{}", m.verdict());
+    let table = memcheck::table(&m, true);
+    assert!(table.contains("alloc-acct"), "{table}");
+    eprintln!("{table}  {}\n(before the leak:)\n{}  {}", m.verdict(), memcheck::table(&clean, false), clean.verdict());
+    assert!(std::hint::black_box(&leak)[12345] == 7);
+    drop(leak);
+    s.shutdown().unwrap();
+}
