@@ -1,1 +1,496 @@
-//! (in progress)
+//! pollbox's load generator (`pollbox load`, SPEC §8), built to measure tail latency
+//! honestly and to out-drive the server.
+//!
+//! - `--threads` threads, each a mio event loop owning its share of `--connections`.
+//! - Open-loop with `--rate`: every request has an intended send time on a fixed
+//!   schedule and its latency is measured from that time, so a server stall shows in
+//!   the percentiles (coordinated omission corrected, as wrk2 does). Closed-loop without
+//!   it: each connection keeps `--pipeline` requests in flight.
+//! - A mix of poll, ingest, batch and long-poll over keys `lg-0..lg-<keys-1>`, uniform or
+//!   zipf; messages padded with nested cargo to `--body-bytes`.
+//! - Every answer is checked: the status the operation expects, the payload's key and
+//!   version (never backwards per key on a connection), batch counts.
+//! - HdrHistogram per operation; a progress line per second on stderr; a final table,
+//!   `--json`, `--hgrm` (wrk2's percentile spectrum) and `--plot` (SVG).
+//!
+//! What counts as an error: a status the operation does not expect, a malformed
+//! answer, a version going backwards, rejected batch messages, a lost connection with
+//! requests in flight, a failed reconnect, or no answer by the end. A 404 to a poll or
+//! long-poll is *not* an error: the box does not exist until a message for its key has
+//! been accepted, so with a fresh server and a mostly-poll mix most early polls are
+//! 404s. They are counted apart (`not_found`); `--preseed` ingests one message per key
+//! before the run so polls find their box from the start.
+//!
+//! Not here: the `pollbox` binary's wiring (it calls [`run`], [`print_report`] and
+//! checks [`Report::passed`]), and anything server-side.
+
+mod args;
+mod engine;
+mod hgrm;
+mod keys;
+mod mix;
+mod plot;
+mod progress;
+mod report;
+mod request;
+mod response;
+mod stats;
+mod timer;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+pub use args::{parse_duration, KeyDist, LoadArgs};
+pub use hgrm::write_hgrm;
+pub use keys::{KeySampler, Rng, Zipf};
+pub use mix::{Mix, Op};
+pub use report::{print_report, OpReport, Percentiles, Report};
+pub use request::{cargo_json, Requests};
+pub use response::{batch_counts, parse_response, payload_version, Response};
+
+use engine::Plan;
+use progress::{Board, Printer, Tally};
+use report::RunShape;
+use stats::Stats;
+
+/// Why a run could not happen or finish. Requests that fail during a run are not
+/// errors of the run: they are counted in the [`Report`].
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("invalid argument: {0}")]
+    InvalidArgs(String),
+    #[error("invalid --url {url:?}: {reason}")]
+    Url { url: String, reason: String },
+    #[error("cannot resolve {host}: {source}")]
+    Resolve {
+        host: String,
+        source: std::io::Error,
+    },
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("load thread: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("pre-seeding boxes failed: {0}")]
+    Preseed(String),
+    #[error("cannot write {path}: {source}")]
+    Output {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("a load thread panicked")]
+    ThreadPanicked,
+}
+
+/// Where to send requests: the resolved address and the `Host` header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub addr: SocketAddr,
+    pub host: String,
+}
+
+/// Parses `http://host[:port][/]` and resolves the host.
+pub fn resolve_url(url: &str) -> Result<Target, LoadError> {
+    let bad = |reason: &str| LoadError::Url {
+        url: url.to_string(),
+        reason: reason.to_string(),
+    };
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| bad("only http:// URLs are supported"))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    if !(path.is_empty() || path == "/") {
+        return Err(bad(
+            "the URL must not have a path; routes are fixed (/v1/...)",
+        ));
+    }
+    if authority.is_empty() || authority.contains('@') {
+        return Err(bad("expected host[:port]"));
+    }
+    let has_port = match authority.strip_prefix('[') {
+        // [v6 address] or [v6 address]:port
+        Some(v6) => {
+            let close = v6.find(']').ok_or_else(|| bad("unclosed [ in host"))?;
+            !v6[close + 1..].is_empty()
+        }
+        None => authority.contains(':'),
+    };
+    let with_port = if has_port {
+        authority.to_string()
+    } else {
+        format!("{authority}:80")
+    };
+    let addr = with_port
+        .to_socket_addrs()
+        .map_err(|source| LoadError::Resolve {
+            host: with_port.clone(),
+            source,
+        })?
+        .next()
+        .ok_or_else(|| LoadError::Resolve {
+            host: with_port.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no address"),
+        })?;
+    Ok(Target {
+        addr,
+        host: authority.to_string(),
+    })
+}
+
+fn validate(args: &LoadArgs) -> Result<(), LoadError> {
+    let bad = |m: &str| Err(LoadError::InvalidArgs(m.to_string()));
+    if args.connections == 0 {
+        return bad("--connections must be at least 1");
+    }
+    if args.threads == 0 {
+        return bad("--threads must be at least 1");
+    }
+    if args.pipeline == 0 {
+        return bad("--pipeline must be at least 1");
+    }
+    if args.keys == 0 {
+        return bad("--keys must be at least 1");
+    }
+    if args.batch_size == 0 {
+        return bad("--batch-size must be at least 1");
+    }
+    if args.duration.is_zero() {
+        return bad("--duration must be above 0");
+    }
+    if let Some(rate) = args.rate {
+        if !(rate.is_finite() && rate > 0.0) {
+            return bad("--rate must be a positive number of requests per second");
+        }
+    }
+    if !(args.max_error_rate.is_finite() && args.max_error_rate >= 0.0) {
+        return bad("--max-error-rate must be a number >= 0");
+    }
+    Ok(())
+}
+
+/// Runs the load described by `args`, printing a progress line per second on stderr
+/// (unless `--quiet`), and writes the `--json`, `--hgrm` and `--plot` files it names.
+/// The caller prints the table ([`print_report`]) and decides the exit status
+/// ([`Report::passed`]).
+pub fn run(args: &LoadArgs) -> Result<Report, LoadError> {
+    validate(args)?;
+    let target = resolve_url(&args.url)?;
+    let threads = args.threads.min(args.connections);
+    let requests = Requests::new(
+        &target.host,
+        args.keys,
+        args.body_bytes,
+        args.batch_size,
+        args.longpoll_wait.as_millis() as u64,
+        args.token.as_deref(),
+    );
+
+    let preseed_requests = if args.preseed {
+        preseed(&target, &requests, args.keys, args.seed)?
+    } else {
+        0
+    };
+
+    // Connect everything before the clock starts, so connection setup is not latency.
+    let mut streams = Vec::with_capacity(args.connections);
+    for _ in 0..args.connections {
+        streams.push(connect(target.addr)?);
+    }
+
+    let warmup = args.warmup.unwrap_or(Duration::ZERO);
+    let warmup_ns = warmup.as_nanos() as u64;
+    let end_ns = warmup_ns + args.duration.as_nanos() as u64;
+    let drain = Duration::from_secs(2)
+        + if args.mix.contains(Op::LongPoll) {
+            args.longpoll_wait
+        } else {
+            Duration::ZERO
+        };
+    let plan = Plan {
+        addr: target.addr,
+        requests,
+        mix: args.mix.clone(),
+        keys: KeySampler::new(args.key_dist, args.keys, args.zipf_exponent),
+        key_count: args.keys,
+        pipeline: args.pipeline,
+        interval_ns: args.rate.map(|rate| 1e9 * args.connections as f64 / rate),
+        connections: args.connections,
+        warmup_ns,
+        end_ns,
+        drain_ns: drain.as_nanos() as u64,
+        seed: args.seed,
+    };
+
+    // Contiguous shares of the connections per thread.
+    let mut shares: Vec<Vec<(usize, std::net::TcpStream)>> =
+        (0..threads).map(|_| Vec::new()).collect();
+    for (global, stream) in streams.into_iter().enumerate() {
+        shares[global * threads / args.connections].push((global, stream));
+    }
+
+    let board = Board::new(threads);
+    // A little head start so every thread is waiting when the clock starts.
+    let origin = Instant::now() + Duration::from_millis(20);
+    let results: Vec<std::thread::Result<std::io::Result<Stats>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = shares
+            .into_iter()
+            .enumerate()
+            .map(|(t, share)| {
+                let (plan, board) = (&plan, &board);
+                std::thread::Builder::new()
+                    .name(format!("load-{t}"))
+                    .spawn_scoped(scope, move || engine::drive(plan, origin, share, board, t))
+            })
+            .collect();
+        if !args.quiet {
+            report_progress(&board, origin, warmup, &handles);
+        }
+        handles
+            .into_iter()
+            .map(|h| match h {
+                Ok(h) => h.join(),
+                Err(e) => Ok(Err(e)),
+            })
+            .collect()
+    });
+    let mut stats = Stats::default();
+    for result in results {
+        match result {
+            Ok(Ok(s)) => stats.merge(&s),
+            Ok(Err(e)) => return Err(LoadError::Io(e)),
+            Err(_) => return Err(LoadError::ThreadPanicked),
+        }
+    }
+
+    let report = Report::build(
+        RunShape {
+            url: args.url.clone(),
+            open_loop_rate: args.rate,
+            connections: args.connections,
+            threads,
+            pipeline: args.pipeline,
+            mix: args.mix.clone(),
+            keys: args.keys,
+            key_dist: args.key_dist.name().to_string(),
+            message_bytes: plan.requests.message_len(),
+            batch_size: plan.requests.batch_size(),
+            duration_s: args.duration.as_secs_f64(),
+            warmup_s: warmup.as_secs_f64(),
+            max_error_rate: args.max_error_rate,
+            preseed_requests,
+        },
+        &stats,
+    );
+    if let Some(path) = &args.json {
+        report.write_json(path)?;
+    }
+    if let Some(path) = &args.hgrm {
+        report.write_hgrm(path)?;
+    }
+    if let Some(path) = &args.plot {
+        report.write_plot(path)?;
+    }
+    Ok(report)
+}
+
+fn connect(addr: SocketAddr) -> Result<std::net::TcpStream, LoadError> {
+    let stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .map_err(|source| LoadError::Connect { addr, source })?;
+    stream
+        .set_nodelay(true)
+        .and_then(|()| stream.set_nonblocking(true))
+        .map_err(|source| LoadError::Connect { addr, source })?;
+    Ok(stream)
+}
+
+/// Prints a line each second until every thread has finished.
+fn report_progress<T>(
+    board: &Board,
+    origin: Instant,
+    warmup: Duration,
+    handles: &[std::io::Result<std::thread::ScopedJoinHandle<'_, T>>],
+) {
+    let mut printer = Printer::new(warmup);
+    let mut second = 1u32;
+    let stderr = std::io::stderr();
+    loop {
+        // Threads hand over right at each second; look a moment later.
+        let at = origin + Duration::from_secs(u64::from(second)) + Duration::from_millis(50);
+        while Instant::now() < at {
+            if handles
+                .iter()
+                .all(|h| h.as_ref().map_or(true, |h| h.is_finished()))
+            {
+                // The last, partial second.
+                let mut tally = Tally::new();
+                board.collect(&mut tally);
+                if tally.answered > 0 || tally.errors > 0 {
+                    let elapsed = Instant::now().saturating_duration_since(origin);
+                    printer.line(elapsed, &tally, &mut stderr.lock());
+                }
+                return;
+            }
+            let left = at.saturating_duration_since(Instant::now());
+            std::thread::sleep(left.min(Duration::from_millis(20)));
+        }
+        let mut tally = Tally::new();
+        board.collect(&mut tally);
+        printer.line(
+            Duration::from_secs(u64::from(second)),
+            &tally,
+            &mut stderr.lock(),
+        );
+        second += 1;
+    }
+}
+
+/// Ingests one message into every key, `PRESEED_BATCH` keys per request, over one
+/// blocking connection. Returns the number of requests.
+fn preseed(target: &Target, requests: &Requests, keys: u32, seed: u64) -> Result<u64, LoadError> {
+    const PRESEED_BATCH: u32 = 100;
+    let mut stream = std::net::TcpStream::connect_timeout(&target.addr, Duration::from_secs(5))
+        .map_err(|source| LoadError::Connect {
+            addr: target.addr,
+            source,
+        })?;
+    let fail = |what: String| LoadError::Preseed(what);
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| fail(e.to_string()))?;
+    let mut rng = Rng::new(seed ^ 0x9e5e_ed00);
+    let mut out = Vec::new();
+    let mut input = vec![0u8; 64 * 1024];
+    let mut sent = 0u64;
+    let mut first = 0u32;
+    while first < keys {
+        let count = PRESEED_BATCH.min(keys - first);
+        out.clear();
+        requests.write_batch_for_keys(&mut out, first, count, &mut rng);
+        stream.write_all(&out).map_err(|e| fail(e.to_string()))?;
+        sent += 1;
+        let mut filled = 0;
+        let (status, accepted) = loop {
+            if filled == input.len() {
+                input.resize(input.len() * 2, 0);
+            }
+            let n = stream
+                .read(&mut input[filled..])
+                .map_err(|e| fail(e.to_string()))?;
+            if n == 0 {
+                return Err(fail("the server closed the connection".into()));
+            }
+            filled += n;
+            match parse_response(&input[..filled]) {
+                Ok(Some(r)) => break (r.status, batch_counts(r.body).ok()),
+                Ok(None) => {}
+                Err(e) => return Err(fail(format!("malformed answer: {e:?}"))),
+            }
+        };
+        if status != 200 || accepted.map(|(a, _)| a) != Some(u64::from(count)) {
+            return Err(fail(format!(
+                "POST /v1/ingest for keys lg-{first}..lg-{} answered {status} (accepted {:?} of {count})",
+                first + count - 1,
+                accepted.map(|(a, _)| a)
+            )));
+        }
+        first += count;
+    }
+    Ok(sent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let t = resolve_url("http://127.0.0.1:8080").unwrap();
+        assert_eq!(t.addr, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(t.host, "127.0.0.1:8080");
+        let t = resolve_url("http://127.0.0.1/").unwrap();
+        assert_eq!(t.addr.port(), 80);
+        assert_eq!(t.host, "127.0.0.1");
+        let t = resolve_url("http://[::1]:9000").unwrap();
+        assert_eq!(t.addr, "[::1]:9000".parse().unwrap());
+        let t = resolve_url("http://[::1]").unwrap();
+        assert_eq!(t.addr.port(), 80);
+        for bad in [
+            "https://x:1",
+            "127.0.0.1:80",
+            "http://",
+            "http://h:1/v1/boxes",
+            "http://u@h:1",
+        ] {
+            assert!(resolve_url(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn arguments_are_checked() {
+        let ok = LoadArgs::new("http://127.0.0.1:1");
+        assert!(validate(&ok).is_ok());
+        for change in [
+            (|a: &mut LoadArgs| a.connections = 0) as fn(&mut LoadArgs),
+            |a| a.threads = 0,
+            |a| a.pipeline = 0,
+            |a| a.keys = 0,
+            |a| a.batch_size = 0,
+            |a| a.duration = Duration::ZERO,
+            |a| a.rate = Some(0.0),
+            |a| a.rate = Some(f64::NAN),
+            |a| a.max_error_rate = -1.0,
+        ] {
+            let mut args = ok.clone();
+            change(&mut args);
+            assert!(matches!(validate(&args), Err(LoadError::InvalidArgs(_))));
+        }
+    }
+
+    #[test]
+    fn clap_defaults_match_new() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            load: LoadArgs,
+        }
+        let parsed = Cli::parse_from(["load", "--url", "http://h:1"]).load;
+        assert_eq!(
+            format!("{parsed:?}"),
+            format!("{:?}", LoadArgs::new("http://h:1"))
+        );
+        let parsed = Cli::parse_from([
+            "load",
+            "--url",
+            "http://h:1",
+            "-c",
+            "4",
+            "-t",
+            "2",
+            "-d",
+            "500ms",
+            "-R",
+            "2000",
+            "--mix",
+            "poll:1,longpoll:1",
+            "--key-dist",
+            "zipf",
+            "--warmup",
+            "1s",
+        ])
+        .load;
+        assert_eq!((parsed.connections, parsed.threads), (4, 2));
+        assert_eq!(parsed.duration, Duration::from_millis(500));
+        assert_eq!(parsed.rate, Some(2000.0));
+        assert!(parsed.mix.contains(Op::LongPoll));
+        assert_eq!(parsed.key_dist, KeyDist::Zipf);
+        assert_eq!(parsed.warmup, Some(Duration::from_secs(1)));
+    }
+}

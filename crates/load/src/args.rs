@@ -1,0 +1,213 @@
+//! The command line of `pollbox load` (SPEC §8): [`LoadArgs`] and the parsers for its
+//! values (durations like `10s`, key distributions). The mix has its own module.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::mix::Mix;
+
+/// How keys are picked for each request.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyDist {
+    /// Every key equally likely.
+    Uniform,
+    /// Zipf: key `lg-0` hottest, `lg-n` with weight 1/(n+1)^s (`--zipf-exponent`).
+    Zipf,
+}
+
+impl KeyDist {
+    /// The name used on the command line and in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            KeyDist::Uniform => "uniform",
+            KeyDist::Zipf => "zipf",
+        }
+    }
+}
+
+/// Arguments of `pollbox load`. Defaults here are the same as [`LoadArgs::new`].
+#[derive(clap::Args, Debug, Clone)]
+pub struct LoadArgs {
+    /// Base URL of the server, e.g. http://127.0.0.1:8080 (only http, no path).
+    #[arg(long)]
+    pub url: String,
+
+    /// Connections in total, spread over the threads.
+    #[arg(long, short = 'c', default_value_t = 16)]
+    pub connections: usize,
+
+    /// Threads; each owns its share of the connections and its own event loop.
+    #[arg(long, short = 't', default_value_t = 1)]
+    pub threads: usize,
+
+    /// Length of the measured run, e.g. 10s, 500ms, 2m.
+    #[arg(long, short = 'd', default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+
+    /// Open-loop: requests per second over all connections, latency measured from each
+    /// request's intended send time. Without it the run is closed-loop.
+    #[arg(long, short = 'R')]
+    pub rate: Option<f64>,
+
+    /// Weighted mix of operations: poll, ingest, batch, longpoll.
+    #[arg(long, default_value = "poll:90,ingest:10", value_parser = Mix::parse)]
+    pub mix: Mix,
+
+    /// Number of distinct keys (`lg-0` .. `lg-<keys-1>`).
+    #[arg(long, default_value_t = 1000)]
+    pub keys: u32,
+
+    /// Key distribution.
+    #[arg(long, value_enum, default_value_t = KeyDist::Uniform)]
+    pub key_dist: KeyDist,
+
+    /// Exponent s of the zipf distribution (weight of key n is 1/(n+1)^s).
+    #[arg(long, default_value_t = 0.99)]
+    pub zipf_exponent: f64,
+
+    /// Size in bytes of each ingested message; cargo fields pad it to this size.
+    #[arg(long, default_value_t = 512)]
+    pub body_bytes: usize,
+
+    /// Messages per `batch` request (POST /v1/ingest with a JSON array).
+    #[arg(long, default_value_t = 10)]
+    pub batch_size: usize,
+
+    /// `wait_ms` sent with each long-poll.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub longpoll_wait: Duration,
+
+    /// Requests in flight per connection (HTTP/1.1 pipelining depth).
+    #[arg(long, default_value_t = 1)]
+    pub pipeline: usize,
+
+    /// Bearer token sent with ingest and batch requests (for `ingest_tokens`).
+    #[arg(long)]
+    pub token: Option<String>,
+
+    /// Before the run, ingest one message into every key (over one connection, with
+    /// batch requests) so polls find their box; these requests are reported apart.
+    #[arg(long)]
+    pub preseed: bool,
+
+    /// Write the report as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+
+    /// Write the full percentile spectrum (HdrHistogram text format, as wrk2 prints it)
+    /// of all operations to this file, and of each operation to `<stem>.<op>.hgrm` next
+    /// to it when the mix has more than one.
+    #[arg(long)]
+    pub hgrm: Option<PathBuf>,
+
+    /// Draw latency by percentile as an SVG: one line per operation.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+
+    /// Fail (non-zero exit) when errors / requests is above this.
+    #[arg(long, default_value_t = 0.01)]
+    pub max_error_rate: f64,
+
+    /// No progress line on stderr.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+
+    /// Load applied before the measured run and left out of the statistics.
+    #[arg(long, value_parser = parse_duration)]
+    pub warmup: Option<Duration>,
+
+    /// Seed of the per-connection random generators (keys, operations, values).
+    #[arg(long, default_value_t = 0x5eed)]
+    pub seed: u64,
+}
+
+impl LoadArgs {
+    /// Arguments with every default, for callers that build them in code (`pollbox demo`,
+    /// tests). Keep in step with the `#[arg]` defaults above (a test checks it).
+    pub fn new(url: impl Into<String>) -> LoadArgs {
+        LoadArgs {
+            url: url.into(),
+            connections: 16,
+            threads: 1,
+            duration: Duration::from_secs(10),
+            rate: None,
+            mix: Mix::default(),
+            keys: 1000,
+            key_dist: KeyDist::Uniform,
+            zipf_exponent: 0.99,
+            body_bytes: 512,
+            batch_size: 10,
+            longpoll_wait: Duration::from_secs(1),
+            pipeline: 1,
+            token: None,
+            preseed: false,
+            json: None,
+            hgrm: None,
+            plot: None,
+            max_error_rate: 0.01,
+            quiet: false,
+            warmup: None,
+            seed: 0x5eed,
+        }
+    }
+}
+
+/// Parses a duration: a number followed by `ns`, `us`, `ms`, `s`, `m` or `h`; a bare
+/// number is seconds. Fractions are allowed (`1.5s`).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    if number.is_empty() {
+        return Err(format!(
+            "invalid duration {text:?}: expected a number, e.g. 10s"
+        ));
+    }
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?}: {number:?} is not a number"))?;
+    let seconds_per_unit = match unit.trim() {
+        "ns" => 1e-9,
+        "us" | "µs" => 1e-6,
+        "ms" => 1e-3,
+        "" | "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        other => {
+            return Err(format!(
+                "invalid duration {text:?}: unknown unit {other:?} (use ns, us, ms, s, m, h)"
+            ))
+        }
+    };
+    Duration::try_from_secs_f64(value * seconds_per_unit)
+        .map_err(|_| format!("invalid duration {text:?}: out of range"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_in_every_unit() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("250us"), Ok(Duration::from_micros(250)));
+        assert_eq!(parse_duration("7ns"), Ok(Duration::from_nanos(7)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration(" 20 s "), Ok(Duration::from_secs(20)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn bad_durations_are_refused_with_a_reason() {
+        for bad in ["", "s", "10x", "ten", "1..2s", "-1s", "10 sec"] {
+            let err = parse_duration(bad).expect_err(bad);
+            assert!(err.contains("invalid duration"), "{bad}: {err}");
+        }
+    }
+}

@@ -1,0 +1,624 @@
+//! The run's result: [`Report`], the final table ([`print_report`]) and the files it can
+//! be written to (`--json`, `--hgrm`, `--plot`).
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::hgrm::write_hgrm;
+use crate::mix::Op;
+use crate::plot::write_plot;
+use crate::stats::{latency_histogram, ErrorKind, OpStats, Stats, STATUS_SLOTS};
+use crate::LoadError;
+
+/// Latency percentiles in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    pub mean: f64,
+}
+
+impl Percentiles {
+    fn of(h: &Histogram<u64>) -> Percentiles {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        if h.is_empty() {
+            return Percentiles {
+                p50: 0.0,
+                p90: 0.0,
+                p99: 0.0,
+                p999: 0.0,
+                max: 0.0,
+                mean: 0.0,
+            };
+        }
+        Percentiles {
+            p50: ms(h.value_at_quantile(0.50)),
+            p90: ms(h.value_at_quantile(0.90)),
+            p99: ms(h.value_at_quantile(0.99)),
+            p999: ms(h.value_at_quantile(0.999)),
+            max: ms(h.max()),
+            mean: h.mean() / 1e6,
+        }
+    }
+}
+
+/// One operation's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpReport {
+    /// `poll`, `ingest`, `batch` or `longpoll`.
+    pub op: String,
+    /// Answered requests of the measured window (whatever their status).
+    pub requests: u64,
+    /// Requests answered before the window closed, per second of the window.
+    pub rate: f64,
+    /// Messages the server accepted (ingest: one per 200; batch: its `accepted`).
+    pub messages_accepted: u64,
+    /// 404 answers to polls and long-polls: the key has no box yet. Expected, not errors.
+    pub not_found: u64,
+    /// 304 answers to long-polls (nothing newer within `wait_ms`). Expected.
+    pub not_modified: u64,
+    /// Answered requests of the warm-up (not in any other count).
+    pub warmup_requests: u64,
+    /// Sent requests never answered (connection lost, or still open at the end); the
+    /// server may or may not have counted them.
+    pub unanswered: u64,
+    /// Failed requests of the measured window, all kinds.
+    pub errors: u64,
+    /// Answers by status code.
+    pub status: BTreeMap<String, u64>,
+    pub latency_ms: Percentiles,
+}
+
+/// Everything a run measured. `--json` writes exactly this.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub url: String,
+    /// `open-loop` (with `--rate`) or `closed-loop`.
+    pub mode: String,
+    pub connections: usize,
+    pub threads: usize,
+    pub pipeline: usize,
+    pub mix: String,
+    pub keys: u32,
+    pub key_dist: String,
+    /// Size of each ingested message.
+    pub message_bytes: usize,
+    pub batch_size: usize,
+    /// Length of the measured window, seconds.
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    /// `--rate`, requests per second; none for closed-loop.
+    pub offered_rate: Option<f64>,
+    /// Requests the open-loop schedule put in the measured window.
+    pub scheduled_requests: Option<u64>,
+    /// Requests answered before the measured window closed, per second of it.
+    pub achieved_rate: f64,
+    /// Answered requests of the measured window, all operations (including those
+    /// answered after it closed, while draining).
+    pub requests: u64,
+    /// Failed requests (and failed reconnects) of the measured window.
+    pub errors_total: u64,
+    /// `errors_total / (requests + unanswered requests + failed reconnects)`, all of
+    /// the measured window.
+    pub error_rate: f64,
+    pub max_error_rate: f64,
+    /// Requests sent to pre-seed boxes (`--preseed`), before the run.
+    pub preseed_requests: u64,
+    /// All operations together.
+    pub latency_ms: Percentiles,
+    /// Open-loop: how late the generator itself woke up to send a request due on an
+    /// idle connection. Latencies include it; if it is not far below them, the
+    /// generator, not the server, is the bottleneck.
+    pub send_lateness_ms: Option<Percentiles>,
+    /// Per operation, in mix order.
+    pub ops: Vec<OpReport>,
+    /// Answers by status code, all operations.
+    pub status: BTreeMap<String, u64>,
+    /// Errors by kind: connect, io, closed, protocol, status, payload, version,
+    /// rejected, timeout.
+    pub errors: BTreeMap<String, u64>,
+    /// Latency histograms (ns), all operations and then per operation in mix order.
+    #[serde(skip)]
+    histograms: Histograms,
+}
+
+#[derive(Debug, Clone)]
+struct Histograms {
+    all: Histogram<u64>,
+    ops: Vec<(Op, Histogram<u64>)>,
+}
+
+/// What describes the run besides its counts.
+pub(crate) struct RunShape {
+    pub url: String,
+    pub open_loop_rate: Option<f64>,
+    pub connections: usize,
+    pub threads: usize,
+    pub pipeline: usize,
+    pub mix: crate::mix::Mix,
+    pub keys: u32,
+    pub key_dist: String,
+    pub message_bytes: usize,
+    pub batch_size: usize,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    pub max_error_rate: f64,
+    pub preseed_requests: u64,
+}
+
+impl Report {
+    pub(crate) fn build(shape: RunShape, stats: &Stats) -> Report {
+        let mut all = latency_histogram();
+        let mut ops = Vec::new();
+        let mut histograms = Vec::new();
+        let mut status_all = vec![0u64; STATUS_SLOTS];
+        let mut errors_by_kind = stats.connection_errors;
+        let mut unanswered_in_window = 0u64;
+        let duration = shape.duration_s.max(f64::MIN_POSITIVE);
+        for &(op, _) in shape.mix.entries() {
+            let s: &OpStats = &stats.ops[op.index()];
+            let _ = all.add(&s.latency);
+            for (a, b) in status_all.iter_mut().zip(&s.status) {
+                *a += b;
+            }
+            for (a, b) in errors_by_kind.iter_mut().zip(s.errors) {
+                *a += b;
+            }
+            // Unanswered requests of the window are the ones counted as lost errors.
+            unanswered_in_window += s.errors[ErrorKind::Closed as usize]
+                + s.errors[ErrorKind::Io as usize]
+                + s.errors[ErrorKind::Timeout as usize]
+                + s.errors[ErrorKind::Connect as usize]
+                + s.errors[ErrorKind::Protocol as usize];
+            ops.push(OpReport {
+                op: op.name().to_string(),
+                requests: s.requests,
+                rate: s.answered_in_window as f64 / duration,
+                messages_accepted: s.accepted,
+                not_found: s.not_found,
+                not_modified: s.not_modified,
+                warmup_requests: s.warmup,
+                unanswered: s.unanswered,
+                errors: s.error_total(),
+                status: status_map(&s.status),
+                latency_ms: Percentiles::of(&s.latency),
+            });
+            histograms.push((op, s.latency.clone()));
+        }
+        let requests: u64 = ops.iter().map(|o| o.requests).sum();
+        let answered_in_window: u64 = shape
+            .mix
+            .entries()
+            .iter()
+            .map(|&(op, _)| stats.ops[op.index()].answered_in_window)
+            .sum();
+        let errors_total: u64 = errors_by_kind.iter().sum();
+        // A failed reconnect is an attempt that failed too, so the rate stays within 1.
+        let attempted =
+            requests + unanswered_in_window + stats.connection_errors.iter().sum::<u64>();
+        let error_rate = if attempted == 0 {
+            if errors_total > 0 {
+                1.0
+            } else {
+                0.0
+            }
+        } else {
+            errors_total as f64 / attempted as f64
+        };
+        let errors = ErrorKind::ALL
+            .iter()
+            .filter(|k| errors_by_kind[**k as usize] > 0)
+            .map(|k| (k.name().to_string(), errors_by_kind[*k as usize]))
+            .collect();
+        Report {
+            url: shape.url,
+            mode: if shape.open_loop_rate.is_some() {
+                "open-loop"
+            } else {
+                "closed-loop"
+            }
+            .to_string(),
+            connections: shape.connections,
+            threads: shape.threads,
+            pipeline: shape.pipeline,
+            mix: shape.mix.to_string(),
+            keys: shape.keys,
+            key_dist: shape.key_dist,
+            message_bytes: shape.message_bytes,
+            batch_size: shape.batch_size,
+            duration_s: shape.duration_s,
+            warmup_s: shape.warmup_s,
+            offered_rate: shape.open_loop_rate,
+            scheduled_requests: shape.open_loop_rate.map(|_| stats.scheduled),
+            achieved_rate: answered_in_window as f64 / duration,
+            requests,
+            errors_total,
+            error_rate,
+            max_error_rate: shape.max_error_rate,
+            preseed_requests: shape.preseed_requests,
+            latency_ms: Percentiles::of(&all),
+            send_lateness_ms: shape
+                .open_loop_rate
+                .map(|_| Percentiles::of(&stats.wake_lateness)),
+            ops,
+            status: status_map(&status_all),
+            errors,
+            histograms: Histograms {
+                all,
+                ops: histograms,
+            },
+        }
+    }
+
+    /// Failed requests over attempted requests of the measured window.
+    pub fn error_rate(&self) -> f64 {
+        self.error_rate
+    }
+
+    /// Whether the error rate is within `--max-error-rate`.
+    pub fn passed(&self) -> bool {
+        self.error_rate <= self.max_error_rate
+    }
+
+    /// Answered requests of the measured window, all operations.
+    pub fn total_requests(&self) -> u64 {
+        self.requests
+    }
+
+    /// Answered requests of the measured window for operation `op` (`poll`, `ingest`,
+    /// `batch`, `longpoll`); 0 for an operation not in the mix.
+    pub fn count(&self, op: &str) -> u64 {
+        self.op(op).map_or(0, |o| o.requests)
+    }
+
+    /// The results of operation `op`, if it was in the mix.
+    pub fn op(&self, op: &str) -> Option<&OpReport> {
+        self.ops.iter().find(|o| o.op == op)
+    }
+
+    /// Latencies (ns) of every operation together.
+    pub fn latency_histogram(&self) -> &Histogram<u64> {
+        &self.histograms.all
+    }
+
+    /// Latencies (ns) of operation `op`.
+    pub fn op_latency_histogram(&self, op: &str) -> Option<&Histogram<u64>> {
+        self.histograms
+            .ops
+            .iter()
+            .find(|(o, _)| o.name() == op)
+            .map(|(_, h)| h)
+    }
+
+    /// Writes the report as pretty JSON.
+    pub fn write_json(&self, path: &Path) -> Result<(), LoadError> {
+        let text = serde_json::to_string_pretty(self)
+            .map_err(|e| output_error(path, io::Error::other(e)))?;
+        std::fs::write(path, text + "\n").map_err(|e| output_error(path, e))
+    }
+
+    /// Writes the percentile spectrum of all operations to `path` and, when the mix has
+    /// more than one operation, of each to `<stem>.<op>.hgrm` beside it. Returns the
+    /// files written.
+    pub fn write_hgrm(&self, path: &Path) -> Result<Vec<PathBuf>, LoadError> {
+        let mut written = vec![path.to_path_buf()];
+        write_hgrm_file(path, &self.histograms.all)?;
+        if self.histograms.ops.len() > 1 {
+            let stem = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "latency".to_string());
+            for (op, h) in &self.histograms.ops {
+                let op_path = path.with_file_name(format!("{stem}.{}.hgrm", op.name()));
+                write_hgrm_file(&op_path, h)?;
+                written.push(op_path);
+            }
+        }
+        Ok(written)
+    }
+
+    /// Draws latency by percentile, one line per operation, to an SVG.
+    pub fn write_plot(&self, path: &Path) -> Result<(), LoadError> {
+        let series: Vec<(&str, &Histogram<u64>)> = self
+            .histograms
+            .ops
+            .iter()
+            .map(|(op, h)| (op.name(), h))
+            .collect();
+        write_plot(path, &self.title(), &series)
+            .map_err(|e| output_error(path, io::Error::other(e)))
+    }
+
+    /// One line saying what was run and how fast.
+    pub fn title(&self) -> String {
+        match self.offered_rate {
+            Some(rate) => format!(
+                "pollbox load, open-loop: offered {rate:.0} req/s, achieved {:.0} req/s ({} conns, {})",
+                self.achieved_rate, self.connections, self.mix
+            ),
+            None => format!(
+                "pollbox load, closed-loop: achieved {:.0} req/s ({} conns, pipeline {}, {})",
+                self.achieved_rate, self.connections, self.pipeline, self.mix
+            ),
+        }
+    }
+}
+
+fn write_hgrm_file(path: &Path, h: &Histogram<u64>) -> Result<(), LoadError> {
+    let mut out = Vec::new();
+    write_hgrm(h, &mut out).map_err(|e| output_error(path, e))?;
+    std::fs::write(path, out).map_err(|e| output_error(path, e))
+}
+
+fn output_error(path: &Path, source: io::Error) -> LoadError {
+    LoadError::Output {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn status_map(slots: &[u64]) -> BTreeMap<String, u64> {
+    slots
+        .iter()
+        .enumerate()
+        .filter(|(_, &n)| n > 0)
+        .map(|(code, &n)| {
+            let name = if code == 0 {
+                "other".to_string()
+            } else {
+                code.to_string()
+            };
+            (name, n)
+        })
+        .collect()
+}
+
+/// Prints the final table.
+pub fn print_report(report: &Report, out: &mut impl Write) -> io::Result<()> {
+    let mode = match report.offered_rate {
+        Some(rate) => format!("open-loop at {rate} req/s"),
+        None => "closed-loop".to_string(),
+    };
+    writeln!(
+        out,
+        "pollbox load {}: {} connections, {} thread{}, pipeline {}, {mode}, {:.1} s{}",
+        report.url,
+        report.connections,
+        report.threads,
+        if report.threads == 1 { "" } else { "s" },
+        report.pipeline,
+        report.duration_s,
+        if report.warmup_s > 0.0 {
+            format!(" after {:.1} s warm-up", report.warmup_s)
+        } else {
+            String::new()
+        }
+    )?;
+    writeln!(
+        out,
+        "mix {}, {} keys {}, messages of {} bytes{}",
+        report.mix,
+        report.keys,
+        report.key_dist,
+        report.message_bytes,
+        if report.ops.iter().any(|o| o.op == "batch") {
+            format!(", batches of {}", report.batch_size)
+        } else {
+            String::new()
+        }
+    )?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<9} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "op", "requests", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "errors"
+    )?;
+    let row = |out: &mut dyn Write,
+               name: &str,
+               requests: u64,
+               rate: f64,
+               l: &Percentiles,
+               errors: u64| {
+        writeln!(
+            out,
+            "{name:<9} {requests:>11} {rate:>11.1} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {errors:>8}",
+            l.p50, l.p90, l.p99, l.p999, l.max
+        )
+    };
+    for op in &report.ops {
+        row(out, &op.op, op.requests, op.rate, &op.latency_ms, op.errors)?;
+    }
+    if report.ops.len() > 1 {
+        row(
+            out,
+            "all",
+            report.requests,
+            report.achieved_rate,
+            &report.latency_ms,
+            report.errors_total,
+        )?;
+    }
+    writeln!(out)?;
+    match (report.offered_rate, report.scheduled_requests) {
+        (Some(rate), Some(scheduled)) => writeln!(
+            out,
+            "offered {rate:.1} req/s ({scheduled} scheduled), achieved {:.1} req/s ({:.2}%)",
+            report.achieved_rate,
+            100.0 * report.achieved_rate / rate
+        )?,
+        _ => writeln!(out, "achieved {:.1} req/s", report.achieved_rate)?,
+    }
+    if let Some(l) = &report.send_lateness_ms {
+        writeln!(
+            out,
+            "generator's own send lateness: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+            l.p50, l.p99, l.max
+        )?;
+    }
+    writeln!(out, "status: {}", join_counts(&report.status))?;
+    let expected: Vec<String> = report
+        .ops
+        .iter()
+        .flat_map(|o| {
+            let mut parts = Vec::new();
+            if o.not_found > 0 {
+                parts.push(format!("{} 404 (no box yet) {}", o.op, o.not_found));
+            }
+            if o.not_modified > 0 {
+                parts.push(format!("{} 304 (nothing newer) {}", o.op, o.not_modified));
+            }
+            parts
+        })
+        .collect();
+    if !expected.is_empty() {
+        writeln!(out, "expected, not errors: {}", expected.join(", "))?;
+    }
+    let accepted: Vec<String> = report
+        .ops
+        .iter()
+        .filter(|o| o.messages_accepted > 0)
+        .map(|o| format!("{} {}", o.op, o.messages_accepted))
+        .collect();
+    if !accepted.is_empty() {
+        writeln!(out, "messages accepted: {}", accepted.join(", "))?;
+    }
+    let warmup: u64 = report.ops.iter().map(|o| o.warmup_requests).sum();
+    let unanswered: u64 = report.ops.iter().map(|o| o.unanswered).sum();
+    if warmup > 0 || unanswered > 0 || report.preseed_requests > 0 {
+        writeln!(
+            out,
+            "not in the table: {warmup} warm-up, {} pre-seed, {unanswered} unanswered requests",
+            report.preseed_requests
+        )?;
+    }
+    writeln!(
+        out,
+        "errors: {}",
+        if report.errors.is_empty() {
+            "none".to_string()
+        } else {
+            join_counts(&report.errors)
+        }
+    )?;
+    writeln!(
+        out,
+        "error rate {:.3}% (max {:.3}%){}",
+        100.0 * report.error_rate,
+        100.0 * report.max_error_rate,
+        if report.passed() { "" } else { "  FAILED" }
+    )
+}
+
+fn join_counts(counts: &BTreeMap<String, u64>) -> String {
+    if counts.is_empty() {
+        return "none".to_string();
+    }
+    counts
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mix::Mix;
+
+    fn sample() -> Report {
+        let mut stats = Stats::default();
+        for i in 0..900u64 {
+            let poll = stats.op(Op::Poll);
+            poll.requests += 1;
+            poll.answered_in_window += 1;
+            poll.latency.record(50_000 + i).unwrap();
+            poll.count_status(if i < 10 { 404 } else { 200 });
+            if i < 10 {
+                poll.not_found += 1;
+            }
+        }
+        for _ in 0..100 {
+            let ingest = stats.op(Op::Ingest);
+            ingest.requests += 1;
+            ingest.answered_in_window += 1;
+            ingest.accepted += 1;
+            ingest.latency.record(80_000).unwrap();
+            ingest.count_status(200);
+        }
+        stats.op(Op::Ingest).errors[ErrorKind::Timeout as usize] = 1;
+        stats.op(Op::Ingest).unanswered = 1;
+        stats.scheduled = 1001;
+        Report::build(
+            RunShape {
+                url: "http://127.0.0.1:1".into(),
+                open_loop_rate: Some(1000.0),
+                connections: 4,
+                threads: 1,
+                pipeline: 1,
+                mix: Mix::default(),
+                keys: 1000,
+                key_dist: "uniform".into(),
+                message_bytes: 512,
+                batch_size: 10,
+                duration_s: 1.0,
+                warmup_s: 0.0,
+                max_error_rate: 0.01,
+                preseed_requests: 0,
+            },
+            &stats,
+        )
+    }
+
+    #[test]
+    fn counts_rates_and_errors() {
+        let r = sample();
+        assert_eq!(r.total_requests(), 1000);
+        assert_eq!(r.count("poll"), 900);
+        assert_eq!(r.count("ingest"), 100);
+        assert_eq!(r.count("batch"), 0);
+        assert_eq!(r.achieved_rate, 1000.0);
+        assert_eq!(r.errors_total, 1);
+        assert!((r.error_rate() - 1.0 / 1001.0).abs() < 1e-12);
+        assert!(r.passed());
+        assert_eq!(r.status.get("200"), Some(&990));
+        assert_eq!(r.status.get("404"), Some(&10));
+        assert_eq!(r.errors.get("timeout"), Some(&1));
+        assert!(r.latency_ms.p50 > 0.05 && r.latency_ms.max >= 0.08);
+    }
+
+    #[test]
+    fn table_and_json_say_the_same() {
+        let r = sample();
+        let mut out = Vec::new();
+        print_report(&r, &mut out).unwrap();
+        let table = String::from_utf8(out).unwrap();
+        assert!(table.contains("open-loop at 1000 req/s"), "{table}");
+        assert!(table.contains("offered 1000.0 req/s (1001 scheduled), achieved 1000.0 req/s"));
+        assert!(table.contains("status: 200=990 404=10"), "{table}");
+        assert!(table.contains("poll 404 (no box yet) 10"), "{table}");
+        assert!(table.contains("errors: timeout=1"), "{table}");
+        assert!(table
+            .lines()
+            .any(|l| l.starts_with("poll ") && l.contains(" 900 ")));
+        assert!(table.lines().any(|l| l.starts_with("all ")));
+
+        let json: serde_json::Value = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["mode"], "open-loop");
+        assert_eq!(json["offered_rate"], 1000.0);
+        assert_eq!(json["achieved_rate"], 1000.0);
+        assert_eq!(json["ops"][0]["op"], "poll");
+        assert_eq!(json["ops"][0]["requests"], 900);
+        assert_eq!(json["ops"][0]["not_found"], 10);
+        assert_eq!(json["status"]["404"], 10);
+        assert_eq!(json["errors"]["timeout"], 1);
+        assert!(json["latency_ms"]["p99"].as_f64().unwrap() > 0.0);
+        assert!(json.get("histograms").is_none());
+    }
+}

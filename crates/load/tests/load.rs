@@ -1,0 +1,254 @@
+//! The generator against in-process test servers (tests/common): counts that match the
+//! server's, open-loop rate, coordinated omission, validation, output files.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Behaviour, TestServer};
+use pollbox_load::{parse_duration, run, LoadArgs, Mix};
+
+fn args(server: &TestServer) -> LoadArgs {
+    let mut a = LoadArgs::new(server.url());
+    a.quiet = true;
+    a.connections = 4;
+    a.duration = Duration::from_millis(500);
+    a.keys = 50;
+    a.body_bytes = 256;
+    a
+}
+
+#[test]
+fn request_counts_per_kind_equal_the_servers() {
+    let server = TestServer::start(Behaviour::default());
+    let mut a = args(&server);
+    a.mix = Mix::parse("poll:50,ingest:20,batch:10,longpoll:20").unwrap();
+    a.batch_size = 5;
+    a.longpoll_wait = Duration::from_millis(20);
+    a.pipeline = 2;
+    a.threads = 2;
+    a.warmup = Some(Duration::from_millis(200));
+    a.key_dist = pollbox_load::KeyDist::Zipf;
+    let report = run(&a).unwrap();
+
+    for (op, route) in [
+        ("poll", "poll"),
+        ("ingest", "ingest"),
+        ("batch", "batch"),
+        ("longpoll", "longpoll"),
+    ] {
+        let o = report.op(op).unwrap();
+        assert_eq!(o.unanswered, 0, "{op}");
+        assert_eq!(
+            o.requests + o.warmup_requests,
+            server.counts.get(route),
+            "{op}: generator vs server"
+        );
+        assert!(o.requests > 0, "{op} was exercised");
+    }
+    assert_eq!(report.errors_total, 0, "{:?}", report.errors);
+    assert!(report.passed());
+    let batch = report.op("batch").unwrap();
+    assert_eq!(batch.messages_accepted, 5 * batch.requests);
+    let ingest = report.op("ingest").unwrap();
+    assert_eq!(ingest.messages_accepted, ingest.requests);
+    // Versions the server holds account for every message sent.
+    let total_versions: u64 = (0..50).map(|k| server.version(&format!("lg-{k}"))).sum();
+    assert_eq!(
+        total_versions,
+        server.counts.get("ingest") + server.counts.get("batch_messages")
+    );
+    let statuses: u64 = report.status.values().sum();
+    assert_eq!(statuses, report.total_requests());
+    assert_eq!(server.counts.get("connections"), 4);
+}
+
+#[test]
+fn open_loop_delivers_the_offered_rate() {
+    let server = TestServer::start(Behaviour::default());
+    let mut a = args(&server);
+    a.rate = Some(2000.0);
+    a.duration = Duration::from_secs(2);
+    a.mix = Mix::parse("poll:90,ingest:10").unwrap();
+    let report = run(&a).unwrap();
+    println!(
+        "offered {:?} achieved {}",
+        report.offered_rate, report.achieved_rate
+    );
+    assert_eq!(report.offered_rate, Some(2000.0));
+    assert_eq!(report.scheduled_requests, Some(4000));
+    let achieved = report.achieved_rate;
+    assert!(
+        (achieved - 2000.0).abs() <= 0.02 * 2000.0,
+        "achieved {achieved} req/s for 2000 offered"
+    );
+    assert_eq!(report.errors_total, 0, "{:?}", report.errors);
+    // Everything sent was answered and seen by the server.
+    assert_eq!(
+        report.total_requests(),
+        server.counts.get("poll") + server.counts.get("ingest")
+    );
+}
+
+/// Each connection of the server stops reading for 200 ms once, mid-run. Measured from
+/// intended send times (open-loop), the stall reaches the 99th percentile; measured
+/// from actual send times (closed-loop) it is one request per connection among many.
+#[test]
+fn open_loop_latency_shows_a_stall_that_closed_loop_hides() {
+    let stall = Some((Duration::from_millis(300), Duration::from_millis(200)));
+    let behaviour = Behaviour {
+        stall,
+        ..Behaviour::default()
+    };
+
+    let server = TestServer::start(behaviour.clone());
+    let mut a = args(&server);
+    a.connections = 16;
+    a.rate = Some(1000.0);
+    a.duration = Duration::from_secs(1);
+    a.mix = Mix::parse("poll").unwrap();
+    let open = run(&a).unwrap();
+
+    let server = TestServer::start(behaviour);
+    let mut a = args(&server);
+    a.connections = 16;
+    a.duration = Duration::from_secs(1);
+    a.mix = Mix::parse("poll").unwrap();
+    let closed = run(&a).unwrap();
+
+    println!(
+        "stall of 200 ms: open-loop p99 {:.3} ms max {:.3} ms ({} requests); closed-loop p99 {:.3} ms max {:.3} ms ({} requests)",
+        open.latency_ms.p99,
+        open.latency_ms.max,
+        open.total_requests(),
+        closed.latency_ms.p99,
+        closed.latency_ms.max,
+        closed.total_requests()
+    );
+    assert!(
+        open.latency_ms.p99 >= 200.0,
+        "open-loop p99 {} ms",
+        open.latency_ms.p99
+    );
+    assert!(
+        closed.latency_ms.max >= 200.0,
+        "closed-loop max {} ms",
+        closed.latency_ms.max
+    );
+    assert_eq!(open.errors_total + closed.errors_total, 0);
+}
+
+#[test]
+fn wrong_statuses_count_as_errors_and_fail_the_run() {
+    let server = TestServer::start(Behaviour {
+        ingest_status: Some(500),
+        ..Behaviour::default()
+    });
+    let mut a = args(&server);
+    a.mix = Mix::parse("poll:1,ingest:1").unwrap();
+    let report = run(&a).unwrap();
+    let ingest = report.op("ingest").unwrap();
+    assert!(ingest.requests > 0);
+    assert_eq!(ingest.errors, ingest.requests);
+    assert_eq!(report.errors.get("status"), Some(&ingest.requests));
+    assert_eq!(ingest.status.get("500"), Some(&ingest.requests));
+    // Polls of boxes that were never created are 404s, expected and not errors.
+    let poll = report.op("poll").unwrap();
+    assert_eq!(poll.not_found, poll.requests);
+    assert_eq!(poll.errors, 0);
+    assert!(report.error_rate() > 0.3);
+    assert!(!report.passed());
+}
+
+#[test]
+fn versions_going_backwards_are_caught() {
+    let server = TestServer::start(Behaviour {
+        versions_go_backwards: true,
+        ..Behaviour::default()
+    });
+    let mut a = args(&server);
+    a.keys = 3;
+    a.preseed = true;
+    a.mix = Mix::parse("poll").unwrap();
+    let report = run(&a).unwrap();
+    assert_eq!(report.preseed_requests, 1);
+    assert_eq!(server.boxes(), 3);
+    let poll = report.op("poll").unwrap();
+    assert_eq!(poll.not_found, 0, "pre-seeded boxes exist");
+    let version_errors = *report.errors.get("version").unwrap_or(&0);
+    assert!(
+        version_errors + 4 * 3 >= poll.requests,
+        "only each connection's first poll of a key can look in order: {version_errors} of {}",
+        poll.requests
+    );
+}
+
+#[test]
+fn closed_connections_are_reopened_and_lost_requests_counted() {
+    let server = TestServer::start(Behaviour {
+        close_every: Some(10),
+        ..Behaviour::default()
+    });
+    let mut a = args(&server);
+    a.pipeline = 4;
+    a.mix = Mix::parse("poll:3,ingest:1").unwrap();
+    let report = run(&a).unwrap();
+    let answered_by_server = server.counts.get("poll") + server.counts.get("ingest");
+    assert_eq!(report.total_requests(), answered_by_server);
+    assert!(server.counts.get("connections") > 4, "reconnected");
+    let closed = *report.errors.get("closed").unwrap_or(&0);
+    assert!(closed > 0, "pipelined requests behind a close are lost");
+    let unanswered: u64 = report.ops.iter().map(|o| o.unanswered).sum();
+    assert_eq!(unanswered, closed);
+}
+
+#[test]
+fn writes_json_hgrm_and_plot() {
+    let server = TestServer::start(Behaviour::default());
+    let dir = std::env::temp_dir().join(format!("pollbox-load-out-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut a = args(&server);
+    a.duration = parse_duration("300ms").unwrap();
+    a.json = Some(dir.join("report.json"));
+    a.hgrm = Some(dir.join("latency.hgrm"));
+    a.plot = Some(dir.join("latency.svg"));
+    let report = run(&a).unwrap();
+
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(json["requests"], report.total_requests());
+    assert_eq!(json["mode"], "closed-loop");
+    assert_eq!(json["ops"][0]["op"], "poll");
+    let hgrm = std::fs::read_to_string(dir.join("latency.hgrm")).unwrap();
+    assert!(hgrm.starts_with("       Value   Percentile   TotalCount 1/(1-Percentile)\n\n"));
+    assert!(hgrm.contains(&format!(
+        "Total count    = {:>12}]",
+        report.total_requests()
+    )));
+    for op in ["poll", "ingest"] {
+        assert!(dir.join(format!("latency.{op}.hgrm")).exists(), "{op}");
+    }
+    let svg = std::fs::read_to_string(dir.join("latency.svg")).unwrap();
+    assert!(svg.contains("closed-loop: achieved"));
+    let mut table = Vec::new();
+    pollbox_load::print_report(&report, &mut table).unwrap();
+    let table = String::from_utf8(table).unwrap();
+    println!("{table}");
+    assert!(table.contains("p99.9 ms"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn refuses_to_start_without_a_server() {
+    // A port nobody listens on: bind, note it, close.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut a = LoadArgs::new(format!("http://{addr}"));
+    a.quiet = true;
+    assert!(matches!(
+        run(&a),
+        Err(pollbox_load::LoadError::Connect { .. })
+    ));
+}
