@@ -25,4 +25,5 @@ pub mod http;
 pub mod plan;
 pub mod projection;
 pub mod render;
+pub mod snapshot;
 pub mod wheel;

@@ -1,0 +1,742 @@
+//! Box table snapshots (SPEC §5, durability): the binary file format, its
+//! checks, and the atomic save (temp file, fsync, rename, fsync directory).
+//!
+//! Format, little endian throughout:
+//!
+//! ```text
+//! magic "PBOXSNAP" | format u32 (= 1)
+//! field count u32 | per field: name_len u16, name, type u8, reduce u8
+//! per box:  1u8 | key_len u16, key | version u64 | per field: tag u8, value
+//! end:      0u8 | box count u64 | CRC-32 (IEEE) u32 of every byte before it
+//! ```
+//!
+//! Field value tags: 0 unset, 1 i64 (8 bytes), 2 f64 (8 bytes), 3 false,
+//! 4 true, 5 str (u32 length, UTF-8), 6 count (u64). Boxes are streamed, so
+//! a snapshot of a million boxes needs no second copy in memory, and the count
+//! is written at the end because boxes may be created during the walk.
+//!
+//! The field list is compared with the configuration's names, types and
+//! reducers: a snapshot written with another layout is refused, never
+//! reinterpreted. Every damage is refused with its own [`SnapshotError`].
+
+use std::fmt::Write as _;
+use std::fs::{self, File};
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::boxes::{BoxTable, RestoreError};
+use crate::config::{FieldType, Reduce};
+use crate::plan::Plan;
+use crate::render::FieldState;
+
+const MAGIC: &[u8; 8] = b"PBOXSNAP";
+/// The snapshot format this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// Bounds that keep a corrupted length from asking for gigabytes.
+const MAX_FIELDS: u32 = 4096;
+const MAX_STR: u32 = 65_536;
+
+const BOX_MARKER: u8 = 1;
+const END_MARKER: u8 = 0;
+
+const TAG_UNSET: u8 = 0;
+const TAG_I64: u8 = 1;
+const TAG_F64: u8 = 2;
+const TAG_FALSE: u8 = 3;
+const TAG_TRUE: u8 = 4;
+const TAG_STR: u8 = 5;
+const TAG_COUNT: u8 = 6;
+
+/// Why a snapshot was not loaded. Each says what is wrong with the file.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("snapshot I/O error: {0}")]
+    Io(#[from] io::Error),
+    #[error("not a pollbox snapshot (bad magic bytes)")]
+    BadMagic,
+    #[error("snapshot format version {found} is not supported (this build reads version {FORMAT_VERSION})")]
+    UnsupportedVersion { found: u32 },
+    #[error("snapshot is truncated (it ends at byte {offset})")]
+    Truncated { offset: u64 },
+    #[error("snapshot checksum mismatch (stored {stored:08x}, computed {computed:08x}): the file is corrupted")]
+    ChecksumMismatch { stored: u32, computed: u32 },
+    #[error("snapshot is corrupted at byte {offset}: {what}")]
+    Corrupt { offset: u64, what: &'static str },
+    #[error(
+        "snapshot was written with a different field layout: snapshot has [{snapshot}], \
+         config has [{config}]; restore the old [[boxes.field]] list or move the snapshot away"
+    )]
+    LayoutMismatch { snapshot: String, config: String },
+    #[error("snapshot box {key:?} does not fit the current config: {reason}")]
+    BoxRefused { key: String, reason: RestoreError },
+}
+
+/// Write every box of `table` to `w`. Boxes are written one by one, each whole;
+/// pass a buffered writer.
+pub fn write_snapshot(table: &BoxTable, w: &mut impl Write) -> io::Result<()> {
+    let mut w = CrcWriter {
+        inner: w,
+        crc: crc32fast::Hasher::new(),
+    };
+    let plan = table.plan();
+    let mut head = Vec::with_capacity(64);
+    head.extend_from_slice(MAGIC);
+    head.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    head.extend_from_slice(&len_u32(plan.fields.len())?.to_le_bytes());
+    for (name, ty, reduce) in layout(plan) {
+        head.extend_from_slice(&len_u16(name.len())?.to_le_bytes());
+        head.extend_from_slice(name.as_bytes());
+        head.extend_from_slice(&[ty, reduce]);
+    }
+    w.write_all(&head)?;
+
+    let mut count = 0u64;
+    let mut failed: Option<io::Error> = None;
+    let mut record = Vec::with_capacity(256);
+    table.for_each(|key, version, state| {
+        if failed.is_some() {
+            return;
+        }
+        record.clear();
+        match encode_box(key, version, state, &mut record).and_then(|()| w.write_all(&record)) {
+            Ok(()) => count += 1,
+            Err(e) => failed = Some(e),
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let mut end = [0u8; 9];
+    end[0] = END_MARKER;
+    end[1..].copy_from_slice(&count.to_le_bytes());
+    w.write_all(&end)?;
+    let crc = w.crc.clone().finalize();
+    w.inner.write_all(&crc.to_le_bytes())?;
+    w.inner.flush()
+}
+
+fn encode_box(key: &str, version: u64, state: &[FieldState], out: &mut Vec<u8>) -> io::Result<()> {
+    out.push(BOX_MARKER);
+    out.extend_from_slice(&len_u16(key.len())?.to_le_bytes());
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(&version.to_le_bytes());
+    for s in state {
+        match s {
+            FieldState::Unset => out.push(TAG_UNSET),
+            FieldState::I64(v) => {
+                out.push(TAG_I64);
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            FieldState::F64(v) => {
+                out.push(TAG_F64);
+                out.extend_from_slice(&v.to_bits().to_le_bytes());
+            }
+            FieldState::Bool(false) => out.push(TAG_FALSE),
+            FieldState::Bool(true) => out.push(TAG_TRUE),
+            FieldState::Str(s) => {
+                out.push(TAG_STR);
+                out.extend_from_slice(&len_u32(s.len())?.to_le_bytes());
+                out.extend_from_slice(s.as_bytes());
+            }
+            FieldState::Count(n) => {
+                out.push(TAG_COUNT);
+                out.extend_from_slice(&n.to_le_bytes());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn len_u16(n: usize) -> io::Result<u16> {
+    u16::try_from(n).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "length over 65535"))
+}
+
+fn len_u32(n: usize) -> io::Result<u32> {
+    u32::try_from(n).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "length over 2^32"))
+}
+
+/// The field layout as stored: name, type code, reducer code.
+fn layout(plan: &Plan) -> impl Iterator<Item = (&str, u8, u8)> {
+    plan.fields.iter().map(|f| {
+        let ty = match f.ty {
+            FieldType::I64 => 0,
+            FieldType::F64 => 1,
+            FieldType::Bool => 2,
+            FieldType::Str => 3,
+        };
+        let reduce = match f.reduce {
+            Reduce::Last => 0,
+            Reduce::Sum => 1,
+            Reduce::Min => 2,
+            Reduce::Max => 3,
+            Reduce::Count => 4,
+        };
+        (f.name.as_str(), ty, reduce)
+    })
+}
+
+/// `v:i64/last, n:count, ...`, for layout mismatch messages.
+fn describe(fields: &[(String, u8, u8)]) -> String {
+    let mut s = String::new();
+    for (i, (name, ty, reduce)) in fields.iter().enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        let ty = ["i64", "f64", "bool", "str"]
+            .get(*ty as usize)
+            .unwrap_or(&"?");
+        let reduce = ["last", "sum", "min", "max", "count"]
+            .get(*reduce as usize)
+            .unwrap_or(&"?");
+        if *reduce == "count" {
+            let _ = write!(s, "{name}:count");
+        } else {
+            let _ = write!(s, "{name}:{ty}/{reduce}");
+        }
+    }
+    s
+}
+
+/// Read a snapshot into a new table for `plan`. Nothing is trusted before the
+/// checksum at the end matches: a box the configuration refuses is reported
+/// only if the file is otherwise intact (a damaged file says so instead).
+pub fn read_snapshot(plan: Arc<Plan>, r: &mut impl Read) -> Result<BoxTable, SnapshotError> {
+    let mut r = CrcReader {
+        inner: r,
+        crc: crc32fast::Hasher::new(),
+        offset: 0,
+    };
+    if r.array::<8>()? != *MAGIC {
+        return Err(SnapshotError::BadMagic);
+    }
+    let found = r.u32()?;
+    if found != FORMAT_VERSION {
+        return Err(SnapshotError::UnsupportedVersion { found });
+    }
+    let at = r.offset;
+    let n = r.u32()?;
+    if n == 0 || n > MAX_FIELDS {
+        return Err(r.corrupt_at(at, "field count out of range"));
+    }
+    let mut stored = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let len = r.u16()?;
+        let at = r.offset;
+        let name = String::from_utf8(r.bytes(len as usize)?)
+            .map_err(|_| r.corrupt_at(at, "field name is not UTF-8"))?;
+        let [ty, reduce] = r.array::<2>()?;
+        stored.push((name, ty, reduce));
+    }
+    let same_layout = stored.len() == plan.fields.len()
+        && stored
+            .iter()
+            .zip(layout(&plan))
+            .all(|((n, t, r), (pn, pt, pr))| n == pn && *t == pt && *r == pr);
+
+    let table = BoxTable::new(Arc::clone(&plan));
+    // The first box the table refused; reported once the checksum vouches for
+    // the file.
+    let mut refused: Option<SnapshotError> = None;
+    let mut boxes = 0u64;
+    let mut state: Vec<FieldState> = Vec::with_capacity(stored.len());
+    loop {
+        let at = r.offset;
+        match r.u8()? {
+            END_MARKER => break,
+            BOX_MARKER => {}
+            _ => return Err(r.corrupt_at(at, "bad box marker")),
+        }
+        let len = r.u16()?;
+        let at = r.offset;
+        let key = String::from_utf8(r.bytes(len as usize)?)
+            .map_err(|_| r.corrupt_at(at, "box key is not UTF-8"))?;
+        let version = r.u64()?;
+        state.clear();
+        for _ in 0..stored.len() {
+            state.push(r.field_state()?);
+        }
+        boxes += 1;
+        if same_layout && refused.is_none() {
+            if let Err(reason) = table.restore(&key, version, &state) {
+                refused = Some(SnapshotError::BoxRefused { key, reason });
+            }
+        }
+    }
+    let at = r.offset;
+    let count = r.u64()?;
+    let computed = r.crc.clone().finalize();
+    let stored_crc = u32::from_le_bytes(r.array_unhashed::<4>()?);
+    if stored_crc != computed {
+        return Err(SnapshotError::ChecksumMismatch {
+            stored: stored_crc,
+            computed,
+        });
+    }
+    if count != boxes {
+        return Err(r.corrupt_at(at, "box count does not match the boxes read"));
+    }
+    let mut extra = [0u8; 1];
+    if read_some(&mut r.inner, &mut extra)? != 0 {
+        return Err(r.corrupt_at(r.offset, "bytes after the checksum"));
+    }
+    if !same_layout {
+        return Err(SnapshotError::LayoutMismatch {
+            snapshot: describe(&stored),
+            config: describe(
+                &layout(&plan)
+                    .map(|(n, t, r)| (n.to_string(), t, r))
+                    .collect::<Vec<_>>(),
+            ),
+        });
+    }
+    match refused {
+        Some(e) => Err(e),
+        None => Ok(table),
+    }
+}
+
+fn read_some(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        match r.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Write `table` to `path` so that a crash leaves either the old or the new
+/// snapshot, never a mix: write `path.tmp`, fsync it, rename it over `path`,
+/// fsync the directory. On error the temp file is removed.
+pub fn save_atomic(table: &BoxTable, path: &Path) -> io::Result<()> {
+    let tmp = tmp_path(path);
+    let result = (|| {
+        let file = File::create(&tmp)?;
+        let mut w = BufWriter::with_capacity(1 << 16, file);
+        write_snapshot(table, &mut w)?;
+        let file = w.into_inner().map_err(io::IntoInnerError::into_error)?;
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&tmp, path)?;
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// `path` with `.tmp` appended (`boxes.snap` → `boxes.snap.tmp`).
+pub fn tmp_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".tmp");
+    PathBuf::from(s)
+}
+
+/// Load the snapshot at `path`: `Ok(None)` when there is no file (first start),
+/// an error for anything else that keeps it from loading whole.
+pub fn load(plan: Arc<Plan>, path: &Path) -> Result<Option<BoxTable>, SnapshotError> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let mut r = BufReader::with_capacity(1 << 16, file);
+    read_snapshot(plan, &mut r).map(Some)
+}
+
+struct CrcWriter<'w, W: Write> {
+    inner: &'w mut W,
+    crc: crc32fast::Hasher,
+}
+
+impl<W: Write> CrcWriter<'_, W> {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.crc.update(buf);
+        self.inner.write_all(buf)
+    }
+}
+
+struct CrcReader<'r, R: Read> {
+    inner: &'r mut R,
+    crc: crc32fast::Hasher,
+    offset: u64,
+}
+
+impl<R: Read> CrcReader<'_, R> {
+    fn fill_unhashed(&mut self, buf: &mut [u8]) -> Result<(), SnapshotError> {
+        let mut done = 0;
+        while done < buf.len() {
+            match read_some(self.inner, &mut buf[done..])? {
+                0 => {
+                    return Err(SnapshotError::Truncated {
+                        offset: self.offset + done as u64,
+                    })
+                }
+                n => done += n,
+            }
+        }
+        self.offset += buf.len() as u64;
+        Ok(())
+    }
+
+    fn fill(&mut self, buf: &mut [u8]) -> Result<(), SnapshotError> {
+        self.fill_unhashed(buf)?;
+        self.crc.update(buf);
+        Ok(())
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], SnapshotError> {
+        let mut b = [0u8; N];
+        self.fill(&mut b)?;
+        Ok(b)
+    }
+
+    fn array_unhashed<const N: usize>(&mut self) -> Result<[u8; N], SnapshotError> {
+        let mut b = [0u8; N];
+        self.fill_unhashed(&mut b)?;
+        Ok(b)
+    }
+
+    fn bytes(&mut self, len: usize) -> Result<Vec<u8>, SnapshotError> {
+        let mut b = vec![0u8; len];
+        self.fill(&mut b)?;
+        Ok(b)
+    }
+
+    fn u8(&mut self) -> Result<u8, SnapshotError> {
+        Ok(self.array::<1>()?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, SnapshotError> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+
+    fn u32(&mut self) -> Result<u32, SnapshotError> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    fn u64(&mut self) -> Result<u64, SnapshotError> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    fn corrupt_at(&self, offset: u64, what: &'static str) -> SnapshotError {
+        SnapshotError::Corrupt { offset, what }
+    }
+
+    fn field_state(&mut self) -> Result<FieldState, SnapshotError> {
+        let at = self.offset;
+        Ok(match self.u8()? {
+            TAG_UNSET => FieldState::Unset,
+            TAG_I64 => FieldState::I64(i64::from_le_bytes(self.array()?)),
+            TAG_F64 => FieldState::F64(f64::from_bits(self.u64()?)),
+            TAG_FALSE => FieldState::Bool(false),
+            TAG_TRUE => FieldState::Bool(true),
+            TAG_STR => {
+                let len = self.u32()?;
+                if len > MAX_STR {
+                    return Err(self.corrupt_at(at, "string length out of range"));
+                }
+                let s = String::from_utf8(self.bytes(len as usize)?)
+                    .map_err(|_| self.corrupt_at(at, "string is not UTF-8"))?;
+                FieldState::Str(s.into_boxed_str())
+            }
+            TAG_COUNT => FieldState::Count(self.u64()?),
+            _ => return Err(self.corrupt_at(at, "bad field tag")),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{FieldPlan, Value};
+
+    fn field(name: &str, ty: FieldType, reduce: Reduce) -> FieldPlan {
+        FieldPlan {
+            name: name.into(),
+            path: vec![name.into()],
+            ty,
+            reduce,
+            max_len: if ty == FieldType::Str { 32 } else { 0 },
+        }
+    }
+
+    fn every_type_plan() -> Plan {
+        Plan {
+            key_field: "key".into(),
+            max_key_bytes: 128,
+            max_payload_bytes: 256,
+            max_boxes: 1000,
+            fields: vec![
+                field("i", FieldType::I64, Reduce::Sum),
+                field("f", FieldType::F64, Reduce::Max),
+                field("b", FieldType::Bool, Reduce::Last),
+                field("s", FieldType::Str, Reduce::Last),
+                field("n", FieldType::I64, Reduce::Count),
+            ],
+        }
+    }
+
+    /// A table with `boxes` boxes plus one that never got a field, values
+    /// chosen per field type (some absent) so every tag is written.
+    fn sample(plan: Plan, boxes: usize) -> BoxTable {
+        let t = BoxTable::new(Arc::new(plan));
+        for k in 0..boxes {
+            let key = format!("box-{k}-é");
+            let s = format!("p\"{k}\n");
+            for m in 0..(k % 3 + 1) {
+                let values: Vec<_> = t
+                    .plan()
+                    .fields
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| match f.ty {
+                        FieldType::I64 => Some(Value::I64(k as i64 * 1000 - m as i64)),
+                        FieldType::F64 => (m != 1).then_some(Value::F64(k as f64 / 7.0)),
+                        FieldType::Bool => Some(Value::Bool((k + i) % 2 == 0)),
+                        FieldType::Str => (k % 4 != 0).then_some(Value::Str(&s)),
+                    })
+                    .collect();
+                t.apply(&key, &values, None).expect("sample applies");
+            }
+        }
+        t.apply("sparse", &[], None).expect("ok");
+        t
+    }
+
+    fn bytes_of(t: &BoxTable) -> Vec<u8> {
+        let mut out = Vec::new();
+        write_snapshot(t, &mut out).expect("writes to a Vec");
+        out
+    }
+
+    fn dump(t: &BoxTable) -> Vec<(String, u64, Vec<FieldState>, Vec<u8>)> {
+        let mut all = Vec::new();
+        t.for_each(|k, v, s| all.push((k.to_string(), v, s.to_vec(), Vec::new())));
+        for entry in &mut all {
+            t.poll(entry.0.as_bytes(), &mut entry.3).expect("present");
+        }
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
+    #[test]
+    fn round_trip_keeps_every_box_state_version_and_payload() {
+        let t = sample(every_type_plan(), 50);
+        let bytes = bytes_of(&t);
+        let back =
+            read_snapshot(Arc::new(every_type_plan()), &mut bytes.as_slice()).expect("reads");
+        assert_eq!(back.len(), 51);
+        assert_eq!(dump(&back), dump(&t));
+    }
+
+    #[test]
+    fn empty_table_round_trips() {
+        let t = BoxTable::new(Arc::new(Plan::default_plan()));
+        let bytes = bytes_of(&t);
+        let back =
+            read_snapshot(Arc::new(Plan::default_plan()), &mut bytes.as_slice()).expect("reads");
+        assert!(back.is_empty());
+    }
+
+    #[test]
+    fn every_truncation_is_refused_as_truncated() {
+        let bytes = bytes_of(&sample(every_type_plan(), 6));
+        for len in 0..bytes.len() {
+            match read_snapshot(Arc::new(every_type_plan()), &mut &bytes[..len]) {
+                Err(e @ SnapshotError::Truncated { .. }) => {
+                    assert!(e.to_string().starts_with("snapshot is truncated"), "{e}")
+                }
+                Err(e) => panic!("length {len}: {e}"),
+                Ok(_) => panic!("length {len} of {} was accepted", bytes.len()),
+            }
+        }
+    }
+
+    #[test]
+    fn every_flipped_byte_is_refused() {
+        let bytes = bytes_of(&sample(every_type_plan(), 6));
+        for at in 0..bytes.len() {
+            for mask in [0x01u8, 0x80, 0xff] {
+                let mut bad = bytes.clone();
+                bad[at] ^= mask;
+                if let Ok(t) = read_snapshot(Arc::new(every_type_plan()), &mut bad.as_slice()) {
+                    panic!("byte {at} ^ {mask:#x} was accepted ({} boxes)", t.len());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_flipped_record_byte_says_checksum_mismatch() {
+        let mut bytes = bytes_of(&sample(every_type_plan(), 6));
+        // The last box ends with its count field (tag + u64) just before the
+        // end marker, count and CRC: flipping the count's top byte is
+        // structurally fine, only the CRC knows.
+        let at = bytes.len() - 4 - 8 - 1 - 1;
+        bytes[at] ^= 0x10;
+        let e =
+            read_snapshot(Arc::new(every_type_plan()), &mut bytes.as_slice()).expect_err("refused");
+        assert!(
+            e.to_string().starts_with("snapshot checksum mismatch"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn trailing_bytes_are_refused() {
+        let mut bytes = bytes_of(&sample(every_type_plan(), 2));
+        bytes.push(0);
+        let e =
+            read_snapshot(Arc::new(every_type_plan()), &mut bytes.as_slice()).expect_err("refused");
+        assert!(
+            matches!(
+                e,
+                SnapshotError::Corrupt {
+                    what: "bytes after the checksum",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_magic_and_version_are_named() {
+        let bytes = bytes_of(&sample(every_type_plan(), 1));
+        let mut bad = bytes.clone();
+        bad[0] = b'X';
+        let e = read_snapshot(Arc::new(every_type_plan()), &mut bad.as_slice()).err();
+        assert!(matches!(e, Some(SnapshotError::BadMagic)), "{e:?}");
+        let mut bad = bytes.clone();
+        bad[8] = 9;
+        let e = read_snapshot(Arc::new(every_type_plan()), &mut bad.as_slice()).err();
+        assert!(
+            matches!(e, Some(SnapshotError::UnsupportedVersion { found: 9 })),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn another_field_layout_is_refused_with_both_layouts_named() {
+        let bytes = bytes_of(&sample(Plan::default_plan(), 3));
+        let mut changes: Vec<Plan> = Vec::new();
+        let mut p = Plan::default_plan();
+        p.fields[1].reduce = Reduce::Max;
+        changes.push(p);
+        let mut p = Plan::default_plan();
+        p.fields[3].name = "player".into();
+        changes.push(p);
+        let mut p = Plan::default_plan();
+        p.fields.swap(0, 1);
+        changes.push(p);
+        let mut p = Plan::default_plan();
+        p.fields.pop();
+        changes.push(p);
+        let mut p = Plan::default_plan();
+        p.fields[0].ty = FieldType::F64;
+        changes.push(p);
+        for plan in changes {
+            let e = read_snapshot(Arc::new(plan), &mut bytes.as_slice()).expect_err("refused");
+            let msg = e.to_string();
+            assert!(matches!(e, SnapshotError::LayoutMismatch { .. }), "{msg}");
+            assert!(
+                msg.contains("snapshot has [v:i64/last, sum:i64/sum, n:count, by:str/last]"),
+                "{msg}"
+            );
+        }
+        // max_len, paths and limits are not part of the layout.
+        let mut p = Plan::default_plan();
+        p.fields[3].max_len = 64;
+        p.fields[0].path = vec!["other".into()];
+        assert_eq!(
+            read_snapshot(Arc::new(p), &mut bytes.as_slice())
+                .expect("same layout")
+                .len(),
+            4
+        );
+    }
+
+    #[test]
+    fn boxes_the_config_refuses_are_reported() {
+        let bytes = bytes_of(&sample(Plan::default_plan(), 3));
+        let mut p = Plan::default_plan();
+        p.max_boxes = 2;
+        let e = read_snapshot(Arc::new(p), &mut bytes.as_slice()).expect_err("refused");
+        assert!(
+            matches!(
+                e,
+                SnapshotError::BoxRefused {
+                    reason: RestoreError::TooManyBoxes { max: 2 },
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let mut p = Plan::default_plan();
+        p.max_payload_bytes = 20;
+        let e = read_snapshot(Arc::new(p), &mut bytes.as_slice()).expect_err("refused");
+        assert!(
+            e.to_string()
+                .contains("payload over max_payload_bytes (20)"),
+            "{e}"
+        );
+    }
+
+    fn scratch_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "pollbox-snapshot-{name}-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        fs::create_dir_all(&dir).expect("temp dir");
+        dir
+    }
+
+    #[test]
+    fn save_atomic_then_load() {
+        let dir = scratch_dir("save");
+        let path = dir.join("boxes.snap");
+        assert!(load(Arc::new(every_type_plan()), &path)
+            .expect("no file is fine")
+            .is_none());
+        let t = sample(every_type_plan(), 20);
+        save_atomic(&t, &path).expect("saves");
+        assert!(!tmp_path(&path).exists(), "temp file renamed away");
+        let back = load(Arc::new(every_type_plan()), &path)
+            .expect("loads")
+            .expect("file exists");
+        assert_eq!(dump(&back), dump(&t));
+        // Saving again replaces the file whole.
+        t.apply("new", &[], None).expect("ok");
+        save_atomic(&t, &path).expect("saves");
+        let back = load(Arc::new(every_type_plan()), &path)
+            .expect("loads")
+            .expect("exists");
+        assert_eq!(back.len(), t.len());
+        // A damaged file is an error, not an empty start.
+        let mut bytes = fs::read(&path).expect("read");
+        bytes.truncate(bytes.len() / 2);
+        fs::write(&path, bytes).expect("write");
+        assert!(matches!(
+            load(Arc::new(every_type_plan()), &path),
+            Err(SnapshotError::Truncated { .. })
+        ));
+        fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn save_atomic_into_a_missing_directory_fails_cleanly() {
+        let dir = scratch_dir("missing");
+        let path = dir.join("no/such/dir/boxes.snap");
+        let t = sample(every_type_plan(), 1);
+        assert!(save_atomic(&t, &path).is_err());
+        assert!(!tmp_path(&path).exists());
+        fs::remove_dir_all(&dir).expect("cleanup");
+    }
+}
