@@ -26,7 +26,7 @@ fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub server: ServerConfig,
@@ -165,8 +165,20 @@ impl Default for BoxesConfig {
             max_boxes: 1_000_000,
             max_payload_bytes: 256,
             fields: vec![
-                field("v", Some("/value"), Some(FieldType::I64), None, Reduce::Last),
-                field("sum", Some("/value"), Some(FieldType::I64), None, Reduce::Sum),
+                field(
+                    "v",
+                    Some("/value"),
+                    Some(FieldType::I64),
+                    None,
+                    Reduce::Last,
+                ),
+                field(
+                    "sum",
+                    Some("/value"),
+                    Some(FieldType::I64),
+                    None,
+                    Reduce::Sum,
+                ),
                 field("n", None, None, None, Reduce::Count),
                 field(
                     "by",
@@ -185,18 +197,6 @@ impl Default for SnapshotConfig {
         Self {
             path: String::new(),
             interval_s: 10,
-        }
-    }
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            server: ServerConfig::default(),
-            limits: LimitsConfig::default(),
-            auth: AuthConfig::default(),
-            boxes: BoxesConfig::default(),
-            snapshot: SnapshotConfig::default(),
         }
     }
 }
@@ -227,16 +227,21 @@ impl Config {
                 format!("`{}` is not an address like 127.0.0.1:8080", s.listen),
             ));
         }
-        if !s.metrics_listen.is_empty()
-            && s.metrics_listen.parse::<std::net::SocketAddr>().is_err()
+        if !s.metrics_listen.is_empty() && s.metrics_listen.parse::<std::net::SocketAddr>().is_err()
         {
             return Err(invalid(
                 "server.metrics_listen",
-                format!("`{}` is not an address like 127.0.0.1:9090", s.metrics_listen),
+                format!(
+                    "`{}` is not an address like 127.0.0.1:9090",
+                    s.metrics_listen
+                ),
             ));
         }
         if s.workers > 1024 {
-            return Err(invalid("server.workers", "must be 0 (one per core) to 1024"));
+            return Err(invalid(
+                "server.workers",
+                "must be 0 (one per core) to 1024",
+            ));
         }
         if !(1..=1000).contains(&s.epoch_ms) {
             return Err(invalid("server.epoch_ms", "must be 1 to 1000"));
@@ -264,7 +269,10 @@ impl Config {
             return Err(invalid("limits.max_headers", "must be at most 1024"));
         }
         if l.arena_limit_bytes < 64 * 1024 {
-            return Err(invalid("limits.arena_limit_bytes", "must be at least 65536"));
+            return Err(invalid(
+                "limits.arena_limit_bytes",
+                "must be at least 65536",
+            ));
         }
         for (i, t) in self.auth.ingest_tokens.iter().enumerate() {
             if t.is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()) {
@@ -288,7 +296,10 @@ impl Config {
             return Err(invalid("boxes.max_payload_bytes", "must be 16 to 65536"));
         }
         if b.fields.is_empty() {
-            return Err(invalid("boxes.field", "at least one [[boxes.field]] is needed"));
+            return Err(invalid(
+                "boxes.field",
+                "at least one [[boxes.field]] is needed",
+            ));
         }
         let mut names: Vec<&str> = Vec::new();
         for (i, f) in b.fields.iter().enumerate() {
@@ -386,7 +397,9 @@ impl Config {
 /// Only object members are addressed (no array indices), so every token is a key.
 pub fn parse_pointer(path: &str) -> Result<Vec<String>, String> {
     if !path.starts_with('/') {
-        return Err(format!("`{path}` is not a JSON pointer (it must start with `/`)"));
+        return Err(format!(
+            "`{path}` is not a JSON pointer (it must start with `/`)"
+        ));
     }
     let mut out = Vec::new();
     for raw in path[1..].split('/') {
@@ -435,10 +448,9 @@ mod tests {
         assert!(e.to_string().contains("lisen"), "{e}");
         let e = Config::from_toml("[serverx]\n").unwrap_err();
         assert!(e.to_string().contains("serverx"), "{e}");
-        let e = Config::from_toml(
-            "[[boxes.field]]\nname = \"a\"\nreduce = \"count\"\ncolour = 1\n",
-        )
-        .unwrap_err();
+        let e =
+            Config::from_toml("[[boxes.field]]\nname = \"a\"\nreduce = \"count\"\ncolour = 1\n")
+                .unwrap_err();
         assert!(e.to_string().contains("colour"), "{e}");
     }
 
@@ -477,8 +489,8 @@ mod tests {
         }
         let e = Config::from_toml("[limits]\nmax_body_bytes = \"big\"\n").unwrap_err();
         assert!(e.to_string().contains("max_body_bytes"), "{e}");
-        let e = Config::from_toml("[[boxes.field]]\nname = \"a\"\nreduce = \"median\"\n")
-            .unwrap_err();
+        let e =
+            Config::from_toml("[[boxes.field]]\nname = \"a\"\nreduce = \"median\"\n").unwrap_err();
         assert!(e.to_string().contains("median"), "{e}");
     }
 

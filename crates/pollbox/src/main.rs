@@ -19,7 +19,11 @@ pub static malloc_conf: &[u8; 83] =
     b"background_thread:true,dirty_decay_ms:5000,muzzy_decay_ms:5000,percpu_arena:percpu\0";
 
 #[derive(Parser)]
-#[command(name = "pollbox", version, about = "Low-latency HTTP/1.1 JSON ingest and polling server")]
+#[command(
+    name = "pollbox",
+    version,
+    about = "Low-latency HTTP/1.1 JSON ingest and polling server"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -40,7 +44,7 @@ enum Cmd {
         workers: Option<usize>,
     },
     /// The bundled load generator.
-    Load(pollbox_load::LoadArgs),
+    Load(Box<pollbox_load::LoadArgs>),
     /// Compare accounted memory with jemalloc's and the kernel's view.
     Memcheck {
         /// Base URL of a pollbox (or its metrics listener), e.g. http://127.0.0.1:8080
@@ -146,7 +150,9 @@ fn demo(seconds: u64) -> Result<ExitCode, String> {
     cfg.server.listen = "127.0.0.1:0".into();
     let server = pollbox_server::Server::start(cfg).map_err(|e| e.to_string())?;
     let url = format!("http://{}", server.addr());
-    eprintln!("pollbox demo: server on {url}; {seconds} s of mixed load (poll 80, ingest 15, batch 5)");
+    eprintln!(
+        "pollbox demo: server on {url}; {seconds} s of mixed load (poll 80, ingest 15, batch 5)"
+    );
     let argv = [
         "load",
         "--url",
@@ -163,9 +169,7 @@ fn demo(seconds: u64) -> Result<ExitCode, String> {
         "1000",
     ];
     let cmd = <pollbox_load::LoadArgs as clap::Args>::augment_args(clap::Command::new("load"));
-    let m = cmd
-        .try_get_matches_from(argv)
-        .map_err(|e| e.to_string())?;
+    let m = cmd.try_get_matches_from(argv).map_err(|e| e.to_string())?;
     let args = pollbox_load::LoadArgs::from_arg_matches(&m).map_err(|e| e.to_string())?;
     let report = pollbox_load::run(&args).map_err(|e| e.to_string())?;
     let mut out = std::io::stdout().lock();

@@ -98,7 +98,10 @@ fn ingest(s: &mut TcpStream, key: &str, value: u64) -> Option<u64> {
 
 fn version(addr: SocketAddr, key: &str) -> Option<u64> {
     let mut s = TcpStream::connect(addr).unwrap();
-    let (code, body) = request(&mut s, format!("GET /v1/boxes/{key} HTTP/1.1\r\n\r\n").as_bytes())?;
+    let (code, body) = request(
+        &mut s,
+        format!("GET /v1/boxes/{key} HTTP/1.1\r\n\r\n").as_bytes(),
+    )?;
     if code != 200 {
         return None;
     }
@@ -125,7 +128,9 @@ fn sigterm_under_concurrent_ingest_loses_no_acknowledged_update() {
         .map(|t| {
             let (acked, stop) = (acked.clone(), stop.clone());
             std::thread::spawn(move || {
-                let Ok(mut s) = TcpStream::connect(addr) else { return };
+                let Ok(mut s) = TcpStream::connect(addr) else {
+                    return;
+                };
                 let mut i = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     let key = format!("t{t}-{}", i % 50);
@@ -154,7 +159,10 @@ fn sigterm_under_concurrent_ingest_loses_no_acknowledged_update() {
     let (mut child, addr) = spawn(&cfg);
     for (key, v) in &acked {
         let got = version(addr, key);
-        assert!(got.is_some_and(|g| g >= *v), "{key}: acked {v}, restored {got:?}");
+        assert!(
+            got.is_some_and(|g| g >= *v),
+            "{key}: acked {v}, restored {got:?}"
+        );
     }
     signal(&child, "-TERM");
     assert!(child.wait().unwrap().success());
@@ -208,7 +216,10 @@ fn corrupt_or_truncated_snapshot_is_refused_at_start() {
 
     std::fs::write(&snap, &good[..good.len() / 2]).unwrap();
     let err = start_fails(&cfg);
-    assert!(err.contains("snapshot") && err.contains("truncated"), "{err}");
+    assert!(
+        err.contains("snapshot") && err.contains("truncated"),
+        "{err}"
+    );
 
     let mut flipped = good.clone();
     let mid = flipped.len() / 2;

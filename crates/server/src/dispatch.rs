@@ -64,23 +64,49 @@ pub enum Handled {
 }
 
 /// Answer one framed request. `buf` is the slice the frame's ranges index.
-pub fn handle(ctx: &mut Ctx, frame: &Frame, buf: &[u8], q: &mut SendQueue, draining: bool) -> Handled {
+pub fn handle(
+    ctx: &mut Ctx,
+    frame: &Frame,
+    buf: &[u8],
+    q: &mut SendQueue,
+    draining: bool,
+) -> Handled {
     let keep_alive = frame.keep_alive && !draining;
     let path = &buf[frame.path.clone()];
     let head = frame.method == Method::Head;
     let r = route(frame.method, path);
-    let after = if keep_alive { After::KeepAlive } else { After::Close };
+    let after = if keep_alive {
+        After::KeepAlive
+    } else {
+        After::Close
+    };
     match r {
         Route::Poll { key } => {
             let query = &buf[frame.query.clone()];
             let pq = match parse_poll_query(query) {
                 Ok(pq) => pq,
                 Err(what) => {
-                    return Handled::Answered(error(ctx, q, frame, RouteLabel::Poll, 400, what, keep_alive))
+                    return Handled::Answered(error(
+                        ctx,
+                        q,
+                        frame,
+                        RouteLabel::Poll,
+                        400,
+                        what,
+                        keep_alive,
+                    ))
                 }
             };
             if let Err(what) = decode_key(ctx, key) {
-                return Handled::Answered(error(ctx, q, frame, RouteLabel::Poll, 400, what, keep_alive));
+                return Handled::Answered(error(
+                    ctx,
+                    q,
+                    frame,
+                    RouteLabel::Poll,
+                    400,
+                    what,
+                    keep_alive,
+                ));
             }
             if let (Some(after_v), Some(wait)) = (pq.after, pq.wait_ms) {
                 let now_v = ctx.shared.boxes.version(&ctx.key).unwrap_or(0);
@@ -97,7 +123,9 @@ pub fn handle(ctx: &mut Ctx, frame: &Frame, buf: &[u8], q: &mut SendQueue, drain
             } else {
                 RouteLabel::Poll
             };
-            Handled::Answered(answer_poll(ctx, q, frame, buf, label, head, keep_alive, false))
+            Handled::Answered(answer_poll(
+                ctx, q, frame, buf, label, head, keep_alive, false,
+            ))
         }
         Route::IngestKey { key } => {
             if let Some(a) = check_auth(ctx, q, frame, buf, RouteLabel::IngestKey, keep_alive) {
@@ -141,16 +169,39 @@ pub fn handle(ctx: &mut Ctx, frame: &Frame, buf: &[u8], q: &mut SendQueue, drain
         Route::Healthz => {
             ctx.body.clear();
             ctx.body.extend_from_slice(b"ok");
-            respond(ctx, q, frame.version, RouteLabel::Healthz, 200, TEXT, head, keep_alive, &[]);
+            respond(
+                ctx,
+                q,
+                frame.version,
+                RouteLabel::Healthz,
+                200,
+                TEXT,
+                head,
+                keep_alive,
+                &[],
+            );
             Handled::Answered(after)
         }
         Route::Readyz => {
             let ready = ctx.shared.is_ready() && !draining;
             ctx.body.clear();
-            ctx.body
-                .extend_from_slice(if ready { b"ready".as_slice() } else { b"draining" });
+            ctx.body.extend_from_slice(if ready {
+                b"ready".as_slice()
+            } else {
+                b"draining"
+            });
             let code = if ready { 200 } else { 503 };
-            respond(ctx, q, frame.version, RouteLabel::Readyz, code, TEXT, head, keep_alive, &[]);
+            respond(
+                ctx,
+                q,
+                frame.version,
+                RouteLabel::Readyz,
+                code,
+                TEXT,
+                head,
+                keep_alive,
+                &[],
+            );
             Handled::Answered(after)
         }
         Route::NotFound => Handled::Answered(error(
@@ -198,7 +249,17 @@ pub fn answer_poll(
         if parked_timeout {
             // Nothing was ever ingested for this key while we waited.
             ctx.body.clear();
-            respond(ctx, q, frame.version, label, 304, JSON, true, keep_alive, &[]);
+            respond(
+                ctx,
+                q,
+                frame.version,
+                label,
+                304,
+                JSON,
+                true,
+                keep_alive,
+                &[],
+            );
             return after(keep_alive);
         }
         return error(ctx, q, frame, label, 404, "no such box", keep_alive);
@@ -273,14 +334,10 @@ fn check_auth(
     if tokens.is_empty() {
         return None;
     }
-    let given = frame
-        .authorization
-        .clone()
-        .map(|r| &buf[r])
-        .and_then(|h| {
-            let h = h.trim_ascii();
-            (h.len() > 7 && h[..7].eq_ignore_ascii_case(b"bearer ")).then(|| h[7..].trim_ascii())
-        });
+    let given = frame.authorization.clone().map(|r| &buf[r]).and_then(|h| {
+        let h = h.trim_ascii();
+        (h.len() > 7 && h[..7].eq_ignore_ascii_case(b"bearer ")).then(|| h[7..].trim_ascii())
+    });
     // Compare against every token, always fully, so timing says nothing.
     let ok = given.is_some_and(|g| {
         tokens
@@ -546,13 +603,33 @@ pub fn framing_error(ctx: &mut Ctx, q: &mut SendQueue, e: HttpError) {
 /// Answer 408 (header or body timeout); the connection closes after it.
 pub fn timeout(ctx: &mut Ctx, q: &mut SendQueue) {
     json_error_body(&mut ctx.body, "request timeout");
-    respond(ctx, q, Version::Http11, RouteLabel::Other, 408, JSON, false, false, &[]);
+    respond(
+        ctx,
+        q,
+        Version::Http11,
+        RouteLabel::Other,
+        408,
+        JSON,
+        false,
+        false,
+        &[],
+    );
 }
 
 /// Answer 503 (arena full, or a connection over the cap).
 pub fn unavailable(ctx: &mut Ctx, q: &mut SendQueue, what: &str) {
     json_error_body(&mut ctx.body, what);
-    respond(ctx, q, Version::Http11, RouteLabel::Other, 503, JSON, false, false, &[]);
+    respond(
+        ctx,
+        q,
+        Version::Http11,
+        RouteLabel::Other,
+        503,
+        JSON,
+        false,
+        false,
+        &[],
+    );
 }
 
 /// Write the head for `ctx.body` (and the body unless `head_only`) to the queue.

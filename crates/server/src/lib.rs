@@ -96,8 +96,8 @@ impl Server {
     pub fn start(config: Config) -> Result<Server, StartError> {
         config.validate()?;
         let plan = Arc::new(Plan::compile(&config.boxes)?);
-        let snapshot_path = (!config.snapshot.path.is_empty())
-            .then(|| PathBuf::from(&config.snapshot.path));
+        let snapshot_path =
+            (!config.snapshot.path.is_empty()).then(|| PathBuf::from(&config.snapshot.path));
         let boxes = match &snapshot_path {
             Some(p) => {
                 check_snapshot_dir(p)?;
@@ -117,10 +117,14 @@ impl Server {
             None => BoxTable::new(plan.clone()),
         };
         let n = config.effective_workers();
-        let addr: SocketAddr = config.server.listen.parse().map_err(|_| StartError::Listen {
-            addr: config.server.listen.clone(),
-            source: io::ErrorKind::InvalidInput.into(),
-        })?;
+        let addr: SocketAddr = config
+            .server
+            .listen
+            .parse()
+            .map_err(|_| StartError::Listen {
+                addr: config.server.listen.clone(),
+                source: io::ErrorKind::InvalidInput.into(),
+            })?;
         let (actual, listeners) =
             listener::bind_all(addr, n).map_err(|source| StartError::Listen {
                 addr: config.server.listen.clone(),
@@ -183,7 +187,10 @@ impl Server {
         // Everything allocated so far that is not a box, an arena or a buffer
         // counted by the workers is fixed start-up memory.
         let counted: usize = shared.boxes.accounted_bytes()
-            + workers.iter().map(worker::Worker::accounted_bytes).sum::<usize>();
+            + workers
+                .iter()
+                .map(worker::Worker::accounted_bytes)
+                .sum::<usize>();
         shared.runtime_bytes.store(
             (alloc_stats::read_global().allocated as usize).saturating_sub(counted),
             Ordering::Relaxed,

@@ -19,7 +19,10 @@ pub fn bind_reuseport(addr: SocketAddr) -> io::Result<mio::net::TcpListener> {
 
 /// Bind `n` listeners on `addr`. When `addr` has port 0, the first bind picks
 /// the port and the others join it, so every worker serves the same address.
-pub fn bind_all(addr: SocketAddr, n: usize) -> io::Result<(SocketAddr, Vec<mio::net::TcpListener>)> {
+pub fn bind_all(
+    addr: SocketAddr,
+    n: usize,
+) -> io::Result<(SocketAddr, Vec<mio::net::TcpListener>)> {
     let first = bind_reuseport(addr)?;
     let actual = first.local_addr()?;
     let mut all = vec![first];

@@ -53,7 +53,10 @@ impl Memory {
             seen += 1;
         }
         if seen < 8 {
-            return Err("the metrics do not look like pollbox's (accounted/jemalloc figures missing)".into());
+            return Err(
+                "the metrics do not look like pollbox's (accounted/jemalloc figures missing)"
+                    .into(),
+            );
         }
         m.accounted = m.arena + m.boxes + m.buffers + m.send_queue + m.runtime;
         Ok(m)
@@ -77,9 +80,7 @@ impl Memory {
                 mib(gap)
             )
         } else {
-            format!(
-                "verdict: ok — jemalloc allocated is within 10% of accounted ({pct:+.1}%)"
-            )
+            format!("verdict: ok — jemalloc allocated is within 10% of accounted ({pct:+.1}%)")
         }
     }
 }

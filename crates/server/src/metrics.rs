@@ -32,7 +32,9 @@ impl Accounted {
 pub fn accounted(shared: &Shared) -> Accounted {
     let mut a = Accounted {
         boxes: shared.boxes.accounted_bytes() as u64,
-        runtime: shared.runtime_bytes.load(std::sync::atomic::Ordering::Relaxed) as u64,
+        runtime: shared
+            .runtime_bytes
+            .load(std::sync::atomic::Ordering::Relaxed) as u64,
         ..Default::default()
     };
     for s in &shared.stats {
@@ -138,7 +140,10 @@ pub fn render(shared: &Shared, out: &mut Vec<u8>) {
     );
     for (i, label) in INGEST_RESULTS.iter().enumerate() {
         let n = sum(shared, |s| s.ingest[i].get());
-        let _ = writeln!(out, "pollbox_ingest_messages_total{{result=\"{label}\"}} {n}");
+        let _ = writeln!(
+            out,
+            "pollbox_ingest_messages_total{{result=\"{label}\"}} {n}"
+        );
     }
 
     single(
@@ -310,9 +315,17 @@ pub fn render(shared: &Shared, out: &mut Vec<u8>) {
     for (name, v, help) in [
         ("allocated", je.allocated, "Bytes in live allocations."),
         ("active", je.active, "Bytes in active pages."),
-        ("resident", je.resident, "Bytes in resident pages jemalloc maps."),
+        (
+            "resident",
+            je.resident,
+            "Bytes in resident pages jemalloc maps.",
+        ),
         ("mapped", je.mapped, "Bytes in active extents mapped."),
-        ("retained", je.retained, "Bytes retained (unmapped but reserved)."),
+        (
+            "retained",
+            je.retained,
+            "Bytes retained (unmapped but reserved).",
+        ),
         ("metadata", je.metadata, "Bytes of jemalloc metadata."),
         ("dirty", je.dirty(), "Resident − active − metadata."),
         ("fragmentation", je.fragmentation(), "Active − allocated."),
@@ -417,7 +430,11 @@ pub fn process_stats() -> ProcessStats {
     // SAFETY: as above.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     if let Ok(statm) = std::fs::read_to_string("/proc/self/statm") {
-        if let Some(rss) = statm.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()) {
+        if let Some(rss) = statm
+            .split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse::<u64>().ok())
+        {
             p.rss = rss * page;
         }
     }

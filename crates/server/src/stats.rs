@@ -82,10 +82,7 @@ pub const CODES: [u16; 18] = [
 const NCODES: usize = CODES.len();
 
 fn code_index(code: u16) -> usize {
-    CODES
-        .iter()
-        .position(|&c| c == code)
-        .unwrap_or(NCODES - 1)
+    CODES.iter().position(|&c| c == code).unwrap_or(NCODES - 1)
 }
 
 /// Results in `pollbox_ingest_messages_total{result=...}`.
@@ -106,8 +103,8 @@ pub const REJECT_REASONS: [&str; 2] = ["max_connections", "draining"];
 
 /// Upper bounds (seconds) of the request duration histogram: microseconds matter.
 pub const DURATION_BUCKETS: [f64; 16] = [
-    0.000_002, 0.000_005, 0.000_010, 0.000_020, 0.000_050, 0.000_100, 0.000_250, 0.000_500,
-    0.001, 0.002_5, 0.005, 0.010, 0.050, 0.250, 1.0, 5.0,
+    0.000_002, 0.000_005, 0.000_010, 0.000_020, 0.000_050, 0.000_100, 0.000_250, 0.000_500, 0.001,
+    0.002_5, 0.005, 0.010, 0.050, 0.250, 1.0, 5.0,
 ];
 
 /// Upper bounds (seconds) of the arena reset duration histogram.

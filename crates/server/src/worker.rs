@@ -37,6 +37,8 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 /// A long-poll waiting on this connection.
 struct Parked {
     frame: Frame,
+    /// The decoded key, to find this poll in the worker's index.
+    key: Box<[u8]>,
     after: u64,
     deadline_ms: u64,
 }
@@ -118,7 +120,8 @@ impl Worker {
             max_body_bytes: cfg.limits.max_body_bytes,
         };
         // The arena's working size: enough for a burst of large bodies per epoch.
-        let working = (4 * cfg.limits.max_body_bytes).clamp(256 * 1024, cfg.limits.arena_limit_bytes);
+        let working =
+            (4 * cfg.limits.max_body_bytes).clamp(256 * 1024, cfg.limits.arena_limit_bytes);
         let ctx = Ctx {
             projector: pollbox_core::projection::Projector::new(shared.plan.clone()),
             epoch: pollbox_core::epoch::Epoch::new(working, cfg.limits.arena_limit_bytes),
@@ -332,14 +335,16 @@ impl Worker {
             self.wheel.cancel(t);
         }
         if let Some(p) = conn.parked.take() {
-            let _ = p;
-            self.unpark_index(slot, conn.gen);
+            self.unpark_index(&p.key, slot, conn.gen);
         }
         conn.sendq.clear(&mut self.ctx.pool);
         self.buffer_bytes -= conn.acc_read;
         self.send_bytes -= conn.acc_send;
         self.free.push(slot);
-        self.ctx.shared.open_connections.fetch_sub(1, Ordering::AcqRel);
+        self.ctx
+            .shared
+            .open_connections
+            .fetch_sub(1, Ordering::AcqRel);
         self.stats().connections_open.sub(1);
     }
 
@@ -460,6 +465,9 @@ impl Worker {
                 }
                 Err(e) => {
                     dispatch::framing_error(&mut self.ctx, &mut conn.sendq, e);
+                    self.stats()
+                        .duration
+                        .observe_ns(start.elapsed().as_nanos() as u64);
                     conn.close_after_flush = true;
                 }
             }
@@ -517,14 +525,14 @@ impl Worker {
         }
     }
 
-
     fn tick(&mut self) {
         let tick_start = Instant::now();
         let late = self.now_ms.saturating_sub(self.next_tick_ms);
         if late >= self.epoch_ms {
             self.stats().epoch_overruns.inc();
         }
-        self.next_tick_ms = self.now_ms + self.epoch_ms - (late % self.epoch_ms).min(self.epoch_ms - 1);
+        self.next_tick_ms =
+            self.now_ms + self.epoch_ms - (late % self.epoch_ms).min(self.epoch_ms - 1);
         // Reset happens only between requests, so no parsed value is alive here.
         let r = self.ctx.epoch.reset();
         let st = &self.ctx.shared.stats[self.id];
@@ -603,14 +611,18 @@ impl Worker {
 
     fn park(&mut self, slot: usize, conn: &mut Conn, frame: Frame, p: Park) {
         let deadline = self.now_ms + p.wait_ms;
+        let key: Box<[u8]> = self.ctx.key.as_slice().into();
+        self.ctx.shared.waiters.register(&key, self.id);
+        self.parked
+            .entry(key.clone())
+            .or_default()
+            .push((slot, conn.gen));
         conn.parked = Some(Parked {
             frame,
+            key,
             after: p.after,
             deadline_ms: deadline,
         });
-        let key: Box<[u8]> = self.ctx.key.as_slice().into();
-        self.ctx.shared.waiters.register(&key, self.id);
-        self.parked.entry(key).or_default().push((slot, conn.gen));
         self.stats().parked_polls.inc();
         if let Some(t) = conn.timer.take() {
             self.wheel.cancel(t);
@@ -624,23 +636,22 @@ impl Worker {
     }
 
     /// Take a parked poll off this worker's index (it is answered or gone).
-    fn unpark_index(&mut self, slot: usize, gen: u32) {
-        // Parking is rare next to polling; a scan of the keys waited on is fine.
-        let mut empty = None;
-        for (k, v) in self.parked.iter_mut() {
-            if let Some(i) = v.iter().position(|&(s, g)| s == slot && g == gen) {
-                v.swap_remove(i);
-                if v.is_empty() {
-                    empty = Some(k.clone());
-                }
-                break;
-            }
+    fn unpark_index(&mut self, key: &[u8], slot: usize, gen: u32) {
+        let Some(list) = self.parked.get_mut(key) else {
+            return;
+        };
+        let found = list.iter().position(|&(s, g)| s == slot && g == gen);
+        if let Some(i) = found {
+            list.swap_remove(i);
         }
-        if let Some(k) = empty {
-            self.parked.remove(&k);
-            self.ctx.shared.waiters.unregister(&k, self.id);
+        let now_empty = list.is_empty();
+        if found.is_some() {
+            self.stats().parked_polls.sub(1);
         }
-        self.stats().parked_polls.sub(1);
+        if now_empty {
+            self.parked.remove(key);
+            self.ctx.shared.waiters.unregister(key, self.id);
+        }
     }
 
     /// Answer the connection's parked long-poll (200 with the new payload, or 304
@@ -649,13 +660,10 @@ impl Worker {
         let Some(p) = conn.parked.take() else {
             return;
         };
-        self.unpark_index(slot, conn.gen);
+        self.unpark_index(&p.key, slot, conn.gen);
         let buf = &conn.rbuf[conn.rstart..conn.rend];
-        let raw_key = match pollbox_core::http::route(p.frame.method, &buf[p.frame.path.clone()]) {
-            pollbox_core::http::Route::Poll { key } => key,
-            _ => &[][..],
-        };
-        let _ = pollbox_core::http::percent_decode_into(raw_key, &mut self.ctx.key);
+        self.ctx.key.clear();
+        self.ctx.key.extend_from_slice(&p.key);
         let version = self.ctx.shared.boxes.version(&self.ctx.key).unwrap_or(0);
         let changed = version > p.after;
         let draining = self.ctx.shared.draining.load(Ordering::Relaxed);
@@ -731,10 +739,7 @@ impl Worker {
         for slot in 0..self.conns.len() {
             let idle = match &self.conns[slot] {
                 Some(c) => {
-                    overdue
-                        || (c.sendq.is_empty()
-                            && c.rend == c.rstart
-                            && c.parked.is_none())
+                    overdue || (c.sendq.is_empty() && c.rend == c.rstart && c.parked.is_none())
                 }
                 None => continue,
             };

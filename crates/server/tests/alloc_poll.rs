@@ -66,7 +66,10 @@ fn ten_thousand_polls_allocate_nothing() {
     c.server.workers = 1;
     let s = start(c);
     let a = s.addr();
-    assert_eq!(post(a, "/v1/boxes/hot", r#"{"value":5,"player":"p-7"}"#).status, 200);
+    assert_eq!(
+        post(a, "/v1/boxes/hot", r#"{"value":5,"player":"p-7"}"#).status,
+        200
+    );
     let mut stream = connect(a);
     let req = b"GET /v1/boxes/hot HTTP/1.1\r\nHost: t\r\n\r\n";
     let cond = b"GET /v1/boxes/hot HTTP/1.1\r\nHost: t\r\nIf-None-Match: \"1\"\r\n\r\n";
@@ -83,7 +86,11 @@ fn ten_thousand_polls_allocate_nothing() {
         assert!(code == 200 || code == 304);
     }
     let after = ALLOCS.load(Ordering::SeqCst);
-    assert_eq!(after - before, 0, "allocations during 10,000 steady-state polls");
+    assert_eq!(
+        after - before,
+        0,
+        "allocations during 10,000 steady-state polls"
+    );
     drop(stream);
     s.shutdown().unwrap();
 }

@@ -19,7 +19,11 @@ fn bodies_that_are_not_what_we_take() {
     let r = post(a, "/v1/ingest", "{\"key\":\"a\",\"player\":\"\u{e9}\"}");
     assert_eq!(r.status, 200, "valid UTF-8 is fine: {}", r.text());
     let body = b"{\"key\":\"a\xff\xfe\"}";
-    let mut bad = format!("POST /v1/ingest HTTP/1.1\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+    let mut bad = format!(
+        "POST /v1/ingest HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
     bad.extend_from_slice(body);
     let (r, _) = raw(a, &bad);
     assert_error(&r, 400, "invalid json");
@@ -28,11 +32,22 @@ fn bodies_that_are_not_what_we_take() {
     assert_error(&post(a, "/v1/ingest", r#"{"key":7}"#), 422, "key");
     assert_error(&post(a, "/v1/ingest", r#"{"key":""}"#), 422, "key");
     let long = "k".repeat(129);
-    assert_error(&post(a, "/v1/ingest", &format!(r#"{{"key":"{long}"}}"#)), 422, "key");
+    assert_error(
+        &post(a, "/v1/ingest", &format!(r#"{{"key":"{long}"}}"#)),
+        422,
+        "key",
+    );
     assert_error(&post(a, "/v1/boxes/t", r#"{"value":"5"}"#), 422, "field v");
     assert_error(&post(a, "/v1/boxes/t", r#"{"value":1.5}"#), 422, "field v");
-    assert_error(&post(a, "/v1/boxes/t", r#"{"player":"ABCDEFGHIJKLMNOPQ"}"#), 422, "field by");
-    assert_eq!(post(a, "/v1/boxes/t", &format!(r#"{{"value":{}}}"#, i64::MAX)).status, 200);
+    assert_error(
+        &post(a, "/v1/boxes/t", r#"{"player":"ABCDEFGHIJKLMNOPQ"}"#),
+        422,
+        "field by",
+    );
+    assert_eq!(
+        post(a, "/v1/boxes/t", &format!(r#"{{"value":{}}}"#, i64::MAX)).status,
+        200
+    );
     assert_error(&post(a, "/v1/boxes/t", r#"{"value":1}"#), 422, "overflow");
     // The rejected message changed nothing.
     let r = get(a, "/v1/boxes/t");
@@ -46,15 +61,33 @@ fn framing_errors_answer_then_close() {
     let a = s.addr();
     let cases: &[(&[u8], u16)] = &[
         (b"GARBAGE\r\n\r\n", 400),
-        (b"GET /healthz HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
-        (b"POST /v1/ingest HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", 400),
-        (b"POST /v1/ingest HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
+        (
+            b"GET /healthz HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+            400,
+        ),
+        (
+            b"POST /v1/ingest HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+            400,
+        ),
+        (
+            b"POST /v1/ingest HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            400,
+        ),
         (b"GET /healthz HTTP/1.1\r\nX: a\r\n folded\r\n\r\n", 400),
-        (b"POST /v1/ingest HTTP/1.1\r\nContent-Length: 2000000\r\n\r\n", 413),
+        (
+            b"POST /v1/ingest HTTP/1.1\r\nContent-Length: 2000000\r\n\r\n",
+            413,
+        ),
     ];
     for (req, status) in cases {
         let (r, mut rd) = raw(a, req);
-        assert_eq!(r.status, *status, "{:?}: {}", String::from_utf8_lossy(req), r.text());
+        assert_eq!(
+            r.status,
+            *status,
+            "{:?}: {}",
+            String::from_utf8_lossy(req),
+            r.text()
+        );
         assert_eq!(r.header("Connection"), Some("close"));
         assert!(rd.closed(), "{:?} must close", String::from_utf8_lossy(req));
     }

@@ -35,7 +35,10 @@ fn every_poll_after_an_ingest_sees_its_version() {
         let r = conns[p].read(false);
         assert_eq!(r.status, 200);
         let seen = version_of(&r.text());
-        assert!(seen >= acked, "poll on conn {p} saw {seen} after ack of {acked}");
+        assert!(
+            seen >= acked,
+            "poll on conn {p} saw {seen} after ack of {acked}"
+        );
         assert!(r.text().contains(&format!("\"v\":{i},")), "{}", r.text());
     }
     s.shutdown().unwrap();

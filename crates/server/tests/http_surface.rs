@@ -25,20 +25,30 @@ fn poll_ingest_etag_and_404_with_a_real_client() {
     let (code, body, _) = ureq_status(
         ureq::post(&url(&s, "/v1/boxes/box-42"))
             .set("Content-Type", "application/json")
-            .send_string(r#"{"value":5,"player":"p-7","key":"ignored","cargo":{"a":[1,2,{"b":null}]}}"#),
+            .send_string(
+                r#"{"value":5,"player":"p-7","key":"ignored","cargo":{"a":[1,2,{"b":null}]}}"#,
+            ),
     );
     assert_eq!(code, 200);
-    assert_eq!(body, r#"{"k":"box-42","ver":1,"v":5,"sum":5,"n":1,"by":"p-7"}"#);
+    assert_eq!(
+        body,
+        r#"{"k":"box-42","ver":1,"v":5,"sum":5,"n":1,"by":"p-7"}"#
+    );
 
-    let (code, body, _) = ureq_status(
-        ureq::post(&url(&s, "/v1/boxes/box-42")).send_string(r#"{"value":7}"#),
-    );
+    let (code, body, _) =
+        ureq_status(ureq::post(&url(&s, "/v1/boxes/box-42")).send_string(r#"{"value":7}"#));
     assert_eq!(code, 200);
-    assert_eq!(body, r#"{"k":"box-42","ver":2,"v":7,"sum":12,"n":2,"by":"p-7"}"#);
+    assert_eq!(
+        body,
+        r#"{"k":"box-42","ver":2,"v":7,"sum":12,"n":2,"by":"p-7"}"#
+    );
 
     let (code, body, etag) = ureq_status(ureq::get(&url(&s, "/v1/boxes/box-42")).call());
     assert_eq!(code, 200);
-    assert_eq!(body, r#"{"k":"box-42","ver":2,"v":7,"sum":12,"n":2,"by":"p-7"}"#);
+    assert_eq!(
+        body,
+        r#"{"k":"box-42","ver":2,"v":7,"sum":12,"n":2,"by":"p-7"}"#
+    );
     assert_eq!(etag.as_deref(), Some("\"2\""));
 
     let r = ureq::get(&url(&s, "/v1/boxes/box-42"))
@@ -60,7 +70,10 @@ fn ingest_object_array_and_ndjson() {
     let (code, body, _) = ureq_status(
         ureq::post(&url(&s, "/v1/ingest")).send_string(r#"{"key":"a","value":1,"player":"x"}"#),
     );
-    assert_eq!((code, body.as_str()), (200, r#"{"k":"a","ver":1,"v":1,"sum":1,"n":1,"by":"x"}"#));
+    assert_eq!(
+        (code, body.as_str()),
+        (200, r#"{"k":"a","ver":1,"v":1,"sum":1,"n":1,"by":"x"}"#)
+    );
 
     let (code, body, _) = ureq_status(ureq::post(&url(&s, "/v1/ingest")).send_string(
         r#"[{"key":"a","value":2},{"value":3},5,{"key":"b","value":"x"},{"key":"b","value":4}]"#,
@@ -82,14 +95,21 @@ fn ingest_object_array_and_ndjson() {
     );
     assert_eq!(code, 200);
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!((v["accepted"].as_u64(), v["rejected"].as_u64()), (Some(2), Some(0)), "{body}");
+    assert_eq!(
+        (v["accepted"].as_u64(), v["rejected"].as_u64()),
+        (Some(2), Some(0)),
+        "{body}"
+    );
 
     let (_, body, _) = ureq_status(ureq::get(&url(&s, "/v1/boxes/a")).call());
     assert_eq!(body, r#"{"k":"a","ver":3,"v":10,"sum":13,"n":3,"by":"x"}"#);
 
     // An empty array is accepted with N = 0.
     let (code, body, _) = ureq_status(ureq::post(&url(&s, "/v1/ingest")).send_string("[]"));
-    assert_eq!((code, body.as_str()), (200, r#"{"accepted":0,"rejected":0,"errors":[]}"#));
+    assert_eq!(
+        (code, body.as_str()),
+        (200, r#"{"accepted":0,"rejected":0,"errors":[]}"#)
+    );
 
     // One invalid NDJSON line refuses the whole body: nothing applied.
     let (code, body, _) = ureq_status(
@@ -118,18 +138,27 @@ fn methods_head_and_percent_encoded_keys() {
 
     let r = post(a, "/v1/boxes/caf%C3%A9%20au%2Flait", r#"{"value":1}"#);
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.text(), r#"{"k":"café au/lait","ver":1,"v":1,"sum":1,"n":1}"#);
+    assert_eq!(
+        r.text(),
+        r#"{"k":"café au/lait","ver":1,"v":1,"sum":1,"n":1}"#
+    );
     let r = get(a, "/v1/boxes/caf%C3%A9%20au%2Flait");
     assert_eq!(r.status, 200);
     assert!(r.text().contains("café au/lait"));
     assert_eq!(get(a, "/v1/boxes/caf%C3%A9").status, 404);
     assert_eq!(get(a, "/v1/boxes/bad%zz").status, 400);
 
-    let (r, _) = raw(a, b"HEAD /v1/boxes/caf%C3%A9%20au%2Flait HTTP/1.1\r\nHost: t\r\n\r\n");
+    let (r, _) = raw(
+        a,
+        b"HEAD /v1/boxes/caf%C3%A9%20au%2Flait HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
     assert_eq!(r.status, 200);
     assert!(r.body.is_empty());
     let len: usize = r.header("Content-Length").unwrap().parse().unwrap();
-    assert_eq!(len, r#"{"k":"café au/lait","ver":1,"v":1,"sum":1,"n":1}"#.len());
+    assert_eq!(
+        len,
+        r#"{"k":"café au/lait","ver":1,"v":1,"sum":1,"n":1}"#.len()
+    );
 
     for (path, want) in [("/healthz", "ok"), ("/readyz", "ready")] {
         let r = get(a, path);
@@ -138,7 +167,11 @@ fn methods_head_and_percent_encoded_keys() {
     let r = get(a, "/metrics");
     assert_eq!(r.status, 200);
     assert!(r.text().contains("pollbox_http_requests_total"));
-    for r in [get(a, "/healthz"), get(a, "/nope"), post(a, "/v1/ingest", "{")] {
+    for r in [
+        get(a, "/healthz"),
+        get(a, "/nope"),
+        post(a, "/v1/ingest", "{"),
+    ] {
         assert!(r.header("Date").is_some());
         assert!(r.header("Content-Type").is_some());
         assert!(r.header("Content-Length").is_some());
@@ -155,8 +188,11 @@ fn thousand_pipelined_requests_in_one_write_answer_in_order() {
         if i % 2 == 0 {
             let body = format!(r#"{{"value":{i}}}"#);
             req.extend_from_slice(
-                format!("POST /v1/boxes/p HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}", body.len())
-                    .as_bytes(),
+                format!(
+                    "POST /v1/boxes/p HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
             );
         } else {
             req.extend_from_slice(b"GET /v1/boxes/p HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -214,9 +250,17 @@ fn http10_and_connection_close() {
     assert_eq!(r.status, 200);
     assert!(rd.closed(), "1.0 without keep-alive closes");
 
-    let (r, mut rd) = raw(a, b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    let (r, mut rd) = raw(
+        a,
+        b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+    );
     assert_eq!(r.status, 200);
-    assert_eq!(r.header("Connection").map(str::to_ascii_lowercase).as_deref(), Some("keep-alive"));
+    assert_eq!(
+        r.header("Connection")
+            .map(str::to_ascii_lowercase)
+            .as_deref(),
+        Some("keep-alive")
+    );
     rd.send(b"GET /healthz HTTP/1.0\r\n\r\n");
     assert_eq!(rd.read(false).status, 200);
     assert!(rd.closed());

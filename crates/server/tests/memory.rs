@@ -70,7 +70,10 @@ fn memory_outside_the_accounting_shows_in_memcheck() {
     let s = start(config());
     let a = s.addr();
     for i in 0..100 {
-        assert_eq!(post(a, &format!("/v1/boxes/k{i}"), r#"{"value":1}"#).status, 200);
+        assert_eq!(
+            post(a, &format!("/v1/boxes/k{i}"), r#"{"value":1}"#).status,
+            200
+        );
     }
     let clean = memory(&s);
     // 64 MiB that pollbox knows nothing about, touched so it is resident.
@@ -82,7 +85,12 @@ fn memory_outside_the_accounting_shows_in_memcheck() {
     assert!(m.verdict().starts_with("VERDICT"), "{}", m.verdict());
     let table = memcheck::table(&m, true);
     assert!(table.contains("alloc-acct"), "{table}");
-    eprintln!("{table}  {}\n(before the leak:)\n{}  {}", m.verdict(), memcheck::table(&clean, false), clean.verdict());
+    eprintln!(
+        "{table}  {}\n(before the leak:)\n{}  {}",
+        m.verdict(),
+        memcheck::table(&clean, false),
+        clean.verdict()
+    );
     assert!(std::hint::black_box(&leak)[12345] == 7);
     drop(leak);
     s.shutdown().unwrap();

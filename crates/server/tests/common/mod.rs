@@ -87,7 +87,10 @@ impl Reader {
             match self.stream.read(&mut tmp) {
                 Ok(0) => return None,
                 Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
-                Err(e) => panic!("read failed: {e} (have {:?})", String::from_utf8_lossy(&self.buf)),
+                Err(e) => panic!(
+                    "read failed: {e} (have {:?})",
+                    String::from_utf8_lossy(&self.buf)
+                ),
             }
         }
     }
@@ -113,7 +116,12 @@ fn parse(buf: &[u8], head_only: bool) -> Option<(Resp, usize)> {
     let hs: Vec<(String, String)> = r
         .headers
         .iter()
-        .map(|h| (h.name.to_string(), String::from_utf8_lossy(h.value).into_owned()))
+        .map(|h| {
+            (
+                h.name.to_string(),
+                String::from_utf8_lossy(h.value).into_owned(),
+            )
+        })
         .collect();
     let len: usize = hs
         .iter()
@@ -123,7 +131,11 @@ fn parse(buf: &[u8], head_only: bool) -> Option<(Resp, usize)> {
             assert_eq!(status, 100, "every final response has Content-Length");
             0
         });
-    let body_len = if head_only || status == 304 || status == 100 { 0 } else { len };
+    let body_len = if head_only || status == 304 || status == 100 {
+        0
+    } else {
+        len
+    };
     if buf.len() < n + body_len {
         return None;
     }
@@ -146,7 +158,11 @@ pub fn raw(addr: SocketAddr, req: &[u8]) -> (Resp, Reader) {
 }
 
 pub fn get(addr: SocketAddr, path: &str) -> Resp {
-    raw(addr, format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes()).0
+    raw(
+        addr,
+        format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes(),
+    )
+    .0
 }
 
 pub fn post(addr: SocketAddr, path: &str, body: &str) -> Resp {

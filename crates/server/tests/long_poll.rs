@@ -1,0 +1,157 @@
+//! Long-poll (SPEC §2): `GET /v1/boxes/{key}?after=V&wait_ms=N`.
+
+mod common;
+use common::*;
+
+fn version_of(r: &Resp) -> u64 {
+    r.json()["ver"].as_u64().unwrap()
+}
+
+fn ingest_on_fresh_connections(a: std::net::SocketAddr, key: &str, n: usize) {
+    for i in 0..n {
+        assert_eq!(
+            post(
+                a,
+                &format!("/v1/boxes/{key}"),
+                &format!(r#"{{"value":{i}}}"#)
+            )
+            .status,
+            200
+        );
+    }
+}
+
+#[test]
+fn parked_polls_on_every_worker_wake_on_an_ingest_from_any_worker() {
+    let mut c = config();
+    c.server.workers = 4;
+    let s = start(c);
+    let a = s.addr();
+    ingest_on_fresh_connections(a, "lp", 1);
+    // 32 connections spread over the 4 workers by SO_REUSEPORT, each parked.
+    let mut parked: Vec<Reader> = (0..32)
+        .map(|_| {
+            let mut r = Reader::new(connect(a));
+            r.send(b"GET /v1/boxes/lp?after=1&wait_ms=20000 HTTP/1.1\r\n\r\n");
+            r
+        })
+        .collect();
+    // Wait until every poll is parked (metrics say so), then ingest once.
+    let mut n = 0.0;
+    for _ in 0..200 {
+        let text = get(a, "/metrics").text();
+        n = text
+            .lines()
+            .find_map(|l| l.strip_prefix("pollbox_parked_polls "))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if n == 32.0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(n, 32.0, "all polls parked");
+    ingest_on_fresh_connections(a, "lp", 1);
+    // A 304 would only come after 20 s (past the reader's timeout): a 200 with
+    // version 2 means the wake-up crossed workers.
+    for r in &mut parked {
+        let resp = r.read(false);
+        assert_eq!(resp.status, 200);
+        assert_eq!(version_of(&resp), 2);
+        assert_eq!(resp.header("ETag"), Some("\"2\""));
+    }
+    s.shutdown().unwrap();
+}
+
+#[test]
+fn answers_at_once_when_already_past_and_304_at_the_deadline() {
+    let s = start(config());
+    let a = s.addr();
+    ingest_on_fresh_connections(a, "k", 3);
+    let r = get(a, "/v1/boxes/k?after=1&wait_ms=10000");
+    assert_eq!((r.status, version_of(&r)), (200, 3));
+    let r = get(a, "/v1/boxes/k?after=3&wait_ms=200");
+    assert_eq!(r.status, 304);
+    assert_eq!(r.header("ETag"), Some("\"3\""));
+    assert!(r.body.is_empty());
+    // A key that does not exist yet: wait for its creation.
+    let mut w = Reader::new(connect(a));
+    w.send(b"GET /v1/boxes/newborn?after=0&wait_ms=20000 HTTP/1.1\r\n\r\n");
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    ingest_on_fresh_connections(a, "newborn", 1);
+    let r = w.read(false);
+    assert_eq!((r.status, version_of(&r)), (200, 1));
+    // A bad query is a 400.
+    assert_eq!(get(a, "/v1/boxes/k?after=x&wait_ms=10").status, 400);
+    s.shutdown().unwrap();
+}
+
+#[test]
+fn wait_is_capped_by_max_wait_ms_and_pipelined_requests_follow_in_order() {
+    let mut c = config();
+    c.limits.max_wait_ms = 300;
+    let s = start(c);
+    let a = s.addr();
+    ingest_on_fresh_connections(a, "cap", 1);
+    let mut r = Reader::new(connect(a));
+    // Asks for 10 minutes; the cap answers 304 after 300 ms (the reader gives up after 10 s).
+    r.send(
+        b"GET /v1/boxes/cap?after=1&wait_ms=600000 HTTP/1.1\r\n\r\nGET /healthz HTTP/1.1\r\n\r\nGET /v1/boxes/cap HTTP/1.1\r\n\r\n",
+    );
+    assert_eq!(r.read(false).status, 304);
+    assert_eq!(r.read(false).status, 200);
+    let last = r.read(false);
+    assert_eq!((last.status, version_of(&last)), (200, 1));
+    s.shutdown().unwrap();
+}
+
+#[test]
+fn a_thousand_parked_polls_and_shutdown_answers_them() {
+    let mut c = config();
+    c.server.workers = 2;
+    let s = start(c);
+    let a = s.addr();
+    let mut parked: Vec<Reader> = (0..1000)
+        .map(|i| {
+            let mut r = Reader::new(connect(a));
+            r.send(
+                format!(
+                    "GET /v1/boxes/many-{}?after=0&wait_ms=30000 HTTP/1.1\r\n\r\n",
+                    i % 10
+                )
+                .as_bytes(),
+            );
+            r
+        })
+        .collect();
+    let mut n = 0.0;
+    for _ in 0..300 {
+        let text = get(a, "/metrics").text();
+        n = text
+            .lines()
+            .find_map(|l| l.strip_prefix("pollbox_parked_polls "))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if n == 1000.0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(n, 1000.0);
+    ingest_on_fresh_connections(a, "many-3", 1);
+    for (i, r) in parked.iter_mut().enumerate().filter(|(i, _)| i % 10 == 3) {
+        let resp = r.read(false);
+        assert_eq!(resp.status, 200, "poll {i}");
+    }
+    // Graceful shutdown answers the rest (304: nothing changed) and closes.
+    s.shutdown().unwrap();
+    for (i, r) in parked.iter_mut().enumerate().filter(|(i, _)| i % 10 != 3) {
+        let resp = r.read(false);
+        assert!(
+            resp.status == 304 || resp.status == 404,
+            "poll {i}: {}",
+            resp.status
+        );
+        assert_eq!(resp.header("Connection"), Some("close"));
+    }
+}

@@ -1,0 +1,184 @@
+//! `/metrics`: exact counters per route and status, and a clean bill from
+//! `promtool check metrics`.
+
+mod common;
+use common::*;
+use std::collections::BTreeMap;
+
+/// `name{labels}` → value for every sample of the exposition.
+fn samples(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+fn scrape(a: std::net::SocketAddr) -> String {
+    let r = get(a, "/metrics");
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("Content-Type"),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    r.text()
+}
+
+#[test]
+fn counters_are_exact() {
+    let s = start(config());
+    let a = s.addr();
+    let mut want: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    let mut expect = |route, code, n: u64| *want.entry((route, code)).or_default() += n;
+    for _ in 0..3 {
+        assert_eq!(get(a, "/v1/boxes/none").status, 404);
+    }
+    expect("poll", "404", 3);
+    for i in 0..5 {
+        assert_eq!(
+            post(a, "/v1/boxes/m", &format!(r#"{{"value":{i}}}"#)).status,
+            200
+        );
+    }
+    expect("ingest_key", "200", 5);
+    for _ in 0..7 {
+        assert_eq!(get(a, "/v1/boxes/m").status, 200);
+    }
+    expect("poll", "200", 7);
+    assert_eq!(post(a, "/v1/ingest", "{").status, 400);
+    expect("ingest", "400", 1);
+    assert_eq!(post(a, "/v1/ingest", r#"{"value":1}"#).status, 422);
+    expect("ingest", "422", 1);
+    let r = post(a, "/v1/ingest", r#"[{"key":"m","value":1},{"key":"n"},3]"#);
+    assert_eq!(r.status, 200);
+    expect("ingest", "200", 1);
+    for _ in 0..2 {
+        assert_eq!(get(a, "/healthz").status, 200);
+    }
+    expect("healthz", "200", 2);
+    assert_eq!(get(a, "/readyz").status, 200);
+    expect("readyz", "200", 1);
+    assert_eq!(get(a, "/elsewhere").status, 404);
+    expect("other", "404", 1);
+    assert_eq!(raw(a, b"PUT /v1/boxes/m HTTP/1.1\r\n\r\n").0.status, 405);
+    expect("other", "405", 1);
+    assert_eq!(raw(a, b"BOGUS\r\n\r\n").0.status, 400);
+    expect("other", "400", 1);
+
+    let m = samples(&scrape(a));
+    let mut got: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for (k, v) in &m {
+        if let Some(labels) = k.strip_prefix("pollbox_http_requests_total{") {
+            let route = labels
+                .split("route=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap();
+            let code = labels
+                .split("code=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap();
+            got.insert((route.to_string(), code.to_string()), *v as u64);
+        }
+    }
+    let want: BTreeMap<(String, String), u64> = want
+        .into_iter()
+        .map(|((r, c), n)| ((r.to_string(), c.to_string()), n))
+        .collect();
+    assert_eq!(got, want);
+
+    // Messages: 5 by path + 2 accepted in the batch (m, n) = 7 accepted;
+    // a missing key (single) and a non-object (batch) rejected; one invalid body.
+    let n = |k: &str| m.get(k).copied().unwrap_or(-1.0);
+    assert_eq!(n("pollbox_ingest_messages_total{result=\"accepted\"}"), 7.0);
+    assert_eq!(n("pollbox_ingest_messages_total{result=\"bad_key\"}"), 1.0);
+    assert_eq!(
+        n("pollbox_ingest_messages_total{result=\"not_object\"}"),
+        1.0
+    );
+    assert_eq!(
+        n("pollbox_ingest_messages_total{result=\"invalid_body\"}"),
+        1.0
+    );
+    assert_eq!(n("pollbox_boxes"), 2.0);
+    // Every request above opened its own connection (plus this scrape's).
+    assert_eq!(n("pollbox_connections_total"), 25.0);
+    let count = n("pollbox_http_request_duration_seconds_count");
+    assert_eq!(count, 24.0, "one observation per answered request");
+    for name in [
+        "pollbox_arena_resets_total",
+        "pollbox_arena_bytes",
+        "pollbox_epoch_overruns_total",
+        "pollbox_jemalloc_allocated_bytes",
+        "pollbox_jemalloc_dirty_bytes",
+        "pollbox_jemalloc_fragmentation_bytes",
+        "pollbox_accounted_bytes{part=\"arena\"}",
+        "pollbox_accounted_bytes{part=\"boxes\"}",
+        "pollbox_accounted_bytes{part=\"buffers\"}",
+        "pollbox_accounted_bytes{part=\"send_queue\"}",
+        "pollbox_worker_allocated_bytes_total{worker=\"0\"}",
+        "pollbox_arena_capacity_bytes{worker=\"1\"}",
+        "pollbox_arena_used_bytes{worker=\"0\"}",
+        "pollbox_connections_rejected_total{reason=\"max_connections\"}",
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        "process_open_fds",
+    ] {
+        assert!(m.contains_key(name), "{name} missing");
+    }
+    assert!(n("process_resident_memory_bytes") > 0.0);
+    assert!(n("pollbox_bytes_received_total") >= 0.0);
+    s.shutdown().unwrap();
+}
+
+#[test]
+fn metrics_on_their_own_listener() {
+    let mut c = config();
+    c.server.metrics_listen = "127.0.0.1:0".into();
+    let s = start(c);
+    let ma = s.metrics_addr().expect("metrics listener");
+    assert_eq!(get(s.addr(), "/v1/boxes/x").status, 404);
+    let text = scrape(ma);
+    assert!(
+        text.contains("pollbox_http_requests_total{route=\"poll\",code=\"404\"} 1"),
+        "{text}"
+    );
+    assert_eq!(get(ma, "/healthz").status, 200);
+    s.shutdown().unwrap();
+}
+
+#[test]
+#[ignore = "needs promtool (Debian package prometheus); .ci/run installs it"]
+fn promtool_accepts_the_exposition() {
+    let s = start(config());
+    let a = s.addr();
+    assert_eq!(post(a, "/v1/boxes/m", r#"{"value":1}"#).status, 200);
+    assert_eq!(get(a, "/v1/boxes/m").status, 200);
+    let text = scrape(a);
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool on PATH");
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool: {said}"
+    );
+    s.shutdown().unwrap();
+}
