@@ -136,15 +136,17 @@ mod tests {
         assert!(e.capacity_bytes() > 4 * 16 * 1024);
         let s = e.reset();
         assert!(s.replaced);
-        assert!(e.capacity_bytes() <= 4 * 16 * 1024, "{}", e.capacity_bytes());
+        assert!(
+            e.capacity_bytes() <= 4 * 16 * 1024,
+            "{}",
+            e.capacity_bytes()
+        );
     }
 
     #[test]
     fn limit_fails_allocation_instead_of_panicking() {
         let e = Epoch::new(16 * 1024, 128 * 1024);
-        let big = e
-            .arena()
-            .try_alloc_slice_fill_copy(1 << 20, 0u8);
+        let big = e.arena().try_alloc_slice_fill_copy(1 << 20, 0u8);
         assert!(big.is_err());
     }
 }

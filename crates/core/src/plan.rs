@@ -114,11 +114,17 @@ pub enum MessageError {
     /// The key is not valid UTF-8 (path keys after percent-decoding).
     KeyNotUtf8,
     /// The field's value has another JSON type than configured.
-    WrongType { field: u16 },
+    WrongType {
+        field: u16,
+    },
     /// A `str` field longer than its `max_len`.
-    StringTooLong { field: u16 },
+    StringTooLong {
+        field: u16,
+    },
     /// A `sum` that would leave the i64 range (or an f64 sum that is not finite).
-    SumOverflow { field: u16 },
+    SumOverflow {
+        field: u16,
+    },
     /// The rendered payload would exceed `max_payload_bytes`.
     PayloadTooLarge,
     /// A new box past `max_boxes` (507 for a single message).
