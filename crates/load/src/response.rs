@@ -51,9 +51,10 @@ pub fn parse_response(buf: &[u8]) -> Result<Option<Response<'_>>, FramingError> 
         }
     }
     let body_len = match content_length {
+        // No body by definition (RFC 9112 §6.3), whatever Content-Length says:
+        // a 304 carries the length the 200 would have had.
+        _ if status < 200 || status == 204 || status == 304 => 0,
         Some(n) => n,
-        // No body by definition (RFC 9112 §6.3).
-        None if status < 200 || status == 204 || status == 304 => 0,
         None => return Err(FramingError::NoContentLength),
     };
     let len = head_len + body_len;
@@ -172,9 +173,11 @@ mod tests {
 
     #[test]
     fn close_and_bodiless_statuses() {
-        let r = parse_response(b"HTTP/1.1 304 Not Modified\r\nConnection: close\r\n\r\n")
-            .unwrap()
-            .unwrap();
+        let r = parse_response(
+            b"HTTP/1.1 304 Not Modified\r\nContent-Length: 53\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!((r.status, r.body, r.close), (304, &b""[..], true));
         let r = parse_response(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n")
             .unwrap()

@@ -105,6 +105,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 cfg.server.workers = w;
             }
             cfg.validate().map_err(|e| e.to_string())?;
+            let signals = pollbox_server::ShutdownSignals::install()?;
             let server = pollbox_server::Server::start(cfg.clone()).map_err(|e| e.to_string())?;
             eprintln!(
                 "pollbox: listening on http://{} with {} workers (config: {source}; boxes loaded: {}{})",
@@ -116,7 +117,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                     .map(|a| format!("; metrics on http://{a}/metrics"))
                     .unwrap_or_default(),
             );
-            pollbox_server::serve_until_signal(server)?;
+            pollbox_server::serve_until_signal(server, signals)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Load(args) => {

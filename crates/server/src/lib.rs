@@ -297,12 +297,22 @@ impl Server {
     }
 }
 
+/// SIGTERM and SIGINT, caught. Install them before the server announces its
+/// address, so a signal sent right after start-up still drains gracefully.
+pub struct ShutdownSignals(signal_hook::iterator::Signals);
+
+impl ShutdownSignals {
+    pub fn install() -> Result<ShutdownSignals, String> {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+            .map(ShutdownSignals)
+            .map_err(|e| format!("cannot install signal handlers: {e}"))
+    }
+}
+
 /// Serve until SIGTERM or SIGINT, then shut down gracefully.
-pub fn serve_until_signal(server: Server) -> Result<(), String> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
-        .map_err(|e| format!("cannot install signal handlers: {e}"))?;
-    if let Some(sig) = signals.forever().next() {
+pub fn serve_until_signal(server: Server, mut signals: ShutdownSignals) -> Result<(), String> {
+    if let Some(sig) = signals.0.forever().next() {
         eprintln!(
             "pollbox: signal {sig}: draining (stop accepting, finish requests, write snapshot)"
         );
@@ -370,5 +380,40 @@ fn pin_to_core(i: usize) {
         libc::CPU_ZERO(&mut set);
         libc::CPU_SET(i % ncpu, &mut set);
         let _ = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pinning_binds_the_thread_to_one_core() {
+        let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let want = 1 % ncpu;
+        let cpus = std::thread::spawn(move || {
+            pin_to_core(1);
+            // SAFETY: as in pin_to_core; sched_getaffinity writes into `set`.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                assert_eq!(
+                    libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
+                    0
+                );
+                (0..ncpu)
+                    .filter(|&c| libc::CPU_ISSET(c, &set))
+                    .collect::<Vec<_>>()
+            }
+        })
+        .join()
+        .unwrap();
+        assert_eq!(cpus, vec![want]);
+    }
+
+    #[test]
+    fn unwritable_snapshot_directory_is_refused() {
+        let e = check_snapshot_dir(std::path::Path::new("/proc/no-such-dir/x.snap")).unwrap_err();
+        assert!(e.to_string().contains("not writable"), "{e}");
+        assert!(check_snapshot_dir(&std::env::temp_dir().join("x.snap")).is_ok());
     }
 }

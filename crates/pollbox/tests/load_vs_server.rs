@@ -1,0 +1,84 @@
+//! The load generator against a live pollbox: its counts per kind equal the
+//! server's `/metrics` counters exactly, and an open-loop rate the server can
+//! hold is delivered within 2%.
+
+use pollbox_core::config::Config;
+use pollbox_load::{LoadArgs, Mix};
+use pollbox_server::Server;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+fn server() -> Server {
+    let mut c = Config::embedded();
+    c.server.listen = "127.0.0.1:0".into();
+    c.server.workers = 2;
+    c.limits.max_wait_ms = 200;
+    Server::start(c).unwrap()
+}
+
+/// Requests per route summed over codes, from `/metrics`.
+fn requests_by_route(s: &Server) -> BTreeMap<String, u64> {
+    let text = pollbox_server::memcheck::scrape(&format!("http://{}", s.addr())).unwrap();
+    let mut m = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("pollbox_http_requests_total{route=\"") else {
+            continue;
+        };
+        let route = rest.split('"').next().unwrap().to_string();
+        let n: u64 = line.rsplit_once(' ').unwrap().1.parse().unwrap();
+        *m.entry(route).or_default() += n;
+    }
+    m
+}
+
+#[test]
+fn generator_counts_equal_server_counters() {
+    let s = server();
+    let mut a = LoadArgs::new(format!("http://{}", s.addr()));
+    a.connections = 8;
+    a.threads = 2;
+    a.duration = Duration::from_secs(2);
+    a.mix = Mix::parse("poll:60,ingest:20,batch:10,longpoll:10").unwrap();
+    a.keys = 50;
+    a.pipeline = 2;
+    a.preseed = true;
+    a.longpoll_wait = Duration::from_millis(50);
+    a.warmup = Some(Duration::from_millis(300));
+    a.quiet = true;
+    let r = pollbox_load::run(&a).unwrap();
+    assert_eq!(r.errors_total, 0, "{:?} {:?}", r.errors, r.ops);
+    let op = |name: &str| r.op(name).unwrap();
+    for name in ["poll", "ingest", "batch", "longpoll"] {
+        assert_eq!(op(name).unanswered, 0, "{name}");
+        assert!(op(name).requests > 0, "{name}");
+    }
+    let server = requests_by_route(&s);
+    let got = |route: &str| server.get(route).copied().unwrap_or(0);
+    let sent = |name: &str| op(name).requests + op(name).warmup_requests;
+    assert_eq!(got("poll"), sent("poll"));
+    assert_eq!(got("ingest_key"), sent("ingest"));
+    assert_eq!(got("ingest"), sent("batch") + r.preseed_requests);
+    assert_eq!(got("long_poll"), sent("longpoll"));
+    s.shutdown().unwrap();
+}
+
+#[test]
+fn open_loop_rate_is_delivered_within_two_percent() {
+    let s = server();
+    let mut a = LoadArgs::new(format!("http://{}", s.addr()));
+    a.connections = 8;
+    a.duration = Duration::from_secs(3);
+    a.rate = Some(3000.0);
+    a.mix = Mix::parse("poll:90,ingest:10").unwrap();
+    a.preseed = true;
+    a.quiet = true;
+    let r = pollbox_load::run(&a).unwrap();
+    assert_eq!(r.errors_total, 0);
+    let ratio = r.achieved_rate / 3000.0;
+    assert!(
+        (0.98..=1.02).contains(&ratio),
+        "achieved {} of 3000/s",
+        r.achieved_rate
+    );
+    s.shutdown().unwrap();
+}
