@@ -373,6 +373,23 @@ impl Worker {
 
     /// Read everything available, answer every complete request, write the batch.
     fn read_and_serve(&mut self, slot: usize, conn: &mut Conn) -> bool {
+        loop {
+            if !self.read_some(slot, conn) || !self.flush(conn) {
+                return false;
+            }
+            // Paused for back-pressure and the flush drained the queue without
+            // the socket saying WouldBlock: no writable edge will come, and the
+            // client may have sent everything already (no readable edge either),
+            // so read on now.
+            if !(conn.read_paused && conn.sendq.pending() < SEND_BACKPRESSURE) {
+                return true;
+            }
+        }
+    }
+
+    /// Read and serve until the socket is drained or reading must pause.
+    /// Returns false if the connection is dead.
+    fn read_some(&mut self, slot: usize, conn: &mut Conn) -> bool {
         conn.read_paused = false;
         loop {
             if conn.close_after_flush || conn.parked.is_some() {
@@ -419,7 +436,7 @@ impl Worker {
                 Err(_) => return false,
             }
         }
-        self.flush(conn)
+        true
     }
 
     /// Make space at the end of the read buffer: compact, or grow within limits.
