@@ -25,10 +25,12 @@ const LISTENER: Token = Token(0);
 pub const WAKER: Token = Token(1);
 const FIRST_CONN: usize = 2;
 
-/// Read buffers start at this size and grow for large bodies.
-const READ_BUF_START: usize = 4096;
-/// A read buffer that grew past this is given back once it is empty.
-const READ_BUF_KEEP: usize = 64 * 1024;
+/// Read buffers are this size (larger for large bodies). A connection holds one
+/// only while it has bytes of an unfinished request; between requests it goes
+/// back to the worker's pool, so idle keep-alive connections cost no buffer.
+const READ_BUF: usize = 16 * 1024;
+/// Most idle read buffers a worker keeps.
+const READ_POOL_MAX: usize = 256;
 /// A connection with this many unsent bytes is not read until it drains.
 const SEND_BACKPRESSURE: usize = 256 * 1024;
 /// How long a draining worker waits for requests in flight.
@@ -97,6 +99,8 @@ pub struct Worker {
     next_tick_ms: u64,
     /// Parked long-polls on this worker, by key.
     parked: HashMap<Box<[u8]>, Vec<(usize, u32)>>,
+    /// Idle read buffers, each `READ_BUF` long.
+    read_pool: Vec<Vec<u8>>,
     read_bytes: u64,
     sent_bytes: u64,
     buffer_bytes: usize,
@@ -150,6 +154,7 @@ impl Worker {
             epoch_ms,
             next_tick_ms: epoch_ms,
             parked: HashMap::new(),
+            read_pool: Vec::with_capacity(READ_POOL_MAX),
             read_bytes: 0,
             sent_bytes: 0,
             buffer_bytes: 0,
@@ -169,6 +174,7 @@ impl Worker {
     /// simd-json's working memory and the connection slab.
     fn buffer_total(&self) -> usize {
         self.buffer_bytes
+            + self.read_pool.len() * READ_BUF
             + self.ctx.pool.pooled_bytes()
             + self.ctx.key.capacity()
             + self.ctx.body.capacity()
@@ -274,7 +280,7 @@ impl Worker {
                 stream,
                 slot,
                 gen,
-                rbuf: vec![0; READ_BUF_START],
+                rbuf: Vec::new(),
                 rstart: 0,
                 rend: 0,
                 framer: Framer::new(self.limits),
@@ -289,10 +295,9 @@ impl Worker {
                 peer_hup: false,
                 read_paused: false,
                 parked: None,
-                acc_read: READ_BUF_START,
+                acc_read: 0,
                 acc_send: 0,
             });
-            self.buffer_bytes += READ_BUF_START;
             let st = self.stats();
             st.connections_total.inc();
             st.connections_open.inc();
@@ -329,6 +334,9 @@ impl Worker {
             self.close(slot, conn);
             return;
         }
+        if conn.rstart == conn.rend && conn.parked.is_none() {
+            self.give_back_rbuf(&mut conn);
+        }
         let r = conn.rbuf.len();
         let s = conn.sendq.capacity_bytes();
         self.buffer_bytes = self.buffer_bytes + r - conn.acc_read;
@@ -336,6 +344,23 @@ impl Worker {
         conn.acc_read = r;
         conn.acc_send = s;
         self.conns[slot] = Some(conn);
+    }
+
+    fn take_rbuf(&mut self) -> Vec<u8> {
+        self.read_pool.pop().unwrap_or_else(|| vec![0; READ_BUF])
+    }
+
+    /// Return the connection's read buffer to the pool (it holds no bytes we need).
+    fn give_back_rbuf(&mut self, conn: &mut Conn) {
+        conn.rstart = 0;
+        conn.rend = 0;
+        if conn.rbuf.is_empty() {
+            return;
+        }
+        let b = std::mem::take(&mut conn.rbuf);
+        if b.len() == READ_BUF && self.read_pool.len() < READ_POOL_MAX {
+            self.read_pool.push(b);
+        }
     }
 
     fn close(&mut self, slot: usize, mut conn: Conn) {
@@ -347,6 +372,7 @@ impl Worker {
             self.unpark_index(&p.key, slot, conn.gen);
         }
         conn.sendq.clear(&mut self.ctx.pool);
+        self.give_back_rbuf(&mut conn);
         self.buffer_bytes -= conn.acc_read;
         self.send_bytes -= conn.acc_send;
         self.free.push(slot);
@@ -400,6 +426,9 @@ impl Worker {
                 conn.read_paused = true;
                 break;
             }
+            if conn.rbuf.is_empty() {
+                conn.rbuf = self.take_rbuf();
+            }
             if conn.rend == conn.rbuf.len() && !self.make_room(conn) {
                 // The request does not fit in any buffer we allow.
                 let e = match conn.framer.state() {
@@ -452,7 +481,7 @@ impl Worker {
         if len >= max {
             return false;
         }
-        conn.rbuf.resize((len * 2).min(max), 0);
+        conn.rbuf.resize((len * 2).max(READ_BUF).min(max), 0);
         true
     }
 
@@ -509,9 +538,6 @@ impl Worker {
         if conn.rstart == conn.rend {
             conn.rstart = 0;
             conn.rend = 0;
-            if conn.rbuf.len() > READ_BUF_KEEP {
-                conn.rbuf = vec![0; READ_BUF_START];
-            }
         }
         self.update_deadline(conn);
     }
@@ -658,6 +684,12 @@ impl Worker {
             deadline_ms: deadline,
         });
         self.stats().parked_polls.inc();
+        // Keep just the bytes from the parked request on: the read buffer goes
+        // back to the pool, so a parked poll costs about its request's size.
+        let rest = conn.rbuf[conn.rstart..conn.rend].to_vec();
+        self.give_back_rbuf(conn);
+        conn.rend = rest.len();
+        conn.rbuf = rest;
         if let Some(t) = conn.timer.take() {
             self.wheel.cancel(t);
         }
