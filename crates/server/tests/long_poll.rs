@@ -7,6 +7,24 @@ fn version_of(r: &Resp) -> u64 {
     r.json()["ver"].as_u64().unwrap()
 }
 
+/// Wait (up to 3 s) until `/metrics` says `n` polls are parked.
+fn wait_parked(a: std::net::SocketAddr, n: u64) {
+    let mut parked = 0;
+    for _ in 0..300 {
+        parked = get(a, "/metrics")
+            .text()
+            .lines()
+            .find_map(|l| l.strip_prefix("pollbox_parked_polls "))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        if parked == n {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(parked, n, "polls parked");
+}
+
 fn ingest_on_fresh_connections(a: std::net::SocketAddr, key: &str, n: usize) {
     for i in 0..n {
         assert_eq!(
@@ -37,20 +55,7 @@ fn parked_polls_on_every_worker_wake_on_an_ingest_from_any_worker() {
         })
         .collect();
     // Wait until every poll is parked (metrics say so), then ingest once.
-    let mut n = 0.0;
-    for _ in 0..200 {
-        let text = get(a, "/metrics").text();
-        n = text
-            .lines()
-            .find_map(|l| l.strip_prefix("pollbox_parked_polls "))
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0);
-        if n == 32.0 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    assert_eq!(n, 32.0, "all polls parked");
+    wait_parked(a, 32);
     ingest_on_fresh_connections(a, "lp", 1);
     // A 304 would only come after 20 s (past the reader's timeout): a 200 with
     // version 2 means the wake-up crossed workers.
@@ -124,20 +129,7 @@ fn a_thousand_parked_polls_and_shutdown_answers_them() {
             r
         })
         .collect();
-    let mut n = 0.0;
-    for _ in 0..300 {
-        let text = get(a, "/metrics").text();
-        n = text
-            .lines()
-            .find_map(|l| l.strip_prefix("pollbox_parked_polls "))
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0);
-        if n == 1000.0 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    assert_eq!(n, 1000.0);
+    wait_parked(a, 1000);
     ingest_on_fresh_connections(a, "many-3", 1);
     for (i, r) in parked.iter_mut().enumerate().filter(|(i, _)| i % 10 == 3) {
         let resp = r.read(false);
