@@ -17,6 +17,8 @@ pub struct Memory {
     pub send_queue: f64,
     pub runtime: f64,
     pub allocated: f64,
+    /// Freed bytes in jemalloc's thread caches (part of `allocated`).
+    pub tcache: f64,
     pub active: f64,
     pub resident: f64,
     pub rss: f64,
@@ -44,6 +46,7 @@ impl Memory {
                 "pollbox_accounted_bytes{part=\"send_queue\"}" => &mut m.send_queue,
                 "pollbox_accounted_bytes{part=\"runtime\"}" => &mut m.runtime,
                 "pollbox_jemalloc_allocated_bytes" => &mut m.allocated,
+                "pollbox_jemalloc_tcache_bytes" => &mut m.tcache,
                 "pollbox_jemalloc_active_bytes" => &mut m.active,
                 "pollbox_jemalloc_resident_bytes" => &mut m.resident,
                 "process_resident_memory_bytes" => &mut m.rss,
@@ -62,13 +65,19 @@ impl Memory {
         Ok(m)
     }
 
+    /// What the program holds by jemalloc's count: allocated minus the freed
+    /// bytes parked in thread caches.
+    pub fn in_use(&self) -> f64 {
+        self.allocated - self.tcache
+    }
+
     /// jemalloc holds more than accounted by over 10%.
     pub fn leaking(&self) -> bool {
-        self.allocated > self.accounted * 1.10
+        self.in_use() > self.accounted * 1.10
     }
 
     pub fn verdict(&self) -> String {
-        let gap = self.allocated - self.accounted;
+        let gap = self.in_use() - self.accounted;
         let pct = if self.accounted > 0.0 {
             100.0 * gap / self.accounted
         } else {
@@ -147,7 +156,7 @@ pub fn table(m: &Memory, header: bool) -> String {
         mib(m.active),
         mib(m.resident),
         mib(m.rss),
-        mib(m.allocated - m.accounted),
+        mib(m.in_use() - m.accounted),
         mib(m.resident - m.allocated),
         mib(m.rss - m.resident),
     ));
@@ -161,6 +170,10 @@ pub fn run(url: &str, watch: Option<u64>) -> Result<ExitCode, String> {
         let m = Memory::from_metrics(&scrape(url)?)?;
         print!("{}", table(&m, first));
         if first {
+            println!(
+                "  je.tcache {} (freed, in thread caches) is left out of alloc-acct",
+                mib(m.tcache)
+            );
             println!(
                 "  accounted = arena {} + boxes {} + buffers {} + send_queue {} + runtime {}",
                 mib(m.arena),

@@ -327,6 +327,11 @@ pub fn render(shared: &Shared, out: &mut Vec<u8>) {
             "Bytes retained (unmapped but reserved).",
         ),
         ("metadata", je.metadata, "Bytes of jemalloc metadata."),
+        (
+            "tcache",
+            je.tcache,
+            "Freed bytes held in thread caches (counted in allocated).",
+        ),
         ("dirty", je.dirty(), "Resident − active − metadata."),
         ("fragmentation", je.fragmentation(), "Active − allocated."),
     ] {

@@ -125,9 +125,12 @@ impl Worker {
             max_headers: cfg.limits.max_headers,
             max_body_bytes: cfg.limits.max_body_bytes,
         };
-        // The arena's working size: enough for a burst of large bodies per epoch.
-        let working =
-            (4 * cfg.limits.max_body_bytes).clamp(256 * 1024, cfg.limits.arena_limit_bytes);
+        // The arena's working size: one largest body per epoch. Busier epochs
+        // grow it (bumpalo adds chunks; a reset keeps the largest up to 4× this).
+        let working = cfg
+            .limits
+            .max_body_bytes
+            .clamp(256 * 1024, cfg.limits.arena_limit_bytes);
         let ctx = Ctx {
             projector: pollbox_core::projection::Projector::new(shared.plan.clone()),
             epoch: pollbox_core::epoch::Epoch::new(working, cfg.limits.arena_limit_bytes),
