@@ -12,14 +12,15 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// jemalloc options compiled in (override at run time with the environment
 /// variable `_RJEM_MALLOC_CONF`, e.g. `_RJEM_MALLOC_CONF=narenas:16`):
 /// background threads purge dirty pages off the workers' path; dirty pages go
-/// back after 5 s; 8 arenas (≈ cores of a typical node: workers allocate almost
+/// back to the kernel over 5 s, straight away (no MADV_FREE "muzzy" stage,
+/// which would keep them in RSS until the kernel is short of memory); 8 arenas (≈ cores of a typical node: workers allocate almost
 /// nothing on their hot paths, so arenas see little contention; `percpu_arena`
 /// would match cores exactly but jemalloc disables it, with a warning, under
 /// `taskset`).
 #[allow(non_upper_case_globals)]
 #[export_name = "_rjem_malloc_conf"]
-pub static malloc_conf: &[u8; 73] =
-    b"background_thread:true,dirty_decay_ms:5000,muzzy_decay_ms:5000,narenas:8\0";
+pub static malloc_conf: &[u8; 70] =
+    b"background_thread:true,dirty_decay_ms:5000,muzzy_decay_ms:0,narenas:8\0";
 
 #[derive(Parser)]
 #[command(

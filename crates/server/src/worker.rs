@@ -29,6 +29,8 @@ const FIRST_CONN: usize = 2;
 /// only while it has bytes of an unfinished request; between requests it goes
 /// back to the worker's pool, so idle keep-alive connections cost no buffer.
 const READ_BUF: usize = 16 * 1024;
+/// Initial (and kept) size of a worker's arena.
+const ARENA_WORKING_BYTES: usize = 512 * 1024;
 /// Most idle read buffers a worker keeps.
 const READ_POOL_MAX: usize = 256;
 /// A connection with this many unsent bytes is not read until it drains.
@@ -125,12 +127,11 @@ impl Worker {
             max_headers: cfg.limits.max_headers,
             max_body_bytes: cfg.limits.max_body_bytes,
         };
-        // The arena's working size: one largest body per epoch. Busier epochs
-        // grow it (bumpalo adds chunks; a reset keeps the largest up to 4× this).
-        let working = cfg
-            .limits
-            .max_body_bytes
-            .clamp(256 * 1024, cfg.limits.arena_limit_bytes);
+        // The arena's working size: 512 KiB holds an epoch of ~800 messages of
+        // 512 B per worker. Busier epochs grow it (bumpalo adds chunks; a reset
+        // keeps the largest up to 4× this and replaces a bigger one), so its
+        // resident pages follow the real load.
+        let working = ARENA_WORKING_BYTES.min(cfg.limits.arena_limit_bytes);
         let ctx = Ctx {
             projector: pollbox_core::projection::Projector::new(shared.plan.clone()),
             epoch: pollbox_core::epoch::Epoch::new(working, cfg.limits.arena_limit_bytes),
