@@ -21,6 +21,62 @@ const TEXT: &[u8] = b"text/plain; charset=utf-8";
 /// At most this many errors are listed in a batch answer (SPEC §2).
 const MAX_LISTED_ERRORS: usize = 16;
 
+/// The start of the most common response heads (200 and 304, JSON, keep-alive
+/// HTTP/1.1), pre-rendered with the current `Date` and rebuilt only when the
+/// date changes: a poll's head is then one copy plus its length and `ETag`.
+pub struct HeadCache {
+    date: Vec<u8>,
+    ok_json: Vec<u8>,
+    not_modified_json: Vec<u8>,
+}
+
+impl HeadCache {
+    pub fn new(date: &[u8]) -> HeadCache {
+        let mut h = HeadCache {
+            date: Vec::with_capacity(32),
+            ok_json: Vec::with_capacity(128),
+            not_modified_json: Vec::with_capacity(128),
+        };
+        h.refresh(date);
+        h
+    }
+
+    /// Re-render if `date` changed (called at each tick).
+    pub fn refresh(&mut self, date: &[u8]) {
+        if self.date == date {
+            return;
+        }
+        self.date.clear();
+        self.date.extend_from_slice(date);
+        for (code, out) in [(200, &mut self.ok_json), (304, &mut self.not_modified_json)] {
+            out.clear();
+            // Everything write_response_head writes before the length's digits.
+            write_response_head(out, code, JSON, 0, date, true, Version::Http11, &[]);
+            let cut = out.len() - b"0\r\n\r\n".len();
+            out.truncate(cut);
+        }
+    }
+
+    /// The cached prefix for this head, if there is one.
+    #[inline]
+    fn prefix(
+        &self,
+        code: u16,
+        content_type: &[u8],
+        keep_alive: bool,
+        version: Version,
+    ) -> Option<&[u8]> {
+        if !keep_alive || version != Version::Http11 || content_type != JSON {
+            return None;
+        }
+        match code {
+            200 => Some(&self.ok_json),
+            304 => Some(&self.not_modified_json),
+            _ => None,
+        }
+    }
+}
+
 /// The parts of a worker a request handler uses (everything but the connections).
 pub struct Ctx {
     pub shared: std::sync::Arc<Shared>,
@@ -29,6 +85,7 @@ pub struct Ctx {
     pub projector: Projector,
     pub pool: BufferPool,
     pub date: DateCache,
+    pub heads: HeadCache,
     /// Percent-decoded key of the current request.
     pub key: Vec<u8>,
     /// Rendered body of the current response.
@@ -399,6 +456,7 @@ fn ingest(
         projector,
         pool,
         date,
+        heads,
         key: path_key,
         body: out,
     } = ctx;
@@ -407,6 +465,7 @@ fn ingest(
     let mut answer = Answer {
         pool,
         date,
+        heads,
         stats,
         q,
         version: frame.version,
@@ -508,6 +567,7 @@ fn ingest(
 struct Answer<'a> {
     pool: &'a mut BufferPool,
     date: &'a DateCache,
+    heads: &'a HeadCache,
     stats: &'a WorkerStats,
     q: &'a mut SendQueue,
     version: Version,
@@ -527,6 +587,7 @@ impl Answer<'_> {
         write_answer(
             self.pool,
             self.date,
+            self.heads,
             self.stats,
             self.q,
             self.version,
@@ -648,6 +709,7 @@ pub fn respond(
     write_answer(
         &mut ctx.pool,
         &ctx.date,
+        &ctx.heads,
         &ctx.shared.stats[ctx.worker],
         q,
         version,
@@ -667,6 +729,7 @@ pub fn respond(
 fn write_answer(
     pool: &mut BufferPool,
     date: &DateCache,
+    heads: &HeadCache,
     stats: &WorkerStats,
     q: &mut SendQueue,
     version: Version,
@@ -680,16 +743,30 @@ fn write_answer(
 ) {
     let out = q.tail(pool);
     let before = out.len();
-    write_response_head(
-        out,
-        code,
-        content_type,
-        body.len(),
-        date.get(),
-        keep_alive,
-        version,
-        extra,
-    );
+    match heads.prefix(code, content_type, keep_alive, version) {
+        Some(prefix) => {
+            out.extend_from_slice(prefix);
+            out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
+            out.extend_from_slice(b"\r\n");
+            for (name, value) in extra {
+                out.extend_from_slice(name);
+                out.extend_from_slice(b": ");
+                out.extend_from_slice(value);
+                out.extend_from_slice(b"\r\n");
+            }
+            out.extend_from_slice(b"\r\n");
+        }
+        None => write_response_head(
+            out,
+            code,
+            content_type,
+            body.len(),
+            date.get(),
+            keep_alive,
+            version,
+            extra,
+        ),
+    }
     if !head_only {
         out.extend_from_slice(body);
     }
@@ -709,6 +786,39 @@ mod tests {
         assert!(etag_matches(b"*", b"\"5\""));
         assert!(!etag_matches(b"\"55\"", b"\"5\""));
         assert!(!etag_matches(b"5", b"\"5\""));
+    }
+
+    #[test]
+    fn cached_heads_equal_written_heads() {
+        let date = b"Sun, 06 Nov 1994 08:49:37 GMT";
+        let h = HeadCache::new(date);
+        for code in [200u16, 304] {
+            let extra: &[(&[u8], &[u8])] = &[(b"ETag", b"\"7\"")];
+            let mut want = Vec::new();
+            write_response_head(
+                &mut want,
+                code,
+                JSON,
+                53,
+                date,
+                true,
+                Version::Http11,
+                extra,
+            );
+            let mut got = h
+                .prefix(code, JSON, true, Version::Http11)
+                .unwrap()
+                .to_vec();
+            got.extend_from_slice(b"53\r\nETag: \"7\"\r\n\r\n");
+            assert_eq!(
+                String::from_utf8(got).unwrap(),
+                String::from_utf8(want).unwrap()
+            );
+        }
+        assert!(h.prefix(200, JSON, false, Version::Http11).is_none());
+        assert!(h.prefix(200, JSON, true, Version::Http10).is_none());
+        assert!(h.prefix(404, JSON, true, Version::Http11).is_none());
+        assert!(h.prefix(200, TEXT, true, Version::Http11).is_none());
     }
 
     #[test]

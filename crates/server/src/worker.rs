@@ -137,6 +137,7 @@ impl Worker {
             epoch: pollbox_core::epoch::Epoch::new(working, cfg.limits.arena_limit_bytes),
             pool: crate::send_queue::BufferPool::new(1024),
             date: pollbox_core::http::DateCache::new(),
+            heads: dispatch::HeadCache::new(b""),
             key: Vec::with_capacity(cfg.boxes.max_key_bytes.max(256)),
             body: Vec::with_capacity(16 * 1024),
             worker: id,
@@ -166,6 +167,7 @@ impl Worker {
             draining_since: None,
         };
         w.ctx.date.update(std::time::SystemTime::now());
+        w.ctx.heads.refresh(w.ctx.date.get());
         Ok(w)
     }
 
@@ -610,6 +612,8 @@ impl Worker {
             st.arena_replaced.inc();
         }
         self.ctx.date.update(std::time::SystemTime::now());
+        self.ctx.heads.refresh(self.ctx.date.get());
+        let st = &self.ctx.shared.stats[self.id];
         st.bytes_received.set(self.read_bytes);
         st.bytes_sent.set(self.sent_bytes);
         st.buffer_bytes.set(self.buffer_total() as u64);
