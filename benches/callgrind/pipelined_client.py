@@ -1,0 +1,18 @@
+#!/usr/bin/env python3
+"""Send N GET polls pipelined DEPTH deep on one connection and read every answer.
+
+    pipelined_client.py PORT N DEPTH [PATH]
+"""
+import socket, sys
+port=int(sys.argv[1]); n=int(sys.argv[2]); depth=int(sys.argv[3]); path=sys.argv[4] if len(sys.argv)>4 else "/v1/boxes/k"
+s=socket.create_connection(("127.0.0.1",port))
+body=b'{"value":5,"player":"p-7"}'
+s.sendall(b"POST /v1/boxes/k HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)); s.recv(4096)
+req=(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode())*depth
+got=0
+for i in range(n//depth):
+    s.sendall(req)
+    need=depth
+    buf=b""
+    while buf.count(b"HTTP/1.1 ")<depth or not buf.endswith(b"}"):
+        buf+=s.recv(65536)

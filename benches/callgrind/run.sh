@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Instruction counts of the server's poll path (noise-immune on a shared machine):
+# pollbox under callgrind, 32,000 GETs pipelined 16 deep from a Python client,
+# then the inclusive cost of the request path per request.
+#
+#   benches/callgrind/run.sh [REQUESTS=32000] [DEPTH=16]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+n=${1:-32000}
+depth=${2:-16}
+cargo build --release -q -p pollbox
+out=$(mktemp -d)
+port=18650
+valgrind --tool=callgrind --callgrind-out-file="$out/cg.out" \
+  target/release/pollbox serve --listen 127.0.0.1:$port --workers 1 2>"$out/vg.log" &
+vg=$!
+sleep 4
+python3 benches/callgrind/pipelined_client.py $port "$n" "$depth"
+kill -INT $vg
+wait $vg || true
+callgrind_annotate --inclusive=yes "$out/cg.out" 2>/dev/null |
+  grep -E "Worker::serve \[|dispatch::handle \[|Framer::advance \[|write_answer \[|BoxTable::poll \[" |
+  awk -v n="$n" '{gsub(",", "", $1); printf "%8.0f instructions/request  %s\n", $1 / n, $NF == "" ? $0 : $3}'
+echo "raw profile: $out/cg.out"
