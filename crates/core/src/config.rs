@@ -211,8 +211,23 @@ impl Config {
     /// Parse and validate a TOML document.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
         let cfg: Config = toml::from_str(text).map_err(|e| {
-            // toml's message names the key and the line; keep it on one line.
-            ConfigError::Parse(e.to_string().trim().replace('\n', " "))
+            // toml's message names the key; say where it is, on one line.
+            let at = e.span().map(|span| {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+                let column = before.len() - line_start + 1;
+                let source = text[line_start..].lines().next().unwrap_or("").trim();
+                (
+                    format!("line {line}, column {column}: "),
+                    format!(" (in `{source}`)"),
+                )
+            });
+            let (at, source) = at.unwrap_or_default();
+            ConfigError::Parse(format!(
+                "{at}{}{source}",
+                e.message().trim().replace('\n', " ")
+            ))
         })?;
         cfg.validate()?;
         Ok(cfg)
