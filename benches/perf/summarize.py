@@ -1,0 +1,463 @@
+#!/usr/bin/env python3
+"""Turns the measurements benches/perf/run.sh collected into the markdown report.
+
+run.sh appends one JSON object per measurement to results.jsonl in its work folder:
+
+  {"kind": "load", "server", "test", "json": <pollbox load --json file>,
+   "ticks": server CPU ticks (utime+stime) over the run, "clk_tck",
+   "gen_user_s", "gen_sys_s", "wall_s",            # the generator, from /usr/bin/time
+   "syscalls": total or null, "breakdown": file of `perf stat -x,` or null}
+  {"kind": "wrk", "server", "test", "out": wrk's stdout file, "ticks", "clk_tck", "gen_...", "wall_s"}
+  {"kind": "mem", "server", "keys", "boxes", "rss_start_kb", "rss_kb", "rss_settled_kb"}
+  {"kind": "meta", ...}                              # header facts (load average, commit, ...)
+  {"kind": "profile", "test", "file"}                # `perf report --stdio` output
+
+Usage: summarize.py line RESULTS.jsonl      (one line about the last record, for progress)
+       summarize.py table RESULTS.jsonl     (the whole report, markdown, on stdout)
+"""
+
+import json
+import re
+import sys
+
+SERVERS = ["pollbox", "nginx", "axum"]
+SERVER_TITLES = {
+    "pollbox": "pollbox (1 worker)",
+    "nginx": "nginx-light (1 worker)",
+    "axum": "axum-baseline (1 thread)",
+}
+# Errors the generator finds in nginx's fixed answer by design: the payload names
+# another key and its version never moves. They say nothing about the transport.
+NGINX_EXPECTED_ERRORS = {"payload", "version"}
+
+
+def load_records(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def answered(report):
+    """Requests answered in the run, warm-up included (the CPU window covers it)."""
+    return sum(op["requests"] + op.get("warmup_requests", 0) for op in report["ops"])
+
+
+def real_errors(server, report):
+    errors = dict(report.get("errors", {}))
+    if server == "nginx":
+        for kind in NGINX_EXPECTED_ERRORS:
+            errors.pop(kind, None)
+    return sum(errors.values())
+
+
+def derive(rec):
+    """Numbers of one load/wrk record: rate, CPU per request, latencies, syscalls."""
+    out = {"server": rec["server"], "test": rec["test"]}
+    wall = rec.get("wall_s") or 0.0
+    gen_cpu = (rec.get("gen_user_s") or 0.0) + (rec.get("gen_sys_s") or 0.0)
+    out["gen_cores"] = gen_cpu / wall if wall > 0 else None
+    server_s = rec["ticks"] / rec["clk_tck"] if rec.get("ticks") is not None else None
+    out["server_cores"] = server_s / wall if server_s is not None and wall > 0 else None
+    if rec["kind"] == "load":
+        report = read_json(rec["json"])
+        if report is None:
+            out["missing"] = True
+            return out
+        n = answered(report)
+        out["rate"] = report["achieved_rate"]
+        out["requests"] = n
+        out["lat"] = report["latency_ms"]
+        out["errors"] = real_errors(rec["server"], report)
+        out["error_kinds"] = report.get("errors", {})
+        out["offered"] = report.get("offered_rate")
+        out["cpu_us"] = server_s * 1e6 / n if server_s is not None and n else None
+        if rec.get("syscalls") is not None and n:
+            out["syscalls_per_req"] = rec["syscalls"] / n
+            switches = parse_perf_stat(rec["breakdown"], "context-switches").get("context-switches")
+            if switches is not None:
+                out["switches_per_req"] = switches / n
+    elif rec["kind"] == "wrk":
+        text = open(rec["out"]).read()
+        m = re.search(r"Requests/sec:\s+([\d.]+)", text)
+        total = re.search(r"(\d+) requests in", text)
+        bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
+        errs = re.search(r"Socket errors:.*", text)
+        out["rate"] = float(m.group(1)) if m else None
+        n = int(total.group(1)) if total else 0
+        out["requests"] = n
+        out["errors"] = int(bad.group(1)) if bad else 0
+        out["socket_errors"] = errs.group(0) if errs else ""
+        out["cpu_us"] = server_s * 1e6 / n if server_s is not None and n else None
+    return out
+
+
+def median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def aggregate(ds):
+    """The median of each number over the repetitions of one server and test (each
+    number on its own: the median p99 and the median CPU may come from different runs)."""
+    ds = [d for d in ds if not d.get("missing")]
+    if not ds:
+        return {"missing": True}
+    out = {"server": ds[0]["server"], "test": ds[0]["test"], "reps": len(ds)}
+    for field in ("rate", "cpu_us", "gen_cores", "server_cores", "syscalls_per_req", "switches_per_req", "requests"):
+        out[field] = median([d.get(field) for d in ds])
+    if all("lat" in d for d in ds):
+        out["lat"] = {p: median([d["lat"][p] for d in ds]) for p in ds[0]["lat"]}
+    out["errors"] = sum(d.get("errors") or 0 for d in ds)
+    kinds = {}
+    for d in ds:
+        for k, v in (d.get("error_kinds") or {}).items():
+            kinds[k] = kinds.get(k, 0) + v
+    out["error_kinds"] = kinds
+    out["socket_errors"] = "; ".join(d["socket_errors"] for d in ds if d.get("socket_errors"))
+    return out
+
+
+def fmt(x, digits=1):
+    if x is None:
+        return "—"
+    if isinstance(x, float) and abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}f}"
+
+
+def fmt_ratio(a, b):
+    if a is None or b is None or b == 0:
+        return "—"
+    return f"{a / b:.2f}×"
+
+
+def line(records):
+    rec = records[-1]
+    if rec["kind"] in ("load", "wrk"):
+        d = derive(rec)
+        if d.get("missing"):
+            return f"  {rec['server']:8} {rec['test']:16} no report (see the work folder)"
+        parts = [f"  {d['server']:10} {d['test']:23} #{rec.get('rep', 1)} {fmt(d.get('rate'))} req/s"]
+        if d.get("cpu_us") is not None:
+            parts.append(f"server {d['cpu_us']:.2f} µs/req")
+        if "lat" in d:
+            lat = d["lat"]
+            parts.append(f"p50 {lat['p50']:.3f} p99 {lat['p99']:.3f} p99.9 {lat['p999']:.3f} ms")
+        if d.get("syscalls_per_req") is not None:
+            parts.append(f"{d['syscalls_per_req']:.3f} syscalls/req")
+        if d.get("gen_cores") is not None:
+            parts.append(f"gen {100 * d['gen_cores']:.0f}% cpu")
+        if d.get("server_cores") is not None:
+            parts.append(f"server {100 * d['server_cores']:.0f}% cpu")
+        if d.get("errors"):
+            parts.append(f"ERRORS {d['errors']} {d.get('error_kinds', d.get('socket_errors', ''))}")
+        return ", ".join(parts)
+    if rec["kind"] == "mem":
+        return (
+            f"  {rec['server']:8} mem {rec['keys']} keys: boxes {rec['boxes']}, "
+            f"RSS {rec['rss_kb'] / 1024:.1f} MiB (settled {rec['rss_settled_kb'] / 1024:.1f} MiB)"
+        )
+    return f"  {rec['kind']}"
+
+
+def verdict(ok):
+    if ok is None:
+        return "—"
+    return "met" if ok else "**missed**"
+
+
+def table(records):
+    meta = {}
+    for r in records:
+        if r["kind"] == "meta":
+            meta.update({k: v for k, v in r.items() if k != "kind"})
+    every = {}
+    for r in records:
+        if r["kind"] in ("load", "wrk"):
+            d = derive(r)
+            d["rep"] = r.get("rep", 1)
+            every.setdefault((r["server"], r["test"]), []).append(d)
+    runs = {key: aggregate(ds) for key, ds in every.items()}
+
+    def get(server, test, field):
+        d = runs.get((server, test))
+        return None if d is None else d.get(field)
+
+    out = []
+    w = out.append
+    w(f"# pollbox side-by-side benchmark — {meta.get('date', '?')}")
+    w("")
+    w(f"- command: `{meta.get('command', 'benches/perf/run.sh')}`")
+    w(f"- commit: `{meta.get('commit', '?')}`; machine: {meta.get('machine', '?')}")
+    w(
+        f"- pinning: servers on core {meta.get('server_cpu')} (taskset), generator on core "
+        f"{meta.get('load_cpu')}; both at nice {meta.get('nice')}; each number is the median of "
+        f"{meta.get('reps')} runs of {meta.get('duration')} s (after a {meta.get('warmup')} s warm-up), "
+        f"the servers' runs interleaved; {meta.get('connections')} connections, "
+        f"keys lg-0..lg-{int(meta.get('keys', 1000)) - 1} pre-seeded; syscall counts: one run of "
+        f"{meta.get('syscall_duration')} s per server"
+    )
+    w(f"- load average before: `{meta.get('uptime_before', '?')}`; after: `{meta.get('uptime_after', '?')}`")
+    for when in ("before", "after"):
+        if meta.get(f"busy_{when}"):
+            w(f"- other busy processes {when} the run (%CPU over their lifetime, command): {meta[f'busy_{when}']}")
+    w(f"- raw data: `{meta.get('work', '?')}`")
+    w("")
+    w("## Side by side")
+    w("")
+    w(
+        "CPU is the server's utime+stime from /proc/PID/stat over the run divided by the "
+        "requests answered. Latency is `pollbox load` open-loop (from intended send time)."
+    )
+    w("")
+    head = "| measure | " + " | ".join(SERVER_TITLES[s] for s in SERVERS)
+    w(head + " | pollbox / nginx | axum / nginx | target | pollbox |")
+    w("|---|" + "---:|" * len(SERVERS) + "---:|---:|---|---|")
+
+    def row(label, test, field, digits=1, target=None, check=None, scale=1.0):
+        vals = [get(s, test, field) for s in SERVERS]
+        vals = [None if v is None else v * scale for v in vals]
+        ok = check(vals) if check and None not in (vals[0],) else None
+        cells = [fmt(v, digits) for v in vals]
+        w(
+            f"| {label} | "
+            + " | ".join(cells)
+            + f" | {fmt_ratio(vals[0], vals[1])} | {fmt_ratio(vals[2], vals[1])} | {target or ''} | {verdict(ok) if check else ''} |"
+        )
+
+    def le_nginx(factor):
+        return lambda v: v[1] is not None and v[0] <= factor * v[1]
+
+    rate = f"{meta.get('rate', '?')}/s"
+    row("closed-loop poll, req/s (1 generator thread)", "poll-closed", "rate", 0)
+    row("  generator CPU in that run, %", "poll-closed", "gen_cores", 0, scale=100)
+    row(f"poll @ {rate}: server CPU µs/req", "poll-open", "cpu_us", 2, "≤ nginx", le_nginx(1.0))
+    for p, name in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
+        vals = [None if get(s, "poll-open", "lat") is None else get(s, "poll-open", "lat")[p] for s in SERVERS]
+        runs_ok = None if None in vals[:2] else vals[0] <= vals[1]
+        target = "≤ nginx" if p != "p50" else ""
+        w(
+            f"| poll @ {rate}: {name} ms | "
+            + " | ".join(fmt(v, 3) for v in vals)
+            + f" | {fmt_ratio(vals[0], vals[1])} | {fmt_ratio(vals[2], vals[1])} | {target} | {verdict(runs_ok) if target else ''} |"
+        )
+    row(
+        f"ingest {meta.get('body_bytes')} B @ {rate}: server CPU µs/req",
+        "ingest-open",
+        "cpu_us",
+        2,
+        "≤ 1.2× nginx",
+        le_nginx(1.2),
+    )
+    for p, name in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
+        vals = [None if get(s, "ingest-open", "lat") is None else get(s, "ingest-open", "lat")[p] for s in SERVERS]
+        runs_ok = None if None in vals[:2] else vals[0] <= vals[1]
+        target = "≤ nginx" if p != "p50" else ""
+        w(
+            f"| ingest @ {rate}: {name} ms | "
+            + " | ".join(fmt(v, 3) for v in vals)
+            + f" | {fmt_ratio(vals[0], vals[1])} | {fmt_ratio(vals[2], vals[1])} | {target} | {verdict(runs_ok) if target else ''} |"
+        )
+    depth = meta.get("pipeline", 16)
+    row(
+        f"pipelined GET ×{depth} (pollbox load), req/s",
+        "poll-pipelined",
+        "rate",
+        0,
+        "≥ 1,000,000",
+        lambda v: v[0] >= 1_000_000,
+    )
+    row("  server CPU µs/req", "poll-pipelined", "cpu_us", 3)
+    row("  server CPU, % of its core", "poll-pipelined", "server_cores", 0, scale=100)
+    row("  generator CPU, % of its core", "poll-pipelined", "gen_cores", 0, scale=100)
+    row(f"pipelined GET ×{depth} (wrk + pipeline.lua), req/s", "poll-wrk", "rate", 0)
+    row("  server CPU µs/req", "poll-wrk", "cpu_us", 3)
+    row("  wrk CPU, % of its core", "poll-wrk", "gen_cores", 0, scale=100)
+    row(f"pipelined ingest ×{depth} ({meta.get('body_bytes')} B), req/s", "ingest-pipelined", "rate", 0)
+    row("  server CPU µs/req", "ingest-pipelined", "cpu_us", 3)
+    row("  generator CPU, % of its core", "ingest-pipelined", "gen_cores", 0, scale=100)
+    row(
+        f"syscalls/req, poll @ {rate}",
+        "poll-open-syscalls",
+        "syscalls_per_req",
+        3,
+        "≤ 2",
+        lambda v: v[0] <= 2.0,
+    )
+    row(
+        f"syscalls/req, pipelined GET ×{depth} (closed loop)",
+        "poll-pipelined-syscalls",
+        "syscalls_per_req",
+        3,
+        "well below 1",
+        lambda v: v[0] < 1.0,
+    )
+    row(f"  context switches/req, poll @ {rate}", "poll-open-syscalls", "switches_per_req", 3)
+    row(
+        f"  context switches/req, pipelined GET ×{depth}",
+        "poll-pipelined-syscalls",
+        "switches_per_req",
+        4,
+    )
+    w("")
+
+    # Errors, so that a fast wrong answer does not pass for a fast answer.
+    bad = [d for d in runs.values() if d.get("errors")]
+    if bad:
+        w("Errors seen (nginx's payload/version mismatches excluded, they are by design):")
+        for d in bad:
+            w(f"- {d['server']} {d['test']}: {d['errors']} {d.get('error_kinds') or d.get('socket_errors')}")
+    else:
+        w(
+            "No errors in any run (nginx's answers fail the generator's payload check by "
+            "design, a fixed body cannot name the polled key; those are not counted)."
+        )
+    w("")
+
+    # Syscall breakdown.
+    breakdowns = [r for r in records if r["kind"] == "load" and r.get("breakdown")]
+    if breakdowns:
+        w("## Syscalls per request, by syscall (perf stat -e 'syscalls:sys_enter_*')")
+        w("")
+        cols = [(r["server"], r["test"]) for r in breakdowns]
+        per = {}
+        names = set()
+        for r in breakdowns:
+            d = runs.get((r["server"], r["test"]))
+            n = d.get("requests") if d else None
+            counts = parse_perf_stat(r["breakdown"])
+            per[(r["server"], r["test"])] = (counts, n)
+            names.update(k for k, v in counts.items() if n and v / n >= 0.001)
+        w("| syscall | " + " | ".join(f"{s} {t.replace('-syscalls', '')}" for s, t in cols) + " |")
+        w("|---|" + "---:|" * len(cols))
+        order = sorted(names, key=lambda k: -max((c.get(k, 0) / n if n else 0) for c, n in per.values()))
+        for k in order:
+            cells = []
+            for c in cols:
+                counts, n = per[c]
+                cells.append(f"{counts.get(k, 0) / n:.3f}" if n else "—")
+            w(f"| {k} | " + " | ".join(cells) + " |")
+        w("")
+
+    mem = [r for r in records if r["kind"] == "mem"]
+    if mem:
+        w("## Memory (fresh server, every key ingested once with `pollbox load --preseed`)")
+        w("")
+        w("Verdict on the RSS 6 s after the ingest (jemalloc's dirty decay is 5 s); the peak right after is shown too.")
+        w("")
+        w("| server | keys | boxes reported | RSS at start | RSS after ingest | RSS 6 s later | bytes/box (settled − start) | target | verdict |")
+        w("|---|---:|---:|---:|---:|---:|---:|---|---|")
+        for r in mem:
+            target, ok = "", None
+            if r["server"] == "pollbox":
+                limit = 25e6 if r["keys"] <= 100_000 else 200e6
+                target = f"≤ {limit / 1e6:.0f} MB"
+                # Judged on the settled RSS: right after the ingest burst jemalloc still
+                # holds the dirty pages of the request buffers (both are shown).
+                ok = r["rss_settled_kb"] * 1024 <= limit and r["boxes"] == r["keys"]
+            per_box = (r["rss_settled_kb"] - r["rss_start_kb"]) * 1024 / r["keys"] if r["keys"] else 0
+            w(
+                f"| {r['server']} | {r['keys']:,} | {r['boxes']} | {r['rss_start_kb'] / 1024:.1f} MiB "
+                f"| {r['rss_kb'] * 1024 / 1e6:.1f} MB ({r['rss_kb'] / 1024:.1f} MiB) "
+                f"| {r['rss_settled_kb'] * 1024 / 1e6:.1f} MB | {per_box:.0f} | {target} | {verdict(ok) if target else ''} |"
+            )
+        w("")
+
+    scale = [(k, d) for k, d in runs.items() if k[0].startswith("pollbox-w")]
+    if scale:
+        w("## Scaling: pollbox --workers 1 vs 2 (server may use both cores; see the method)")
+        w("")
+        w("| run | req/s | server CPU µs/req | server cores used | generator cores used | req/s per server core |")
+        w("|---|---:|---:|---:|---:|---:|")
+        for (server, test), d in sorted(scale):
+            per_core = d["rate"] / d["server_cores"] if d.get("server_cores") else None
+            w(
+                f"| {server} {test} | {fmt(d.get('rate'), 0)} | {fmt(d.get('cpu_us'), 3)} "
+                f"| {fmt(d.get('server_cores'), 2)} | {fmt(d.get('gen_cores'), 2)} | {fmt(per_core, 0)} |"
+            )
+        w1 = runs.get(("pollbox-w1", "poll-pipelined-2cores"))
+        w2 = runs.get(("pollbox-w2", "poll-pipelined-2cores"))
+        if w1 and w2 and w1.get("rate") and w1.get("server_cores") and w2.get("server_cores"):
+            w("")
+            w(
+                f"workers 2 / workers 1: throughput {w2['rate'] / w1['rate']:.2f}×, server cores used "
+                f"{w2['server_cores'] / w1['server_cores']:.2f}×, req/s per server core "
+                f"{(w2['rate'] / w2['server_cores']) / (w1['rate'] / w1['server_cores']):.2f}× "
+                "(1.00× = linear in cores)."
+            )
+        w("")
+
+    w("## Every run (the spread behind the medians)")
+    w("")
+    w("| server | test | run | req/s | server CPU µs/req | p50 ms | p99 ms | p99.9 ms | server % core | generator % core |")
+    w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for (server, test), ds in every.items():
+        for d in ds:
+            lat = d.get("lat") or {}
+            w(
+                f"| {server} | {test} | {d['rep']} | {fmt(d.get('rate'), 0)} | {fmt(d.get('cpu_us'), 2)} "
+                f"| {fmt(lat.get('p50'), 3)} | {fmt(lat.get('p99'), 3)} | {fmt(lat.get('p999'), 3)} "
+                f"| {fmt(None if d.get('server_cores') is None else 100 * d['server_cores'], 0)} "
+                f"| {fmt(None if d.get('gen_cores') is None else 100 * d['gen_cores'], 0)} |"
+            )
+    w("")
+
+    profiles = [r for r in records if r["kind"] == "profile"]
+    for r in profiles:
+        w(f"## Profile: pollbox during {r['test']} (perf record -g, top symbols, self time)")
+        w("")
+        w("```")
+        try:
+            w(open(r["file"]).read().rstrip())
+        except OSError:
+            w("(no profile)")
+        w("```")
+        w("")
+    return "\n".join(out)
+
+
+def parse_perf_stat(path, prefix="syscalls:sys_enter_"):
+    """`perf stat -x,` lines: count,unit,event,... -> {event without prefix: count}."""
+    counts = {}
+    try:
+        with open(path) as f:
+            for raw in f:
+                parts = raw.strip().split(",")
+                if len(parts) < 3 or not parts[2].startswith(prefix):
+                    continue
+                try:
+                    n = int(float(parts[0]))
+                except ValueError:
+                    continue
+                name = parts[2][len(prefix):] or parts[2]
+                if n or prefix == "context-switches":
+                    counts[name] = counts.get(name, 0) + n
+    except OSError:
+        pass
+    return counts
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[1] not in ("line", "table"):
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    records = load_records(sys.argv[2])
+    if sys.argv[1] == "line":
+        if records:
+            print(line(records))
+    else:
+        print(table(records))
+
+
+if __name__ == "__main__":
+    main()
