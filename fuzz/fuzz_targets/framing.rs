@@ -154,7 +154,10 @@ fn check_frame(frame: &Frame, buf: &[u8]) {
     ranges.extend(frame.authorization.clone());
     ranges.extend(frame.content_type.clone());
     for r in ranges {
-        assert!(r.start <= r.end && r.end <= head_end, "{r:?} outside head in {frame:?}");
+        assert!(
+            r.start <= r.end && r.end <= head_end,
+            "{r:?} outside head in {frame:?}"
+        );
     }
     let head = &buf[..head_end];
     for (i, &b) in head.iter().enumerate() {
@@ -164,7 +167,10 @@ fn check_frame(frame: &Frame, buf: &[u8]) {
             _ => {}
         }
     }
-    assert!(head.ends_with(b"\r\n\r\n"), "head does not end in a blank line");
+    assert!(
+        head.ends_with(b"\r\n\r\n"),
+        "head does not end in a blank line"
+    );
 }
 
 /// After an error the framer keeps saying the same thing until `reset`, and
@@ -172,6 +178,10 @@ fn check_frame(frame: &Frame, buf: &[u8]) {
 fn check_refusal(framer: &mut Framer, buf: &mut [u8], e: HttpError) {
     assert!(matches!(e.status(), 400 | 413 | 431 | 501 | 505), "{e:?}");
     assert!(!e.reason().is_empty() && !e.metric_label().is_empty());
-    assert_eq!(framer.advance(buf), Err(e), "a refused framer changed its mind");
+    assert_eq!(
+        framer.advance(buf),
+        Err(e),
+        "a refused framer changed its mind"
+    );
     assert_eq!(framer.state(), FramerState::Head);
 }

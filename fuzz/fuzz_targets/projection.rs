@@ -39,8 +39,19 @@ const KEY_FIELDS: [&str; 4] = ["key", "k", "a", "value"];
 const POINTERS: [&str; 8] = [
     "/value", "/player", "/key", "/a", "/a/b", "/", "/a~1b", "/a/b/c",
 ];
-const TYPES: [FieldType; 4] = [FieldType::I64, FieldType::F64, FieldType::Bool, FieldType::Str];
-const REDUCERS: [Reduce; 5] = [Reduce::Last, Reduce::Sum, Reduce::Min, Reduce::Max, Reduce::Count];
+const TYPES: [FieldType; 4] = [
+    FieldType::I64,
+    FieldType::F64,
+    FieldType::Bool,
+    FieldType::Str,
+];
+const REDUCERS: [Reduce; 5] = [
+    Reduce::Last,
+    Reduce::Sum,
+    Reduce::Min,
+    Reduce::Max,
+    Reduce::Count,
+];
 const NAMES: [[&str; 4]; 2] = [["v", "sum", "n", "by"], ["a-b_", "key", "value", "X9"]];
 const ARENA_LIMITS: [usize; 4] = [2048, 16 * 1024, 1 << 20, 1 << 20];
 const MAX_BOXES: [usize; 4] = [1, 2, 5, 1000];
@@ -79,7 +90,14 @@ fuzz_target!(|data: &[u8]| {
         {
             let got = projector.project(epoch.arena(), body, format, keys);
             let expected = model_body(&plan, body, format, keys);
-            check_projection(&plan, body, &got, &expected, setup.arena_limit, (format, keys));
+            check_projection(
+                &plan,
+                body,
+                &got,
+                &expected,
+                setup.arena_limit,
+                (format, keys),
+            );
             if let Ok(batch) = &got {
                 for item in batch.items.iter() {
                     let Ok(msg) = item else { continue };
@@ -106,7 +124,11 @@ fn setup(data: &[u8]) -> Option<(Setup, &[u8])> {
     let max_payload_bytes = 16 + usize::from(b2);
     let mut boxes = BoxesConfig {
         key_field: KEY_FIELDS[usize::from((b0 >> 2) & 3)].into(),
-        max_key_bytes: if b1 & 0x80 != 0 { 128 } else { 1 + usize::from(b1 & 0x0f) },
+        max_key_bytes: if b1 & 0x80 != 0 {
+            128
+        } else {
+            1 + usize::from(b1 & 0x0f)
+        },
         max_boxes: MAX_BOXES[usize::from(b0 >> 6)],
         max_payload_bytes,
         fields: Vec::new(),
@@ -118,7 +140,11 @@ fn setup(data: &[u8]) -> Option<(Setup, &[u8])> {
             && !matches!(ty, FieldType::I64 | FieldType::F64)
         {
             // Only numbers sum, min and max: keep the config valid.
-            ty = if ty == FieldType::Bool { FieldType::I64 } else { FieldType::F64 };
+            ty = if ty == FieldType::Bool {
+                FieldType::I64
+            } else {
+                FieldType::F64
+            };
         }
         let field = if reduce == Reduce::Count {
             FieldConfig {
@@ -144,7 +170,10 @@ fn setup(data: &[u8]) -> Option<(Setup, &[u8])> {
     let mut config = EMBEDDED.get_or_init(Config::embedded).clone();
     config.boxes = boxes;
     if let Err(e) = config.validate() {
-        panic!("the harness built an invalid config: {e}\n{:#?}", config.boxes);
+        panic!(
+            "the harness built an invalid config: {e}\n{:#?}",
+            config.boxes
+        );
     }
     let plan = Plan::compile(&config.boxes).ok()?;
     Some((
@@ -168,6 +197,10 @@ enum MVal {
     Str(String),
 }
 
+/// One message as the model reads it: its key (`None` with path keys) and
+/// one value per plan field, or why it is rejected.
+type ModelMessage = Result<(Option<String>, Vec<Option<MVal>>), MessageError>;
+
 #[derive(Debug)]
 enum ModelBody {
     /// Not valid JSON for the model, or no JSON value at all.
@@ -175,7 +208,7 @@ enum ModelBody {
     NotObjectOrArray,
     Ok {
         shape: Shape,
-        items: Vec<Result<(Option<String>, Vec<Option<MVal>>), MessageError>>,
+        items: Vec<ModelMessage>,
     },
     /// The parsers may legitimately disagree: numbers past u64 or f64 (which
     /// simd-json refuses and serde_json keeps), or nesting past serde_json's
@@ -214,7 +247,9 @@ fn has_out_of_range_number(doc: &[u8]) -> bool {
             }
             b'-' | b'0'..=b'9' => {
                 let start = i;
-                while i < doc.len() && matches!(doc[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') {
+                while i < doc.len()
+                    && matches!(doc[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                {
                     i += 1;
                 }
                 let text = std::str::from_utf8(&doc[start..i]).unwrap_or("x");
@@ -285,11 +320,7 @@ type Object = serde_json::Map<String, Json>;
 /// SPEC §3 and the projection's documented choices: the key first, then the
 /// fields in plan order; the first problem rejects the message; `null` and a
 /// pointer through a non-object are absent.
-fn model_message(
-    plan: &Plan,
-    o: &Object,
-    keys: KeySource,
-) -> Result<(Option<String>, Vec<Option<MVal>>), MessageError> {
+fn model_message(plan: &Plan, o: &Object, keys: KeySource) -> ModelMessage {
     let key = match keys {
         KeySource::Path => None,
         KeySource::Body => match o.get(&plan.key_field) {
@@ -385,7 +416,8 @@ fn check_projection(
         let mut text = Vec::new();
         e.write_message(&mut text);
         assert!(
-            text.iter().all(|&b| b.is_ascii() && b != b'"' && b != b'\\'),
+            text.iter()
+                .all(|&b| b.is_ascii() && b != b'"' && b != b'\\'),
             "{e:?} message needs escaping"
         );
         assert!(matches!(e.status(), 400 | 503));
@@ -426,7 +458,10 @@ fn check_projection(
                         g.write_reason(plan, &mut reason);
                         assert!(!reason.is_empty());
                     }
-                    _ => panic!("{how:?} item {i} of {:?}: projection {g:?}, model {m:?}", show()),
+                    _ => panic!(
+                        "{how:?} item {i} of {:?}: projection {g:?}, model {m:?}",
+                        show()
+                    ),
                 }
             }
         }
@@ -502,9 +537,10 @@ impl TableModel {
                 _ => return Err(MessageError::WrongType { field }),
             };
             let reduced = match (f.reduce, prev, typed) {
-                (Reduce::Sum, MState::I64(a), MState::I64(b)) => {
-                    MState::I64(a.checked_add(b).ok_or(MessageError::SumOverflow { field })?)
-                }
+                (Reduce::Sum, MState::I64(a), MState::I64(b)) => MState::I64(
+                    a.checked_add(b)
+                        .ok_or(MessageError::SumOverflow { field })?,
+                ),
                 (Reduce::Sum, MState::F64(a), MState::F64(b)) => {
                     let s = a + b;
                     if !s.is_finite() {
@@ -514,8 +550,12 @@ impl TableModel {
                 }
                 (Reduce::Min, MState::I64(a), MState::I64(b)) => MState::I64(a.min(b)),
                 (Reduce::Max, MState::I64(a), MState::I64(b)) => MState::I64(a.max(b)),
-                (Reduce::Min, MState::F64(a), MState::F64(b)) => MState::F64(if b < a { b } else { a }),
-                (Reduce::Max, MState::F64(a), MState::F64(b)) => MState::F64(if b > a { b } else { a }),
+                (Reduce::Min, MState::F64(a), MState::F64(b)) => {
+                    MState::F64(if b < a { b } else { a })
+                }
+                (Reduce::Max, MState::F64(a), MState::F64(b)) => {
+                    MState::F64(if b > a { b } else { a })
+                }
                 (_, _, t) => t,
             };
             next.push(reduced);
@@ -577,8 +617,12 @@ fn check_apply(
                 "payload of {key:?} after {model_values:?}"
             );
             assert!(out.len() <= plan.max_payload_bytes);
-            let parsed: Json = serde_json::from_slice(&out)
-                .unwrap_or_else(|e| panic!("payload is not JSON ({e}): {:?}", String::from_utf8_lossy(&out)));
+            let parsed: Json = serde_json::from_slice(&out).unwrap_or_else(|e| {
+                panic!(
+                    "payload is not JSON ({e}): {:?}",
+                    String::from_utf8_lossy(&out)
+                )
+            });
             assert_eq!(parsed.get("k").and_then(Json::as_str), Some(key));
             // Every float reads back as the very value stored.
             let state = &model.boxes[key].1;
@@ -597,6 +641,9 @@ fn check_apply(
             assert_eq!(g, m, "{key:?} {model_values:?}");
             assert!(out.is_empty(), "a rejected message wrote a payload");
         }
-        _ => panic!("apply {key:?} {model_values:?}: table {got:?}, model {:?}", expected.as_ref().map(|(v, _)| v)),
+        _ => panic!(
+            "apply {key:?} {model_values:?}: table {got:?}, model {:?}",
+            expected.as_ref().map(|(v, _)| v)
+        ),
     }
 }
