@@ -10,8 +10,8 @@ use crate::stats::{RouteLabel, WorkerStats};
 use crate::Shared;
 use pollbox_core::epoch::Epoch;
 use pollbox_core::http::{
-    parse_poll_query, percent_decode_into, route, write_response_head, DateCache, Frame, HttpError,
-    Method, Route, Version,
+    parse_poll_query, percent_decode_into, route, write_head_end, write_response_head, DateCache,
+    Frame, HttpError, Method, Route, Version,
 };
 use pollbox_core::plan::MessageError;
 use pollbox_core::projection::{BodyFormat, KeySource, Projector, Shape};
@@ -748,13 +748,7 @@ fn write_answer(
             out.extend_from_slice(prefix);
             out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
             out.extend_from_slice(b"\r\n");
-            for (name, value) in extra {
-                out.extend_from_slice(name);
-                out.extend_from_slice(b": ");
-                out.extend_from_slice(value);
-                out.extend_from_slice(b"\r\n");
-            }
-            out.extend_from_slice(b"\r\n");
+            write_head_end(out, extra);
         }
         None => write_response_head(
             out,

@@ -87,6 +87,12 @@ pub fn write_response_head(
     } else if version == Version::Http10 {
         out.extend_from_slice(b"Connection: keep-alive\r\n");
     }
+    write_head_end(out, extra_headers);
+}
+
+/// The end of a response head: `extra_headers`, then the blank line. For
+/// callers that wrote the start of the head themselves (a cached prefix).
+pub fn write_head_end(out: &mut Vec<u8>, extra_headers: &[(&[u8], &[u8])]) {
     for (name, value) in extra_headers {
         out.extend_from_slice(name);
         out.extend_from_slice(b": ");
