@@ -140,7 +140,9 @@ pub fn handle(
     match r {
         Route::Poll { key } => {
             let query = &buf[frame.query.clone()];
-            let pq = match parse_poll_query(query) {
+            // A bad query or a bad key: one 400 with the specific reason.
+            let pq = match parse_poll_query(query).and_then(|pq| decode_key(ctx, key).map(|()| pq))
+            {
                 Ok(pq) => pq,
                 Err(what) => {
                     return Handled::Answered(error(
@@ -154,17 +156,6 @@ pub fn handle(
                     ))
                 }
             };
-            if let Err(what) = decode_key(ctx, key) {
-                return Handled::Answered(error(
-                    ctx,
-                    q,
-                    frame,
-                    RouteLabel::Poll,
-                    400,
-                    what,
-                    keep_alive,
-                ));
-            }
             if let (Some(after_v), Some(wait)) = (pq.after, pq.wait_ms) {
                 let now_v = ctx.shared.boxes.version(&ctx.key).unwrap_or(0);
                 let wait = wait.min(ctx.shared.config.limits.max_wait_ms);
