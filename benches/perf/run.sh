@@ -11,7 +11,9 @@
 # server and test, interleaved; the report takes the median, 3), PERF_WARMUP (s, 1),
 # PERF_RATE (open-loop req/s, 20000), PERF_CONNECTIONS (32), PERF_PIPELINE (16),
 # PERF_BODY_BYTES (512), PERF_KEYS (1000), PERF_SERVER_CPU (0), PERF_LOAD_CPU (1),
-# PERF_NICE (-10 as root, else 0), PERF_SKIP_BUILD=1, PERF_SKIP="mem scaling profile",
+# PERF_NICE (-10 as root, else 0), PERF_SKIP_BUILD=1, PERF_SKIP="syscalls mem scaling profile",
+# PERF_TESTS (the side-by-side tests, default "poll-closed poll-open ingest-open
+# poll-pipelined poll-wrk ingest-pipelined"),
 # PERF_RESULTS (report path), PERF_WORK (raw data folder).
 #
 # Needs: nginx (Debian: nginx-light), wrk, perf (linux-perf), taskset, curl, python3.
@@ -281,6 +283,9 @@ measure() {
         poll-open-syscalls)
             run_load "$server" "$test" "$rep" syscalls "${short[@]}" --mix poll:100 --rate "$RATE"
             ;;
+        poll-closed-syscalls)
+            run_load "$server" "$test" "$rep" syscalls "${short[@]}" --mix poll:100
+            ;;
         poll-pipelined-syscalls)
             run_load "$server" "$test" "$rep" syscalls "${short[@]}" --mix poll:100 --pipeline "$DEPTH"
             ;;
@@ -296,7 +301,8 @@ side_by_side() {
     for n in "${servers[@]}"; do start_server "$n" "$SERVER_CPU" 1; done
     preseed pollbox "$KEYS"
     preseed axum "$KEYS"
-    local tests=(poll-closed poll-open ingest-open poll-pipelined poll-wrk ingest-pipelined)
+    local tests
+    read -ra tests <<<"${PERF_TESTS:-poll-closed poll-open ingest-open poll-pipelined poll-wrk ingest-pipelined}"
     for test in "${tests[@]}"; do
         for ((rep = 1; rep <= REPS; rep++)); do
             for ((i = 0; i < 3; i++)); do
@@ -304,13 +310,13 @@ side_by_side() {
             done
         done
     done
-    if [[ $HAVE_PERF == 1 ]]; then
+    if [[ $HAVE_PERF == 1 && $SKIP != *" syscalls "* ]]; then
         # Syscall counts are structural (how many requests a read carries), one run each.
-        for test in poll-open-syscalls poll-pipelined-syscalls; do
+        for test in poll-open-syscalls poll-closed-syscalls poll-pipelined-syscalls; do
             for n in "${servers[@]}"; do measure "$n" "$test" 1; done
         done
-        if [[ $SKIP != *" profile "* ]]; then profile pollbox; fi
     fi
+    if [[ $HAVE_PERF == 1 && $SKIP != *" profile "* ]]; then profile pollbox; fi
     for n in "${servers[@]}"; do stop_server "$n"; done
 }
 

@@ -74,6 +74,7 @@ def derive(rec):
         out["rate"] = report["achieved_rate"]
         out["requests"] = n
         out["lat"] = report["latency_ms"]
+        out["buckets"] = report.get("latency_buckets_ns")
         out["errors"] = real_errors(rec["server"], report)
         out["error_kinds"] = report.get("errors", {})
         out["offered"] = report.get("offered_rate")
@@ -106,6 +107,32 @@ def median(xs):
     return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
+def pooled_percentiles(ds):
+    """Percentiles (ms) of all the runs' samples together: the runs' histograms merged by
+    adding the counts of equal buckets. None unless every run carries its buckets."""
+    if not ds or any(not d.get("buckets") for d in ds):
+        return None
+    counts = {}
+    for d in ds:
+        for value, count in d["buckets"]:
+            counts[value] = counts.get(value, 0) + count
+    values = sorted(counts)
+    total = sum(counts.values())
+    out = {}
+    for name, q in (("p50", 0.50), ("p90", 0.90), ("p99", 0.99), ("p999", 0.999)):
+        # The smallest value with at least q of the samples at or below it (HdrHistogram's
+        # value_at_quantile).
+        need, seen = max(1, -(-int(q * total * 1_000_000) // 1_000_000)), 0
+        for v in values:
+            seen += counts[v]
+            if seen >= need:
+                out[name] = v / 1e6
+                break
+    out["max"] = values[-1] / 1e6
+    out["samples"] = total
+    return out
+
+
 def aggregate(ds):
     """The median of each number over the repetitions of one server and test (each
     number on its own: the median p99 and the median CPU may come from different runs)."""
@@ -117,6 +144,8 @@ def aggregate(ds):
         out[field] = median([d.get(field) for d in ds])
     if all("lat" in d for d in ds):
         out["lat"] = {p: median([d["lat"][p] for d in ds]) for p in ds[0]["lat"]}
+        out["lat_range"] = {p: (min(d["lat"][p] for d in ds), max(d["lat"][p] for d in ds)) for p in ds[0]["lat"]}
+    out["pooled"] = pooled_percentiles(ds)
     out["errors"] = sum(d.get("errors") or 0 for d in ds)
     kinds = {}
     for d in ds:
@@ -238,19 +267,39 @@ def table(records):
     def le_nginx(factor):
         return lambda v: v[1] is not None and v[0] <= factor * v[1]
 
+    def latency_rows(label, test):
+        """p50/p99/p99.9 of all the runs' samples pooled (the histograms merged) when
+        the runs carry their buckets, else the median over runs; with the range of the
+        single runs, and in how many interleaved repetitions pollbox was at or below nginx."""
+        pooled = [get(s, test, "pooled") for s in SERVERS]
+        per_run = {s: {d["rep"]: d for d in every.get((s, test), []) if d.get("lat")} for s in SERVERS}
+        for p, name in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
+            if all(x is not None for x in pooled[:2]):
+                vals = [None if x is None else x[p] for x in pooled]
+                how = "pooled"
+            else:
+                vals = [None if get(s, test, "lat") is None else get(s, test, "lat")[p] for s in SERVERS]
+                how = "median"
+            ranges = [get(s, test, "lat_range") for s in SERVERS]
+            spread = " / ".join(
+                "—" if r is None else f"{r[p][0]:.3f}–{r[p][1]:.3f}" for r in ranges[:2]
+            )
+            reps = sorted(set(per_run["pollbox"]) & set(per_run["nginx"]))
+            wins = sum(per_run["pollbox"][r]["lat"][p] <= per_run["nginx"][r]["lat"][p] for r in reps)
+            ok = None if None in vals[:2] else vals[0] <= vals[1]
+            target = "≤ nginx" if p != "p50" else ""
+            w(
+                f"| {label} @ {rate}: {name} ms ({how}; single runs pollbox / nginx {spread}; "
+                f"pollbox ≤ nginx in {wins} of {len(reps)} reps) | "
+                + " | ".join(fmt(v, 3) for v in vals)
+                + f" | {fmt_ratio(vals[0], vals[1])} | {fmt_ratio(vals[2], vals[1])} | {target} | {verdict(ok) if target else ''} |"
+            )
+
     rate = f"{meta.get('rate', '?')}/s"
     row("closed-loop poll, req/s (1 generator thread)", "poll-closed", "rate", 0)
     row("  generator CPU in that run, %", "poll-closed", "gen_cores", 0, scale=100)
     row(f"poll @ {rate}: server CPU µs/req", "poll-open", "cpu_us", 2, "≤ nginx", le_nginx(1.0))
-    for p, name in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
-        vals = [None if get(s, "poll-open", "lat") is None else get(s, "poll-open", "lat")[p] for s in SERVERS]
-        runs_ok = None if None in vals[:2] else vals[0] <= vals[1]
-        target = "≤ nginx" if p != "p50" else ""
-        w(
-            f"| poll @ {rate}: {name} ms | "
-            + " | ".join(fmt(v, 3) for v in vals)
-            + f" | {fmt_ratio(vals[0], vals[1])} | {fmt_ratio(vals[2], vals[1])} | {target} | {verdict(runs_ok) if target else ''} |"
-        )
+    latency_rows("poll", "poll-open")
     row(
         f"ingest {meta.get('body_bytes')} B @ {rate}: server CPU µs/req",
         "ingest-open",
@@ -259,15 +308,7 @@ def table(records):
         "≤ 1.2× nginx",
         le_nginx(1.2),
     )
-    for p, name in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
-        vals = [None if get(s, "ingest-open", "lat") is None else get(s, "ingest-open", "lat")[p] for s in SERVERS]
-        runs_ok = None if None in vals[:2] else vals[0] <= vals[1]
-        target = "≤ nginx" if p != "p50" else ""
-        w(
-            f"| ingest @ {rate}: {name} ms | "
-            + " | ".join(fmt(v, 3) for v in vals)
-            + f" | {fmt_ratio(vals[0], vals[1])} | {fmt_ratio(vals[2], vals[1])} | {target} | {verdict(runs_ok) if target else ''} |"
-        )
+    latency_rows("ingest", "ingest-open")
     depth = meta.get("pipeline", 16)
     row(
         f"pipelined GET ×{depth} (pollbox load), req/s",
@@ -301,6 +342,14 @@ def table(records):
         3,
         "well below 1",
         lambda v: v[0] < 1.0,
+    )
+    row(
+        f"syscalls/req, poll closed loop ({meta.get('connections')} connections, not pipelined)",
+        "poll-closed-syscalls",
+        "syscalls_per_req",
+        3,
+        "≤ 2",
+        lambda v: v[0] <= 2.0,
     )
     row(f"  context switches/req, poll @ {rate}", "poll-open-syscalls", "switches_per_req", 3)
     row(

@@ -124,6 +124,11 @@ pub struct Report {
     /// Errors by kind: connect, io, closed, protocol, status, payload, version,
     /// rejected, timeout.
     pub errors: BTreeMap<String, u64>,
+    /// The latency histogram of all operations itself, as `[value_ns, count]` pairs of
+    /// its non-empty buckets (each value the highest of its bucket, 3 significant
+    /// digits): runs with the same settings can be merged by adding counts, so a
+    /// percentile over many short interleaved runs comes from all their samples.
+    pub latency_buckets_ns: Vec<[u64; 2]>,
     /// Latency histograms (ns), all operations and then per operation in mix order.
     #[serde(skip)]
     histograms: Histograms,
@@ -250,6 +255,7 @@ impl Report {
             ops,
             status: status_map(&status_all),
             errors,
+            latency_buckets_ns: buckets(&all),
             histograms: Histograms {
                 all,
                 ops: histograms,
@@ -349,6 +355,13 @@ impl Report {
             ),
         }
     }
+}
+
+/// The non-empty buckets of `h` as `[highest value of the bucket, count]`.
+fn buckets(h: &Histogram<u64>) -> Vec<[u64; 2]> {
+    h.iter_recorded()
+        .map(|v| [h.highest_equivalent(v.value_iterated_to()), v.count_at_value()])
+        .collect()
 }
 
 fn write_hgrm_file(path: &Path, h: &Histogram<u64>) -> Result<(), LoadError> {
@@ -620,5 +633,32 @@ mod tests {
         assert_eq!(json["errors"]["timeout"], 1);
         assert!(json["latency_ms"]["p99"].as_f64().unwrap() > 0.0);
         assert!(json.get("histograms").is_none());
+    }
+
+    #[test]
+    fn buckets_are_the_histogram() {
+        let r = sample();
+        let h = r.latency_histogram();
+        let total: u64 = r.latency_buckets_ns.iter().map(|b| b[1]).sum();
+        assert_eq!(total, h.len());
+        assert!(r.latency_buckets_ns.windows(2).all(|w| w[0][0] < w[1][0]));
+        // The percentile read off the buckets is the histogram's.
+        let want = h.value_at_quantile(0.99);
+        let mut seen = 0;
+        let at = r
+            .latency_buckets_ns
+            .iter()
+            .find(|b| {
+                seen += b[1];
+                seen as f64 >= 0.99 * total as f64
+            })
+            .map(|b| b[0]);
+        assert_eq!(at, Some(h.highest_equivalent(want)));
+        // The JSON carries them.
+        let json: serde_json::Value = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            json["latency_buckets_ns"].as_array().map(Vec::len),
+            Some(r.latency_buckets_ns.len())
+        );
     }
 }
