@@ -46,6 +46,10 @@ pub struct ServerConfig {
     pub epoch_ms: u64,
     /// "" = `/metrics` on the main listener.
     pub metrics_listen: String,
+    /// Write each loop's responses with one `io_uring_enter` for all connections
+    /// instead of one `send` each; falls back to `send` where the kernel refuses
+    /// io_uring (old kernels, seccomp profiles that block it).
+    pub io_uring: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -130,6 +134,7 @@ impl Default for ServerConfig {
             pin_workers: false,
             epoch_ms: 16,
             metrics_listen: String::new(),
+            io_uring: true,
         }
     }
 }

@@ -360,7 +360,12 @@ impl Report {
 /// The non-empty buckets of `h` as `[highest value of the bucket, count]`.
 fn buckets(h: &Histogram<u64>) -> Vec<[u64; 2]> {
     h.iter_recorded()
-        .map(|v| [h.highest_equivalent(v.value_iterated_to()), v.count_at_value()])
+        .map(|v| {
+            [
+                h.highest_equivalent(v.value_iterated_to()),
+                v.count_at_value(),
+            ]
+        })
         .collect()
 }
 

@@ -21,6 +21,7 @@ pub mod memcheck;
 pub mod metrics;
 pub mod send_queue;
 pub mod stats;
+pub mod uring;
 pub mod waiters;
 pub mod worker;
 
@@ -43,6 +44,8 @@ pub struct Shared {
     /// One per worker, plus one for the metrics listener thread.
     pub stats: Vec<stats::WorkerStats>,
     pub open_connections: AtomicUsize,
+    /// Workers writing in io_uring batches (`server.io_uring`; the rest use `send`).
+    pub uring_workers: AtomicUsize,
     pub draining: AtomicBool,
     ready: AtomicBool,
     pub tokens: Vec<Vec<u8>>,
@@ -167,6 +170,7 @@ impl Server {
             boxes,
             stats: (0..=n).map(|_| stats::WorkerStats::default()).collect(),
             open_connections: AtomicUsize::new(0),
+            uring_workers: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
             ready: AtomicBool::new(false),
             tokens,

@@ -9,6 +9,7 @@ use crate::stats::{
 };
 use crate::Shared;
 use std::io::Write;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 pub const CONTENT_TYPE: &[u8] = b"text/plain; version=0.0.4; charset=utf-8";
@@ -195,6 +196,13 @@ pub fn render(shared: &Shared, out: &mut Vec<u8>) {
         "gauge",
         "Boxes in the table.",
         shared.boxes.len() as u64,
+    );
+    single(
+        out,
+        "pollbox_io_uring_workers",
+        "gauge",
+        "Workers writing each loop turn's responses with one io_uring submission (the others write with send).",
+        shared.uring_workers.load(Ordering::Relaxed) as u64,
     );
     single(
         out,

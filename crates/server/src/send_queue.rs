@@ -130,6 +130,34 @@ impl SendQueue {
         Ok(total)
     }
 
+    /// Point `out` at the unsent bytes, in order, one entry per buffer (at most
+    /// `out.len()` buffers). Returns how many entries were filled. For a writer that
+    /// sends later ([`crate::uring`]): the entries stay valid until the queue is next
+    /// changed (appended to, advanced, cleared or dropped).
+    pub fn unsent(&self, out: &mut [libc::iovec]) -> usize {
+        let mut n = 0;
+        for (i, b) in self.bufs.iter().enumerate().take(out.len()) {
+            let start = if i == 0 { self.head_written } else { 0 };
+            let rest = &b[start..];
+            if rest.is_empty() {
+                continue;
+            }
+            out[n] = libc::iovec {
+                iov_base: rest.as_ptr() as *mut libc::c_void,
+                iov_len: rest.len(),
+            };
+            n += 1;
+        }
+        n
+    }
+
+    /// Record that `n` bytes from the front were written (by a writer that took
+    /// them from [`SendQueue::unsent`]).
+    pub fn advance(&mut self, n: usize, pool: &mut BufferPool) {
+        debug_assert!(n <= self.pending);
+        self.consume(n.min(self.pending), pool);
+    }
+
     fn consume(&mut self, mut n: usize, pool: &mut BufferPool) {
         self.pending -= n;
         while n > 0 {
@@ -225,6 +253,37 @@ mod tests {
         let expect: Vec<u8> = (0..100u8).flat_map(|i| [i; 10]).collect();
         assert_eq!(w.out, expect);
         assert_eq!(pool.free.len(), 1, "the buffer went back to the pool");
+    }
+
+    #[test]
+    fn unsent_and_advance_walk_the_queue_in_order() {
+        let mut pool = BufferPool::new(8);
+        let mut q = SendQueue::default();
+        let big: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+        push(&mut q, &mut pool, &big);
+        push(&mut q, &mut pool, b"tail");
+        let mut out = Vec::new();
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; 4];
+        // Take 7001 bytes at a time, as a socket that takes partial writes would.
+        while !q.is_empty() {
+            let n = q.unsent(&mut iov);
+            assert!(n >= 1);
+            let first = iov[0];
+            // SAFETY: the entry points into the queue's front buffer, which is not
+            // changed until `advance` below.
+            let bytes =
+                unsafe { std::slice::from_raw_parts(first.iov_base as *const u8, first.iov_len) };
+            let take = bytes.len().min(7001);
+            out.extend_from_slice(&bytes[..take]);
+            q.advance(take, &mut pool);
+        }
+        let mut expect = big.clone();
+        expect.extend_from_slice(b"tail");
+        assert_eq!(out, expect);
+        assert_eq!(q.unsent(&mut iov), 0);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 use crate::dispatch::{self, After, Ctx, Handled, Park};
 use crate::send_queue::SendQueue;
 use crate::stats::RouteLabel;
+use crate::uring::{SendBatch, Sent};
 use crate::Shared;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
@@ -71,6 +72,8 @@ struct Conn {
     /// epoll said the peer shut down its side (EPOLLRDHUP).
     peer_hup: bool,
     read_paused: bool,
+    /// In the worker's `to_flush` list (batched writes).
+    flush_queued: bool,
     parked: Option<Parked>,
     /// Bytes this connection adds to the worker's accounted totals.
     acc_read: usize,
@@ -108,6 +111,14 @@ pub struct Worker {
     buffer_bytes: usize,
     send_bytes: usize,
     draining_since: Option<Instant>,
+    /// Batched writes (`server.io_uring`); `None` writes each queue with `send`.
+    batch: Option<Box<SendBatch>>,
+    /// Connections with responses to write at the end of this loop turn.
+    to_flush: Vec<usize>,
+    /// Scratch: the list being written while `to_flush` collects the next round.
+    flush_round: Vec<usize>,
+    /// Scratch: the slots of one submission's entries, by entry index.
+    batch_slots: Vec<usize>,
 }
 
 impl Worker {
@@ -165,7 +176,22 @@ impl Worker {
             buffer_bytes: 0,
             send_bytes: 0,
             draining_since: None,
+            batch: None,
+            to_flush: Vec::with_capacity(crate::uring::MAX_BATCH),
+            flush_round: Vec::with_capacity(crate::uring::MAX_BATCH),
+            batch_slots: Vec::with_capacity(crate::uring::MAX_BATCH),
         };
+        if w.ctx.shared.config.server.io_uring {
+            match SendBatch::new() {
+                Ok(b) => {
+                    w.batch = Some(Box::new(b));
+                    w.ctx.shared.uring_workers.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    eprintln!("pollbox: worker {id}: io_uring unavailable ({e}); writing with send")
+                }
+            }
+        }
         w.ctx.date.update(std::time::SystemTime::now());
         w.ctx.heads.refresh(w.ctx.date.get());
         Ok(w)
@@ -186,6 +212,9 @@ impl Worker {
             + self.ctx.body.capacity()
             + self.ctx.projector.working_bytes()
             + self.conns.capacity() * std::mem::size_of::<Option<Conn>>()
+            + self.batch.as_ref().map_or(0, |b| b.heap_bytes())
+            + (self.to_flush.capacity() + self.flush_round.capacity() + self.batch_slots.capacity())
+                * std::mem::size_of::<usize>()
     }
 
     fn clock(&mut self) -> u64 {
@@ -224,8 +253,10 @@ impl Worker {
                     }
                 }
             }
+            self.flush_batch();
             if self.clock() >= self.next_tick_ms {
                 self.tick();
+                self.flush_batch();
             }
             if self.ctx.shared.draining.load(Ordering::Acquire) && self.drain_step() {
                 return Ok(());
@@ -300,6 +331,7 @@ impl Worker {
                 peer_closed: false,
                 peer_hup: false,
                 read_paused: false,
+                flush_queued: false,
                 parked: None,
                 acc_read: 0,
                 acc_send: 0,
@@ -324,7 +356,10 @@ impl Worker {
             return;
         };
         let mut alive = true;
-        if writable || !conn.sendq.is_empty() {
+        if self.batch.is_some() {
+            // Written with the others at the end of the turn.
+            self.queue_flush(slot, &mut conn);
+        } else if writable || !conn.sendq.is_empty() {
             alive = self.flush(&mut conn);
         }
         if alive && (readable || conn.read_paused) && conn.parked.is_none() {
@@ -403,8 +438,14 @@ impl Worker {
         }
     }
 
-    /// Read everything available, answer every complete request, write the batch.
+    /// Read everything available, answer every complete request, write the batch
+    /// (or, with batched writes, queue it for the end of the turn).
     fn read_and_serve(&mut self, slot: usize, conn: &mut Conn) -> bool {
+        if self.batch.is_some() {
+            let alive = self.read_some(slot, conn);
+            self.queue_flush(slot, conn);
+            return alive;
+        }
         loop {
             if !self.read_some(slot, conn) || !self.flush(conn) {
                 return false;
@@ -417,6 +458,113 @@ impl Worker {
                 return true;
             }
         }
+    }
+
+    /// Put the connection on the list written at the end of the turn.
+    fn queue_flush(&mut self, slot: usize, conn: &mut Conn) {
+        if !conn.flush_queued && !conn.sendq.is_empty() {
+            conn.flush_queued = true;
+            self.to_flush.push(slot);
+        }
+    }
+
+    /// Write every queued connection's responses: one `io_uring_enter` per up to
+    /// `MAX_BATCH` connections. A connection whose socket took only part goes
+    /// round again; one that would block waits for its writable edge; one paused
+    /// for back-pressure whose queue drained is read again (and its answers go in
+    /// the next round).
+    fn flush_batch(&mut self) {
+        let Some(mut batch) = self.batch.take() else {
+            return;
+        };
+        let mut round = std::mem::take(&mut self.flush_round);
+        while !self.to_flush.is_empty() {
+            std::mem::swap(&mut round, &mut self.to_flush);
+            self.batch_slots.clear();
+            for &slot in &round {
+                let Some(Some(conn)) = self.conns.get_mut(slot) else {
+                    continue;
+                };
+                if !conn.flush_queued {
+                    // Closed since (the slot may hold a newer connection).
+                    continue;
+                }
+                if batch.is_full() {
+                    self.to_flush.push(slot);
+                    continue;
+                }
+                conn.flush_queued = false;
+                use std::os::fd::AsRawFd;
+                // SAFETY: the connection (its send queue and socket) stays in
+                // `self.conns` untouched until `submit` below has returned: nothing
+                // between here and there changes `self.conns`.
+                if unsafe { batch.push(conn.stream.as_raw_fd(), &conn.sendq) }.is_some() {
+                    self.batch_slots.push(slot);
+                }
+            }
+            round.clear();
+            if self.batch_slots.is_empty() {
+                continue;
+            }
+            if let Err(e) = batch.submit() {
+                eprintln!(
+                    "pollbox: worker {}: io_uring failed ({e}); writing with send from now on",
+                    self.id
+                );
+                self.ctx
+                    .shared
+                    .uring_workers
+                    .fetch_sub(1, Ordering::Relaxed);
+                for i in 0..self.batch_slots.len() {
+                    let slot = self.batch_slots[i];
+                    if let Some(mut conn) = self.conns.get_mut(slot).and_then(Option::take) {
+                        let alive = self.flush(&mut conn);
+                        self.finish_event(slot, conn, alive);
+                    }
+                }
+                let left = std::mem::take(&mut self.to_flush);
+                for slot in left {
+                    if let Some(mut conn) = self.conns.get_mut(slot).and_then(Option::take) {
+                        conn.flush_queued = false;
+                        let alive = self.flush(&mut conn);
+                        self.finish_event(slot, conn, alive);
+                    }
+                }
+                self.flush_round = round;
+                return;
+            }
+            for i in 0..self.batch_slots.len() {
+                let slot = self.batch_slots[i];
+                let Some(mut conn) = self.conns.get_mut(slot).and_then(Option::take) else {
+                    continue;
+                };
+                let mut alive = true;
+                match batch.result(i) {
+                    Sent::Bytes(n) => {
+                        self.sent_bytes += n as u64;
+                        conn.sendq.advance(n, &mut self.ctx.pool);
+                        // A partial write: the rest goes in the next round (which
+                        // usually says WouldBlock and waits for the edge).
+                        self.queue_flush(slot, &mut conn);
+                    }
+                    Sent::WouldBlock => {}
+                    Sent::Failed => alive = false,
+                }
+                if alive
+                    && conn.read_paused
+                    && conn.sendq.pending() < SEND_BACKPRESSURE
+                    && conn.parked.is_none()
+                {
+                    // Paused for back-pressure and drained without the socket
+                    // saying WouldBlock: no edge will come, read on now (with the
+                    // batch taken, this reads and writes at once, as without it).
+                    alive = self.read_and_serve(slot, &mut conn);
+                }
+                self.finish_event(slot, conn, alive);
+            }
+        }
+        self.flush_round = round;
+        self.batch = Some(batch);
     }
 
     /// Read and serve until the socket is drained or reading must pause.

@@ -108,6 +108,13 @@ fn counters_are_exact() {
         1.0
     );
     assert_eq!(n("pollbox_boxes"), 2.0);
+    // Both workers write in io_uring batches unless the suite runs without.
+    let uring = if std::env::var("POLLBOX_TEST_IO_URING").is_ok_and(|v| v == "0") {
+        0.0
+    } else {
+        2.0
+    };
+    assert_eq!(n("pollbox_io_uring_workers"), uring);
     // Every request above opened its own connection (plus this scrape's).
     assert_eq!(n("pollbox_connections_total"), 25.0);
     let count = n("pollbox_http_request_duration_seconds_count");
