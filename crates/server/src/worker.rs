@@ -183,7 +183,9 @@ impl Worker {
         };
         if w.ctx.shared.config.server.io_uring {
             match SendBatch::new() {
-                Ok(b) => {
+                Ok(mut b) => {
+                    use std::os::fd::AsRawFd;
+                    b.attach_epoll(w.poll.as_raw_fd());
                     w.batch = Some(Box::new(b));
                     w.ctx.shared.uring_workers.fetch_add(1, Ordering::Relaxed);
                 }
@@ -224,6 +226,17 @@ impl Worker {
 
     /// Run until shutdown has been asked for and every connection is done.
     pub fn run(mut self) -> io::Result<()> {
+        if let Some(b) = self.batch.as_mut() {
+            if let Err(e) = b.enable() {
+                let b = self.batch.take();
+                if let Some(b) = b {
+                    self.ring_failed(b, e);
+                }
+            }
+        }
+        if self.batch.as_ref().is_some_and(|b| b.waits_for_events()) {
+            return self.run_ring();
+        }
         let mut events = Events::with_capacity(1024);
         loop {
             let now = self.clock();
@@ -238,20 +251,12 @@ impl Worker {
             }
             self.clock();
             for ev in events.iter() {
-                match ev.token() {
-                    LISTENER => self.accept(),
-                    WAKER => self.on_wake(),
-                    Token(t) => {
-                        let slot = t - FIRST_CONN;
-                        if ev.is_read_closed() || ev.is_error() {
-                            // Read to EOF this time: no later edge announces it.
-                            if let Some(Some(c)) = self.conns.get_mut(slot) {
-                                c.peer_hup = true;
-                            }
-                        }
-                        self.on_conn_event(slot, ev.is_readable(), ev.is_writable());
-                    }
-                }
+                self.on_event(
+                    ev.token(),
+                    ev.is_readable(),
+                    ev.is_writable(),
+                    ev.is_read_closed() || ev.is_error(),
+                );
             }
             self.flush_batch();
             if self.clock() >= self.next_tick_ms {
@@ -260,6 +265,68 @@ impl Worker {
             }
             if self.ctx.shared.draining.load(Ordering::Acquire) && self.drain_step() {
                 return Ok(());
+            }
+        }
+    }
+
+    /// The loop when the ring also waits for the events: each turn, one
+    /// `io_uring_enter` writes the last turn's responses and sleeps until the next
+    /// events or the next tick.
+    fn run_ring(mut self) -> io::Result<()> {
+        let mut raw: Vec<(u64, u32)> = Vec::with_capacity(crate::uring::MAX_EVENTS);
+        loop {
+            let now = self.clock();
+            let timeout = self.next_tick_ms.saturating_sub(now);
+            if !self.flush_and_wait(Duration::from_millis(timeout), &mut raw) {
+                // The ring failed (already reported): handle what it returned and
+                // go on with epoll_wait and send.
+                self.handle_raw(&mut raw);
+                return self.run();
+            }
+            self.clock();
+            self.handle_raw(&mut raw);
+            if self.clock() >= self.next_tick_ms {
+                self.tick();
+            }
+            if self.ctx.shared.draining.load(Ordering::Acquire) && self.drain_step() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Handle readiness events taken from the ring (`(token, epoll flags)`), with
+    /// mio's reading of the flags.
+    fn handle_raw(&mut self, raw: &mut Vec<(u64, u32)>) {
+        const IN: u32 = (libc::EPOLLIN | libc::EPOLLPRI) as u32;
+        const OUT: u32 = libc::EPOLLOUT as u32;
+        const HUP: u32 = libc::EPOLLHUP as u32;
+        const RDHUP: u32 = libc::EPOLLRDHUP as u32;
+        const ERR: u32 = libc::EPOLLERR as u32;
+        for &(token, flags) in raw.iter() {
+            let read_closed = flags & HUP != 0 || (flags & IN != 0 && flags & RDHUP != 0);
+            self.on_event(
+                Token(token as usize),
+                flags & IN != 0,
+                flags & OUT != 0,
+                read_closed || flags & ERR != 0,
+            );
+        }
+        raw.clear();
+    }
+
+    fn on_event(&mut self, token: Token, readable: bool, writable: bool, hup: bool) {
+        match token {
+            LISTENER => self.accept(),
+            WAKER => self.on_wake(),
+            Token(t) => {
+                let slot = t - FIRST_CONN;
+                if hup {
+                    // Read to EOF this time: no later edge announces it.
+                    if let Some(Some(c)) = self.conns.get_mut(slot) {
+                        c.peer_hup = true;
+                    }
+                }
+                self.on_conn_event(slot, readable, writable);
             }
         }
     }
@@ -477,94 +544,150 @@ impl Worker {
         let Some(mut batch) = self.batch.take() else {
             return;
         };
-        let mut round = std::mem::take(&mut self.flush_round);
         while !self.to_flush.is_empty() {
-            std::mem::swap(&mut round, &mut self.to_flush);
-            self.batch_slots.clear();
-            for &slot in &round {
-                let Some(Some(conn)) = self.conns.get_mut(slot) else {
-                    continue;
-                };
-                if !conn.flush_queued {
-                    // Closed since (the slot may hold a newer connection).
-                    continue;
-                }
-                if batch.is_full() {
-                    self.to_flush.push(slot);
-                    continue;
-                }
-                conn.flush_queued = false;
-                use std::os::fd::AsRawFd;
-                // SAFETY: the connection (its send queue and socket) stays in
-                // `self.conns` untouched until `submit` below has returned: nothing
-                // between here and there changes `self.conns`.
-                if unsafe { batch.push(conn.stream.as_raw_fd(), &conn.sendq) }.is_some() {
-                    self.batch_slots.push(slot);
-                }
-            }
-            round.clear();
+            self.push_queued(&mut batch);
             if self.batch_slots.is_empty() {
                 continue;
             }
             if let Err(e) = batch.submit() {
-                eprintln!(
-                    "pollbox: worker {}: io_uring failed ({e}); writing with send from now on",
-                    self.id
-                );
-                self.ctx
-                    .shared
-                    .uring_workers
-                    .fetch_sub(1, Ordering::Relaxed);
-                for i in 0..self.batch_slots.len() {
-                    let slot = self.batch_slots[i];
-                    if let Some(mut conn) = self.conns.get_mut(slot).and_then(Option::take) {
-                        let alive = self.flush(&mut conn);
-                        self.finish_event(slot, conn, alive);
-                    }
-                }
-                let left = std::mem::take(&mut self.to_flush);
-                for slot in left {
-                    if let Some(mut conn) = self.conns.get_mut(slot).and_then(Option::take) {
-                        conn.flush_queued = false;
-                        let alive = self.flush(&mut conn);
-                        self.finish_event(slot, conn, alive);
-                    }
-                }
-                self.flush_round = round;
+                self.ring_failed(batch, e);
                 return;
             }
-            for i in 0..self.batch_slots.len() {
-                let slot = self.batch_slots[i];
-                let Some(mut conn) = self.conns.get_mut(slot).and_then(Option::take) else {
-                    continue;
-                };
-                let mut alive = true;
-                match batch.result(i) {
-                    Sent::Bytes(n) => {
-                        self.sent_bytes += n as u64;
-                        conn.sendq.advance(n, &mut self.ctx.pool);
-                        // A partial write: the rest goes in the next round (which
-                        // usually says WouldBlock and waits for the edge).
-                        self.queue_flush(slot, &mut conn);
-                    }
-                    Sent::WouldBlock => {}
-                    Sent::Failed => alive = false,
+            self.settle_sends(&batch);
+        }
+        self.batch = Some(batch);
+    }
+
+    /// The ring's loop turn: write the queued responses and wait for the next
+    /// events (at most `timeout`) in one `io_uring_enter`, then settle the writes
+    /// and put the events in `raw`. Connections whose writes need an answer before
+    /// the next events (paused for back-pressure, or closing) are written first,
+    /// on their own. Returns false if the ring failed (the worker then falls back
+    /// to epoll_wait and send; `raw` holds the events it still returned).
+    fn flush_and_wait(&mut self, timeout: Duration, raw: &mut Vec<(u64, u32)>) -> bool {
+        let urgent = self.to_flush.iter().any(|&slot| {
+            matches!(self.conns.get(slot), Some(Some(c)) if c.flush_queued && (c.read_paused || c.close_after_flush))
+        });
+        if urgent {
+            self.flush_batch();
+        }
+        let Some(mut batch) = self.batch.take() else {
+            return false;
+        };
+        // Sends beyond one submission go out now; the last ones ride with the wait.
+        loop {
+            self.push_queued(&mut batch);
+            if self.to_flush.is_empty() {
+                break;
+            }
+            if let Err(e) = batch.submit() {
+                batch.disarm();
+                batch.take_events(raw);
+                self.ring_failed(batch, e);
+                return false;
+            }
+            self.settle_sends(&batch);
+        }
+        if let Err(e) = batch.submit_and_wait(timeout) {
+            batch.disarm();
+            batch.take_events(raw);
+            self.ring_failed(batch, e);
+            return false;
+        }
+        self.settle_sends(&batch);
+        batch.take_events(raw);
+        self.batch = Some(batch);
+        true
+    }
+
+    /// Queue an entry for each connection on `to_flush` (up to a submission's
+    /// worth; the rest stay on `to_flush`); `batch_slots` says whose is which.
+    fn push_queued(&mut self, batch: &mut SendBatch) {
+        let mut round = std::mem::take(&mut self.flush_round);
+        std::mem::swap(&mut round, &mut self.to_flush);
+        self.batch_slots.clear();
+        for &slot in &round {
+            let Some(Some(conn)) = self.conns.get_mut(slot) else {
+                continue;
+            };
+            if !conn.flush_queued {
+                // Closed since (the slot may hold a newer connection).
+                continue;
+            }
+            if batch.is_full() {
+                self.to_flush.push(slot);
+                continue;
+            }
+            conn.flush_queued = false;
+            use std::os::fd::AsRawFd;
+            // SAFETY: the connection (its send queue and socket) stays in
+            // `self.conns` untouched until the batch's next submission has
+            // returned: the callers submit right after this, and settle after.
+            if unsafe { batch.push(conn.stream.as_raw_fd(), &conn.sendq) }.is_some() {
+                self.batch_slots.push(slot);
+            }
+        }
+        round.clear();
+        self.flush_round = round;
+    }
+
+    /// Apply the results of the submission `batch_slots` describes.
+    fn settle_sends(&mut self, batch: &SendBatch) {
+        for i in 0..self.batch_slots.len() {
+            let slot = self.batch_slots[i];
+            let Some(mut conn) = self.conns.get_mut(slot).and_then(Option::take) else {
+                continue;
+            };
+            let mut alive = true;
+            match batch.result(i) {
+                Sent::Bytes(n) => {
+                    self.sent_bytes += n as u64;
+                    conn.sendq.advance(n, &mut self.ctx.pool);
+                    // A partial write: the socket is full, the rest goes when it
+                    // says writable (or in the next round, which then says so).
+                    self.queue_flush(slot, &mut conn);
                 }
-                if alive
-                    && conn.read_paused
-                    && conn.sendq.pending() < SEND_BACKPRESSURE
-                    && conn.parked.is_none()
-                {
-                    // Paused for back-pressure and drained without the socket
-                    // saying WouldBlock: no edge will come, read on now (with the
-                    // batch taken, this reads and writes at once, as without it).
-                    alive = self.read_and_serve(slot, &mut conn);
-                }
+                Sent::WouldBlock => {}
+                Sent::Failed => alive = false,
+            }
+            if alive
+                && conn.read_paused
+                && conn.sendq.pending() < SEND_BACKPRESSURE
+                && conn.parked.is_none()
+            {
+                // Paused for back-pressure and drained without the socket saying
+                // WouldBlock: no edge will come, read on now (with the batch taken,
+                // this reads and writes at once, as without it).
+                alive = self.read_and_serve(slot, &mut conn);
+            }
+            self.finish_event(slot, conn, alive);
+        }
+        self.batch_slots.clear();
+    }
+
+    /// The ring cannot be used: write what was queued with send, and from now on.
+    fn ring_failed(&mut self, batch: Box<SendBatch>, e: io::Error) {
+        eprintln!(
+            "pollbox: worker {}: io_uring failed ({e}); writing with send from now on",
+            self.id
+        );
+        drop(batch);
+        self.ctx
+            .shared
+            .uring_workers
+            .fetch_sub(1, Ordering::Relaxed);
+        let queued: Vec<usize> = self
+            .batch_slots
+            .drain(..)
+            .chain(std::mem::take(&mut self.to_flush))
+            .collect();
+        for slot in queued {
+            if let Some(mut conn) = self.conns.get_mut(slot).and_then(Option::take) {
+                conn.flush_queued = false;
+                let alive = self.flush(&mut conn);
                 self.finish_event(slot, conn, alive);
             }
         }
-        self.flush_round = round;
-        self.batch = Some(batch);
     }
 
     /// Read and serve until the socket is drained or reading must pause.
