@@ -20,9 +20,10 @@ import json
 import re
 import sys
 
-SERVERS = ["pollbox", "nginx", "axum"]
+SERVERS = ["pollbox", "nginx", "axum", "pollbox-send"]
 SERVER_TITLES = {
     "pollbox": "pollbox (1 worker)",
+    "pollbox-send": "pollbox, io_uring = false",
     "nginx": "nginx-light (1 worker)",
     "axum": "axum-baseline (1 thread)",
 }
@@ -280,6 +281,7 @@ def table(records):
             else:
                 vals = [None if get(s, test, "lat") is None else get(s, test, "lat")[p] for s in SERVERS]
                 how = "median"
+            medians = [None if get(s, test, "lat") is None else get(s, test, "lat")[p] for s in SERVERS[:2]]
             ranges = [get(s, test, "lat_range") for s in SERVERS]
             spread = " / ".join(
                 "—" if r is None else f"{r[p][0]:.3f}–{r[p][1]:.3f}" for r in ranges[:2]
@@ -289,7 +291,8 @@ def table(records):
             ok = None if None in vals[:2] else vals[0] <= vals[1]
             target = "≤ nginx" if p != "p50" else ""
             w(
-                f"| {label} @ {rate}: {name} ms ({how}; single runs pollbox / nginx {spread}; "
+                f"| {label} @ {rate}: {name} ms ({how}; median of runs pollbox / nginx "
+                f"{' / '.join(fmt(m, 3) for m in medians)}; single runs {spread}; "
                 f"pollbox ≤ nginx in {wins} of {len(reps)} reps) | "
                 + " | ".join(fmt(v, 3) for v in vals)
                 + f" | {fmt_ratio(vals[0], vals[1])} | {fmt_ratio(vals[2], vals[1])} | {target} | {verdict(ok) if target else ''} |"
