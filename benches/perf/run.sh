@@ -12,8 +12,8 @@
 # PERF_RATE (open-loop req/s, 20000), PERF_CONNECTIONS (32), PERF_PIPELINE (16),
 # PERF_BODY_BYTES (512), PERF_KEYS (1000), PERF_SERVER_CPU (0), PERF_LOAD_CPU (1),
 # PERF_NICE (-10 as root, else 0), PERF_SKIP_BUILD=1, PERF_SKIP="syscalls mem scaling profile",
-# PERF_SERVERS (default "pollbox nginx axum pollbox-send"; pollbox-send is pollbox with
-# io_uring = false), PERF_TESTS (the side-by-side tests, default "poll-closed poll-open ingest-open
+# PERF_SERVERS (default "pollbox nginx axum pollbox-ring"; pollbox-ring is pollbox with
+# io_uring = true), PERF_TESTS (the side-by-side tests, default "poll-closed poll-open ingest-open
 # poll-pipelined poll-wrk ingest-pipelined"),
 # PERF_RESULTS (report path), PERF_WORK (raw data folder).
 #
@@ -111,13 +111,13 @@ start_server() {
     port=$(free_port)
     case $name in
         pollbox*)
-            # pollbox-send: the same server writing with send after epoll_wait
-            # (server.io_uring = false), for the before/after of the io_uring loop.
+            # pollbox-ring: the same server with the io_uring loop
+            # (server.io_uring = true), beside the default.
             local cfg=$ROOT/config/pollbox.toml
-            if [[ $name == pollbox-send ]]; then
-                cfg=$WORK/pollbox-send.toml
-                sed 's/^io_uring = true/io_uring = false/' "$ROOT/config/pollbox.toml" >"$cfg"
-                grep -q '^io_uring = false' "$cfg" || die "could not turn io_uring off in $cfg"
+            if [[ $name == pollbox-ring ]]; then
+                cfg=$WORK/pollbox-ring.toml
+                sed 's/^io_uring = false/io_uring = true/' "$ROOT/config/pollbox.toml" >"$cfg"
+                grep -q '^io_uring = true' "$cfg" || die "could not turn io_uring on in $cfg"
             fi
             taskset -c "$cpus" nice -n "$NICE" "$POLLBOX" serve --config "$cfg" --listen "127.0.0.1:$port" \
                 --workers "$workers" 2>"$WORK/$name-$port.log" &
@@ -306,7 +306,7 @@ measure() {
 # servers in a rotating order within each repetition.
 side_by_side() {
     local servers test rep i n
-    read -ra servers <<<"${PERF_SERVERS:-pollbox nginx axum pollbox-send}"
+    read -ra servers <<<"${PERF_SERVERS:-pollbox nginx axum pollbox-ring}"
     say "== side by side: ${servers[*]} on core $SERVER_CPU, generator on core $LOAD_CPU"
     for n in "${servers[@]}"; do start_server "$n" "$SERVER_CPU" 1; done
     for n in "${servers[@]}"; do [[ $n == nginx ]] || preseed "$n" "$KEYS"; done

@@ -20,9 +20,11 @@ import json
 import re
 import sys
 
-SERVERS = ["pollbox", "nginx", "axum", "pollbox-send"]
+SERVERS = ["pollbox", "nginx", "axum", "pollbox-ring", "pollbox-send"]
 SERVER_TITLES = {
     "pollbox": "pollbox (1 worker)",
+    "pollbox-ring": "pollbox, io_uring = true",
+    # Runs made while io_uring was the default (results-2026-11-22-ring.md).
     "pollbox-send": "pollbox, io_uring = false",
     "nginx": "nginx-light (1 worker)",
     "axum": "axum-baseline (1 thread)",

@@ -46,9 +46,11 @@ pub struct ServerConfig {
     pub epoch_ms: u64,
     /// "" = `/metrics` on the main listener.
     pub metrics_listen: String,
-    /// Write each loop's responses with one `io_uring_enter` for all connections
-    /// instead of one `send` each; falls back to `send` where the kernel refuses
-    /// io_uring (old kernels, seccomp profiles that block it).
+    /// The io_uring loop: each loop turn's responses go out, and the wait for the
+    /// next events happens, in one `io_uring_enter` instead of one `send` per
+    /// connection and an `epoll_wait`. Fewer syscalls and less CPU at saturation,
+    /// a few µs more latency below it (BENCHMARKS.md §3), so off by default. Falls
+    /// back to `send` where the kernel refuses io_uring.
     pub io_uring: bool,
 }
 
@@ -134,7 +136,7 @@ impl Default for ServerConfig {
             pin_workers: false,
             epoch_ms: 16,
             metrics_listen: String::new(),
-            io_uring: true,
+            io_uring: false,
         }
     }
 }

@@ -112,7 +112,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let signals = pollbox_server::ShutdownSignals::install()?;
             let server = pollbox_server::Server::start(cfg.clone()).map_err(|e| e.to_string())?;
             eprintln!(
-                "pollbox: listening on http://{} with {} workers, {} writing with io_uring (config: {source}; boxes loaded: {}{})",
+                "pollbox: listening on http://{} with {} workers, {} on the io_uring loop (config: {source}; boxes loaded: {}{})",
                 server.addr(),
                 cfg.effective_workers(),
                 server.shared().uring_workers.load(std::sync::atomic::Ordering::Relaxed),

@@ -108,11 +108,11 @@ fn counters_are_exact() {
         1.0
     );
     assert_eq!(n("pollbox_boxes"), 2.0);
-    // Both workers write in io_uring batches unless the suite runs without.
-    let uring = if std::env::var("POLLBOX_TEST_IO_URING").is_ok_and(|v| v == "0") {
-        0.0
-    } else {
+    // Both workers run the io_uring loop when the suite runs with it.
+    let uring = if std::env::var("POLLBOX_TEST_IO_URING").is_ok_and(|v| v == "1") {
         2.0
+    } else {
+        0.0
     };
     assert_eq!(n("pollbox_io_uring_workers"), uring);
     // Every request above opened its own connection (plus this scrape's).

@@ -8,15 +8,15 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-/// The embedded config on a free port with 2 workers. `POLLBOX_TEST_IO_URING=0`
-/// runs the suite with `server.io_uring = false` (writes with `send`), so both
-/// write paths are tested (CI runs the server's tests both ways).
+/// The embedded config on a free port with 2 workers. `POLLBOX_TEST_IO_URING=1`
+/// runs the suite with `server.io_uring = true` (the io_uring loop), so both
+/// loops are tested (CI runs the server's tests both ways).
 pub fn config() -> Config {
     let mut c = Config::embedded();
     c.server.listen = "127.0.0.1:0".into();
     c.server.workers = 2;
-    if std::env::var("POLLBOX_TEST_IO_URING").is_ok_and(|v| v == "0") {
-        c.server.io_uring = false;
+    if std::env::var("POLLBOX_TEST_IO_URING").is_ok_and(|v| v == "1") {
+        c.server.io_uring = true;
     }
     c
 }
