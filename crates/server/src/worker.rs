@@ -226,12 +226,10 @@ impl Worker {
 
     /// Run until shutdown has been asked for and every connection is done.
     pub fn run(mut self) -> io::Result<()> {
-        if let Some(b) = self.batch.as_mut() {
-            if let Err(e) = b.enable() {
-                let b = self.batch.take();
-                if let Some(b) = b {
-                    self.ring_failed(b, e);
-                }
+        if let Some(mut b) = self.batch.take() {
+            match b.enable() {
+                Ok(()) => self.batch = Some(b),
+                Err(e) => self.ring_failed(b, e),
             }
         }
         if self.batch.as_ref().is_some_and(|b| b.waits_for_events()) {
