@@ -19,11 +19,14 @@
 //! What it is not: an HTTP library. It knows exactly the requests pollbox serves.
 
 pub mod boxes;
+pub mod buffers;
 pub mod config;
+pub mod conn;
 pub mod epoch;
 pub mod http;
 pub mod plan;
 pub mod projection;
 pub mod render;
+pub mod service;
 pub mod snapshot;
 pub mod wheel;

@@ -1,0 +1,413 @@
+//! One connection's state machine: bytes and the time in, answers and what to
+//! do next out. No socket, no clock: the server reads into
+//! [`Connection::read_buffer`], says how many bytes came ([`Connection::received`]),
+//! when the peer closed ([`Connection::eof`]), when a deadline passed
+//! ([`Connection::on_timer`]) and when a box it waits on moved
+//! ([`Connection::on_box_updated`]); then it asks what to do:
+//!
+//! - write [`Connection::send_queue`] (answers are appended there, in request order);
+//! - read on or not ([`Connection::wants_read`]: not while closing, parked, or
+//!   while the client does not read its answers);
+//! - park on a key ([`Connection::parked_key`]: register it where ingests wake it);
+//! - arm a timer at [`Connection::deadline`];
+//! - close ([`Connection::finished`]), shutting the write side down first when
+//!   [`Connection::shuts_down_write`] says so.
+//!
+//! Rules this module owns (each one is a unit test below):
+//! - keep-alive: the request's (HTTP/1.1 unless `Connection: close`, 1.0 only with
+//!   `keep-alive`), and never while the server drains;
+//! - `100 Continue` is written once, when the head of an HTTP/1.1 request with
+//!   `Expect: 100-continue` is in and its body is not;
+//! - the deadline: idle (`idle_timeout_ms` from the last answer) with no request
+//!   begun, header (`header_timeout_ms` from the head's first byte), body
+//!   (`body_timeout_ms` from the last byte of progress), or the long-poll's;
+//! - a parked long-poll holds back the requests pipelined behind it, and they are
+//!   answered in order once it is answered;
+//! - a framing error is answered, then the connection closes (the next request
+//!   boundary is unknown); a request that times out gets 408 and the write side is
+//!   shut down.
+
+use crate::buffers::{Buffers, SendQueue};
+use crate::http::{Frame, Framer, FramerState, HttpError, Limits, Progress, CONTINUE};
+use crate::service::{Host, Listener, Reply, RouteLabel, Service};
+
+/// A connection with this many unsent bytes is not read until it drains.
+pub const SEND_BACKPRESSURE: usize = 256 * 1024;
+/// Room past the largest request a read buffer may have (a read fills it).
+const READ_SLACK: usize = 64 * 1024;
+
+/// What a connection needs besides itself for one step: the time, the worker's
+/// service and buffers, and the server around it.
+pub struct Ctx<'a, H: Host> {
+    pub now_ms: u64,
+    pub service: &'a mut Service,
+    pub buffers: &'a mut Buffers,
+    pub host: &'a mut H,
+}
+
+/// How a connection ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closing {
+    /// Once the queued answers are sent.
+    AfterSend,
+    /// Now: what the socket takes at once is sent, then the write side is shut
+    /// down (a timeout, a client that does not read, shutdown overdue).
+    Now,
+}
+
+/// A long-poll waiting on this connection.
+#[derive(Debug)]
+struct Parked {
+    frame: Frame,
+    key: Box<[u8]>,
+    after: u64,
+    deadline_ms: u64,
+}
+
+pub struct Connection {
+    listener: Listener,
+    framer: Framer,
+    /// Received bytes live in `rbuf[rstart..rend]`; `rbuf.len()` is its capacity.
+    /// Empty (no allocation) between requests.
+    rbuf: Vec<u8>,
+    rstart: usize,
+    rend: usize,
+    sendq: SendQueue,
+    /// When the connection times out (ms on the worker clock), by its state.
+    deadline_ms: u64,
+    /// When the current request's head started (header timeout runs from it).
+    head_started_ms: Option<u64>,
+    /// Bytes of the current partial request seen at the last check (body progress).
+    partial_seen: usize,
+    parked: Option<Parked>,
+    closing: Option<Closing>,
+}
+
+impl Connection {
+    pub fn new(now_ms: u64, listener: Listener, service: &Service) -> Connection {
+        let l = &service.node().config.limits;
+        Connection {
+            listener,
+            framer: Framer::new(Limits::from(l)),
+            rbuf: Vec::new(),
+            rstart: 0,
+            rend: 0,
+            sendq: SendQueue::default(),
+            deadline_ms: now_ms + l.idle_timeout_ms,
+            head_started_ms: None,
+            partial_seen: 0,
+            parked: None,
+            closing: None,
+        }
+    }
+
+    /// The answers not yet written.
+    pub fn send_queue(&mut self) -> &mut SendQueue {
+        &mut self.sendq
+    }
+
+    /// Whether the server should read from the socket now.
+    pub fn wants_read(&self) -> bool {
+        self.closing.is_none() && self.parked.is_none() && self.sendq.pending() < SEND_BACKPRESSURE
+    }
+
+    /// Where to read the next bytes into, or `None` when the connection must not
+    /// read now ([`Connection::wants_read`]), or when the request in progress
+    /// does not fit in any buffer allowed (it is then answered 413/431 and the
+    /// connection closes).
+    pub fn read_buffer<H: Host>(&mut self, cx: &mut Ctx<'_, H>) -> Option<&mut [u8]> {
+        if !self.wants_read() {
+            return None;
+        }
+        if self.rbuf.is_empty() {
+            self.rbuf = cx.buffers.read.take();
+        }
+        if self.rend == self.rbuf.len() && !self.make_room(cx.service) {
+            let e = match self.framer.state() {
+                FramerState::Body => HttpError::BodyTooLarge,
+                _ => HttpError::HeadTooLarge,
+            };
+            self.sendq.append(&mut cx.buffers.send, |out| {
+                cx.service.refuse(e, out, cx.host)
+            });
+            self.closing = Some(Closing::AfterSend);
+            return None;
+        }
+        Some(&mut self.rbuf[self.rend..])
+    }
+
+    /// `n` bytes were read into the [`Connection::read_buffer`]: answer every
+    /// complete request among them.
+    pub fn received<H: Host>(&mut self, n: usize, cx: &mut Ctx<'_, H>) {
+        self.rend += n;
+        self.serve(cx);
+    }
+
+    /// The peer closed its side: answer what was received, then close.
+    pub fn eof<H: Host>(&mut self, cx: &mut Ctx<'_, H>) {
+        self.serve(cx);
+        self.closing.get_or_insert(Closing::AfterSend);
+    }
+
+    /// When the server must call [`Connection::on_timer`] (ms on the worker clock).
+    pub fn deadline(&self) -> u64 {
+        match &self.parked {
+            Some(p) => p.deadline_ms,
+            None => self.deadline_ms,
+        }
+    }
+
+    /// A timer armed for [`Connection::deadline`] fired (it may have moved since).
+    pub fn on_timer<H: Host>(&mut self, cx: &mut Ctx<'_, H>) {
+        if cx.now_ms < self.deadline() {
+            return;
+        }
+        if self.parked.is_some() {
+            self.answer_parked(true, cx);
+            return;
+        }
+        if self.closing.is_none()
+            && self.rend > self.rstart
+            && self.framer.state() != FramerState::Idle
+        {
+            // A request started and did not finish in time.
+            self.sendq.append(&mut cx.buffers.send, |out| {
+                cx.service
+                    .closing_error(408, "request timeout", out, cx.host)
+            });
+        }
+        // Idle, a timed-out request, or a client that does not read its answers.
+        self.closing = Some(Closing::Now);
+    }
+
+    /// The key of the long-poll this connection is parked on.
+    pub fn parked_key(&self) -> Option<&[u8]> {
+        self.parked.as_ref().map(|p| &*p.key)
+    }
+
+    /// A box this connection may be parked on was updated: answer the long-poll
+    /// if its box moved past what it waits for (then serve what was pipelined
+    /// behind it). Returns whether it was answered.
+    pub fn on_box_updated<H: Host>(&mut self, cx: &mut Ctx<'_, H>) -> bool {
+        let due = self
+            .parked
+            .as_ref()
+            .is_some_and(|p| cx.service.version(&p.key) > p.after);
+        if due {
+            self.answer_parked(false, cx);
+        }
+        due
+    }
+
+    /// The server is shutting down: a parked long-poll is answered now with the
+    /// box as it is; an idle connection closes now, a busy one after its answers
+    /// (they say `Connection: close`). `overdue`: the drain took too long.
+    pub fn drain<H: Host>(&mut self, overdue: bool, cx: &mut Ctx<'_, H>) {
+        if overdue {
+            self.closing = Some(Closing::Now);
+            return;
+        }
+        if self.parked.is_some() {
+            self.answer_parked(true, cx);
+            self.closing.get_or_insert(Closing::AfterSend);
+        } else if self.sendq.is_empty() && self.rend == self.rstart {
+            self.closing = Some(Closing::Now);
+        }
+    }
+
+    /// Whether the server should close the connection now (after writing what
+    /// the socket takes).
+    pub fn finished(&self) -> bool {
+        match self.closing {
+            Some(Closing::AfterSend) => self.sendq.is_empty(),
+            Some(Closing::Now) => true,
+            None => false,
+        }
+    }
+
+    /// Whether the write side is shut down before the close.
+    pub fn shuts_down_write(&self) -> bool {
+        self.closing == Some(Closing::Now)
+    }
+
+    pub fn closing(&self) -> Option<Closing> {
+        self.closing
+    }
+
+    /// Give the buffers back (the connection is closed).
+    pub fn release(&mut self, buffers: &mut Buffers) {
+        self.sendq.clear(&mut buffers.send);
+        self.give_back_rbuf(buffers);
+        self.parked = None;
+    }
+
+    /// Heap bytes held for this connection: (read buffer, send queue).
+    pub fn buffer_bytes(&self) -> (usize, usize) {
+        (
+            self.rbuf.len() + self.parked.as_ref().map_or(0, |p| p.key.len()),
+            self.sendq.capacity_bytes(),
+        )
+    }
+
+    /// Frame and answer every complete request in the buffer, in order, until
+    /// one parks or the connection closes.
+    fn serve<H: Host>(&mut self, cx: &mut Ctx<'_, H>) {
+        while self.closing.is_none() && self.parked.is_none() && self.rstart < self.rend {
+            let progress = self.framer.advance(&mut self.rbuf[self.rstart..self.rend]);
+            let Ctx {
+                service,
+                buffers,
+                host,
+                ..
+            } = cx;
+            match progress {
+                Ok(Progress::Partial { send_continue }) => {
+                    if send_continue {
+                        self.sendq
+                            .append(&mut buffers.send, |out| out.extend_from_slice(CONTINUE));
+                        host.answered(RouteLabel::Other, 100);
+                    }
+                    break;
+                }
+                Ok(Progress::Complete(frame)) => {
+                    let keep_alive = frame.keep_alive && !host.draining();
+                    let buf = &self.rbuf[self.rstart..self.rend];
+                    let listener = self.listener;
+                    let r = self.sendq.append(&mut buffers.send, |out| {
+                        service.answer(listener, &frame, buf, keep_alive, out, *host)
+                    });
+                    match r {
+                        Reply::KeepAlive => {}
+                        Reply::Close => self.closing = Some(Closing::AfterSend),
+                        Reply::Park(p) => {
+                            let key = service.key().into();
+                            self.park(frame, key, p.after, cx.now_ms + p.wait_ms, cx.buffers);
+                            return;
+                        }
+                    }
+                    self.next_request(frame.consumed);
+                }
+                Err(e) => {
+                    self.sendq
+                        .append(&mut buffers.send, |out| service.refuse(e, out, *host));
+                    self.closing = Some(Closing::AfterSend);
+                }
+            }
+        }
+        if self.rstart == self.rend {
+            self.give_back_rbuf(cx.buffers);
+        }
+        self.update_deadline(cx);
+    }
+
+    fn next_request(&mut self, consumed: usize) {
+        self.rstart += consumed;
+        self.head_started_ms = None;
+        self.partial_seen = 0;
+    }
+
+    /// Wait for the box of `key` to move past `after`. The request's bytes (and
+    /// any pipelined after it) stay, in a buffer of their size: the read buffer
+    /// goes back to the pool, so a parked poll costs about its request's size.
+    fn park(
+        &mut self,
+        frame: Frame,
+        key: Box<[u8]>,
+        after: u64,
+        deadline_ms: u64,
+        buffers: &mut Buffers,
+    ) {
+        let rest = self.rbuf[self.rstart..self.rend].to_vec();
+        self.give_back_rbuf(buffers);
+        self.rend = rest.len();
+        self.rbuf = rest;
+        self.parked = Some(Parked {
+            frame,
+            key,
+            after,
+            deadline_ms,
+        });
+    }
+
+    /// Answer the parked long-poll (200 with the new payload, or 304 when
+    /// `timed_out` and nothing changed), then what was pipelined behind it.
+    fn answer_parked<H: Host>(&mut self, timed_out: bool, cx: &mut Ctx<'_, H>) {
+        let Some(p) = self.parked.take() else {
+            return;
+        };
+        let keep_alive = p.frame.keep_alive && !cx.host.draining();
+        let buf = &self.rbuf[self.rstart..self.rend];
+        let Ctx {
+            service,
+            buffers,
+            host,
+            ..
+        } = cx;
+        let r = self.sendq.append(&mut buffers.send, |out| {
+            service.answer_parked(
+                &p.frame, buf, &p.key, p.after, timed_out, keep_alive, out, *host,
+            )
+        });
+        if r == Reply::Close {
+            self.closing = Some(Closing::AfterSend);
+        }
+        self.next_request(p.frame.consumed);
+        self.serve(cx);
+    }
+
+    /// Make space at the end of the read buffer: compact, or grow within limits.
+    fn make_room(&mut self, service: &Service) -> bool {
+        if self.rstart > 0 {
+            self.rbuf.copy_within(self.rstart..self.rend, 0);
+            self.rend -= self.rstart;
+            self.rstart = 0;
+            return true;
+        }
+        let l = &service.node().config.limits;
+        let max = l.max_header_bytes + l.max_body_bytes + READ_SLACK;
+        let len = self.rbuf.len();
+        if len >= max {
+            return false;
+        }
+        self.rbuf
+            .resize((len * 2).max(crate::buffers::READ_BUF).min(max), 0);
+        true
+    }
+
+    /// Return the read buffer to the pool (it holds no bytes we need).
+    fn give_back_rbuf(&mut self, buffers: &mut Buffers) {
+        self.rstart = 0;
+        self.rend = 0;
+        if !self.rbuf.is_empty() {
+            buffers.read.put(std::mem::take(&mut self.rbuf));
+        }
+    }
+
+    /// Choose the deadline from the state.
+    fn update_deadline<H: Host>(&mut self, cx: &Ctx<'_, H>) {
+        if self.parked.is_some() {
+            return;
+        }
+        let l = &cx.service.node().config.limits;
+        let partial = self.rend - self.rstart;
+        self.deadline_ms = match (partial, self.framer.state()) {
+            (0, _) => cx.now_ms + l.idle_timeout_ms,
+            (_, FramerState::Body) => {
+                // The body timeout runs from the last byte of progress.
+                if partial != self.partial_seen {
+                    self.partial_seen = partial;
+                    cx.now_ms + l.body_timeout_ms
+                } else {
+                    self.deadline_ms
+                }
+            }
+            _ => {
+                // The header timeout runs from the first byte of the head.
+                *self.head_started_ms.get_or_insert(cx.now_ms) + l.header_timeout_ms
+            }
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,470 @@
+//! Every connection rule, without sockets: bytes in, answers and actions out.
+
+use super::*;
+use crate::boxes::BoxTable;
+use crate::config::Config;
+use crate::plan::Plan;
+use crate::service::testing::Recorder;
+use crate::service::Node;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// A worker's pieces around one connection under test.
+struct Rig {
+    service: Service,
+    buffers: Buffers,
+    host: Recorder,
+    now_ms: u64,
+}
+
+fn rig_with(edit: impl FnOnce(&mut Config)) -> Rig {
+    let mut config = Config::embedded();
+    edit(&mut config);
+    let plan = Arc::new(Plan::compile(&config.boxes).unwrap());
+    let boxes = BoxTable::new(plan.clone());
+    let node = Arc::new(Node::new(config, plan, boxes));
+    Rig {
+        service: Service::new(node, SystemTime::UNIX_EPOCH),
+        buffers: Buffers::default(),
+        host: Recorder::default(),
+        now_ms: 1_000,
+    }
+}
+
+fn rig() -> Rig {
+    rig_with(|_| {})
+}
+
+impl Rig {
+    fn cx(&mut self) -> Ctx<'_, Recorder> {
+        Ctx {
+            now_ms: self.now_ms,
+            service: &mut self.service,
+            buffers: &mut self.buffers,
+            host: &mut self.host,
+        }
+    }
+
+    fn conn(&self) -> Connection {
+        Connection::new(self.now_ms, Listener::Main, &self.service)
+    }
+
+    /// Feed `bytes` as one read.
+    fn feed(&mut self, c: &mut Connection, bytes: &[u8]) {
+        let mut cx = self.cx();
+        let buf = c.read_buffer(&mut cx).expect("the connection reads");
+        buf[..bytes.len()].copy_from_slice(bytes);
+        c.received(bytes.len(), &mut cx);
+    }
+
+    /// Everything queued so far, as the socket would take it.
+    fn sent(&mut self, c: &mut Connection) -> String {
+        let q = c.send_queue();
+        let mut out = Vec::new();
+        for chunk in q.chunks() {
+            out.extend_from_slice(chunk);
+        }
+        let n = out.len();
+        q.advance(n, &mut self.buffers.send);
+        String::from_utf8(out).unwrap()
+    }
+
+    fn ingest(&mut self, key: &str, value: i64) {
+        let mut c = self.conn();
+        let body = format!("{{\"value\":{value}}}");
+        let req = format!(
+            "POST /v1/boxes/{key} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        self.feed(&mut c, req.as_bytes());
+        let out = self.sent(&mut c);
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    }
+}
+
+fn statuses(out: &str) -> Vec<&str> {
+    out.match_indices("HTTP/1.1 ")
+        .map(|(i, _)| &out[i + 9..i + 12])
+        .collect()
+}
+
+#[test]
+fn http11_keeps_alive_and_close_closes_after_the_answer() {
+    let mut r = rig();
+    let mut c = r.conn();
+    r.feed(&mut c, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(r.sent(&mut c).ends_with("\r\n\r\nok"));
+    assert!(!c.finished() && c.wants_read() && c.closing().is_none());
+
+    r.feed(
+        &mut c,
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert!(!c.finished(), "not before the answer is sent");
+    assert!(!c.wants_read());
+    let out = r.sent(&mut c);
+    assert!(out.contains("Connection: close\r\n"), "{out}");
+    assert!(c.finished() && !c.shuts_down_write());
+}
+
+#[test]
+fn http10_closes_unless_keep_alive_is_asked() {
+    let mut r = rig();
+    let mut c = r.conn();
+    r.feed(&mut c, b"GET /healthz HTTP/1.0\r\n\r\n");
+    assert!(r.sent(&mut c).contains("Connection: close\r\n"));
+    assert!(c.finished());
+
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+    );
+    assert!(r.sent(&mut c).contains("Connection: keep-alive\r\n"));
+    assert!(!c.finished() && c.wants_read());
+}
+
+#[test]
+fn draining_answers_then_closes() {
+    let mut r = rig();
+    let mut c = r.conn();
+    r.host.draining = true;
+    r.feed(&mut c, b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n");
+    let out = r.sent(&mut c);
+    assert!(
+        out.starts_with("HTTP/1.1 503") && out.contains("Connection: close"),
+        "{out}"
+    );
+    assert!(c.finished());
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order_in_one_buffer() {
+    let mut r = rig();
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"GET /healthz HTTP/1.1\r\n\r\nGET /nope HTTP/1.1\r\n\r\nGET /readyz HTTP/1.1\r\n\r\n",
+    );
+    assert_eq!(c.send_queue().chunks().count(), 1);
+    assert_eq!(statuses(&r.sent(&mut c)), ["200", "404", "200"]);
+}
+
+#[test]
+fn continue_is_sent_only_when_the_body_has_not_arrived() {
+    let mut r = rig();
+    let mut c = r.conn();
+    let head = b"POST /v1/boxes/a HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 11\r\n\r\n";
+    r.feed(&mut c, head);
+    assert_eq!(r.sent(&mut c), "HTTP/1.1 100 Continue\r\n\r\n");
+    r.feed(&mut c, b"{\"value\":1}");
+    assert_eq!(statuses(&r.sent(&mut c)), ["200"]);
+
+    // Head and body in one read: no 100.
+    let mut whole = head.to_vec();
+    whole.extend_from_slice(b"{\"value\":2}");
+    r.feed(&mut c, &whole);
+    assert_eq!(statuses(&r.sent(&mut c)), ["200"]);
+
+    // HTTP/1.0 expectations are ignored.
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"POST /v1/boxes/a HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 11\r\n\r\n",
+    );
+    assert_eq!(r.sent(&mut c), "");
+    assert_eq!(r.host.answers.iter().filter(|a| a.1 == 100).count(), 1);
+}
+
+#[test]
+fn deadlines_follow_the_state() {
+    let mut r = rig();
+    let (idle, header, body) = (60_000, 5_000, 10_000);
+    let mut c = r.conn();
+    assert_eq!(c.deadline(), 1_000 + idle);
+
+    r.now_ms = 2_000;
+    r.feed(&mut c, b"GET /healthz HT");
+    assert_eq!(
+        c.deadline(),
+        2_000 + header,
+        "header timeout from the head's first byte"
+    );
+    r.now_ms = 3_000;
+    r.feed(&mut c, b"TP/1.1\r\n");
+    assert_eq!(
+        c.deadline(),
+        2_000 + header,
+        "more head bytes do not extend it"
+    );
+
+    r.now_ms = 4_000;
+    r.feed(&mut c, b"\r\n");
+    r.sent(&mut c);
+    assert_eq!(c.deadline(), 4_000 + idle, "idle again after the answer");
+
+    r.feed(
+        &mut c,
+        b"POST /v1/boxes/a HTTP/1.1\r\nContent-Length: 11\r\n\r\n{",
+    );
+    assert_eq!(c.deadline(), 4_000 + body);
+    r.now_ms = 5_000;
+    r.feed(&mut c, b"\"va");
+    assert_eq!(
+        c.deadline(),
+        5_000 + body,
+        "body timeout from the last progress"
+    );
+}
+
+#[test]
+fn a_stalled_head_gets_408_and_the_write_side_shut() {
+    let mut r = rig();
+    let mut c = r.conn();
+    r.feed(&mut c, b"GET /healthz HTTP/1.1\r\nHo");
+    r.now_ms = c.deadline() - 1;
+    c.on_timer(&mut r.cx());
+    assert!(!c.finished(), "not before the deadline");
+    r.now_ms = c.deadline();
+    c.on_timer(&mut r.cx());
+    assert!(c.finished() && c.shuts_down_write());
+    let out = r.sent(&mut c);
+    assert!(
+        out.starts_with("HTTP/1.1 408") && out.contains("Connection: close"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_stalled_body_gets_408_and_an_idle_connection_just_closes() {
+    let mut r = rig();
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"POST /v1/boxes/a HTTP/1.1\r\nContent-Length: 5\r\n\r\n{",
+    );
+    r.now_ms = c.deadline();
+    c.on_timer(&mut r.cx());
+    assert_eq!(statuses(&r.sent(&mut c)), ["408"]);
+
+    let mut c = r.conn();
+    r.now_ms = c.deadline();
+    c.on_timer(&mut r.cx());
+    assert!(c.finished() && c.shuts_down_write());
+    assert_eq!(r.sent(&mut c), "");
+}
+
+#[test]
+fn framing_errors_are_answered_then_close() {
+    let mut r = rig();
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"POST /v1/ingest HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nGET /healthz HTTP/1.1\r\n\r\n",
+    );
+    assert!(!c.wants_read());
+    let out = r.sent(&mut c);
+    assert_eq!(
+        statuses(&out),
+        ["400"],
+        "nothing after the error is answered"
+    );
+    assert!(out.contains("two different Content-Length values"), "{out}");
+    assert!(c.finished());
+}
+
+#[test]
+fn a_request_larger_than_any_buffer_is_refused() {
+    let mut r = rig_with(|c| {
+        c.limits.max_body_bytes = 1024;
+        c.limits.max_header_bytes = 1024;
+    });
+    let mut c = r.conn();
+    r.feed(&mut c, b"GET /healthz HTTP/1.1\r\n");
+    let junk = vec![b'a'; 1024];
+    let mut refused = false;
+    for _ in 0..200 {
+        let mut cx = r.cx();
+        match c.read_buffer(&mut cx) {
+            Some(buf) => {
+                let n = buf.len().min(junk.len());
+                buf[..n].copy_from_slice(&junk[..n]);
+                c.received(n, &mut cx);
+            }
+            None => {
+                refused = true;
+                break;
+            }
+        }
+    }
+    assert!(refused);
+    let out = r.sent(&mut c);
+    assert_eq!(statuses(&out), ["431"], "{out}");
+    assert!(c.finished());
+}
+
+#[test]
+fn back_pressure_stops_reading_until_the_answers_drain() {
+    let mut r = rig();
+    let mut c = r.conn();
+    let req = b"GET /healthz HTTP/1.1\r\n\r\n";
+    while c.wants_read() {
+        let mut many = Vec::new();
+        for _ in 0..100 {
+            many.extend_from_slice(req);
+        }
+        r.feed(&mut c, &many);
+    }
+    assert!(c.send_queue().pending() >= SEND_BACKPRESSURE);
+    assert!(c.read_buffer(&mut r.cx()).is_none());
+    r.sent(&mut c);
+    assert!(c.wants_read());
+}
+
+#[test]
+fn a_parked_poll_holds_back_pipelined_requests_until_answered() {
+    let mut r = rig();
+    r.ingest("a", 1);
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\n\r\nGET /healthz HTTP/1.1\r\n\r\n",
+    );
+    assert_eq!(c.parked_key(), Some(&b"a"[..]));
+    assert_eq!(c.deadline(), r.now_ms + 5000);
+    assert!(!c.wants_read());
+    assert_eq!(r.sent(&mut c), "", "nothing is answered while parked");
+
+    // A wake-up for a box that has not moved changes nothing.
+    assert!(!c.on_box_updated(&mut r.cx()));
+    r.ingest("a", 7);
+    assert!(c.on_box_updated(&mut r.cx()));
+    assert_eq!(c.parked_key(), None);
+    let out = r.sent(&mut c);
+    assert_eq!(statuses(&out), ["200", "200"], "{out}");
+    assert!(
+        out.contains("ETag: \"2\"") && out.contains("\"ver\":2"),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("ok"),
+        "the pipelined request comes second: {out}"
+    );
+    assert!(c.wants_read());
+}
+
+#[test]
+fn a_parked_poll_times_out_with_304_and_caps_its_wait() {
+    let mut r = rig_with(|c| c.limits.max_wait_ms = 100);
+    r.ingest("a", 1);
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\n\r\n",
+    );
+    assert_eq!(c.deadline(), r.now_ms + 100, "max_wait_ms caps the wait");
+    r.now_ms += 100;
+    c.on_timer(&mut r.cx());
+    let out = r.sent(&mut c);
+    assert_eq!(statuses(&out), ["304"]);
+    assert!(out.contains("ETag: \"1\""), "{out}");
+    assert_eq!(c.deadline(), r.now_ms + 60_000, "idle again");
+    assert_eq!(r.host.answers.last(), Some(&(RouteLabel::LongPoll, 304)));
+}
+
+#[test]
+fn a_long_poll_of_a_box_already_past_is_answered_at_once() {
+    let mut r = rig();
+    r.ingest("a", 1);
+    r.ingest("a", 2);
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\n\r\n",
+    );
+    assert_eq!(c.parked_key(), None);
+    assert_eq!(statuses(&r.sent(&mut c)), ["200"]);
+}
+
+#[test]
+fn an_unknown_box_is_waited_for_and_times_out_without_a_body() {
+    let mut r = rig();
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"GET /v1/boxes/new?after=0&wait_ms=50 HTTP/1.1\r\n\r\n",
+    );
+    assert_eq!(c.parked_key(), Some(&b"new"[..]));
+    r.now_ms += 50;
+    c.on_timer(&mut r.cx());
+    let out = r.sent(&mut c);
+    assert!(
+        out.starts_with("HTTP/1.1 304") && out.contains("Content-Length: 0\r\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn draining_answers_parked_polls_and_closes_idle_connections() {
+    let mut r = rig();
+    r.ingest("a", 1);
+    let mut parked = r.conn();
+    r.feed(
+        &mut parked,
+        b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\n\r\n",
+    );
+    let mut idle = r.conn();
+    r.host.draining = true;
+    parked.drain(false, &mut r.cx());
+    idle.drain(false, &mut r.cx());
+    assert!(idle.finished());
+    let out = r.sent(&mut parked);
+    assert!(
+        out.starts_with("HTTP/1.1 304") && out.contains("Connection: close"),
+        "{out}"
+    );
+    assert!(parked.finished());
+
+    let mut busy = r.conn();
+    r.feed(&mut busy, b"GET /healthz HTTP/1.1\r\n");
+    busy.drain(false, &mut r.cx());
+    assert!(!busy.finished(), "a request in flight may finish");
+    busy.drain(true, &mut r.cx());
+    assert!(
+        busy.finished() && busy.shuts_down_write(),
+        "unless the drain is overdue"
+    );
+}
+
+#[test]
+fn eof_answers_what_came_then_closes() {
+    let mut r = rig();
+    let mut c = r.conn();
+    let mut cx = r.cx();
+    let buf = c.read_buffer(&mut cx).unwrap();
+    let req = b"GET /healthz HTTP/1.1\r\n\r\n";
+    buf[..req.len()].copy_from_slice(req);
+    c.received(req.len(), &mut cx);
+    c.eof(&mut cx);
+    assert!(!c.finished());
+    assert_eq!(statuses(&r.sent(&mut c)), ["200"]);
+    assert!(c.finished());
+}
+
+#[test]
+fn idle_connections_hold_no_read_buffer_and_release_returns_everything() {
+    let mut r = rig();
+    let mut c = r.conn();
+    r.feed(&mut c, b"GET /healthz HTTP/1.1\r\n\r\n");
+    assert_eq!(
+        c.buffer_bytes().0,
+        0,
+        "the read buffer went back between requests"
+    );
+    assert!(c.buffer_bytes().1 > 0, "the answer is queued");
+    r.feed(&mut c, b"GET /hea");
+    assert!(c.buffer_bytes().0 > 0);
+    c.release(&mut r.buffers);
+    assert_eq!(c.buffer_bytes(), (0, 0));
+    assert!(r.buffers.read.pooled_bytes() > 0 && r.buffers.send.pooled_bytes() > 0);
+}

@@ -1,0 +1,209 @@
+//! The one answer writer: a response head (from the pre-rendered prefix when
+//! there is one) and its body, appended to a connection's bytes and counted.
+
+use super::{Host, RouteLabel};
+use crate::http::{write_head_end, write_response_head, DateCache, Version};
+use std::time::SystemTime;
+
+pub const JSON: &[u8] = b"application/json";
+pub const TEXT: &[u8] = b"text/plain; charset=utf-8";
+
+/// One response, all but its body.
+#[derive(Clone, Copy)]
+pub struct Answer<'a> {
+    pub route: RouteLabel,
+    pub code: u16,
+    pub content_type: &'a [u8],
+    pub version: Version,
+    pub keep_alive: bool,
+    /// Write the head only (HEAD, 304): `Content-Length` still says the body's.
+    pub head_only: bool,
+    pub extra: &'a [(&'a [u8], &'a [u8])],
+}
+
+impl Answer<'_> {
+    /// A JSON answer with no extra header.
+    pub fn json(
+        route: RouteLabel,
+        code: u16,
+        version: Version,
+        keep_alive: bool,
+    ) -> Answer<'static> {
+        Answer {
+            route,
+            code,
+            content_type: JSON,
+            version,
+            keep_alive,
+            head_only: false,
+            extra: &[],
+        }
+    }
+}
+
+/// The `Date` and the start of the most common response heads (200 and 304,
+/// JSON, keep-alive HTTP/1.1), pre-rendered with it and rebuilt only when the
+/// date changes: a poll's head is then one copy plus its length and `ETag`.
+pub struct Heads {
+    date: DateCache,
+    rendered_for: Vec<u8>,
+    ok_json: Vec<u8>,
+    not_modified_json: Vec<u8>,
+}
+
+impl Heads {
+    pub fn new(now: SystemTime) -> Heads {
+        let mut h = Heads {
+            date: DateCache::new(),
+            rendered_for: Vec::with_capacity(32),
+            ok_json: Vec::with_capacity(128),
+            not_modified_json: Vec::with_capacity(128),
+        };
+        h.refresh(now);
+        h
+    }
+
+    /// Follow the clock (called at each tick); re-render if the `Date` changed.
+    pub fn refresh(&mut self, now: SystemTime) {
+        self.date.update(now);
+        let date = self.date.get();
+        if self.rendered_for == date {
+            return;
+        }
+        self.rendered_for.clear();
+        self.rendered_for.extend_from_slice(date);
+        for (code, out) in [(200, &mut self.ok_json), (304, &mut self.not_modified_json)] {
+            out.clear();
+            // Everything write_response_head writes before the length's digits.
+            write_response_head(out, code, JSON, 0, date, true, Version::Http11, &[]);
+            let cut = out.len() - b"0\r\n\r\n".len();
+            out.truncate(cut);
+        }
+    }
+
+    /// The cached prefix for this head, if there is one.
+    #[inline]
+    fn prefix(&self, a: &Answer<'_>) -> Option<&[u8]> {
+        if !a.keep_alive || a.version != Version::Http11 || a.content_type != JSON {
+            return None;
+        }
+        match a.code {
+            200 => Some(&self.ok_json),
+            304 => Some(&self.not_modified_json),
+            _ => None,
+        }
+    }
+
+    /// Append the answer (head, then `body` unless `head_only`) to `out` and
+    /// count it.
+    #[inline]
+    pub fn write<H: Host>(&self, out: &mut Vec<u8>, host: &mut H, a: &Answer<'_>, body: &[u8]) {
+        match self.prefix(a) {
+            Some(prefix) => {
+                out.extend_from_slice(prefix);
+                out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
+                out.extend_from_slice(b"\r\n");
+                write_head_end(out, a.extra);
+            }
+            None => write_response_head(
+                out,
+                a.code,
+                a.content_type,
+                body.len(),
+                self.date.get(),
+                a.keep_alive,
+                a.version,
+                a.extra,
+            ),
+        }
+        if !a.head_only {
+            out.extend_from_slice(body);
+        }
+        host.answered(a.route, a.code);
+    }
+}
+
+/// `{"error":"<what>"}` into `out` (cleared first). `what` needs no escaping.
+pub fn error_body(out: &mut Vec<u8>, what: &str) {
+    out.clear();
+    out.extend_from_slice(b"{\"error\":\"");
+    out.extend_from_slice(what.as_bytes());
+    out.extend_from_slice(b"\"}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::testing::Recorder;
+
+    #[test]
+    fn cached_heads_equal_written_heads() {
+        let h = Heads::new(SystemTime::UNIX_EPOCH);
+        let date = h.date.get().to_vec();
+        let mut host = Recorder::default();
+        for code in [200u16, 304] {
+            let extra: &[(&[u8], &[u8])] = &[(b"ETag", b"\"7\"")];
+            let mut want = Vec::new();
+            write_response_head(
+                &mut want,
+                code,
+                JSON,
+                2,
+                &date,
+                true,
+                Version::Http11,
+                extra,
+            );
+            want.extend_from_slice(b"{}");
+            let a = Answer {
+                extra,
+                ..Answer::json(RouteLabel::Poll, code, Version::Http11, true)
+            };
+            assert!(h.prefix(&a).is_some());
+            let mut got = Vec::new();
+            h.write(&mut got, &mut host, &a, b"{}");
+            assert_eq!(
+                String::from_utf8(got).unwrap(),
+                String::from_utf8(want).unwrap()
+            );
+        }
+        assert_eq!(
+            host.answers,
+            vec![(RouteLabel::Poll, 200), (RouteLabel::Poll, 304)]
+        );
+        let a = Answer::json(RouteLabel::Poll, 200, Version::Http11, true);
+        assert!(h
+            .prefix(&Answer {
+                keep_alive: false,
+                ..a
+            })
+            .is_none());
+        assert!(h
+            .prefix(&Answer {
+                version: Version::Http10,
+                ..a
+            })
+            .is_none());
+        assert!(h.prefix(&Answer { code: 404, ..a }).is_none());
+        assert!(h
+            .prefix(&Answer {
+                content_type: TEXT,
+                ..a
+            })
+            .is_none());
+    }
+
+    #[test]
+    fn head_only_keeps_the_length_and_drops_the_body() {
+        let h = Heads::new(SystemTime::UNIX_EPOCH);
+        let mut out = Vec::new();
+        let a = Answer {
+            head_only: true,
+            ..Answer::json(RouteLabel::Poll, 200, Version::Http11, true)
+        };
+        h.write(&mut out, &mut Recorder::default(), &a, b"{\"k\":1}");
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.contains("Content-Length: 7\r\n"), "{s}");
+        assert!(s.ends_with("\r\n\r\n"), "{s}");
+    }
+}

@@ -1,0 +1,168 @@
+//! `POST /v1/boxes/{key}` and `POST /v1/ingest`: the body parsed into the
+//! worker's arena, each message applied to the box table, the answer written.
+
+use super::{reply, Answer, Host, IngestResult, Reply, RouteLabel, Service};
+use crate::http::Frame;
+use crate::plan::MessageError;
+use crate::projection::{BodyFormat, KeySource, Shape};
+
+/// At most this many errors are listed in a batch answer (SPEC §2).
+const MAX_LISTED_ERRORS: usize = 16;
+
+impl Service {
+    pub(super) fn ingest<H: Host>(
+        &mut self,
+        frame: &Frame,
+        buf: &[u8],
+        keys: KeySource,
+        keep_alive: bool,
+        out: &mut Vec<u8>,
+        host: &mut H,
+    ) -> Reply {
+        let route = match keys {
+            KeySource::Path => RouteLabel::IngestKey,
+            KeySource::Body => RouteLabel::Ingest,
+        };
+        let answer = Answer::json(route, 200, frame.version, keep_alive);
+        let format = match &frame.content_type {
+            Some(r) if is_ndjson(&buf[r.clone()]) => BodyFormat::Ndjson,
+            _ => BodyFormat::Json,
+        };
+        // Split the service: the batch borrows the arena while answers are written.
+        let Service {
+            node,
+            epoch,
+            projector,
+            heads,
+            key: path_key,
+            body: text,
+        } = self;
+        let boxes = &node.boxes;
+        text.clear();
+        let batch = match projector.project(epoch.arena(), &buf[frame.body.clone()], format, keys) {
+            Ok(b) => b,
+            Err(e) => {
+                host.ingested(IngestResult::of_body(&e), 1);
+                text.extend_from_slice(b"{\"error\":\"");
+                e.write_message(text);
+                text.extend_from_slice(b"\"}");
+                heads.write(
+                    out,
+                    host,
+                    &Answer {
+                        code: e.status(),
+                        ..answer
+                    },
+                    text,
+                );
+                return reply(keep_alive);
+            }
+        };
+        if batch.shape == Shape::Object {
+            // One message: answer with the box's new payload, or 422/507.
+            let (key, result) = match batch.items.first() {
+                Some(Ok(m)) => {
+                    let key = match keys {
+                        KeySource::Path => std::str::from_utf8(path_key).unwrap_or(""),
+                        KeySource::Body => m.key,
+                    };
+                    (key, boxes.apply(key, m.values, Some(text)))
+                }
+                Some(Err(e)) => ("", Err(*e)),
+                None => ("", Err(MessageError::NotAnObject)),
+            };
+            match result {
+                Ok(_) => {
+                    host.box_updated(key.as_bytes());
+                    host.ingested(IngestResult::Accepted, 1);
+                    heads.write(out, host, &answer, text);
+                }
+                Err(e) => {
+                    host.ingested(IngestResult::of(&e), 1);
+                    text.clear();
+                    text.extend_from_slice(b"{\"error\":\"");
+                    e.write_reason(boxes.plan(), text);
+                    text.extend_from_slice(b"\"}");
+                    heads.write(
+                        out,
+                        host,
+                        &Answer {
+                            code: e.status(),
+                            ..answer
+                        },
+                        text,
+                    );
+                }
+            }
+            return reply(keep_alive);
+        }
+        // A batch: apply in order, list up to 16 errors.
+        let mut accepted = 0u64;
+        let mut rejected = 0u64;
+        text.extend_from_slice(b"{\"accepted\":");
+        let counts_at = text.len();
+        text.extend_from_slice(b",\"errors\":[");
+        for (i, item) in batch.items.iter().enumerate() {
+            let res = match item {
+                Ok(m) => boxes
+                    .apply(m.key, m.values, None)
+                    .map(|_| host.box_updated(m.key.as_bytes())),
+                Err(e) => Err(*e),
+            };
+            match res {
+                Ok(()) => accepted += 1,
+                Err(e) => {
+                    host.ingested(IngestResult::of(&e), 1);
+                    if (rejected as usize) < MAX_LISTED_ERRORS {
+                        if rejected > 0 {
+                            text.push(b',');
+                        }
+                        text.extend_from_slice(b"{\"i\":");
+                        text.extend_from_slice(itoa::Buffer::new().format(i).as_bytes());
+                        text.extend_from_slice(b",\"error\":\"");
+                        e.write_reason(boxes.plan(), text);
+                        text.extend_from_slice(b"\"}");
+                    }
+                    rejected += 1;
+                }
+            }
+        }
+        host.ingested(IngestResult::Accepted, accepted);
+        text.extend_from_slice(b"]}");
+        // The counts are known only now: splice them in before the error list.
+        let mut counts = [0u8; 64];
+        let mut n = 0;
+        for part in [
+            itoa::Buffer::new().format(accepted).as_bytes(),
+            b",\"rejected\":",
+            itoa::Buffer::new().format(rejected).as_bytes(),
+        ] {
+            counts[n..n + part.len()].copy_from_slice(part);
+            n += part.len();
+        }
+        text.splice(counts_at..counts_at, counts[..n].iter().copied());
+        heads.write(out, host, &answer, text);
+        reply(keep_alive)
+    }
+}
+
+fn is_ndjson(content_type: &[u8]) -> bool {
+    let mime = content_type
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or(b"")
+        .trim_ascii();
+    mime.eq_ignore_ascii_case(b"application/x-ndjson")
+        || mime.eq_ignore_ascii_case(b"application/ndjson")
+        || mime.eq_ignore_ascii_case(b"application/jsonl")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ndjson_content_types() {
+        assert!(super::is_ndjson(b"application/x-ndjson; charset=utf-8"));
+        assert!(super::is_ndjson(b"Application/NDJSON"));
+        assert!(!super::is_ndjson(b"application/json"));
+    }
+}

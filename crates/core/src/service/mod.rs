@@ -1,0 +1,483 @@
+//! What every request gets back: routing, polls and the long-poll decision,
+//! ingest, auth, health, and the one answer writer ([`Heads::write`]). Answers
+//! are written into a `&mut Vec<u8>` (a connection's send buffer); what the
+//! server counts goes out through [`Host`], and so do the two things only the
+//! server can do (wake the workers waiting on a box, render `/metrics`).
+//!
+//! One [`Service`] per worker: it owns the worker's arena (a parsed body lives
+//! there only while its request is answered), simd-json's working memory, the
+//! pre-rendered heads and scratch buffers. All workers share one [`Node`]: the
+//! config, the box table and the ingest tokens.
+//!
+//! What it is not: a connection. Keep-alive, parking, deadlines and request
+//! order live in [`crate::conn`]; this module answers one request at a time.
+
+mod answer;
+mod auth;
+mod ingest;
+mod tally;
+
+pub use answer::{error_body, Answer, Heads, JSON, TEXT};
+pub use auth::{constant_time_eq, Tokens};
+pub use tally::{IngestResult, RouteLabel};
+
+use crate::boxes::BoxTable;
+use crate::config::Config;
+use crate::epoch::{Epoch, ResetStats};
+use crate::http::{
+    parse_poll_query, percent_decode_into, route, Frame, HttpError, Method, Route, Version,
+};
+use crate::plan::Plan;
+use crate::projection::{KeySource, Projector};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// Initial (and kept) size of a worker's arena: 512 KiB holds an epoch of ~800
+/// messages of 512 B per worker. Busier epochs grow it (bumpalo adds chunks; a
+/// reset keeps the largest up to 4× this and replaces a bigger one), so its
+/// resident pages follow the real load.
+const ARENA_WORKING_BYTES: usize = 512 * 1024;
+
+/// What all workers share.
+pub struct Node {
+    pub config: Config,
+    pub plan: Arc<Plan>,
+    pub boxes: BoxTable,
+    pub tokens: Tokens,
+}
+
+impl Node {
+    pub fn new(config: Config, plan: Arc<Plan>, boxes: BoxTable) -> Node {
+        let tokens = Tokens::new(&config.auth.ingest_tokens);
+        Node {
+            config,
+            plan,
+            boxes,
+            tokens,
+        }
+    }
+}
+
+/// What the service and the connections need from the server around them.
+pub trait Host {
+    /// Shutting down: answers close their connection, `/readyz` says 503.
+    fn draining(&self) -> bool;
+    /// Listening, and the snapshot (if any) loaded.
+    fn ready(&self) -> bool;
+    /// `key` was updated: wake whoever waits on it, on any worker.
+    fn box_updated(&mut self, key: &[u8]);
+    /// Append the Prometheus exposition to `out`.
+    fn render_metrics(&mut self, out: &mut Vec<u8>);
+    /// One response was written (`code` 100 for an interim `100 Continue`).
+    fn answered(&mut self, route: RouteLabel, code: u16);
+    /// `n` messages ended with `result`.
+    fn ingested(&mut self, result: IngestResult, n: u64);
+}
+
+/// Which listener a connection came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// `server.listen`: the whole HTTP surface (`/metrics` only when there is
+    /// no `metrics_listen`).
+    Main,
+    /// `server.metrics_listen`: `/metrics` only.
+    Metrics,
+}
+
+/// What the connection does after [`Service::answer`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    /// Answered; the connection stays open.
+    KeepAlive,
+    /// Answered; close once the answer is sent.
+    Close,
+    /// Not answered: a long-poll that waits.
+    Park(Park),
+}
+
+/// A long-poll that has to wait until the box's version passes `after`, at most
+/// `wait_ms` (already capped by `max_wait_ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Park {
+    pub after: u64,
+    pub wait_ms: u64,
+}
+
+fn reply(keep_alive: bool) -> Reply {
+    if keep_alive {
+        Reply::KeepAlive
+    } else {
+        Reply::Close
+    }
+}
+
+/// One worker's answering state.
+pub struct Service {
+    node: Arc<Node>,
+    epoch: Epoch,
+    projector: Projector,
+    heads: Heads,
+    /// Percent-decoded key of the current request.
+    key: Vec<u8>,
+    /// Rendered body of the current response.
+    body: Vec<u8>,
+}
+
+impl Service {
+    /// `now`: the wall clock, for the `Date` header.
+    pub fn new(node: Arc<Node>, now: SystemTime) -> Service {
+        let limits = &node.config.limits;
+        let working = ARENA_WORKING_BYTES.min(limits.arena_limit_bytes);
+        Service {
+            epoch: Epoch::new(working, limits.arena_limit_bytes),
+            projector: Projector::new(node.plan.clone()),
+            heads: Heads::new(now),
+            key: Vec::with_capacity(node.config.boxes.max_key_bytes.max(256)),
+            body: Vec::with_capacity(16 * 1024),
+            node,
+        }
+    }
+
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+
+    pub fn epoch(&self) -> &Epoch {
+        &self.epoch
+    }
+
+    /// Reset the arena (the epoch ends). Only between requests, so no parsed
+    /// value is alive: the borrow checker enforces it (`&mut self`).
+    pub fn reset_arena(&mut self) -> ResetStats {
+        self.epoch.reset()
+    }
+
+    /// Follow the wall clock (the `Date` header and the heads rendered with it).
+    pub fn set_time(&mut self, now: SystemTime) {
+        self.heads.refresh(now);
+    }
+
+    /// Heap bytes of the service's scratch and simd-json's working memory (the
+    /// arena is counted on its own).
+    pub fn working_bytes(&self) -> usize {
+        self.key.capacity() + self.body.capacity() + self.projector.working_bytes()
+    }
+
+    /// The box's version, 0 if there is no such box.
+    pub fn version(&self, key: &[u8]) -> u64 {
+        self.node.boxes.version(key).unwrap_or(0)
+    }
+
+    /// The decoded key of the request just answered (or parked).
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// Answer one framed request (`buf` is the slice the frame's ranges index)
+    /// into `out`. `keep_alive`: the request's, unless the server is draining.
+    pub fn answer<H: Host>(
+        &mut self,
+        listener: Listener,
+        frame: &Frame,
+        buf: &[u8],
+        keep_alive: bool,
+        out: &mut Vec<u8>,
+        host: &mut H,
+    ) -> Reply {
+        let metrics_apart = !self.node.config.server.metrics_listen.is_empty();
+        let mut r = route(frame.method, &buf[frame.path.clone()]);
+        match (listener, r) {
+            (Listener::Metrics, Route::Metrics) => {}
+            (Listener::Metrics, _) => r = Route::NotFound,
+            (Listener::Main, Route::Metrics) if metrics_apart => r = Route::NotFound,
+            (Listener::Main, _) => {}
+        }
+        let head = frame.method == Method::Head;
+        let plain = |route, code, content_type| Answer {
+            route,
+            code,
+            content_type,
+            version: frame.version,
+            keep_alive,
+            head_only: head,
+            extra: &[],
+        };
+        match r {
+            Route::Poll { key } => self.poll(frame, buf, key, keep_alive, out, host),
+            Route::IngestKey { key } => {
+                if !self.authorized(frame, buf) {
+                    return self.unauthorized(frame, RouteLabel::IngestKey, keep_alive, out, host);
+                }
+                if let Err(what) = self.decode_key(key) {
+                    return self.error(
+                        frame,
+                        RouteLabel::IngestKey,
+                        400,
+                        what,
+                        keep_alive,
+                        out,
+                        host,
+                    );
+                }
+                self.ingest(frame, buf, KeySource::Path, keep_alive, out, host)
+            }
+            Route::Ingest => {
+                if !self.authorized(frame, buf) {
+                    return self.unauthorized(frame, RouteLabel::Ingest, keep_alive, out, host);
+                }
+                self.ingest(frame, buf, KeySource::Body, keep_alive, out, host)
+            }
+            Route::Metrics => {
+                self.body.clear();
+                host.render_metrics(&mut self.body);
+                let a = plain(RouteLabel::Metrics, 200, METRICS_CONTENT_TYPE);
+                self.heads.write(out, host, &a, &self.body);
+                reply(keep_alive)
+            }
+            Route::Healthz => {
+                let a = plain(RouteLabel::Healthz, 200, TEXT);
+                self.heads.write(out, host, &a, b"ok");
+                reply(keep_alive)
+            }
+            Route::Readyz => {
+                let ready = host.ready() && !host.draining();
+                let (code, body): (u16, &[u8]) = if ready {
+                    (200, b"ready")
+                } else {
+                    (503, b"draining")
+                };
+                let a = plain(RouteLabel::Readyz, code, TEXT);
+                self.heads.write(out, host, &a, body);
+                reply(keep_alive)
+            }
+            Route::NotFound => self.error(
+                frame,
+                RouteLabel::Other,
+                404,
+                "not found",
+                keep_alive,
+                out,
+                host,
+            ),
+            Route::MethodNotAllowed { allow } => {
+                error_body(&mut self.body, "method not allowed");
+                let a = Answer {
+                    extra: &[(b"Allow", allow.as_bytes())],
+                    ..plain(RouteLabel::Other, 405, JSON)
+                };
+                self.heads.write(out, host, &a, &self.body);
+                reply(keep_alive)
+            }
+        }
+    }
+
+    /// `GET /v1/boxes/{key}`, with or without the long-poll query.
+    fn poll<H: Host>(
+        &mut self,
+        frame: &Frame,
+        buf: &[u8],
+        raw_key: &[u8],
+        keep_alive: bool,
+        out: &mut Vec<u8>,
+        host: &mut H,
+    ) -> Reply {
+        // A bad query or a bad key: one 400 with the specific reason.
+        let query = parse_poll_query(&buf[frame.query.clone()])
+            .and_then(|q| self.decode_key(raw_key).map(|()| q));
+        let q = match query {
+            Ok(q) => q,
+            Err(what) => {
+                return self.error(frame, RouteLabel::Poll, 400, what, keep_alive, out, host)
+            }
+        };
+        let label = match (q.after, q.wait_ms) {
+            (Some(after), Some(wait)) => {
+                let wait = wait.min(self.node.config.limits.max_wait_ms);
+                if self.version(&self.key) <= after && wait > 0 {
+                    return Reply::Park(Park {
+                        after,
+                        wait_ms: wait,
+                    });
+                }
+                RouteLabel::LongPoll
+            }
+            _ => RouteLabel::Poll,
+        };
+        self.write_poll(frame, buf, label, keep_alive, false, out, host)
+    }
+
+    /// Answer a parked long-poll of `key`: the box moved past `after` (200), or
+    /// the wait ran out (`timed_out`: 304 unless it moved after all).
+    #[allow(clippy::too_many_arguments)]
+    pub fn answer_parked<H: Host>(
+        &mut self,
+        frame: &Frame,
+        buf: &[u8],
+        key: &[u8],
+        after: u64,
+        timed_out: bool,
+        keep_alive: bool,
+        out: &mut Vec<u8>,
+        host: &mut H,
+    ) -> Reply {
+        self.key.clear();
+        self.key.extend_from_slice(key);
+        let unchanged = self.version(key) <= after;
+        self.write_poll(
+            frame,
+            buf,
+            RouteLabel::LongPoll,
+            keep_alive,
+            timed_out && unchanged,
+            out,
+            host,
+        )
+    }
+
+    /// Answer a (long-)poll for the key in `self.key`. `not_modified`: the wait
+    /// ran out, so the box answers 304.
+    #[allow(clippy::too_many_arguments)]
+    fn write_poll<H: Host>(
+        &mut self,
+        frame: &Frame,
+        buf: &[u8],
+        route: RouteLabel,
+        keep_alive: bool,
+        not_modified: bool,
+        out: &mut Vec<u8>,
+        host: &mut H,
+    ) -> Reply {
+        self.body.clear();
+        let head = frame.method == Method::Head;
+        let Some(version) = self.node.boxes.poll(&self.key, &mut self.body) else {
+            if not_modified {
+                // Nothing was ever ingested for this key while we waited.
+                let a = Answer {
+                    head_only: true,
+                    ..Answer::json(route, 304, frame.version, keep_alive)
+                };
+                self.heads.write(out, host, &a, b"");
+                return reply(keep_alive);
+            }
+            return self.error(frame, route, 404, "no such box", keep_alive, out, host);
+        };
+        let mut etag_buf = [0u8; 24];
+        let etag = render_etag(version, &mut etag_buf);
+        let not_modified = not_modified
+            || frame
+                .if_none_match
+                .clone()
+                .is_some_and(|r| etag_matches(&buf[r], etag));
+        // A 304 carries the Content-Length the 200 would have (RFC 9110 §8.6), no body.
+        let a = Answer {
+            head_only: head || not_modified,
+            extra: &[(b"ETag", etag)],
+            ..Answer::json(
+                route,
+                if not_modified { 304 } else { 200 },
+                frame.version,
+                keep_alive,
+            )
+        };
+        self.heads.write(out, host, &a, &self.body);
+        reply(keep_alive)
+    }
+
+    fn decode_key(&mut self, raw: &[u8]) -> Result<(), &'static str> {
+        percent_decode_into(raw, &mut self.key).map_err(|_| "bad percent-encoding in key")?;
+        if std::str::from_utf8(&self.key).is_err() {
+            return Err("key is not valid UTF-8");
+        }
+        Ok(())
+    }
+
+    fn authorized(&self, frame: &Frame, buf: &[u8]) -> bool {
+        self.node
+            .tokens
+            .allow(frame.authorization.clone().map(|r| &buf[r]))
+    }
+
+    fn unauthorized<H: Host>(
+        &mut self,
+        frame: &Frame,
+        route: RouteLabel,
+        keep_alive: bool,
+        out: &mut Vec<u8>,
+        host: &mut H,
+    ) -> Reply {
+        error_body(&mut self.body, "missing or invalid bearer token");
+        let a = Answer {
+            head_only: frame.method == Method::Head,
+            extra: &[(b"WWW-Authenticate", b"Bearer")],
+            ..Answer::json(route, 401, frame.version, keep_alive)
+        };
+        self.heads.write(out, host, &a, &self.body);
+        reply(keep_alive)
+    }
+
+    /// Answer with `{"error":"<what>"}`.
+    #[allow(clippy::too_many_arguments)]
+    fn error<H: Host>(
+        &mut self,
+        frame: &Frame,
+        route: RouteLabel,
+        code: u16,
+        what: &str,
+        keep_alive: bool,
+        out: &mut Vec<u8>,
+        host: &mut H,
+    ) -> Reply {
+        error_body(&mut self.body, what);
+        let a = Answer {
+            head_only: frame.method == Method::Head,
+            ..Answer::json(route, code, frame.version, keep_alive)
+        };
+        self.heads.write(out, host, &a, &self.body);
+        reply(keep_alive)
+    }
+
+    /// An answer that ends the connection: `{"error":"<what>"}` with `code`.
+    pub fn closing_error<H: Host>(
+        &mut self,
+        code: u16,
+        what: &str,
+        out: &mut Vec<u8>,
+        host: &mut H,
+    ) {
+        error_body(&mut self.body, what);
+        let a = Answer::json(RouteLabel::Other, code, Version::Http11, false);
+        self.heads.write(out, host, &a, &self.body);
+    }
+
+    /// Answer a framing error (the connection closes after it).
+    pub fn refuse<H: Host>(&mut self, e: HttpError, out: &mut Vec<u8>, host: &mut H) {
+        self.closing_error(e.status(), e.reason(), out, host);
+    }
+}
+
+/// `Content-Type` of the Prometheus text exposition 0.0.4.
+pub const METRICS_CONTENT_TYPE: &[u8] = b"text/plain; version=0.0.4; charset=utf-8";
+
+fn render_etag(version: u64, buf: &mut [u8; 24]) -> &[u8] {
+    let mut it = itoa::Buffer::new();
+    let digits = it.format(version).as_bytes();
+    buf[0] = b'"';
+    buf[1..1 + digits.len()].copy_from_slice(digits);
+    buf[1 + digits.len()] = b'"';
+    &buf[..digits.len() + 2]
+}
+
+/// `If-None-Match`: `*`, or a comma-separated list of (possibly weak) tags.
+fn etag_matches(header: &[u8], etag: &[u8]) -> bool {
+    header.split(|&b| b == b',').any(|t| {
+        let t = t.trim_ascii();
+        let t = t.strip_prefix(b"W/").unwrap_or(t);
+        t == etag || t == b"*"
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod testing;
+
+#[cfg(test)]
+mod tests;

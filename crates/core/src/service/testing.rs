@@ -1,0 +1,36 @@
+//! A [`Host`] that records what it is told, for unit tests of the service and
+//! the connection state machine.
+
+use super::{Host, IngestResult, RouteLabel};
+
+#[derive(Default)]
+pub struct Recorder {
+    pub draining: bool,
+    pub not_ready: bool,
+    pub answers: Vec<(RouteLabel, u16)>,
+    pub ingested: Vec<(IngestResult, u64)>,
+    pub updated: Vec<Vec<u8>>,
+}
+
+impl Host for Recorder {
+    fn draining(&self) -> bool {
+        self.draining
+    }
+    fn ready(&self) -> bool {
+        !self.not_ready
+    }
+    fn box_updated(&mut self, key: &[u8]) {
+        self.updated.push(key.to_vec());
+    }
+    fn render_metrics(&mut self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"pollbox_test 1\n");
+    }
+    fn answered(&mut self, route: RouteLabel, code: u16) {
+        self.answers.push((route, code));
+    }
+    fn ingested(&mut self, result: IngestResult, n: u64) {
+        if n > 0 {
+            self.ingested.push((result, n));
+        }
+    }
+}
