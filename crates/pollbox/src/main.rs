@@ -1,5 +1,5 @@
 //! `pollbox`: the binary. Thin on purpose: argument parsing and wiring of
-//! `pollbox-server` (serve), `pollbox-load` (load, demo) and the memcheck client.
+//! `pollbox-server` (serve), `pollbox-load` (load, demo) and `pollbox-memcheck`.
 
 use clap::{Parser, Subcommand};
 use pollbox_core::config::{Config, DEFAULT_TOML};
@@ -116,7 +116,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 server.addr(),
                 cfg.effective_workers(),
                 server.shared().uring_workers.load(std::sync::atomic::Ordering::Relaxed),
-                server.shared().boxes.len(),
+                server.shared().node.boxes.len(),
                 server
                     .metrics_addr()
                     .map(|a| format!("; metrics on http://{a}/metrics"))
@@ -139,7 +139,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Memcheck { url, watch } => pollbox_server::memcheck::run(&url, watch),
+        Cmd::Memcheck { url, watch } => pollbox_memcheck::run(&url, watch),
         Cmd::Demo { seconds } => demo(seconds),
         Cmd::CheckConfig { file } => {
             let (cfg, _) = load_config(Some(&file))?;
@@ -169,7 +169,7 @@ fn demo(seconds: u64) -> Result<ExitCode, String> {
         .status()
         .map_err(|e| format!("cannot start the load generator: {e}"))?;
     println!("\n== memory (pollbox memcheck)");
-    pollbox_server::memcheck::run(&url, None)?;
+    pollbox_memcheck::run(&url, None)?;
     server.shutdown()?;
     println!("\npollbox demo: server stopped cleanly");
     Ok(if status.success() {

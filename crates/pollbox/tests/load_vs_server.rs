@@ -18,7 +18,7 @@ fn server() -> Server {
 
 /// Requests per route summed over codes, from `/metrics`.
 fn requests_by_route(s: &Server) -> BTreeMap<String, u64> {
-    let text = pollbox_server::memcheck::scrape(&format!("http://{}", s.addr())).unwrap();
+    let text = pollbox_memcheck::scrape(&format!("http://{}", s.addr())).unwrap();
     let mut m = BTreeMap::new();
     for line in text.lines() {
         let Some(rest) = line.strip_prefix("pollbox_http_requests_total{route=\"") else {

@@ -1,33 +1,36 @@
 //! # pollbox-server
 //!
-//! The I/O shell around `pollbox-core`: per-core worker threads, each with its
-//! own `mio::Poll` and `SO_REUSEPORT` listener, reading into per-connection
-//! buffers, calling the core to frame, project and apply, and writing the
-//! answers from per-connection send queues. Also: the metrics endpoint, the
-//! snapshot thread, signals and graceful shutdown.
+//! The I/O shell around `pollbox-core`: it owns sockets, threads, clocks and
+//! files, moves bytes between the sockets and each connection's state machine
+//! in the core, and counts. What a request gets back and what happens on a
+//! connection next are decided in the core ([`pollbox_core::service`],
+//! [`pollbox_core::conn`]).
 //!
-//! Where things are: [`worker`] (event loop, connections, timeouts,
-//! long-poll parking), [`dispatch`] (what a request gets back),
-//! [`send_queue`] (where bytes are written), [`metrics`] (`/metrics`),
-//! [`stats`] (per-worker counters), [`listener`] (sockets), [`waiters`]
-//! (cross-worker long-poll wake-ups), [`memcheck`] (the memory report client).
+//! Where things are: [`worker`] (the event loop: accept, readiness, read, hand
+//! bytes to the connection, write), [`conns`] (the sockets beside their state
+//! machines), [`transmit`] (how bytes are written: `send`, or io_uring in
+//! [`uring`]), [`wakeups`] (long-poll wake-ups across workers), [`host`] (the
+//! server as the core sees it: counting, wake-ups, `/metrics`), [`metrics`]
+//! (the exposition), [`stats`] (per-worker counters), [`listener`] (sockets),
+//! [`alloc_stats`] (jemalloc's figures).
 //!
-//! What it is not: a general HTTP server. It serves exactly SPEC §2.
+//! What it is not: a general HTTP server, or a place where protocol rules live.
 
 pub mod alloc_stats;
-pub mod dispatch;
+pub mod conns;
+pub mod host;
 pub mod listener;
-pub mod memcheck;
 pub mod metrics;
-pub mod send_queue;
 pub mod stats;
+pub mod transmit;
 pub mod uring;
-pub mod waiters;
+pub mod wakeups;
 pub mod worker;
 
 use pollbox_core::boxes::BoxTable;
 use pollbox_core::config::Config;
 use pollbox_core::plan::Plan;
+use pollbox_core::service::Node;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -38,18 +41,16 @@ use std::time::{Duration, Instant};
 
 /// State every worker shares.
 pub struct Shared {
-    pub config: Config,
-    pub plan: Arc<Plan>,
-    pub boxes: BoxTable,
-    /// One per worker, plus one for the metrics listener thread.
+    /// The config, the box table and the tokens (what the core shares).
+    pub node: Arc<Node>,
+    /// One per worker.
     pub stats: Vec<stats::WorkerStats>,
     pub open_connections: AtomicUsize,
     /// Workers writing in io_uring batches (`server.io_uring`; the rest use `send`).
     pub uring_workers: AtomicUsize,
     pub draining: AtomicBool,
     ready: AtomicBool,
-    pub tokens: Vec<Vec<u8>>,
-    pub waiters: waiters::Waiters,
+    pub waiters: wakeups::Waiters,
     pub wake_rx: Vec<crossbeam_channel::Receiver<Box<[u8]>>>,
     pub started: Instant,
     pub workers: usize,
@@ -91,7 +92,6 @@ pub struct Server {
     snapshot_path: Option<PathBuf>,
     snapshot_stop: Arc<(Mutex<bool>, Condvar)>,
     snapshot_thread: Option<JoinHandle<()>>,
-    metrics_thread: Option<JoinHandle<()>>,
 }
 
 impl Server {
@@ -133,14 +133,16 @@ impl Server {
                 addr: config.server.listen.clone(),
                 source,
             })?;
-        let metrics_listener = if config.server.metrics_listen.is_empty() {
+        // `metrics_listen` is served by worker 0, with the same connection state
+        // machine as every other listener (it routes only `/metrics` there).
+        let mut metrics_listener = if config.server.metrics_listen.is_empty() {
             None
         } else {
             let a = config.server.metrics_listen.clone();
-            Some(
-                std::net::TcpListener::bind(&a)
-                    .map_err(|source| StartError::Listen { addr: a, source })?,
-            )
+            let l = std::net::TcpListener::bind(&a)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .map_err(|source| StartError::Listen { addr: a, source })?;
+            Some(mio::net::TcpListener::from_std(l))
         };
         let metrics_addr = metrics_listener
             .as_ref()
@@ -159,38 +161,34 @@ impl Server {
             senders.push(tx);
             receivers.push(rx);
         }
-        let tokens = config
-            .auth
-            .ingest_tokens
-            .iter()
-            .map(|t| t.as_bytes().to_vec())
-            .collect();
         let shared = Arc::new(Shared {
-            plan,
-            boxes,
-            stats: (0..=n).map(|_| stats::WorkerStats::default()).collect(),
+            node: Arc::new(Node::new(config, plan, boxes)),
+            stats: (0..n).map(|_| stats::WorkerStats::default()).collect(),
             open_connections: AtomicUsize::new(0),
             uring_workers: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
             ready: AtomicBool::new(false),
-            tokens,
-            waiters: waiters::Waiters::new(senders, wakers.clone()),
+            waiters: wakeups::Waiters::new(senders, wakers.clone()),
             wake_rx: receivers,
             started: Instant::now(),
             workers: n,
             snapshots_ok: AtomicUsize::new(0),
             snapshots_failed: AtomicUsize::new(0),
             runtime_bytes: AtomicUsize::new(0),
-            config,
         });
-        let pin = shared.config.server.pin_workers;
+        let pin = shared.node.config.server.pin_workers;
         let mut workers = Vec::with_capacity(n);
         for (i, (l, poll)) in listeners.into_iter().zip(polls).enumerate() {
-            workers.push(worker::Worker::new(i, shared.clone(), l, poll)?);
+            let metrics = if i == 0 {
+                metrics_listener.take()
+            } else {
+                None
+            };
+            workers.push(worker::Worker::new(i, shared.clone(), l, metrics, poll)?);
         }
         // Everything allocated so far that is not a box, an arena or a buffer
         // counted by the workers is fixed start-up memory.
-        let counted: usize = shared.boxes.accounted_bytes()
+        let counted: usize = shared.node.boxes.accounted_bytes()
             + workers
                 .iter()
                 .map(worker::Worker::accounted_bytes)
@@ -212,13 +210,6 @@ impl Server {
                     })?,
             );
         }
-        let metrics_thread = metrics_listener.map(|l| {
-            let shared = shared.clone();
-            std::thread::Builder::new()
-                .name("pollbox-metrics".into())
-                .spawn(move || metrics::serve_listener(l, shared))
-        });
-        let metrics_thread = metrics_thread.transpose()?;
         let snapshot_stop = Arc::new((Mutex::new(false), Condvar::new()));
         let snapshot_thread = match &snapshot_path {
             Some(p) => {
@@ -241,7 +232,6 @@ impl Server {
             snapshot_path,
             snapshot_stop,
             snapshot_thread,
-            metrics_thread,
         })
     }
 
@@ -288,12 +278,10 @@ impl Server {
             let _ = t.join();
         }
         if let Some(p) = &self.snapshot_path {
-            if let Err(e) = pollbox_core::snapshot::save_atomic(&self.shared.boxes, p) {
+            if let Err(e) = pollbox_core::snapshot::save_atomic(&self.shared.node.boxes, p) {
                 first_err.get_or_insert(format!("final snapshot to {}: {e}", p.display()));
             }
         }
-        // The metrics thread blocks in accept; it ends with the process.
-        drop(self.metrics_thread.take());
         match first_err {
             None => Ok(()),
             Some(e) => Err(e),
@@ -321,7 +309,7 @@ pub fn serve_until_signal(server: Server, mut signals: ShutdownSignals) -> Resul
             "pollbox: signal {sig}: draining (stop accepting, finish requests, write snapshot)"
         );
     }
-    let boxes = server.shared.boxes.len();
+    let boxes = server.shared.node.boxes.len();
     let r = server.shutdown();
     if r.is_ok() {
         eprintln!("pollbox: stopped cleanly ({boxes} boxes)");
@@ -349,7 +337,7 @@ fn check_snapshot_dir(path: &std::path::Path) -> Result<(), StartError> {
 }
 
 fn snapshot_loop(shared: Arc<Shared>, stop: Arc<(Mutex<bool>, Condvar)>, path: PathBuf) {
-    let every = Duration::from_secs(shared.config.snapshot.interval_s);
+    let every = Duration::from_secs(shared.node.config.snapshot.interval_s);
     let (lock, cv) = &*stop;
     let Ok(mut stopped) = lock.lock() else {
         return;
@@ -363,7 +351,7 @@ fn snapshot_loop(shared: Arc<Shared>, stop: Arc<(Mutex<bool>, Condvar)>, path: P
         if *stopped {
             return;
         }
-        match pollbox_core::snapshot::save_atomic(&shared.boxes, &path) {
+        match pollbox_core::snapshot::save_atomic(&shared.node.boxes, &path) {
             Ok(()) => {
                 shared.snapshots_ok.fetch_add(1, Ordering::Relaxed);
             }

@@ -5,14 +5,11 @@
 
 use crate::alloc_stats;
 use crate::stats::{
-    RouteLabel, WorkerStats, DURATION_BUCKETS, INGEST_RESULTS, REJECT_REASONS, RESET_BUCKETS,
+    IngestResult, Rejected, RouteLabel, WorkerStats, DURATION_BUCKETS, RESET_BUCKETS,
 };
 use crate::Shared;
 use std::io::Write;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
-
-pub const CONTENT_TYPE: &[u8] = b"text/plain; version=0.0.4; charset=utf-8";
 
 /// Memory as pollbox accounts it, by part.
 #[derive(Debug, Default, Clone, Copy)]
@@ -32,7 +29,7 @@ impl Accounted {
 
 pub fn accounted(shared: &Shared) -> Accounted {
     let mut a = Accounted {
-        boxes: shared.boxes.accounted_bytes() as u64,
+        boxes: shared.node.boxes.accounted_bytes() as u64,
         runtime: shared
             .runtime_bytes
             .load(std::sync::atomic::Ordering::Relaxed) as u64,
@@ -139,8 +136,9 @@ pub fn render(shared: &Shared, out: &mut Vec<u8>) {
         "counter",
         "Ingested messages by result (accepted, or the rejection reason).",
     );
-    for (i, label) in INGEST_RESULTS.iter().enumerate() {
-        let n = sum(shared, |s| s.ingest[i].get());
+    for result in IngestResult::ALL {
+        let n = sum(shared, |s| s.ingested_total(result));
+        let label = result.name();
         let _ = writeln!(
             out,
             "pollbox_ingest_messages_total{{result=\"{label}\"}} {n}"
@@ -169,8 +167,9 @@ pub fn render(shared: &Shared, out: &mut Vec<u8>) {
         "counter",
         "Connections refused, by reason.",
     );
-    for (i, reason) in REJECT_REASONS.iter().enumerate() {
-        let n = sum(shared, |s| s.rejected[i].get());
+    for why in Rejected::ALL {
+        let n = sum(shared, |s| s.rejected_total(why));
+        let reason = why.name();
         let _ = writeln!(
             out,
             "pollbox_connections_rejected_total{{reason=\"{reason}\"}} {n}"
@@ -195,7 +194,7 @@ pub fn render(shared: &Shared, out: &mut Vec<u8>) {
         "pollbox_boxes",
         "gauge",
         "Boxes in the table.",
-        shared.boxes.len() as u64,
+        shared.node.boxes.len() as u64,
     );
     single(
         out,
@@ -472,82 +471,4 @@ pub fn process_stats() -> ProcessStats {
         p.open_fds = dir.count() as u64;
     }
     p
-}
-
-/// Serve `/metrics` (and `/healthz`) on a separate listener (`metrics_listen`),
-/// one connection at a time: scrapes are rare and must not touch the workers.
-pub fn serve_listener(listener: std::net::TcpListener, shared: Arc<Shared>) {
-    use pollbox_core::http::{
-        route, write_response_head, DateCache, Framer, Limits, Progress, Route,
-    };
-    use std::io::Read;
-    let stats_slot = shared.workers;
-    let mut date = DateCache::new();
-    let mut body = Vec::with_capacity(16 * 1024);
-    let mut out = Vec::with_capacity(16 * 1024);
-    for stream in listener.incoming() {
-        let Ok(mut stream) = stream else { continue };
-        let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
-        let mut framer = Framer::new(Limits {
-            max_header_bytes: 8192,
-            max_headers: 64,
-            max_body_bytes: 0,
-        });
-        let mut buf = vec![0u8; 8192];
-        let mut end = 0;
-        'conn: loop {
-            let n = match stream.read(&mut buf[end..]) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            end += n;
-            loop {
-                let frame = match framer.advance(&mut buf[..end]) {
-                    Ok(Progress::Complete(f)) => f,
-                    Ok(Progress::Partial { .. }) if end < buf.len() => break,
-                    _ => break 'conn,
-                };
-                date.update(std::time::SystemTime::now());
-                body.clear();
-                out.clear();
-                let (code, label, ctype): (u16, RouteLabel, &[u8]) =
-                    match route(frame.method, &buf[frame.path.clone()]) {
-                        Route::Metrics => {
-                            render(&shared, &mut body);
-                            (200, RouteLabel::Metrics, CONTENT_TYPE)
-                        }
-                        Route::Healthz => {
-                            body.extend_from_slice(b"ok");
-                            (200, RouteLabel::Healthz, b"text/plain; charset=utf-8")
-                        }
-                        _ => {
-                            body.extend_from_slice(b"{\"error\":\"not found\"}");
-                            (404, RouteLabel::Other, b"application/json")
-                        }
-                    };
-                write_response_head(
-                    &mut out,
-                    code,
-                    ctype,
-                    body.len(),
-                    date.get(),
-                    frame.keep_alive,
-                    frame.version,
-                    &[],
-                );
-                if frame.method != pollbox_core::http::Method::Head {
-                    out.extend_from_slice(&body);
-                }
-                shared.stats[stats_slot].request(label, code);
-                if stream.write_all(&out).is_err() || !frame.keep_alive {
-                    break 'conn;
-                }
-                buf.copy_within(frame.consumed..end, 0);
-                end -= frame.consumed;
-                if end == 0 {
-                    break;
-                }
-            }
-        }
-    }
 }

@@ -35,42 +35,21 @@ impl Counter {
     }
 }
 
-/// Routes as they appear in `pollbox_http_requests_total{route=...}`.
+pub use pollbox_core::service::{IngestResult, RouteLabel};
+
+/// Why a connection was refused, in `pollbox_connections_rejected_total{reason=...}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum RouteLabel {
-    Poll,
-    LongPoll,
-    IngestKey,
-    Ingest,
-    Metrics,
-    Healthz,
-    Readyz,
-    /// Unknown path, wrong method, or a request refused before routing.
-    Other,
+pub enum Rejected {
+    MaxConnections,
+    Draining,
 }
 
-impl RouteLabel {
-    pub const ALL: [RouteLabel; 8] = [
-        RouteLabel::Poll,
-        RouteLabel::LongPoll,
-        RouteLabel::IngestKey,
-        RouteLabel::Ingest,
-        RouteLabel::Metrics,
-        RouteLabel::Healthz,
-        RouteLabel::Readyz,
-        RouteLabel::Other,
-    ];
+impl Rejected {
+    pub const ALL: [Rejected; 2] = [Rejected::MaxConnections, Rejected::Draining];
     pub fn name(self) -> &'static str {
         match self {
-            RouteLabel::Poll => "poll",
-            RouteLabel::LongPoll => "long_poll",
-            RouteLabel::IngestKey => "ingest_key",
-            RouteLabel::Ingest => "ingest",
-            RouteLabel::Metrics => "metrics",
-            RouteLabel::Healthz => "healthz",
-            RouteLabel::Readyz => "readyz",
-            RouteLabel::Other => "other",
+            Rejected::MaxConnections => "max_connections",
+            Rejected::Draining => "draining",
         }
     }
 }
@@ -84,22 +63,6 @@ const NCODES: usize = CODES.len();
 fn code_index(code: u16) -> usize {
     CODES.iter().position(|&c| c == code).unwrap_or(NCODES - 1)
 }
-
-/// Results in `pollbox_ingest_messages_total{result=...}`.
-pub const INGEST_RESULTS: [&str; 9] = [
-    "accepted",
-    "not_object",
-    "bad_key",
-    "wrong_type",
-    "string_too_long",
-    "overflow",
-    "payload_too_large",
-    "too_many_boxes",
-    "invalid_body",
-];
-
-/// Reasons in `pollbox_connections_rejected_total{reason=...}`.
-pub const REJECT_REASONS: [&str; 2] = ["max_connections", "draining"];
 
 /// Upper bounds (seconds) of the request duration histogram: microseconds matter.
 pub const DURATION_BUCKETS: [f64; 16] = [
@@ -162,10 +125,10 @@ impl<const N: usize> Histogram<N> {
 pub struct WorkerStats {
     requests: Vec<Counter>,
     pub duration: Histogram<16>,
-    pub ingest: [Counter; INGEST_RESULTS.len()],
+    ingest: [Counter; IngestResult::ALL.len()],
     pub connections_open: Counter,
     pub connections_total: Counter,
-    pub rejected: [Counter; REJECT_REASONS.len()],
+    rejected: [Counter; Rejected::ALL.len()],
     pub bytes_received: Counter,
     pub bytes_sent: Counter,
     pub arena_resets: Counter,
@@ -236,15 +199,21 @@ impl WorkerStats {
     }
 
     #[inline]
-    pub fn ingest_result(&self, label: &str) {
-        if let Some(i) = INGEST_RESULTS.iter().position(|&l| l == label) {
-            self.ingest[i].inc();
-        }
+    pub fn ingested(&self, result: IngestResult, n: u64) {
+        self.ingest[result as usize].add(n);
+    }
+
+    pub fn ingested_total(&self, result: IngestResult) -> u64 {
+        self.ingest[result as usize].get()
     }
 
     #[inline]
-    pub fn ingest_accepted(&self, n: u64) {
-        self.ingest[0].add(n);
+    pub fn rejected(&self, why: Rejected) {
+        self.rejected[why as usize].inc();
+    }
+
+    pub fn rejected_total(&self, why: Rejected) -> u64 {
+        self.rejected[why as usize].get()
     }
 }
 

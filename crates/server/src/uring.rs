@@ -20,8 +20,8 @@
 //! returns only when every entry has completed, so the bytes the entries point
 //! into are never changed while the kernel may still read them.
 
-use crate::send_queue::SendQueue;
 use io_uring::{opcode, types, IoUring, Probe};
+use pollbox_core::buffers::SendQueue;
 use std::io;
 use std::os::fd::RawFd;
 
@@ -189,7 +189,14 @@ impl SendBatch {
         }
         let i = self.queued;
         let iov = &mut self.iovs[i];
-        let n = q.unsent(iov);
+        let mut n = 0;
+        for (slot, chunk) in iov.iter_mut().zip(q.chunks()) {
+            *slot = libc::iovec {
+                iov_base: chunk.as_ptr() as *mut libc::c_void,
+                iov_len: chunk.len(),
+            };
+            n += 1;
+        }
         if n == 0 {
             return None;
         }
@@ -390,7 +397,7 @@ impl Drop for SendBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::send_queue::BufferPool;
+    use pollbox_core::buffers::BufferPool;
     use std::io::Read;
     use std::net::{TcpListener, TcpStream};
     use std::os::fd::AsRawFd;
@@ -404,8 +411,7 @@ mod tests {
     }
 
     fn fill(q: &mut SendQueue, pool: &mut BufferPool, bytes: &[u8]) {
-        q.tail(pool).extend_from_slice(bytes);
-        q.commit(bytes.len());
+        q.append(pool, |out| out.extend_from_slice(bytes));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use pollbox_server::memcheck::{self, Memory};
+use pollbox_memcheck::{self as memcheck, Memory};
 
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -50,7 +50,7 @@ fn accounted_box_bytes_track_jemalloc_at_100k_boxes() {
         assert_eq!(r.status, 200);
         assert_eq!(r.json()["accepted"], 100);
     }
-    assert_eq!(s.shared().boxes.len(), 100_000);
+    assert_eq!(s.shared().node.boxes.len(), 100_000);
     let after = memory(&s);
     let rise = after.allocated - before.allocated;
     let accounted = boxes_accounted(&s) - before.boxes;

@@ -157,7 +157,12 @@ fn metrics_on_their_own_listener() {
         text.contains("pollbox_http_requests_total{route=\"poll\",code=\"404\"} 1"),
         "{text}"
     );
-    assert_eq!(get(ma, "/healthz").status, 200);
+    // SPEC §2: with metrics_listen set, /metrics is served there only, and the
+    // metrics listener serves nothing else.
+    assert_eq!(get(s.addr(), "/metrics").status, 404);
+    assert_eq!(get(ma, "/healthz").status, 404);
+    assert_eq!(get(ma, "/v1/boxes/x").status, 404);
+    assert_eq!(get(ma, "/metrics").status, 200);
     s.shutdown().unwrap();
 }
 

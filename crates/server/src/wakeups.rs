@@ -1,4 +1,5 @@
-//! Cross-worker long-poll wake-ups.
+//! Long-poll wake-ups: which connections of this worker wait on which key
+//! ([`ParkedIndex`]), and which workers wait on which key ([`Waiters`]).
 //!
 //! A worker that parks a long-poll registers the key here (once per key, while
 //! it has polls parked on it). An ingest on any worker then tells exactly the
@@ -97,8 +98,79 @@ impl Waiters {
         }
     }
 
-    /// Keys with parked polls (for tests and metrics).
+    /// Keys with parked polls, over all workers (for tests and metrics).
     pub fn parked_keys(&self) -> usize {
         self.keys.load(Ordering::Acquire)
+    }
+}
+
+/// The connections of one worker parked on each key, by (slot, generation).
+#[derive(Default)]
+pub struct ParkedIndex {
+    by_key: HashMap<Box<[u8]>, Vec<(usize, u32)>>,
+}
+
+impl ParkedIndex {
+    /// Connection (slot, gen) now waits on `key`; the first one on a key tells
+    /// `waiters` that this worker waits on it.
+    pub fn add(&mut self, key: &[u8], slot: usize, gen: u32, waiters: &Waiters, worker: usize) {
+        if let Some(list) = self.by_key.get_mut(key) {
+            list.push((slot, gen));
+            return;
+        }
+        self.by_key.insert(key.into(), vec![(slot, gen)]);
+        waiters.register(key, worker);
+    }
+
+    /// Connection (slot, gen) no longer waits on `key`. Returns whether it did.
+    pub fn remove(
+        &mut self,
+        key: &[u8],
+        slot: usize,
+        gen: u32,
+        waiters: &Waiters,
+        worker: usize,
+    ) -> bool {
+        let Some(list) = self.by_key.get_mut(key) else {
+            return false;
+        };
+        let found = list.iter().position(|&e| e == (slot, gen));
+        if let Some(i) = found {
+            list.swap_remove(i);
+        }
+        if list.is_empty() {
+            self.by_key.remove(key);
+            waiters.unregister(key, worker);
+        }
+        found.is_some()
+    }
+
+    /// Append the connections waiting on `key` to `out`.
+    pub fn waiting(&self, key: &[u8], out: &mut Vec<(usize, u32)>) {
+        if let Some(list) = self.by_key.get(key) {
+            out.extend_from_slice(list);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_worker_registers_a_key_once_while_connections_wait_on_it() {
+        let waiters = Waiters::new(Vec::new(), Vec::new());
+        let mut index = ParkedIndex::default();
+        index.add(b"k", 1, 7, &waiters, 0);
+        index.add(b"k", 2, 9, &waiters, 0);
+        assert_eq!(waiters.parked_keys(), 1);
+        let mut out = Vec::new();
+        index.waiting(b"k", &mut out);
+        assert_eq!(out, vec![(1, 7), (2, 9)]);
+        assert!(!index.remove(b"k", 1, 8, &waiters, 0), "another generation");
+        assert!(index.remove(b"k", 1, 7, &waiters, 0));
+        assert_eq!(waiters.parked_keys(), 1);
+        assert!(index.remove(b"k", 2, 9, &waiters, 0));
+        assert_eq!(waiters.parked_keys(), 0);
     }
 }

@@ -1,0 +1,74 @@
+//! The server as the core sees it ([`Host`]): per-worker counting, request
+//! durations, cross-worker wake-ups and `/metrics`.
+
+use crate::stats::{IngestResult, RouteLabel, WorkerStats};
+use crate::{metrics, Shared};
+use pollbox_core::service::Host;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+pub struct WorkerHost {
+    pub shared: Arc<Shared>,
+    id: usize,
+    /// When the request being answered began to be handled: the last answer, or
+    /// the read (or wake-up) that led to it. Each answer's duration runs from it,
+    /// so pipelined requests are measured one by one, not cumulatively.
+    mark: Instant,
+}
+
+impl WorkerHost {
+    pub fn new(shared: Arc<Shared>, id: usize) -> WorkerHost {
+        WorkerHost {
+            shared,
+            id,
+            mark: Instant::now(),
+        }
+    }
+
+    /// Request handling starts now (bytes arrived, a timer fired, a box moved).
+    #[inline]
+    pub fn start(&mut self) {
+        self.mark = Instant::now();
+    }
+
+    #[inline]
+    pub fn stats(&self) -> &WorkerStats {
+        &self.shared.stats[self.id]
+    }
+}
+
+impl Host for WorkerHost {
+    fn draining(&self) -> bool {
+        self.shared.draining.load(Ordering::Relaxed)
+    }
+
+    fn ready(&self) -> bool {
+        self.shared.is_ready()
+    }
+
+    #[inline]
+    fn box_updated(&mut self, key: &[u8]) {
+        self.shared.waiters.notify(key);
+    }
+
+    fn render_metrics(&mut self, out: &mut Vec<u8>) {
+        metrics::render(&self.shared, out);
+    }
+
+    #[inline]
+    fn answered(&mut self, route: RouteLabel, code: u16) {
+        let now = Instant::now();
+        let stats = &self.shared.stats[self.id];
+        stats
+            .duration
+            .observe_ns(now.duration_since(self.mark).as_nanos() as u64);
+        stats.request(route, code);
+        self.mark = now;
+    }
+
+    #[inline]
+    fn ingested(&mut self, result: IngestResult, n: u64) {
+        self.shared.stats[self.id].ingested(result, n);
+    }
+}
