@@ -1,6 +1,12 @@
-//! The compact state encoding inside a record: per field a tag, then a zigzag
-//! varint (i64), a varint (count), 8 bytes (f64), or a varint length and UTF-8
-//! (str). Small numbers, the common case, take one or two bytes.
+//! The field-state codec: the one byte form of a box's field states, kept in
+//! every record and written for every box of a snapshot. Per field a tag,
+//! then a zigzag varint (i64), a varint (count), 8 bytes (f64), or a varint
+//! length and UTF-8 (str). Small numbers, the common case, take one or two
+//! bytes.
+//!
+//! Two ways to read it: the [`Decoder`] iterator, lenient, for records this
+//! process wrote itself, and [`Decoder::try_next`], strict, for bytes that
+//! come from outside (a snapshot file), where damage must be refused.
 
 use crate::render::FieldView;
 
@@ -20,7 +26,7 @@ fn put_varint(mut v: u64, out: &mut Vec<u8>) {
     out.push(v as u8);
 }
 
-pub(super) fn encode(v: FieldView<'_>, out: &mut Vec<u8>) {
+pub(crate) fn encode(v: FieldView<'_>, out: &mut Vec<u8>) {
     match v {
         FieldView::Unset => out.push(UNSET),
         FieldView::I64(x) => {
@@ -47,13 +53,18 @@ pub(super) fn encode(v: FieldView<'_>, out: &mut Vec<u8>) {
 /// Yields one view per field, then `Unset` forever (a new box's state is
 /// the empty slice). Records are written only by this module, so a
 /// malformed one is a bug; it reads as unset fields rather than a panic.
-pub(super) struct Decoder<'a> {
+pub(crate) struct Decoder<'a> {
     rest: &'a [u8],
 }
 
 impl<'a> Decoder<'a> {
-    pub(super) fn new(state: &'a [u8]) -> Decoder<'a> {
+    pub(crate) fn new(state: &'a [u8]) -> Decoder<'a> {
         Decoder { rest: state }
+    }
+
+    /// Whether every byte has been read.
+    pub(crate) fn is_at_end(&self) -> bool {
+        self.rest.is_empty()
     }
 
     fn varint(&mut self) -> Option<u64> {
@@ -69,7 +80,9 @@ impl<'a> Decoder<'a> {
         None
     }
 
-    fn one(&mut self) -> Option<FieldView<'a>> {
+    /// The next view; `None` at the end of the bytes or where they are
+    /// malformed (unknown tag, cut short, overlong varint, string not UTF-8).
+    pub(crate) fn try_next(&mut self) -> Option<FieldView<'a>> {
         let (&tag, rest) = self.rest.split_first()?;
         self.rest = rest;
         Some(match tag {
@@ -101,7 +114,7 @@ impl<'a> Iterator for Decoder<'a> {
     type Item = FieldView<'a>;
 
     fn next(&mut self) -> Option<FieldView<'a>> {
-        Some(self.one().unwrap_or_else(|| {
+        Some(self.try_next().unwrap_or_else(|| {
             self.rest = &[];
             FieldView::Unset
         }))
@@ -148,17 +161,33 @@ mod tests {
         assert_eq!(buf.len(), 4);
     }
 
+    /// Cut short, unknown tag, string not UTF-8.
+    const MALFORMED: [&[u8]; 5] = [
+        &[I64, 0x80],
+        &[STR, 5, b'a'],
+        &[F64, 1, 2],
+        &[99],
+        &[STR, 1, 0xff],
+    ];
+
     #[test]
     fn malformed_reads_as_unset() {
-        for bad in [
-            &[I64, 0x80][..],
-            &[STR, 5, b'a'],
-            &[F64, 1, 2],
-            &[99],
-            &[STR, 1, 0xff],
-        ] {
+        for bad in MALFORMED {
             let v: Vec<_> = Decoder::new(bad).take(2).collect();
             assert_eq!(v, [FieldView::Unset, FieldView::Unset], "{bad:?}");
         }
+    }
+
+    #[test]
+    fn strict_reads_refuse_what_lenient_reads_as_unset() {
+        for bad in MALFORMED {
+            assert_eq!(Decoder::new(bad).try_next(), None, "{bad:?}");
+        }
+        let mut buf = Vec::new();
+        encode(FieldView::Count(300), &mut buf);
+        let mut d = Decoder::new(&buf);
+        assert_eq!(d.try_next(), Some(FieldView::Count(300)));
+        assert!(d.is_at_end());
+        assert_eq!(d.try_next(), None);
     }
 }

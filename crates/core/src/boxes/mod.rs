@@ -45,7 +45,7 @@
 //! state encoding), `size.rs` (the allocator size-class model the accounting
 //! uses).
 
-mod codec;
+pub(crate) mod codec;
 mod record;
 mod reduce;
 mod size;
