@@ -12,6 +12,8 @@
 //! - [`projection`]: a body parsed with simd-json into a worker's arena, only the
 //!   configured paths read.
 //! - [`boxes`]: the box table shared by all workers; where a box is updated.
+//! - [`snapshot`]: the snapshot format, written to any `Write` and read from
+//!   any `Read` (files are the server's).
 //! - [`render`]: payload rendering (SPEC §3).
 //! - [`epoch`]: the per-worker arena and its reset.
 //! - [`wheel`]: the hashed timer wheel.

@@ -1,5 +1,6 @@
-//! Box table snapshots (SPEC §5, durability): the binary file format, its
-//! checks, and the atomic save (temp file, fsync, rename, fsync directory).
+//! Box table snapshots (SPEC §5, durability): the binary format and its
+//! checks, written to any `Write` and read from any `Read`. Files (the atomic
+//! save, the load at start) are the server's: `pollbox_server::snapshot_file`.
 //!
 //! Format, little endian throughout:
 //!
@@ -22,9 +23,7 @@
 //! reinterpreted. Every damage is refused with its own [`SnapshotError`].
 
 use std::fmt::Write as _;
-use std::fs::{self, File};
-use std::io::{self, BufReader, BufWriter, Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::{self, Read, Write};
 use std::sync::Arc;
 
 use crate::boxes::codec;
@@ -299,50 +298,6 @@ fn read_some(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
             other => return other,
         }
     }
-}
-
-/// Write `table` to `path` so that a crash leaves either the old or the new
-/// snapshot, never a mix: write `path.tmp`, fsync it, rename it over `path`,
-/// fsync the directory. On error the temp file is removed.
-pub fn save_atomic(table: &BoxTable, path: &Path) -> io::Result<()> {
-    let tmp = tmp_path(path);
-    let result = (|| {
-        let file = File::create(&tmp)?;
-        let mut w = BufWriter::with_capacity(1 << 16, file);
-        write_snapshot(table, &mut w)?;
-        let file = w.into_inner().map_err(io::IntoInnerError::into_error)?;
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&tmp, path)?;
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
-}
-
-/// `path` with `.tmp` appended (`boxes.snap` → `boxes.snap.tmp`).
-pub fn tmp_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(".tmp");
-    PathBuf::from(s)
-}
-
-/// Load the snapshot at `path`: `Ok(None)` when there is no file (first start),
-/// an error for anything else that keeps it from loading whole.
-pub fn load(plan: Arc<Plan>, path: &Path) -> Result<Option<BoxTable>, SnapshotError> {
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
-    let mut r = BufReader::with_capacity(1 << 16, file);
-    read_snapshot(plan, &mut r).map(Some)
 }
 
 struct CrcWriter<'w, W: Write> {
@@ -661,57 +616,5 @@ mod tests {
                 .contains("payload over max_payload_bytes (20)"),
             "{e}"
         );
-    }
-
-    fn scratch_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "pollbox-snapshot-{name}-{}-{:?}",
-            std::process::id(),
-            std::time::SystemTime::now()
-        ));
-        fs::create_dir_all(&dir).expect("temp dir");
-        dir
-    }
-
-    #[test]
-    fn save_atomic_then_load() {
-        let dir = scratch_dir("save");
-        let path = dir.join("boxes.snap");
-        assert!(load(Arc::new(every_type_plan()), &path)
-            .expect("no file is fine")
-            .is_none());
-        let t = sample(every_type_plan(), 20);
-        save_atomic(&t, &path).expect("saves");
-        assert!(!tmp_path(&path).exists(), "temp file renamed away");
-        let back = load(Arc::new(every_type_plan()), &path)
-            .expect("loads")
-            .expect("file exists");
-        assert_eq!(dump(&back), dump(&t));
-        // Saving again replaces the file whole.
-        t.apply("new", &[], None).expect("ok");
-        save_atomic(&t, &path).expect("saves");
-        let back = load(Arc::new(every_type_plan()), &path)
-            .expect("loads")
-            .expect("exists");
-        assert_eq!(back.len(), t.len());
-        // A damaged file is an error, not an empty start.
-        let mut bytes = fs::read(&path).expect("read");
-        bytes.truncate(bytes.len() / 2);
-        fs::write(&path, bytes).expect("write");
-        assert!(matches!(
-            load(Arc::new(every_type_plan()), &path),
-            Err(SnapshotError::Truncated { .. })
-        ));
-        fs::remove_dir_all(&dir).expect("cleanup");
-    }
-
-    #[test]
-    fn save_atomic_into_a_missing_directory_fails_cleanly() {
-        let dir = scratch_dir("missing");
-        let path = dir.join("no/such/dir/boxes.snap");
-        let t = sample(every_type_plan(), 1);
-        assert!(save_atomic(&t, &path).is_err());
-        assert!(!tmp_path(&path).exists());
-        fs::remove_dir_all(&dir).expect("cleanup");
     }
 }

@@ -10,7 +10,8 @@
 //! long-poll parking), [`dispatch`] (what a request gets back),
 //! [`send_queue`] (where bytes are written), [`metrics`] (`/metrics`),
 //! [`stats`] (per-worker counters), [`listener`] (sockets), [`waiters`]
-//! (cross-worker long-poll wake-ups), [`memcheck`] (the memory report client).
+//! (cross-worker long-poll wake-ups), [`memcheck`] (the memory report client),
+//! [`snapshot_file`] (snapshot files: atomic save, load, the writer thread).
 //!
 //! What it is not: a general HTTP server. It serves exactly SPEC §2.
 
@@ -20,6 +21,7 @@ pub mod listener;
 pub mod memcheck;
 pub mod metrics;
 pub mod send_queue;
+pub mod snapshot_file;
 pub mod stats;
 pub mod uring;
 pub mod waiters;
@@ -34,7 +36,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// State every worker shares.
 pub struct Shared {
@@ -103,8 +105,8 @@ impl Server {
             (!config.snapshot.path.is_empty()).then(|| PathBuf::from(&config.snapshot.path));
         let boxes = match &snapshot_path {
             Some(p) => {
-                check_snapshot_dir(p)?;
-                match pollbox_core::snapshot::load(plan.clone(), p) {
+                snapshot_file::check_dir(p)?;
+                match snapshot_file::load(plan.clone(), p) {
                     Ok(Some(t)) => t,
                     Ok(None) => BoxTable::new(plan.clone()),
                     Err(e) => {
@@ -226,7 +228,7 @@ impl Server {
                 Some(
                     std::thread::Builder::new()
                         .name("pollbox-snapshot".into())
-                        .spawn(move || snapshot_loop(shared, stop, path))?,
+                        .spawn(move || snapshot_file::writer_loop(shared, stop, path))?,
                 )
             }
             None => None,
@@ -288,7 +290,7 @@ impl Server {
             let _ = t.join();
         }
         if let Some(p) = &self.snapshot_path {
-            if let Err(e) = pollbox_core::snapshot::save_atomic(&self.shared.boxes, p) {
+            if let Err(e) = snapshot_file::save_atomic(&self.shared.boxes, p) {
                 first_err.get_or_insert(format!("final snapshot to {}: {e}", p.display()));
             }
         }
@@ -329,52 +331,6 @@ pub fn serve_until_signal(server: Server, mut signals: ShutdownSignals) -> Resul
     r
 }
 
-/// Refuse to start when the snapshot cannot be written later.
-fn check_snapshot_dir(path: &std::path::Path) -> Result<(), StartError> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let probe = dir.join(format!(".pollbox-write-test-{}", std::process::id()));
-    match std::fs::File::create(&probe) {
-        Ok(_) => {
-            let _ = std::fs::remove_file(&probe);
-            Ok(())
-        }
-        Err(e) => Err(StartError::Snapshot {
-            path: path.display().to_string(),
-            reason: format!("directory {} is not writable: {e}", dir.display()),
-        }),
-    }
-}
-
-fn snapshot_loop(shared: Arc<Shared>, stop: Arc<(Mutex<bool>, Condvar)>, path: PathBuf) {
-    let every = Duration::from_secs(shared.config.snapshot.interval_s);
-    let (lock, cv) = &*stop;
-    let Ok(mut stopped) = lock.lock() else {
-        return;
-    };
-    loop {
-        let (guard, _) = match cv.wait_timeout(stopped, every) {
-            Ok(r) => r,
-            Err(_) => return,
-        };
-        stopped = guard;
-        if *stopped {
-            return;
-        }
-        match pollbox_core::snapshot::save_atomic(&shared.boxes, &path) {
-            Ok(()) => {
-                shared.snapshots_ok.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => {
-                shared.snapshots_failed.fetch_add(1, Ordering::Relaxed);
-                eprintln!("pollbox: snapshot to {} failed: {e}", path.display());
-            }
-        }
-    }
-}
-
 fn pin_to_core(i: usize) {
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
     // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write inside it, and
@@ -412,12 +368,5 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(cpus, vec![want]);
-    }
-
-    #[test]
-    fn unwritable_snapshot_directory_is_refused() {
-        let e = check_snapshot_dir(std::path::Path::new("/proc/no-such-dir/x.snap")).unwrap_err();
-        assert!(e.to_string().contains("not writable"), "{e}");
-        assert!(check_snapshot_dir(&std::env::temp_dir().join("x.snap")).is_ok());
     }
 }
