@@ -869,10 +869,12 @@ impl Worker {
         self.next_tick_ms =
             self.now_ms + self.epoch_ms - (late % self.epoch_ms).min(self.epoch_ms - 1);
         // Reset happens only between requests, so no parsed value is alive here.
+        let reset_start = Instant::now();
         let r = self.ctx.epoch.reset();
+        let reset_ns = reset_start.elapsed().as_nanos() as u64;
         let st = &self.ctx.shared.stats[self.id];
         st.arena_resets.inc();
-        st.arena_reset.observe_ns(r.duration.as_nanos() as u64);
+        st.arena_reset.observe_ns(reset_ns);
         st.arena_used_before_reset.set(r.used_before as u64);
         st.arena_capacity.set(r.capacity_after as u64);
         st.arena_high_water
