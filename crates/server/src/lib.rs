@@ -121,7 +121,7 @@ impl Server {
             }
             None => BoxTable::new(plan.clone()),
         };
-        let n = config.effective_workers();
+        let n = config.effective_workers(available_cores());
         let addr: SocketAddr = config
             .server
             .listen
@@ -331,8 +331,14 @@ pub fn serve_until_signal(server: Server, mut signals: ShutdownSignals) -> Resul
     r
 }
 
+/// Cores this process may run on (1 when the OS cannot say): the worker
+/// count when `server.workers` is 0, and the cores workers are pinned to.
+pub fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 fn pin_to_core(i: usize) {
-    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let ncpu = available_cores();
     // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write inside it, and
     // sched_setaffinity(0, ...) reads it for the calling thread.
     unsafe {
@@ -349,7 +355,7 @@ mod tests {
 
     #[test]
     fn pinning_binds_the_thread_to_one_core() {
-        let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let ncpu = available_cores();
         let want = 1 % ncpu;
         let cpus = std::thread::spawn(move || {
             pin_to_core(1);
