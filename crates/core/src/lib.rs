@@ -17,10 +17,13 @@
 //! - [`render`]: payload rendering (SPEC §3).
 //! - [`epoch`]: the per-worker arena and its reset.
 //! - [`wheel`]: the hashed timer wheel.
+//! - `bytes`: the line-feed search and decimal parser the framer and the
+//!   projection share.
 //!
 //! What it is not: an HTTP library. It knows exactly the requests pollbox serves.
 
 pub mod boxes;
+mod bytes;
 pub mod config;
 pub mod epoch;
 pub mod http;
