@@ -405,12 +405,13 @@ impl Config {
         })
     }
 
-    /// Number of worker threads to run: `workers`, or one per core when 0.
-    pub fn effective_workers(&self) -> usize {
+    /// Number of worker threads to run: `workers`, or `cores` (the caller
+    /// counts them; the core does not ask the OS) when 0.
+    pub fn effective_workers(&self, cores: usize) -> usize {
         if self.server.workers > 0 {
             self.server.workers
         } else {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
+            cores
         }
     }
 }
@@ -450,6 +451,15 @@ mod tests {
     #[test]
     fn embedded_default_equals_code_default() {
         assert_eq!(Config::embedded(), Config::default());
+    }
+
+    #[test]
+    fn zero_workers_means_one_per_core_the_caller_counted() {
+        let mut cfg = Config::default();
+        assert_eq!(cfg.server.workers, 0);
+        assert_eq!(cfg.effective_workers(6), 6);
+        cfg.server.workers = 3;
+        assert_eq!(cfg.effective_workers(6), 3);
     }
 
     #[test]

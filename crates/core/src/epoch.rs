@@ -7,17 +7,15 @@
 //! borrow checker refuses the reset, so nothing parsed can outlive its epoch.
 
 use bumpalo::Bump;
-use std::time::{Duration, Instant};
 
-/// What one reset did, for metrics.
+/// What one reset did, for metrics. How long it took is the caller's to
+/// measure: the core reads no clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResetStats {
     /// Bytes in use just before the reset (`allocated_bytes - chunk_capacity`).
     pub used_before: usize,
     /// Chunk capacity after the reset.
     pub capacity_after: usize,
-    /// How long the reset took (including a replacement, if any).
-    pub duration: Duration,
     /// The arena had grown past 4× its working size and was replaced.
     pub replaced: bool,
 }
@@ -91,7 +89,6 @@ impl Epoch {
     /// chunk for reuse, unless a spike grew the arena past 4× its working size,
     /// in which case the arena is replaced so the memory goes back.
     pub fn reset(&mut self) -> ResetStats {
-        let start = Instant::now();
         let used_before = self.used_bytes();
         self.high_water = self.high_water.max(used_before);
         self.bump.reset();
@@ -104,7 +101,6 @@ impl Epoch {
         ResetStats {
             used_before,
             capacity_after: self.bump.allocated_bytes(),
-            duration: start.elapsed(),
             replaced,
         }
     }

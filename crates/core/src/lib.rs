@@ -12,14 +12,19 @@
 //! - [`projection`]: a body parsed with simd-json into a worker's arena, only the
 //!   configured paths read.
 //! - [`boxes`]: the box table shared by all workers; where a box is updated.
+//! - [`snapshot`]: the snapshot format, written to any `Write` and read from
+//!   any `Read` (files are the server's).
 //! - [`render`]: payload rendering (SPEC §3).
 //! - [`epoch`]: the per-worker arena and its reset.
 //! - [`wheel`]: the hashed timer wheel.
+//! - `bytes`: the line-feed search and decimal parser the framer and the
+//!   projection share.
 //!
 //! What it is not: an HTTP library. It knows exactly the requests pollbox serves.
 
 pub mod boxes;
 pub mod buffers;
+mod bytes;
 pub mod config;
 pub mod conn;
 pub mod epoch;

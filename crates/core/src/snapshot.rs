@@ -1,17 +1,20 @@
-//! Box table snapshots (SPEC §5, durability): the binary file format, its
-//! checks, and the atomic save (temp file, fsync, rename, fsync directory).
+//! Box table snapshots (SPEC §5, durability): the binary format and its
+//! checks, written to any `Write` and read from any `Read`. Files (the atomic
+//! save, the load at start) are the server's: `pollbox_server::snapshot_file`.
 //!
 //! Format, little endian throughout:
 //!
 //! ```text
-//! magic "PBOXSNAP" | format u32 (= 1)
+//! magic "PBOXSNAP" | format u32 (= 2)
 //! field count u32 | per field: name_len u16, name, type u8, reduce u8
-//! per box:  1u8 | key_len u16, key | version u64 | per field: tag u8, value
+//! per box:  1u8 | key_len u16, key | version u64 | state_len u32, state
 //! end:      0u8 | box count u64 | CRC-32 (IEEE) u32 of every byte before it
 //! ```
 //!
-//! Field value tags: 0 unset, 1 i64 (8 bytes), 2 f64 (8 bytes), 3 false,
-//! 4 true, 5 str (u32 length, UTF-8), 6 count (u64). Boxes are streamed, so
+//! `state` holds one entry per field in the box table's own field-state
+//! encoding (`boxes/codec.rs`: a tag, then a varint, 8 bytes or a string), so
+//! records and snapshots share one codec. Format 1 wrote fixed-width values
+//! instead; it is refused as an unsupported version. Boxes are streamed, so
 //! a snapshot of a million boxes needs no second copy in memory, and the count
 //! is written at the end because boxes may be created during the walk.
 //!
@@ -20,11 +23,10 @@
 //! reinterpreted. Every damage is refused with its own [`SnapshotError`].
 
 use std::fmt::Write as _;
-use std::fs::{self, File};
-use std::io::{self, BufReader, BufWriter, Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::{self, Read, Write};
 use std::sync::Arc;
 
+use crate::boxes::codec;
 use crate::boxes::{BoxTable, RestoreError};
 use crate::config::{FieldType, Reduce};
 use crate::plan::Plan;
@@ -32,21 +34,15 @@ use crate::render::FieldState;
 
 const MAGIC: &[u8; 8] = b"PBOXSNAP";
 /// The snapshot format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Bounds that keep a corrupted length from asking for gigabytes.
 const MAX_FIELDS: u32 = 4096;
-const MAX_STR: u32 = 65_536;
+/// A box's encoded state is at most its payload (at most 64 KiB) plus a few
+/// bytes a field, so 1 MiB is far above any real one.
+const MAX_STATE: u32 = 1 << 20;
 
 const BOX_MARKER: u8 = 1;
 const END_MARKER: u8 = 0;
-
-const TAG_UNSET: u8 = 0;
-const TAG_I64: u8 = 1;
-const TAG_F64: u8 = 2;
-const TAG_FALSE: u8 = 3;
-const TAG_TRUE: u8 = 4;
-const TAG_STR: u8 = 5;
-const TAG_COUNT: u8 = 6;
 
 /// Why a snapshot was not loaded. Each says what is wrong with the file.
 #[derive(Debug, thiserror::Error)]
@@ -121,30 +117,14 @@ fn encode_box(key: &str, version: u64, state: &[FieldState], out: &mut Vec<u8>) 
     out.extend_from_slice(&len_u16(key.len())?.to_le_bytes());
     out.extend_from_slice(key.as_bytes());
     out.extend_from_slice(&version.to_le_bytes());
+    // The length goes before the state; fill it in once the state is written.
+    let len_at = out.len();
+    out.extend_from_slice(&[0; 4]);
     for s in state {
-        match s {
-            FieldState::Unset => out.push(TAG_UNSET),
-            FieldState::I64(v) => {
-                out.push(TAG_I64);
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-            FieldState::F64(v) => {
-                out.push(TAG_F64);
-                out.extend_from_slice(&v.to_bits().to_le_bytes());
-            }
-            FieldState::Bool(false) => out.push(TAG_FALSE),
-            FieldState::Bool(true) => out.push(TAG_TRUE),
-            FieldState::Str(s) => {
-                out.push(TAG_STR);
-                out.extend_from_slice(&len_u32(s.len())?.to_le_bytes());
-                out.extend_from_slice(s.as_bytes());
-            }
-            FieldState::Count(n) => {
-                out.push(TAG_COUNT);
-                out.extend_from_slice(&n.to_le_bytes());
-            }
-        }
+        codec::encode(s.view(), out);
     }
+    let len = len_u32(out.len() - len_at - 4)?;
+    out[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
     Ok(())
 }
 
@@ -240,6 +220,7 @@ pub fn read_snapshot(plan: Arc<Plan>, r: &mut impl Read) -> Result<BoxTable, Sna
     let mut refused: Option<SnapshotError> = None;
     let mut boxes = 0u64;
     let mut state: Vec<FieldState> = Vec::with_capacity(stored.len());
+    let mut state_bytes: Vec<u8> = Vec::new();
     loop {
         let at = r.offset;
         match r.u8()? {
@@ -252,9 +233,23 @@ pub fn read_snapshot(plan: Arc<Plan>, r: &mut impl Read) -> Result<BoxTable, Sna
         let key = String::from_utf8(r.bytes(len as usize)?)
             .map_err(|_| r.corrupt_at(at, "box key is not UTF-8"))?;
         let version = r.u64()?;
+        let at = r.offset;
+        let len = r.u32()?;
+        if len > MAX_STATE {
+            return Err(r.corrupt_at(at, "field state length out of range"));
+        }
+        state_bytes.resize(len as usize, 0);
+        r.fill(&mut state_bytes)?;
+        let mut fields = codec::Decoder::new(&state_bytes);
         state.clear();
         for _ in 0..stored.len() {
-            state.push(r.field_state()?);
+            let view = fields
+                .try_next()
+                .ok_or_else(|| r.corrupt_at(at, "bad field state"))?;
+            state.push(view.to_state());
+        }
+        if !fields.is_at_end() {
+            return Err(r.corrupt_at(at, "bytes after the field states"));
         }
         boxes += 1;
         if same_layout && refused.is_none() {
@@ -303,50 +298,6 @@ fn read_some(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
             other => return other,
         }
     }
-}
-
-/// Write `table` to `path` so that a crash leaves either the old or the new
-/// snapshot, never a mix: write `path.tmp`, fsync it, rename it over `path`,
-/// fsync the directory. On error the temp file is removed.
-pub fn save_atomic(table: &BoxTable, path: &Path) -> io::Result<()> {
-    let tmp = tmp_path(path);
-    let result = (|| {
-        let file = File::create(&tmp)?;
-        let mut w = BufWriter::with_capacity(1 << 16, file);
-        write_snapshot(table, &mut w)?;
-        let file = w.into_inner().map_err(io::IntoInnerError::into_error)?;
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&tmp, path)?;
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
-}
-
-/// `path` with `.tmp` appended (`boxes.snap` → `boxes.snap.tmp`).
-pub fn tmp_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(".tmp");
-    PathBuf::from(s)
-}
-
-/// Load the snapshot at `path`: `Ok(None)` when there is no file (first start),
-/// an error for anything else that keeps it from loading whole.
-pub fn load(plan: Arc<Plan>, path: &Path) -> Result<Option<BoxTable>, SnapshotError> {
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
-    let mut r = BufReader::with_capacity(1 << 16, file);
-    read_snapshot(plan, &mut r).map(Some)
 }
 
 struct CrcWriter<'w, W: Write> {
@@ -426,28 +377,6 @@ impl<R: Read> CrcReader<'_, R> {
 
     fn corrupt_at(&self, offset: u64, what: &'static str) -> SnapshotError {
         SnapshotError::Corrupt { offset, what }
-    }
-
-    fn field_state(&mut self) -> Result<FieldState, SnapshotError> {
-        let at = self.offset;
-        Ok(match self.u8()? {
-            TAG_UNSET => FieldState::Unset,
-            TAG_I64 => FieldState::I64(i64::from_le_bytes(self.array()?)),
-            TAG_F64 => FieldState::F64(f64::from_bits(self.u64()?)),
-            TAG_FALSE => FieldState::Bool(false),
-            TAG_TRUE => FieldState::Bool(true),
-            TAG_STR => {
-                let len = self.u32()?;
-                if len > MAX_STR {
-                    return Err(self.corrupt_at(at, "string length out of range"));
-                }
-                let s = String::from_utf8(self.bytes(len as usize)?)
-                    .map_err(|_| self.corrupt_at(at, "string is not UTF-8"))?;
-                FieldState::Str(s.into_boxed_str())
-            }
-            TAG_COUNT => FieldState::Count(self.u64()?),
-            _ => return Err(self.corrupt_at(at, "bad field tag")),
-        })
     }
 }
 
@@ -575,9 +504,10 @@ mod tests {
     #[test]
     fn a_flipped_record_byte_says_checksum_mismatch() {
         let mut bytes = bytes_of(&sample(every_type_plan(), 6));
-        // The last box ends with its count field (tag + u64) just before the
-        // end marker, count and CRC: flipping the count's top byte is
-        // structurally fine, only the CRC knows.
+        // The last box ends with its count field (tag + one-byte varint: the
+        // counts are small) just before the end marker, count and CRC:
+        // flipping a bit below its continuation bit is structurally fine, only
+        // the CRC knows.
         let at = bytes.len() - 4 - 8 - 1 - 1;
         bytes[at] ^= 0x10;
         let e =
@@ -686,57 +616,5 @@ mod tests {
                 .contains("payload over max_payload_bytes (20)"),
             "{e}"
         );
-    }
-
-    fn scratch_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "pollbox-snapshot-{name}-{}-{:?}",
-            std::process::id(),
-            std::time::SystemTime::now()
-        ));
-        fs::create_dir_all(&dir).expect("temp dir");
-        dir
-    }
-
-    #[test]
-    fn save_atomic_then_load() {
-        let dir = scratch_dir("save");
-        let path = dir.join("boxes.snap");
-        assert!(load(Arc::new(every_type_plan()), &path)
-            .expect("no file is fine")
-            .is_none());
-        let t = sample(every_type_plan(), 20);
-        save_atomic(&t, &path).expect("saves");
-        assert!(!tmp_path(&path).exists(), "temp file renamed away");
-        let back = load(Arc::new(every_type_plan()), &path)
-            .expect("loads")
-            .expect("file exists");
-        assert_eq!(dump(&back), dump(&t));
-        // Saving again replaces the file whole.
-        t.apply("new", &[], None).expect("ok");
-        save_atomic(&t, &path).expect("saves");
-        let back = load(Arc::new(every_type_plan()), &path)
-            .expect("loads")
-            .expect("exists");
-        assert_eq!(back.len(), t.len());
-        // A damaged file is an error, not an empty start.
-        let mut bytes = fs::read(&path).expect("read");
-        bytes.truncate(bytes.len() / 2);
-        fs::write(&path, bytes).expect("write");
-        assert!(matches!(
-            load(Arc::new(every_type_plan()), &path),
-            Err(SnapshotError::Truncated { .. })
-        ));
-        fs::remove_dir_all(&dir).expect("cleanup");
-    }
-
-    #[test]
-    fn save_atomic_into_a_missing_directory_fails_cleanly() {
-        let dir = scratch_dir("missing");
-        let path = dir.join("no/such/dir/boxes.snap");
-        let t = sample(every_type_plan(), 1);
-        assert!(save_atomic(&t, &path).is_err());
-        assert!(!tmp_path(&path).exists());
-        fs::remove_dir_all(&dir).expect("cleanup");
     }
 }

@@ -110,11 +110,11 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             }
             cfg.validate().map_err(|e| e.to_string())?;
             let signals = pollbox_server::ShutdownSignals::install()?;
-            let server = pollbox_server::Server::start(cfg.clone()).map_err(|e| e.to_string())?;
+            let server = pollbox_server::Server::start(cfg).map_err(|e| e.to_string())?;
             eprintln!(
                 "pollbox: listening on http://{} with {} workers, {} on the io_uring loop (config: {source}; boxes loaded: {}{})",
                 server.addr(),
-                cfg.effective_workers(),
+                server.shared().workers,
                 server.shared().uring_workers.load(std::sync::atomic::Ordering::Relaxed),
                 server.shared().node.boxes.len(),
                 server

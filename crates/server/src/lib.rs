@@ -12,7 +12,8 @@
 //! [`uring`]), [`wakeups`] (long-poll wake-ups across workers), [`host`] (the
 //! server as the core sees it: counting, wake-ups, `/metrics`), [`metrics`]
 //! (the exposition), [`stats`] (per-worker counters), [`listener`] (sockets),
-//! [`alloc_stats`] (jemalloc's figures).
+//! [`alloc_stats`] (jemalloc's figures), [`snapshot_file`] (snapshot files:
+//! atomic save, load, the writer thread).
 //!
 //! What it is not: a general HTTP server, or a place where protocol rules live.
 
@@ -21,6 +22,7 @@ pub mod conns;
 pub mod host;
 pub mod listener;
 pub mod metrics;
+pub mod snapshot_file;
 pub mod stats;
 pub mod transmit;
 pub mod uring;
@@ -37,7 +39,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// State every worker shares.
 pub struct Shared {
@@ -103,8 +105,8 @@ impl Server {
             (!config.snapshot.path.is_empty()).then(|| PathBuf::from(&config.snapshot.path));
         let boxes = match &snapshot_path {
             Some(p) => {
-                check_snapshot_dir(p)?;
-                match pollbox_core::snapshot::load(plan.clone(), p) {
+                snapshot_file::check_dir(p)?;
+                match snapshot_file::load(plan.clone(), p) {
                     Ok(Some(t)) => t,
                     Ok(None) => BoxTable::new(plan.clone()),
                     Err(e) => {
@@ -119,7 +121,7 @@ impl Server {
             }
             None => BoxTable::new(plan.clone()),
         };
-        let n = config.effective_workers();
+        let n = config.effective_workers(available_cores());
         let addr: SocketAddr = config
             .server
             .listen
@@ -217,7 +219,7 @@ impl Server {
                 Some(
                     std::thread::Builder::new()
                         .name("pollbox-snapshot".into())
-                        .spawn(move || snapshot_loop(shared, stop, path))?,
+                        .spawn(move || snapshot_file::writer_loop(shared, stop, path))?,
                 )
             }
             None => None,
@@ -278,7 +280,7 @@ impl Server {
             let _ = t.join();
         }
         if let Some(p) = &self.snapshot_path {
-            if let Err(e) = pollbox_core::snapshot::save_atomic(&self.shared.node.boxes, p) {
+            if let Err(e) = snapshot_file::save_atomic(&self.shared.node.boxes, p) {
                 first_err.get_or_insert(format!("final snapshot to {}: {e}", p.display()));
             }
         }
@@ -317,54 +319,14 @@ pub fn serve_until_signal(server: Server, mut signals: ShutdownSignals) -> Resul
     r
 }
 
-/// Refuse to start when the snapshot cannot be written later.
-fn check_snapshot_dir(path: &std::path::Path) -> Result<(), StartError> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let probe = dir.join(format!(".pollbox-write-test-{}", std::process::id()));
-    match std::fs::File::create(&probe) {
-        Ok(_) => {
-            let _ = std::fs::remove_file(&probe);
-            Ok(())
-        }
-        Err(e) => Err(StartError::Snapshot {
-            path: path.display().to_string(),
-            reason: format!("directory {} is not writable: {e}", dir.display()),
-        }),
-    }
-}
-
-fn snapshot_loop(shared: Arc<Shared>, stop: Arc<(Mutex<bool>, Condvar)>, path: PathBuf) {
-    let every = Duration::from_secs(shared.node.config.snapshot.interval_s);
-    let (lock, cv) = &*stop;
-    let Ok(mut stopped) = lock.lock() else {
-        return;
-    };
-    loop {
-        let (guard, _) = match cv.wait_timeout(stopped, every) {
-            Ok(r) => r,
-            Err(_) => return,
-        };
-        stopped = guard;
-        if *stopped {
-            return;
-        }
-        match pollbox_core::snapshot::save_atomic(&shared.node.boxes, &path) {
-            Ok(()) => {
-                shared.snapshots_ok.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => {
-                shared.snapshots_failed.fetch_add(1, Ordering::Relaxed);
-                eprintln!("pollbox: snapshot to {} failed: {e}", path.display());
-            }
-        }
-    }
+/// Cores this process may run on (1 when the OS cannot say): the worker
+/// count when `server.workers` is 0, and the cores workers are pinned to.
+pub fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 fn pin_to_core(i: usize) {
-    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let ncpu = available_cores();
     // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write inside it, and
     // sched_setaffinity(0, ...) reads it for the calling thread.
     unsafe {
@@ -381,7 +343,7 @@ mod tests {
 
     #[test]
     fn pinning_binds_the_thread_to_one_core() {
-        let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let ncpu = available_cores();
         let want = 1 % ncpu;
         let cpus = std::thread::spawn(move || {
             pin_to_core(1);
@@ -400,12 +362,5 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(cpus, vec![want]);
-    }
-
-    #[test]
-    fn unwritable_snapshot_directory_is_refused() {
-        let e = check_snapshot_dir(std::path::Path::new("/proc/no-such-dir/x.snap")).unwrap_err();
-        assert!(e.to_string().contains("not writable"), "{e}");
-        assert!(check_snapshot_dir(&std::env::temp_dir().join("x.snap")).is_ok());
     }
 }

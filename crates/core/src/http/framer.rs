@@ -10,6 +10,7 @@ use std::ops::Range;
 
 use super::chunked::Dechunk;
 use super::{Frame, FramerState, HttpError, Limits, Method, Progress, Version};
+use crate::bytes::{find_lf, parse_decimal};
 
 /// The most header lines a head may have, whatever `Limits::max_headers` says
 /// (the config refuses more than this). `httparse` needs a slot per header and
@@ -248,33 +249,6 @@ fn scan_head(s: &mut HeadScan, buf: &[u8], limits: &Limits) -> Result<Option<usi
     Ok(None)
 }
 
-/// Index of the first LF in `hay`, eight bytes at a time (SWAR): heads are
-/// short lines, and this is the one pass over every head byte besides httparse.
-fn find_lf(hay: &[u8]) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    const LFS: u64 = ONES * b'\n' as u64;
-    let mut words = hay.chunks_exact(8);
-    let mut at = 0;
-    for word in words.by_ref() {
-        let mut bytes = [0u8; 8];
-        bytes.copy_from_slice(word);
-        let x = u64::from_le_bytes(bytes) ^ LFS;
-        // A zero byte of x is an LF. The lowest flagged byte is always a true
-        // zero (borrows only create false flags above a true one).
-        let zeros = x.wrapping_sub(ONES) & !x & HIGHS;
-        if zeros != 0 {
-            return Some(at + (zeros.trailing_zeros() / 8) as usize);
-        }
-        at += 8;
-    }
-    words
-        .remainder()
-        .iter()
-        .position(|&b| b == b'\n')
-        .map(|p| at + p)
-}
-
 /// httparse refuses a CR not followed by LF wherever it is; say so precisely
 /// instead of "malformed".
 fn bare_cr_error(head: &[u8], otherwise: HttpError) -> HttpError {
@@ -350,7 +324,8 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
                 authorization.get_or_insert_with(|| range_of(buf, value));
             }
             14 if name.eq_ignore_ascii_case(b"content-length") => {
-                let n = parse_content_length(value)?;
+                // `1*DIGIT`: no sign, no list, no overflow.
+                let n = parse_decimal(value).map_err(|_| HttpError::InvalidContentLength)?;
                 if content_length.is_some_and(|seen| seen != n) {
                     return Err(HttpError::ConflictingContentLength);
                 }
@@ -449,24 +424,6 @@ impl TransferCodings {
             Ok(())
         }
     }
-}
-
-/// `1*DIGIT`, no sign, no list, no overflow.
-fn parse_content_length(value: &[u8]) -> Result<u64, HttpError> {
-    if value.is_empty() {
-        return Err(HttpError::InvalidContentLength);
-    }
-    let mut n: u64 = 0;
-    for &b in value {
-        if !b.is_ascii_digit() {
-            return Err(HttpError::InvalidContentLength);
-        }
-        n = n
-            .checked_mul(10)
-            .and_then(|n| n.checked_add(u64::from(b - b'0')))
-            .ok_or(HttpError::InvalidContentLength)?;
-    }
-    Ok(n)
 }
 
 /// Elements of a comma-separated field value (RFC 9110 §5.6.1), OWS trimmed,

@@ -2,6 +2,7 @@
 //! percent-decoding of box keys and the long-poll query.
 
 use super::Method;
+use crate::bytes::{parse_decimal, DecimalError};
 
 /// Where a request goes. Keys are raw (still percent-encoded) slices of the
 /// path; decode them with [`percent_decode_into`].
@@ -114,46 +115,24 @@ pub fn parse_poll_query(q: &[u8]) -> Result<PollQuery, &'static str> {
                 if query.after.is_some() {
                     return Err("after given more than once");
                 }
-                query.after = Some(parse_u64(value).map_err(|e| match e {
-                    NumError::NotDecimal => "after is not a non-negative decimal integer",
-                    NumError::TooLarge => "after is too large",
+                query.after = Some(parse_decimal(value).map_err(|e| match e {
+                    DecimalError::NotDecimal => "after is not a non-negative decimal integer",
+                    DecimalError::TooLarge => "after is too large",
                 })?);
             }
             b"wait_ms" => {
                 if query.wait_ms.is_some() {
                     return Err("wait_ms given more than once");
                 }
-                query.wait_ms = Some(parse_u64(value).map_err(|e| match e {
-                    NumError::NotDecimal => "wait_ms is not a non-negative decimal integer",
-                    NumError::TooLarge => "wait_ms is too large",
+                query.wait_ms = Some(parse_decimal(value).map_err(|e| match e {
+                    DecimalError::NotDecimal => "wait_ms is not a non-negative decimal integer",
+                    DecimalError::TooLarge => "wait_ms is too large",
                 })?);
             }
             _ => {}
         }
     }
     Ok(query)
-}
-
-enum NumError {
-    NotDecimal,
-    TooLarge,
-}
-
-fn parse_u64(v: &[u8]) -> Result<u64, NumError> {
-    if v.is_empty() {
-        return Err(NumError::NotDecimal);
-    }
-    let mut n: u64 = 0;
-    for &b in v {
-        if !b.is_ascii_digit() {
-            return Err(NumError::NotDecimal);
-        }
-        n = n
-            .checked_mul(10)
-            .and_then(|n| n.checked_add(u64::from(b - b'0')))
-            .ok_or(NumError::TooLarge)?;
-    }
-    Ok(n)
 }
 
 #[cfg(test)]

@@ -53,6 +53,7 @@ mod tests;
 
 pub use error::BodyError;
 
+use crate::bytes::find_lf;
 use crate::config::FieldType;
 use crate::plan::{FieldPlan, MessageError, Plan, Value};
 use bumpalo::collections::Vec as BumpVec;
@@ -307,7 +308,7 @@ impl Projector {
         reserve(&mut items, count_newlines(body) + 1)?;
         let mut start = 0;
         while start < body.len() {
-            let end = find_newline(&body[start..]).map_or(body.len(), |n| start + n);
+            let end = find_lf(&body[start..]).map_or(body.len(), |n| start + n);
             let line = &body[start..end];
             if !is_blank(line) {
                 self.parse(arena, line, start, tape)?;
@@ -446,29 +447,4 @@ fn is_blank(line: &[u8]) -> bool {
 
 fn count_newlines(body: &[u8]) -> usize {
     body.iter().filter(|&&b| b == b'\n').count()
-}
-
-/// Offset of the first `\n`, eight bytes at a time.
-fn find_newline(s: &[u8]) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    const NEWLINES: u64 = ONES * b'\n' as u64;
-    let mut chunks = s.chunks_exact(8);
-    let mut offset = 0;
-    for chunk in &mut chunks {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
-        let x = u64::from_le_bytes(word) ^ NEWLINES;
-        // The lowest flagged byte is exactly the first zero byte of `x`.
-        let zero = x.wrapping_sub(ONES) & !x & HIGHS;
-        if zero != 0 {
-            return Some(offset + (zero.trailing_zeros() / 8) as usize);
-        }
-        offset += 8;
-    }
-    chunks
-        .remainder()
-        .iter()
-        .position(|&b| b == b'\n')
-        .map(|p| offset + p)
 }

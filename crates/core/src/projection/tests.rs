@@ -948,23 +948,6 @@ fn projector_is_reusable_after_errors_and_gives_back_spikes() {
     assert_eq!(one(&mut p, epoch.arena(), &big).unwrap().key, "box-1");
 }
 
-#[test]
-fn find_newline_matches_a_plain_search() {
-    let mut buf = vec![b'a'; 40];
-    assert_eq!(find_newline(&buf), None);
-    for at in 0..40 {
-        buf.fill(b'a');
-        // Bytes next to '\n' in value (0x09, 0x0b, 0x8a) must not match.
-        buf[at / 2] = 0x0b;
-        buf[at] = b'\n';
-        assert_eq!(find_newline(&buf), Some(at), "at {at}");
-        for b in [0x09, 0x0b, 0x8a, 0x00, 0xff] {
-            buf[at] = b;
-            assert_eq!(find_newline(&buf), buf.iter().position(|&x| x == b'\n'));
-        }
-    }
-}
-
 mod props {
     use super::*;
     use proptest::prelude::*;
@@ -1007,11 +990,6 @@ mod props {
                     }
                 }
             }
-        }
-
-        #[test]
-        fn find_newline_agrees(s in proptest::collection::vec(prop::sample::select(vec![b'\n', b'a', 0x0b, 0x8a, 0]), 0..64)) {
-            prop_assert_eq!(find_newline(&s), s.iter().position(|&b| b == b'\n'));
         }
     }
 }

@@ -36,8 +36,22 @@
 //! and 9 bytes of index per bucket (hashbrown keeps buckets 44% to 87% full).
 //! [`BoxTable::accounted_bytes`] adds these up with allocator size classes as
 //! they change; it matches jemalloc's `stats.allocated` within 1%.
+//!
+//! # Where things are
+//!
+//! This file is the table and its locking. The rest, one job a file:
+//! `reduce.rs` (the reducers: one message applied to a box's state),
+//! `record.rs` (the byte layout of a record), `codec.rs` (the compact field
+//! state encoding), `size.rs` (the allocator size-class model the accounting
+//! uses).
 
-use std::cell::Cell;
+pub(crate) mod codec;
+mod record;
+mod reduce;
+mod size;
+
+pub use size::size_class;
+
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::BuildHasher;
@@ -46,9 +60,11 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use hashbrown::HashTable;
 
-use crate::config::{FieldType, Reduce};
-use crate::plan::{FieldPlan, MessageError, Plan, Value};
+use crate::config::Reduce;
+use crate::plan::{MessageError, Plan, Value};
 use crate::render::{render_fields, FieldState, FieldView};
+use reduce::{next_record, with_scratch, Scratch};
+use size::index_bytes;
 
 /// Number of shards. A power of two; 256 keeps shard-lock contention low on
 /// any core count we run on while costing 32 KiB.
@@ -281,7 +297,7 @@ impl BoxTable {
                     let record = read(slot);
                     states.clear();
                     states.extend(
-                        state::Decoder::new(record::state(&record))
+                        codec::Decoder::new(record::state(&record))
                             .take(n)
                             .map(FieldView::to_state),
                     );
@@ -330,10 +346,10 @@ impl BoxTable {
         let record = with_scratch(|scratch| {
             scratch.clear();
             for s in state {
-                state::encode(s.view(), &mut scratch.state);
+                codec::encode(s.view(), &mut scratch.state);
             }
             let Scratch { state: st, payload } = scratch;
-            render_fields(&self.plan, key, version, state::Decoder::new(st), payload);
+            render_fields(&self.plan, key, version, codec::Decoder::new(st), payload);
             if payload.len() > self.plan.max_payload_bytes {
                 return Err(RestoreError::PayloadTooLarge {
                     max: self.plan.max_payload_bytes,
@@ -491,136 +507,6 @@ impl fmt::Debug for BoxTable {
     }
 }
 
-/// Compute the next state and payload of a box from its current state (empty
-/// for a new box) into `scratch`. Returns the new version.
-fn next_record(
-    plan: &Plan,
-    key: &str,
-    old_state: &[u8],
-    old_version: u64,
-    values: &[Option<Value<'_>>],
-    scratch: &mut Scratch,
-) -> Result<u64, MessageError> {
-    scratch.clear();
-    // Sized once per thread for the largest payload, so they never grow on the
-    // steady path (reserve is a no-op once the capacity is there).
-    scratch.payload.reserve(plan.max_payload_bytes + 1);
-    scratch
-        .state
-        .reserve(plan.max_payload_bytes + 16 * plan.fields.len());
-    let mut old = state::Decoder::new(old_state);
-    for (i, field) in plan.fields.iter().enumerate() {
-        let prev = old.next().unwrap_or_default();
-        let value = values.get(i).copied().flatten();
-        let next = reduce(field, i, prev, value)?;
-        state::encode(next, &mut scratch.state);
-    }
-    let version = old_version.saturating_add(1);
-    let Scratch { state: st, payload } = scratch;
-    render_fields(plan, key, version, state::Decoder::new(st), payload);
-    if payload.len() > plan.max_payload_bytes {
-        return Err(MessageError::PayloadTooLarge);
-    }
-    Ok(version)
-}
-
-fn field_index(i: usize) -> u16 {
-    u16::try_from(i).unwrap_or(u16::MAX)
-}
-
-/// One reducer step for one field.
-fn reduce<'a>(
-    field: &FieldPlan,
-    i: usize,
-    prev: FieldView<'a>,
-    value: Option<Value<'a>>,
-) -> Result<FieldView<'a>, MessageError> {
-    use FieldView as V;
-    if field.reduce == Reduce::Count {
-        let n = match prev {
-            V::Count(n) => n,
-            _ => 0,
-        };
-        return Ok(V::Count(n.saturating_add(1)));
-    }
-    let Some(value) = value else {
-        return Ok(prev);
-    };
-    let idx = field_index(i);
-    let next = typed(field, idx, value)?;
-    Ok(match (field.reduce, prev, next) {
-        (Reduce::Sum, V::I64(a), V::I64(b)) => V::I64(
-            a.checked_add(b)
-                .ok_or(MessageError::SumOverflow { field: idx })?,
-        ),
-        (Reduce::Sum, V::F64(a), V::F64(b)) => {
-            let s = a + b;
-            if !s.is_finite() {
-                return Err(MessageError::SumOverflow { field: idx });
-            }
-            V::F64(s)
-        }
-        (Reduce::Min, V::I64(a), V::I64(b)) => V::I64(a.min(b)),
-        (Reduce::Max, V::I64(a), V::I64(b)) => V::I64(a.max(b)),
-        (Reduce::Min, V::F64(a), V::F64(b)) => V::F64(if b < a { b } else { a }),
-        (Reduce::Max, V::F64(a), V::F64(b)) => V::F64(if b > a { b } else { a }),
-        // `last`, and the first value of sum/min/max.
-        _ => next,
-    })
-}
-
-/// Check a value against the field's type. The projection already did; this
-/// keeps the table's invariants (no non-finite f64, strings within max_len)
-/// whoever calls it. An integer is accepted for an f64 field.
-fn typed<'a>(field: &FieldPlan, idx: u16, value: Value<'a>) -> Result<FieldView<'a>, MessageError> {
-    match (field.ty, value) {
-        (FieldType::I64, Value::I64(v)) => Ok(FieldView::I64(v)),
-        (FieldType::F64, Value::F64(v)) if v.is_finite() => Ok(FieldView::F64(v)),
-        (FieldType::F64, Value::I64(v)) => Ok(FieldView::F64(v as f64)),
-        (FieldType::Bool, Value::Bool(b)) => Ok(FieldView::Bool(b)),
-        (FieldType::Str, Value::Str(s)) if field.max_len > 0 && s.len() > field.max_len => {
-            Err(MessageError::StringTooLong { field: idx })
-        }
-        (FieldType::Str, Value::Str(s)) => Ok(FieldView::Str(s)),
-        _ => Err(MessageError::WrongType { field: idx }),
-    }
-}
-
-/// Per-thread buffers the next record is built in, so updating an existing box
-/// allocates nothing once they have grown to a payload's size.
-#[derive(Default)]
-struct Scratch {
-    state: Vec<u8>,
-    payload: Vec<u8>,
-}
-
-impl Scratch {
-    const fn new() -> Scratch {
-        Scratch {
-            state: Vec::new(),
-            payload: Vec::new(),
-        }
-    }
-
-    fn clear(&mut self) {
-        self.state.clear();
-        self.payload.clear();
-    }
-}
-
-thread_local! {
-    static SCRATCH: Cell<Scratch> = const { Cell::new(Scratch::new()) };
-}
-
-/// Run `f` with this thread's scratch buffers (taken out and put back, so a
-/// nested call or a thread being torn down just gets fresh ones).
-fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
-    let mut scratch = SCRATCH.try_with(Cell::take).unwrap_or_default();
-    let r = f(&mut scratch);
-    let _ = SCRATCH.try_with(|c| c.set(scratch));
-    r
-}
-
 fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
     // A panic while a lock was held cannot leave a half-written record: records
     // are written only after every check passed. So poisoning is ignored.
@@ -631,274 +517,14 @@ fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     lock.write().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The size an allocation of `n` bytes really takes, following jemalloc's size
-/// classes (16-byte steps up to 128, then four classes per power of two), so
-/// accounted bytes track what the allocator reports.
-pub fn size_class(n: usize) -> usize {
-    match n {
-        0 => 0,
-        1..=8 => 8,
-        9..=128 => (n + 15) & !15,
-        _ => {
-            let lg = usize::BITS - 1 - (n - 1).leading_zeros();
-            let step = 1usize << (lg - 2);
-            (n + step - 1) & !(step - 1)
-        }
-    }
-}
-
-/// Bytes of a hashbrown index's single allocation: one 8-byte entry and one
-/// control byte per bucket, plus a group of trailing control bytes.
-fn index_bytes(index: &HashTable<u64>) -> usize {
-    const GROUP_WIDTH: usize = 16;
-    let cap = index.capacity();
-    if cap == 0 {
-        return 0;
-    }
-    // hashbrown keeps 1/8 of the buckets free (all but one for tables under 8).
-    let buckets = if cap < 8 { cap + 1 } else { cap / 7 * 8 };
-    let data = (buckets * std::mem::size_of::<u64>() + GROUP_WIDTH - 1) & !(GROUP_WIDTH - 1);
-    size_class(data + buckets + GROUP_WIDTH)
-}
-
-/// A box's record: header, key, payload, encoded state, unused slack.
-mod record {
-    const HEADER: usize = 14;
-    /// Key lengths are stored in 16 bits (the config allows at most 4096).
-    pub(super) const MAX_KEY: usize = u16::MAX as usize;
-
-    fn key_len(r: &[u8]) -> usize {
-        r.get(8..10)
-            .and_then(|b| b.try_into().ok())
-            .map_or(0, |b| u16::from_le_bytes(b) as usize)
-    }
-
-    fn payload_len(r: &[u8]) -> usize {
-        r.get(10..14)
-            .and_then(|b| b.try_into().ok())
-            .map_or(0, |b| u32::from_le_bytes(b) as usize)
-    }
-
-    pub(super) fn version(r: &[u8]) -> u64 {
-        r.get(..8)
-            .and_then(|b| b.try_into().ok())
-            .map_or(0, u64::from_le_bytes)
-    }
-
-    pub(super) fn key(r: &[u8]) -> &[u8] {
-        r.get(HEADER..HEADER + key_len(r)).unwrap_or(&[])
-    }
-
-    pub(super) fn payload(r: &[u8]) -> &[u8] {
-        let start = HEADER + key_len(r);
-        r.get(start..start + payload_len(r)).unwrap_or(&[])
-    }
-
-    /// The encoded state and the slack after it (the state decoder reads one
-    /// entry per field and never looks further).
-    pub(super) fn state(r: &[u8]) -> &[u8] {
-        r.get(HEADER + key_len(r) + payload_len(r)..).unwrap_or(&[])
-    }
-
-    pub(super) fn size(key: &str, state: &[u8], payload: &[u8]) -> usize {
-        HEADER + key.len() + payload.len() + state.len()
-    }
-
-    /// Write a record into `r`, which the caller sized with [`size`]. The key
-    /// is at most [`MAX_KEY`] bytes (checked on entry), the payload at most
-    /// max_payload_bytes (at most 64 KiB).
-    pub(super) fn write(r: &mut [u8], version: u64, key: &str, state: &[u8], payload: &[u8]) {
-        let (k, p) = (key.len(), payload.len());
-        debug_assert!(k <= MAX_KEY && r.len() >= size(key, state, payload));
-        r[..8].copy_from_slice(&version.to_le_bytes());
-        r[8..10].copy_from_slice(&(k as u16).to_le_bytes());
-        r[10..14].copy_from_slice(&(p as u32).to_le_bytes());
-        let body = &mut r[HEADER..];
-        body[..k].copy_from_slice(key.as_bytes());
-        body[k..k + p].copy_from_slice(payload);
-        body[k + p..k + p + state.len()].copy_from_slice(state);
-    }
-
-    /// A new record, allocated at its size class.
-    pub(super) fn build(version: u64, key: &str, state: &[u8], payload: &[u8]) -> Box<[u8]> {
-        let mut r = vec![0u8; super::size_class(size(key, state, payload))];
-        write(&mut r, version, key, state, payload);
-        r.into_boxed_slice()
-    }
-}
-
-/// The compact state encoding inside a record: per field a tag, then a zigzag
-/// varint (i64), a varint (count), 8 bytes (f64), or a varint length and UTF-8
-/// (str). Small numbers, the common case, take one or two bytes.
-mod state {
-    use crate::render::FieldView;
-
-    const UNSET: u8 = 0;
-    const I64: u8 = 1;
-    const F64: u8 = 2;
-    const FALSE: u8 = 3;
-    const TRUE: u8 = 4;
-    const STR: u8 = 5;
-    const COUNT: u8 = 6;
-
-    fn put_varint(mut v: u64, out: &mut Vec<u8>) {
-        while v >= 0x80 {
-            out.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        out.push(v as u8);
-    }
-
-    pub(super) fn encode(v: FieldView<'_>, out: &mut Vec<u8>) {
-        match v {
-            FieldView::Unset => out.push(UNSET),
-            FieldView::I64(x) => {
-                out.push(I64);
-                put_varint(((x << 1) ^ (x >> 63)) as u64, out);
-            }
-            FieldView::F64(x) => {
-                out.push(F64);
-                out.extend_from_slice(&x.to_bits().to_le_bytes());
-            }
-            FieldView::Bool(b) => out.push(if b { TRUE } else { FALSE }),
-            FieldView::Str(s) => {
-                out.push(STR);
-                put_varint(s.len() as u64, out);
-                out.extend_from_slice(s.as_bytes());
-            }
-            FieldView::Count(n) => {
-                out.push(COUNT);
-                put_varint(n, out);
-            }
-        }
-    }
-
-    /// Yields one view per field, then `Unset` forever (a new box's state is
-    /// the empty slice). Records are written only by this module, so a
-    /// malformed one is a bug; it reads as unset fields rather than a panic.
-    pub(super) struct Decoder<'a> {
-        rest: &'a [u8],
-    }
-
-    impl<'a> Decoder<'a> {
-        pub(super) fn new(state: &'a [u8]) -> Decoder<'a> {
-            Decoder { rest: state }
-        }
-
-        fn varint(&mut self) -> Option<u64> {
-            let mut v = 0u64;
-            for shift in (0..64).step_by(7) {
-                let (&b, rest) = self.rest.split_first()?;
-                self.rest = rest;
-                v |= u64::from(b & 0x7f) << shift;
-                if b < 0x80 {
-                    return Some(v);
-                }
-            }
-            None
-        }
-
-        fn one(&mut self) -> Option<FieldView<'a>> {
-            let (&tag, rest) = self.rest.split_first()?;
-            self.rest = rest;
-            Some(match tag {
-                UNSET => FieldView::Unset,
-                I64 => {
-                    let z = self.varint()?;
-                    FieldView::I64(((z >> 1) as i64) ^ -((z & 1) as i64))
-                }
-                F64 => {
-                    let (bits, rest) = self.rest.split_first_chunk::<8>()?;
-                    self.rest = rest;
-                    FieldView::F64(f64::from_bits(u64::from_le_bytes(*bits)))
-                }
-                FALSE => FieldView::Bool(false),
-                TRUE => FieldView::Bool(true),
-                STR => {
-                    let len = usize::try_from(self.varint()?).ok()?;
-                    let bytes = self.rest.get(..len)?;
-                    self.rest = &self.rest[len..];
-                    FieldView::Str(std::str::from_utf8(bytes).ok()?)
-                }
-                COUNT => FieldView::Count(self.varint()?),
-                _ => return None,
-            })
-        }
-    }
-
-    impl<'a> Iterator for Decoder<'a> {
-        type Item = FieldView<'a>;
-
-        fn next(&mut self) -> Option<FieldView<'a>> {
-            Some(self.one().unwrap_or_else(|| {
-                self.rest = &[];
-                FieldView::Unset
-            }))
-        }
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn every_view_round_trips() {
-            let views = [
-                FieldView::Unset,
-                FieldView::I64(0),
-                FieldView::I64(-1),
-                FieldView::I64(63),
-                FieldView::I64(-64),
-                FieldView::I64(i64::MIN),
-                FieldView::I64(i64::MAX),
-                FieldView::F64(-0.0),
-                FieldView::F64(1.5e300),
-                FieldView::Bool(true),
-                FieldView::Bool(false),
-                FieldView::Str(""),
-                FieldView::Str("日本\"x"),
-                FieldView::Count(0),
-                FieldView::Count(u64::MAX),
-            ];
-            let mut buf = Vec::new();
-            for v in views {
-                encode(v, &mut buf);
-            }
-            let back: Vec<_> = Decoder::new(&buf).take(views.len() + 2).collect();
-            assert_eq!(back[..views.len()], views);
-            assert_eq!(back[views.len()..], [FieldView::Unset, FieldView::Unset]);
-        }
-
-        #[test]
-        fn small_numbers_take_two_bytes() {
-            let mut buf = Vec::new();
-            encode(FieldView::I64(-60), &mut buf);
-            encode(FieldView::Count(100), &mut buf);
-            assert_eq!(buf.len(), 4);
-        }
-
-        #[test]
-        fn malformed_reads_as_unset() {
-            for bad in [
-                &[I64, 0x80][..],
-                &[STR, 5, b'a'],
-                &[F64, 1, 2],
-                &[99],
-                &[STR, 1, 0xff],
-            ] {
-                let v: Vec<_> = Decoder::new(bad).take(2).collect();
-                assert_eq!(v, [FieldView::Unset, FieldView::Unset], "{bad:?}");
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::FieldType;
+    use crate::plan::FieldPlan;
     use std::sync::Barrier;
 
-    fn field(name: &str, ty: FieldType, reduce: Reduce) -> FieldPlan {
+    pub(super) fn field(name: &str, ty: FieldType, reduce: Reduce) -> FieldPlan {
         FieldPlan {
             name: name.into(),
             path: if reduce == Reduce::Count {
@@ -912,7 +538,7 @@ mod tests {
         }
     }
 
-    fn table_with(fields: Vec<FieldPlan>) -> BoxTable {
+    pub(super) fn table_with(fields: Vec<FieldPlan>) -> BoxTable {
         BoxTable::new(Arc::new(Plan {
             key_field: "key".into(),
             max_key_bytes: 16,
@@ -922,21 +548,25 @@ mod tests {
         }))
     }
 
-    fn payload(t: &BoxTable, key: &str) -> String {
+    pub(super) fn payload(t: &BoxTable, key: &str) -> String {
         let mut out = Vec::new();
         t.poll(key.as_bytes(), &mut out).expect("box exists");
         String::from_utf8(out).expect("UTF-8 payload")
     }
 
-    fn apply(t: &BoxTable, key: &str, values: &[Option<Value<'_>>]) -> Result<u64, MessageError> {
+    pub(super) fn apply(
+        t: &BoxTable,
+        key: &str,
+        values: &[Option<Value<'_>>],
+    ) -> Result<u64, MessageError> {
         t.apply(key, values, None)
     }
 
-    fn i(v: i64) -> Option<Value<'static>> {
+    pub(super) fn i(v: i64) -> Option<Value<'static>> {
         Some(Value::I64(v))
     }
 
-    fn f(v: f64) -> Option<Value<'static>> {
+    pub(super) fn f(v: f64) -> Option<Value<'static>> {
         Some(Value::F64(v))
     }
 
@@ -973,190 +603,9 @@ mod tests {
         assert_eq!(payload(&t, "a"), r#"{"k":"a","ver":1,"n":1}"#);
     }
 
-    #[test]
-    fn absent_fields_keep_their_state_but_count_counts() {
-        let t = BoxTable::new(Arc::new(Plan::default_plan()));
-        apply(&t, "a", &[i(3), i(3), None, Some(Value::Str("x"))]).expect("ok");
-        apply(&t, "a", &[None, None, Some(Value::Bool(true)), None]).expect("ok");
-        apply(&t, "a", &[]).expect("a short values slice means absent fields");
-        assert_eq!(
-            payload(&t, "a"),
-            r#"{"k":"a","ver":3,"v":3,"sum":3,"n":3,"by":"x"}"#
-        );
-    }
-
-    #[test]
-    fn i64_reducers() {
-        let t = table_with(vec![
-            field("last", FieldType::I64, Reduce::Last),
-            field("sum", FieldType::I64, Reduce::Sum),
-            field("min", FieldType::I64, Reduce::Min),
-            field("max", FieldType::I64, Reduce::Max),
-            field("n", FieldType::I64, Reduce::Count),
-        ]);
-        for v in [4, -2, 9, 1] {
-            apply(&t, "k", &[i(v), i(v), i(v), i(v), i(1000)]).expect("ok");
-        }
-        assert_eq!(
-            payload(&t, "k"),
-            r#"{"k":"k","ver":4,"last":1,"sum":12,"min":-2,"max":9,"n":4}"#
-        );
-    }
-
-    #[test]
-    fn f64_reducers_and_integers_for_f64_fields() {
-        let t = table_with(vec![
-            field("last", FieldType::F64, Reduce::Last),
-            field("sum", FieldType::F64, Reduce::Sum),
-            field("min", FieldType::F64, Reduce::Min),
-            field("max", FieldType::F64, Reduce::Max),
-        ]);
-        apply(&t, "k", &[f(0.5), f(0.5), f(0.5), f(0.5)]).expect("ok");
-        apply(&t, "k", &[f(-1.25), f(-1.25), f(-1.25), f(-1.25)]).expect("ok");
-        apply(&t, "k", &[i(3), i(3), i(3), i(3)]).expect("an integer is a number");
-        assert_eq!(
-            payload(&t, "k"),
-            r#"{"k":"k","ver":3,"last":3.0,"sum":2.25,"min":-1.25,"max":3.0}"#
-        );
-    }
-
-    #[test]
-    fn bool_and_str_last() {
-        let t = table_with(vec![
-            field("b", FieldType::Bool, Reduce::Last),
-            field("s", FieldType::Str, Reduce::Last),
-        ]);
-        apply(
-            &t,
-            "k",
-            &[Some(Value::Bool(true)), Some(Value::Str("é\"\n"))],
-        )
-        .expect("ok");
-        assert_eq!(
-            payload(&t, "k"),
-            r#"{"k":"k","ver":1,"b":true,"s":"é\"\n"}"#
-        );
-        apply(&t, "k", &[Some(Value::Bool(false)), Some(Value::Str(""))]).expect("ok");
-        assert_eq!(payload(&t, "k"), r#"{"k":"k","ver":2,"b":false,"s":""}"#);
-    }
-
     /// The box must be exactly as before a rejected message.
-    fn assert_unchanged(t: &BoxTable, key: &str, before: &str) {
+    pub(super) fn assert_unchanged(t: &BoxTable, key: &str, before: &str) {
         assert_eq!(payload(t, key), before);
-    }
-
-    #[test]
-    fn i64_sum_overflow_at_the_edge_rejects_and_changes_nothing() {
-        let t = table_with(vec![
-            field("v", FieldType::I64, Reduce::Last),
-            field("sum", FieldType::I64, Reduce::Sum),
-            field("n", FieldType::I64, Reduce::Count),
-        ]);
-        apply(&t, "up", &[i(i64::MAX - 1), i(i64::MAX - 1), None]).expect("ok");
-        apply(&t, "up", &[i(1), i(1), None]).expect("exactly i64::MAX is fine");
-        let before = payload(&t, "up");
-        assert!(before.contains(&format!(r#""sum":{}"#, i64::MAX)));
-        assert_eq!(
-            apply(&t, "up", &[i(7), i(1), None]),
-            Err(MessageError::SumOverflow { field: 1 })
-        );
-        assert_unchanged(&t, "up", &before);
-
-        apply(&t, "down", &[None, i(i64::MIN + 1), None]).expect("ok");
-        apply(&t, "down", &[None, i(-1), None]).expect("exactly i64::MIN is fine");
-        let before = payload(&t, "down");
-        assert_eq!(
-            apply(&t, "down", &[None, i(-1), None]),
-            Err(MessageError::SumOverflow { field: 1 })
-        );
-        assert_unchanged(&t, "down", &before);
-        assert_eq!(t.version(b"down"), Some(2));
-    }
-
-    #[test]
-    fn f64_sum_that_is_not_finite_is_an_overflow() {
-        let t = table_with(vec![field("sum", FieldType::F64, Reduce::Sum)]);
-        apply(&t, "k", &[f(f64::MAX)]).expect("ok");
-        let before = payload(&t, "k");
-        assert_eq!(
-            apply(&t, "k", &[f(f64::MAX)]),
-            Err(MessageError::SumOverflow { field: 0 })
-        );
-        assert_unchanged(&t, "k", &before);
-        apply(&t, "k", &[f(-f64::MAX)]).expect("back to zero");
-        assert_eq!(payload(&t, "k"), r#"{"k":"k","ver":2,"sum":0.0}"#);
-    }
-
-    #[test]
-    fn min_max_at_the_edges() {
-        let t = table_with(vec![
-            field("min", FieldType::I64, Reduce::Min),
-            field("max", FieldType::I64, Reduce::Max),
-            field("fmin", FieldType::F64, Reduce::Min),
-            field("fmax", FieldType::F64, Reduce::Max),
-        ]);
-        apply(&t, "k", &[i(0), i(0), f(0.0), f(0.0)]).expect("ok");
-        apply(
-            &t,
-            "k",
-            &[i(i64::MIN), i(i64::MAX), f(-f64::MAX), f(f64::MAX)],
-        )
-        .expect("ok");
-        apply(&t, "k", &[i(5), i(-5), f(1.0), f(-1.0)]).expect("ok");
-        let v: serde_json::Value = serde_json::from_str(&payload(&t, "k")).expect("JSON");
-        assert_eq!(v["min"], i64::MIN);
-        assert_eq!(v["max"], i64::MAX);
-        assert_eq!(v["fmin"], -f64::MAX);
-        assert_eq!(v["fmax"], f64::MAX);
-    }
-
-    #[test]
-    fn wrong_types_are_rejected_whole() {
-        let t = table_with(vec![
-            field("i", FieldType::I64, Reduce::Sum),
-            field("f", FieldType::F64, Reduce::Last),
-            field("b", FieldType::Bool, Reduce::Last),
-            field("s", FieldType::Str, Reduce::Last),
-            field("n", FieldType::I64, Reduce::Count),
-        ]);
-        apply(
-            &t,
-            "k",
-            &[
-                i(1),
-                f(1.0),
-                Some(Value::Bool(true)),
-                Some(Value::Str("a")),
-                None,
-            ],
-        )
-        .expect("ok");
-        let before = payload(&t, "k");
-        let cases: [(Vec<Option<Value<'_>>>, u16); 6] = [
-            (vec![f(1.0)], 0),
-            (vec![i(2), Some(Value::Str("1"))], 1),
-            (vec![i(2), f(f64::NAN)], 1),
-            (vec![i(2), f(f64::INFINITY)], 1),
-            (vec![i(2), None, i(1)], 2),
-            (vec![i(2), None, None, Some(Value::Bool(false))], 3),
-        ];
-        for (values, field) in cases {
-            assert_eq!(
-                apply(&t, "k", &values),
-                Err(MessageError::WrongType { field }),
-                "{values:?}"
-            );
-            assert_unchanged(&t, "k", &before);
-        }
-        assert_eq!(
-            apply(
-                &t,
-                "k",
-                &[None, None, None, Some(Value::Str("seventeen bytes!!"))]
-            ),
-            Err(MessageError::StringTooLong { field: 3 })
-        );
-        assert_unchanged(&t, "k", &before);
     }
 
     #[test]
@@ -1463,40 +912,6 @@ mod tests {
         let long = Some(Value::Str("0123456789abcdef"));
         apply(&t, "a", &[None, None, None, long]).expect("ok");
         assert!(t.accounted_bytes() > one, "a longer record is accounted");
-    }
-
-    #[test]
-    fn size_classes_follow_jemalloc() {
-        let cases = [
-            (1, 8),
-            (8, 8),
-            (9, 16),
-            (17, 32),
-            (100, 112),
-            (128, 128),
-            (129, 160),
-            (200, 224),
-            (257, 320),
-            (4097, 5120),
-            (1 << 20, 1 << 20),
-        ];
-        for (n, class) in cases {
-            assert_eq!(size_class(n), class, "{n}");
-        }
-    }
-
-    #[test]
-    fn index_bytes_matches_hashbrown_capacity() {
-        let mut index: HashTable<u64> = HashTable::new();
-        assert_eq!(index_bytes(&index), 0);
-        for n in 0..100u64 {
-            index.insert_unique(n.wrapping_mul(0x9e37_79b9_7f4a_7c15), n, |&e| {
-                e.wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            });
-        }
-        // 100 entries need 128 buckets: 128 * 8 + 128 + 16 bytes.
-        assert_eq!(index.capacity(), 112);
-        assert_eq!(index_bytes(&index), size_class(128 * 8 + 128 + 16));
     }
 
     #[test]

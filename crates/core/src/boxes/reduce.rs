@@ -1,0 +1,330 @@
+//! The reducers (SPEC §3): the next state and payload of a box from its
+//! current state and one accepted message, built in per-thread scratch
+//! buffers so that updating a box allocates nothing on the steady path.
+
+use std::cell::Cell;
+
+use super::codec;
+use crate::config::{FieldType, Reduce};
+use crate::plan::{FieldPlan, MessageError, Plan, Value};
+use crate::render::{render_fields, FieldView};
+
+/// Compute the next state and payload of a box from its current state (empty
+/// for a new box) into `scratch`. Returns the new version.
+pub(super) fn next_record(
+    plan: &Plan,
+    key: &str,
+    old_state: &[u8],
+    old_version: u64,
+    values: &[Option<Value<'_>>],
+    scratch: &mut Scratch,
+) -> Result<u64, MessageError> {
+    scratch.clear();
+    // Sized once per thread for the largest payload, so they never grow on the
+    // steady path (reserve is a no-op once the capacity is there).
+    scratch.payload.reserve(plan.max_payload_bytes + 1);
+    scratch
+        .state
+        .reserve(plan.max_payload_bytes + 16 * plan.fields.len());
+    let mut old = codec::Decoder::new(old_state);
+    for (i, field) in plan.fields.iter().enumerate() {
+        let prev = old.next().unwrap_or_default();
+        let value = values.get(i).copied().flatten();
+        let next = reduce(field, i, prev, value)?;
+        codec::encode(next, &mut scratch.state);
+    }
+    let version = old_version.saturating_add(1);
+    let Scratch { state: st, payload } = scratch;
+    render_fields(plan, key, version, codec::Decoder::new(st), payload);
+    if payload.len() > plan.max_payload_bytes {
+        return Err(MessageError::PayloadTooLarge);
+    }
+    Ok(version)
+}
+
+fn field_index(i: usize) -> u16 {
+    u16::try_from(i).unwrap_or(u16::MAX)
+}
+
+/// One reducer step for one field.
+fn reduce<'a>(
+    field: &FieldPlan,
+    i: usize,
+    prev: FieldView<'a>,
+    value: Option<Value<'a>>,
+) -> Result<FieldView<'a>, MessageError> {
+    use FieldView as V;
+    if field.reduce == Reduce::Count {
+        let n = match prev {
+            V::Count(n) => n,
+            _ => 0,
+        };
+        return Ok(V::Count(n.saturating_add(1)));
+    }
+    let Some(value) = value else {
+        return Ok(prev);
+    };
+    let idx = field_index(i);
+    let next = typed(field, idx, value)?;
+    Ok(match (field.reduce, prev, next) {
+        (Reduce::Sum, V::I64(a), V::I64(b)) => V::I64(
+            a.checked_add(b)
+                .ok_or(MessageError::SumOverflow { field: idx })?,
+        ),
+        (Reduce::Sum, V::F64(a), V::F64(b)) => {
+            let s = a + b;
+            if !s.is_finite() {
+                return Err(MessageError::SumOverflow { field: idx });
+            }
+            V::F64(s)
+        }
+        (Reduce::Min, V::I64(a), V::I64(b)) => V::I64(a.min(b)),
+        (Reduce::Max, V::I64(a), V::I64(b)) => V::I64(a.max(b)),
+        (Reduce::Min, V::F64(a), V::F64(b)) => V::F64(if b < a { b } else { a }),
+        (Reduce::Max, V::F64(a), V::F64(b)) => V::F64(if b > a { b } else { a }),
+        // `last`, and the first value of sum/min/max.
+        _ => next,
+    })
+}
+
+/// Check a value against the field's type. The projection already did; this
+/// keeps the table's invariants (no non-finite f64, strings within max_len)
+/// whoever calls it. An integer is accepted for an f64 field.
+fn typed<'a>(field: &FieldPlan, idx: u16, value: Value<'a>) -> Result<FieldView<'a>, MessageError> {
+    match (field.ty, value) {
+        (FieldType::I64, Value::I64(v)) => Ok(FieldView::I64(v)),
+        (FieldType::F64, Value::F64(v)) if v.is_finite() => Ok(FieldView::F64(v)),
+        (FieldType::F64, Value::I64(v)) => Ok(FieldView::F64(v as f64)),
+        (FieldType::Bool, Value::Bool(b)) => Ok(FieldView::Bool(b)),
+        (FieldType::Str, Value::Str(s)) if field.max_len > 0 && s.len() > field.max_len => {
+            Err(MessageError::StringTooLong { field: idx })
+        }
+        (FieldType::Str, Value::Str(s)) => Ok(FieldView::Str(s)),
+        _ => Err(MessageError::WrongType { field: idx }),
+    }
+}
+
+/// Per-thread buffers the next record is built in, so updating an existing box
+/// allocates nothing once they have grown to a payload's size.
+#[derive(Default)]
+pub(super) struct Scratch {
+    pub(super) state: Vec<u8>,
+    pub(super) payload: Vec<u8>,
+}
+
+impl Scratch {
+    const fn new() -> Scratch {
+        Scratch {
+            state: Vec::new(),
+            payload: Vec::new(),
+        }
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.state.clear();
+        self.payload.clear();
+    }
+}
+
+thread_local! {
+    static SCRATCH: Cell<Scratch> = const { Cell::new(Scratch::new()) };
+}
+
+/// Run `f` with this thread's scratch buffers (taken out and put back, so a
+/// nested call or a thread being torn down just gets fresh ones).
+pub(super) fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+    let mut scratch = SCRATCH.try_with(Cell::take).unwrap_or_default();
+    let r = f(&mut scratch);
+    let _ = SCRATCH.try_with(|c| c.set(scratch));
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{apply, assert_unchanged, f, field, i, payload, table_with};
+    use crate::boxes::BoxTable;
+    use crate::config::{FieldType, Reduce};
+    use crate::plan::{MessageError, Plan, Value};
+    use std::sync::Arc;
+
+    #[test]
+    fn absent_fields_keep_their_state_but_count_counts() {
+        let t = BoxTable::new(Arc::new(Plan::default_plan()));
+        apply(&t, "a", &[i(3), i(3), None, Some(Value::Str("x"))]).expect("ok");
+        apply(&t, "a", &[None, None, Some(Value::Bool(true)), None]).expect("ok");
+        apply(&t, "a", &[]).expect("a short values slice means absent fields");
+        assert_eq!(
+            payload(&t, "a"),
+            r#"{"k":"a","ver":3,"v":3,"sum":3,"n":3,"by":"x"}"#
+        );
+    }
+
+    #[test]
+    fn i64_reducers() {
+        let t = table_with(vec![
+            field("last", FieldType::I64, Reduce::Last),
+            field("sum", FieldType::I64, Reduce::Sum),
+            field("min", FieldType::I64, Reduce::Min),
+            field("max", FieldType::I64, Reduce::Max),
+            field("n", FieldType::I64, Reduce::Count),
+        ]);
+        for v in [4, -2, 9, 1] {
+            apply(&t, "k", &[i(v), i(v), i(v), i(v), i(1000)]).expect("ok");
+        }
+        assert_eq!(
+            payload(&t, "k"),
+            r#"{"k":"k","ver":4,"last":1,"sum":12,"min":-2,"max":9,"n":4}"#
+        );
+    }
+
+    #[test]
+    fn f64_reducers_and_integers_for_f64_fields() {
+        let t = table_with(vec![
+            field("last", FieldType::F64, Reduce::Last),
+            field("sum", FieldType::F64, Reduce::Sum),
+            field("min", FieldType::F64, Reduce::Min),
+            field("max", FieldType::F64, Reduce::Max),
+        ]);
+        apply(&t, "k", &[f(0.5), f(0.5), f(0.5), f(0.5)]).expect("ok");
+        apply(&t, "k", &[f(-1.25), f(-1.25), f(-1.25), f(-1.25)]).expect("ok");
+        apply(&t, "k", &[i(3), i(3), i(3), i(3)]).expect("an integer is a number");
+        assert_eq!(
+            payload(&t, "k"),
+            r#"{"k":"k","ver":3,"last":3.0,"sum":2.25,"min":-1.25,"max":3.0}"#
+        );
+    }
+
+    #[test]
+    fn bool_and_str_last() {
+        let t = table_with(vec![
+            field("b", FieldType::Bool, Reduce::Last),
+            field("s", FieldType::Str, Reduce::Last),
+        ]);
+        apply(
+            &t,
+            "k",
+            &[Some(Value::Bool(true)), Some(Value::Str("é\"\n"))],
+        )
+        .expect("ok");
+        assert_eq!(
+            payload(&t, "k"),
+            r#"{"k":"k","ver":1,"b":true,"s":"é\"\n"}"#
+        );
+        apply(&t, "k", &[Some(Value::Bool(false)), Some(Value::Str(""))]).expect("ok");
+        assert_eq!(payload(&t, "k"), r#"{"k":"k","ver":2,"b":false,"s":""}"#);
+    }
+
+    #[test]
+    fn i64_sum_overflow_at_the_edge_rejects_and_changes_nothing() {
+        let t = table_with(vec![
+            field("v", FieldType::I64, Reduce::Last),
+            field("sum", FieldType::I64, Reduce::Sum),
+            field("n", FieldType::I64, Reduce::Count),
+        ]);
+        apply(&t, "up", &[i(i64::MAX - 1), i(i64::MAX - 1), None]).expect("ok");
+        apply(&t, "up", &[i(1), i(1), None]).expect("exactly i64::MAX is fine");
+        let before = payload(&t, "up");
+        assert!(before.contains(&format!(r#""sum":{}"#, i64::MAX)));
+        assert_eq!(
+            apply(&t, "up", &[i(7), i(1), None]),
+            Err(MessageError::SumOverflow { field: 1 })
+        );
+        assert_unchanged(&t, "up", &before);
+
+        apply(&t, "down", &[None, i(i64::MIN + 1), None]).expect("ok");
+        apply(&t, "down", &[None, i(-1), None]).expect("exactly i64::MIN is fine");
+        let before = payload(&t, "down");
+        assert_eq!(
+            apply(&t, "down", &[None, i(-1), None]),
+            Err(MessageError::SumOverflow { field: 1 })
+        );
+        assert_unchanged(&t, "down", &before);
+        assert_eq!(t.version(b"down"), Some(2));
+    }
+
+    #[test]
+    fn f64_sum_that_is_not_finite_is_an_overflow() {
+        let t = table_with(vec![field("sum", FieldType::F64, Reduce::Sum)]);
+        apply(&t, "k", &[f(f64::MAX)]).expect("ok");
+        let before = payload(&t, "k");
+        assert_eq!(
+            apply(&t, "k", &[f(f64::MAX)]),
+            Err(MessageError::SumOverflow { field: 0 })
+        );
+        assert_unchanged(&t, "k", &before);
+        apply(&t, "k", &[f(-f64::MAX)]).expect("back to zero");
+        assert_eq!(payload(&t, "k"), r#"{"k":"k","ver":2,"sum":0.0}"#);
+    }
+
+    #[test]
+    fn min_max_at_the_edges() {
+        let t = table_with(vec![
+            field("min", FieldType::I64, Reduce::Min),
+            field("max", FieldType::I64, Reduce::Max),
+            field("fmin", FieldType::F64, Reduce::Min),
+            field("fmax", FieldType::F64, Reduce::Max),
+        ]);
+        apply(&t, "k", &[i(0), i(0), f(0.0), f(0.0)]).expect("ok");
+        apply(
+            &t,
+            "k",
+            &[i(i64::MIN), i(i64::MAX), f(-f64::MAX), f(f64::MAX)],
+        )
+        .expect("ok");
+        apply(&t, "k", &[i(5), i(-5), f(1.0), f(-1.0)]).expect("ok");
+        let v: serde_json::Value = serde_json::from_str(&payload(&t, "k")).expect("JSON");
+        assert_eq!(v["min"], i64::MIN);
+        assert_eq!(v["max"], i64::MAX);
+        assert_eq!(v["fmin"], -f64::MAX);
+        assert_eq!(v["fmax"], f64::MAX);
+    }
+
+    #[test]
+    fn wrong_types_are_rejected_whole() {
+        let t = table_with(vec![
+            field("i", FieldType::I64, Reduce::Sum),
+            field("f", FieldType::F64, Reduce::Last),
+            field("b", FieldType::Bool, Reduce::Last),
+            field("s", FieldType::Str, Reduce::Last),
+            field("n", FieldType::I64, Reduce::Count),
+        ]);
+        apply(
+            &t,
+            "k",
+            &[
+                i(1),
+                f(1.0),
+                Some(Value::Bool(true)),
+                Some(Value::Str("a")),
+                None,
+            ],
+        )
+        .expect("ok");
+        let before = payload(&t, "k");
+        let cases: [(Vec<Option<Value<'_>>>, u16); 6] = [
+            (vec![f(1.0)], 0),
+            (vec![i(2), Some(Value::Str("1"))], 1),
+            (vec![i(2), f(f64::NAN)], 1),
+            (vec![i(2), f(f64::INFINITY)], 1),
+            (vec![i(2), None, i(1)], 2),
+            (vec![i(2), None, None, Some(Value::Bool(false))], 3),
+        ];
+        for (values, field) in cases {
+            assert_eq!(
+                apply(&t, "k", &values),
+                Err(MessageError::WrongType { field }),
+                "{values:?}"
+            );
+            assert_unchanged(&t, "k", &before);
+        }
+        assert_eq!(
+            apply(
+                &t,
+                "k",
+                &[None, None, None, Some(Value::Str("seventeen bytes!!"))]
+            ),
+            Err(MessageError::StringTooLong { field: 3 })
+        );
+        assert_unchanged(&t, "k", &before);
+    }
+}

@@ -1,0 +1,113 @@
+//! Byte scanning shared by the HTTP framer and the projection: the line-feed
+//! search (request heads, NDJSON lines) and the plain decimal number
+//! (`Content-Length`, the long-poll query).
+
+/// Index of the first LF in `hay`, eight bytes at a time (SWAR): heads and
+/// NDJSON bodies are lines, and this is the one pass over their bytes besides
+/// the parsers.
+pub(crate) fn find_lf(hay: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    const LFS: u64 = ONES * b'\n' as u64;
+    let mut words = hay.chunks_exact(8);
+    let mut at = 0;
+    for word in words.by_ref() {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(word);
+        let x = u64::from_le_bytes(bytes) ^ LFS;
+        // A zero byte of x is an LF. The lowest flagged byte is always a true
+        // zero (borrows only create false flags above a true one).
+        let zeros = x.wrapping_sub(ONES) & !x & HIGHS;
+        if zeros != 0 {
+            return Some(at + (zeros.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    words
+        .remainder()
+        .iter()
+        .position(|&b| b == b'\n')
+        .map(|p| at + p)
+}
+
+/// Why [`parse_decimal`] refused its input; each caller maps it to its own error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DecimalError {
+    /// Empty, or a byte that is not an ASCII digit (a sign, a space, a dot).
+    NotDecimal,
+    /// All digits, but more than `u64::MAX`.
+    TooLarge,
+}
+
+/// `1*DIGIT` as a u64: no sign, no spaces, no list, no overflow.
+pub(crate) fn parse_decimal(v: &[u8]) -> Result<u64, DecimalError> {
+    if v.is_empty() {
+        return Err(DecimalError::NotDecimal);
+    }
+    let mut n: u64 = 0;
+    for &b in v {
+        if !b.is_ascii_digit() {
+            return Err(DecimalError::NotDecimal);
+        }
+        n = n
+            .checked_mul(10)
+            .and_then(|n| n.checked_add(u64::from(b - b'0')))
+            .ok_or(DecimalError::TooLarge)?;
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn find_lf_matches_a_plain_search() {
+        let mut buf = vec![b'a'; 40];
+        assert_eq!(find_lf(&buf), None);
+        for at in 0..40 {
+            buf.fill(b'a');
+            // Bytes next to '\n' in value (0x09, 0x0b, 0x8a) must not match.
+            buf[at / 2] = 0x0b;
+            buf[at] = b'\n';
+            assert_eq!(find_lf(&buf), Some(at), "at {at}");
+            for b in [0x09, 0x0b, 0x8a, 0x00, 0xff] {
+                buf[at] = b;
+                assert_eq!(find_lf(&buf), buf.iter().position(|&x| x == b'\n'));
+            }
+        }
+    }
+
+    #[test]
+    fn decimals_at_the_edges() {
+        assert_eq!(parse_decimal(b"0"), Ok(0));
+        assert_eq!(parse_decimal(b"007"), Ok(7));
+        assert_eq!(parse_decimal(b"18446744073709551615"), Ok(u64::MAX));
+        assert_eq!(
+            parse_decimal(b"18446744073709551616"),
+            Err(DecimalError::TooLarge)
+        );
+        for bad in [&b""[..], b"+1", b"-1", b" 1", b"1 ", b"1.5", b"1,2", b"0x1"] {
+            assert_eq!(parse_decimal(bad), Err(DecimalError::NotDecimal), "{bad:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn find_lf_agrees(s in proptest::collection::vec(prop::sample::select(vec![b'\n', b'a', 0x0b, 0x8a, 0]), 0..64)) {
+            prop_assert_eq!(find_lf(&s), s.iter().position(|&b| b == b'\n'));
+        }
+
+        #[test]
+        fn decimal_agrees_with_std(v in proptest::collection::vec(prop::sample::select(b"0123456789+- x".to_vec()), 0..24)) {
+            // What std parses from all-digit input (std also takes a sign).
+            let expected = std::str::from_utf8(&v).ok().filter(|s| s.bytes().all(|b| b.is_ascii_digit())).map(str::parse::<u64>);
+            match parse_decimal(&v) {
+                Ok(n) => prop_assert_eq!(expected, Some(Ok(n))),
+                Err(DecimalError::TooLarge) => prop_assert!(matches!(expected, Some(Err(_)))),
+                Err(DecimalError::NotDecimal) => prop_assert!(v.is_empty() || expected.is_none()),
+            }
+        }
+    }
+}

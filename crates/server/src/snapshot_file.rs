@@ -1,0 +1,203 @@
+//! Snapshot files: the file I/O around the core's snapshot format
+//! (`pollbox_core::snapshot`, which only reads and writes byte streams).
+//!
+//! This module owns the atomic save (temp file, fsync, rename, fsync the
+//! directory), the load at start, the start-up check that the directory is
+//! writable, and the thread that writes a snapshot every `interval_s`.
+
+use std::fs::{self, File};
+use std::io::{self, BufReader, BufWriter};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use pollbox_core::boxes::BoxTable;
+use pollbox_core::plan::Plan;
+use pollbox_core::snapshot::{read_snapshot, write_snapshot, SnapshotError};
+
+use crate::{Shared, StartError};
+
+/// Write `table` to `path` so that a crash leaves either the old or the new
+/// snapshot, never a mix: write `path.tmp`, fsync it, rename it over `path`,
+/// fsync the directory. On error the temp file is removed.
+pub fn save_atomic(table: &BoxTable, path: &Path) -> io::Result<()> {
+    let tmp = tmp_path(path);
+    let result = (|| {
+        let file = File::create(&tmp)?;
+        let mut w = BufWriter::with_capacity(1 << 16, file);
+        write_snapshot(table, &mut w)?;
+        let file = w.into_inner().map_err(io::IntoInnerError::into_error)?;
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&tmp, path)?;
+        File::open(parent_dir(path))?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// `path` with `.tmp` appended (`boxes.snap` → `boxes.snap.tmp`).
+pub fn tmp_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".tmp");
+    PathBuf::from(s)
+}
+
+/// Load the snapshot at `path`: `Ok(None)` when there is no file (first start),
+/// an error for anything else that keeps it from loading whole.
+pub fn load(plan: Arc<Plan>, path: &Path) -> Result<Option<BoxTable>, SnapshotError> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let mut r = BufReader::with_capacity(1 << 16, file);
+    read_snapshot(plan, &mut r).map(Some)
+}
+
+/// The directory `path` is in (`.` for a bare file name).
+fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// Refuse to start when the snapshot cannot be written later.
+pub(crate) fn check_dir(path: &Path) -> Result<(), StartError> {
+    let dir = parent_dir(path);
+    let probe = dir.join(format!(".pollbox-write-test-{}", std::process::id()));
+    match File::create(&probe) {
+        Ok(_) => {
+            let _ = fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(StartError::Snapshot {
+            path: path.display().to_string(),
+            reason: format!("directory {} is not writable: {e}", dir.display()),
+        }),
+    }
+}
+
+/// The snapshot thread: save every `snapshot.interval_s` until `stop` is set
+/// (the final snapshot is [`crate::Server::shutdown`]'s).
+pub(crate) fn writer_loop(shared: Arc<Shared>, stop: Arc<(Mutex<bool>, Condvar)>, path: PathBuf) {
+    let every = Duration::from_secs(shared.node.config.snapshot.interval_s);
+    let (lock, cv) = &*stop;
+    let Ok(mut stopped) = lock.lock() else {
+        return;
+    };
+    loop {
+        let (guard, _) = match cv.wait_timeout(stopped, every) {
+            Ok(r) => r,
+            Err(_) => return,
+        };
+        stopped = guard;
+        if *stopped {
+            return;
+        }
+        match save_atomic(&shared.node.boxes, &path) {
+            Ok(()) => {
+                shared.snapshots_ok.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                shared.snapshots_failed.fetch_add(1, Ordering::Relaxed);
+                eprintln!("pollbox: snapshot to {} failed: {e}", path.display());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pollbox_core::plan::Value;
+
+    fn scratch_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "pollbox-snapshot-{name}-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        fs::create_dir_all(&dir).expect("temp dir");
+        dir
+    }
+
+    /// `boxes` boxes of the default plan, every field set on some.
+    fn sample(boxes: usize) -> BoxTable {
+        let t = BoxTable::new(Arc::new(Plan::default_plan()));
+        for k in 0..boxes as i64 {
+            let by = format!("p-{k}");
+            let values = [
+                Some(Value::I64(k)),
+                Some(Value::I64(-k)),
+                None,
+                (k % 2 == 0).then_some(Value::Str(&by)),
+            ];
+            t.apply(&format!("box-{k}"), &values, None)
+                .expect("applies");
+        }
+        t
+    }
+
+    /// Every box of `a` is in `b` with the same version and payload, and
+    /// nothing else is.
+    fn assert_same_boxes(a: &BoxTable, b: &BoxTable) {
+        assert_eq!(a.len(), b.len());
+        let (mut pa, mut pb) = (Vec::new(), Vec::new());
+        a.for_each(|key, version, _| {
+            pa.clear();
+            pb.clear();
+            assert_eq!(a.poll(key.as_bytes(), &mut pa), Some(version));
+            assert_eq!(b.poll(key.as_bytes(), &mut pb), Some(version), "{key}");
+            assert_eq!(pa, pb, "{key}");
+        });
+    }
+
+    #[test]
+    fn save_atomic_then_load() {
+        let dir = scratch_dir("save");
+        let path = dir.join("boxes.snap");
+        let plan = || Arc::new(Plan::default_plan());
+        assert!(load(plan(), &path).expect("no file is fine").is_none());
+        let t = sample(20);
+        save_atomic(&t, &path).expect("saves");
+        assert!(!tmp_path(&path).exists(), "temp file renamed away");
+        let back = load(plan(), &path).expect("loads").expect("file exists");
+        assert_same_boxes(&t, &back);
+        // Saving again replaces the file whole.
+        t.apply("new", &[], None).expect("ok");
+        save_atomic(&t, &path).expect("saves");
+        let back = load(plan(), &path).expect("loads").expect("exists");
+        assert_eq!(back.len(), t.len());
+        // A damaged file is an error, not an empty start.
+        let mut bytes = fs::read(&path).expect("read");
+        bytes.truncate(bytes.len() / 2);
+        fs::write(&path, bytes).expect("write");
+        assert!(matches!(
+            load(plan(), &path),
+            Err(SnapshotError::Truncated { .. })
+        ));
+        fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn save_atomic_into_a_missing_directory_fails_cleanly() {
+        let dir = scratch_dir("missing");
+        let path = dir.join("no/such/dir/boxes.snap");
+        let t = sample(1);
+        assert!(save_atomic(&t, &path).is_err());
+        assert!(!tmp_path(&path).exists());
+        fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn unwritable_snapshot_directory_is_refused() {
+        let e = check_dir(Path::new("/proc/no-such-dir/x.snap")).unwrap_err();
+        assert!(e.to_string().contains("not writable"), "{e}");
+        assert!(check_dir(&std::env::temp_dir().join("x.snap")).is_ok());
+    }
+}
