@@ -19,6 +19,6 @@ python3 benches/callgrind/pipelined_client.py $port "$n" "$depth"
 kill -INT $vg
 wait $vg || true
 callgrind_annotate --inclusive=yes "$out/cg.out" 2>/dev/null |
-  grep -E "Worker::serve \[|dispatch::handle \[|Framer::advance \[|write_answer \[|BoxTable::poll \[" |
+  grep -E "Connection::received \[|Connection::serve \[|Service::answer \[|Framer::advance \[|Heads::write \[|BoxTable::poll \[" |
   awk -v n="$n" '{gsub(",", "", $1); printf "%8.0f instructions/request  %s\n", $1 / n, $NF == "" ? $0 : $3}'
 echo "raw profile: $out/cg.out"

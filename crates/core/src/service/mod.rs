@@ -384,6 +384,13 @@ impl Service {
     }
 
     fn decode_key(&mut self, raw: &[u8]) -> Result<(), &'static str> {
+        if raw.is_ascii() && !raw.contains(&b'%') {
+            // The common key: nothing to decode, and ASCII is UTF-8 (this skips
+            // a byte-by-byte decode and a UTF-8 check on every poll).
+            self.key.clear();
+            self.key.extend_from_slice(raw);
+            return Ok(());
+        }
         percent_decode_into(raw, &mut self.key).map_err(|_| "bad percent-encoding in key")?;
         if std::str::from_utf8(&self.key).is_err() {
             return Err("key is not valid UTF-8");
