@@ -13,7 +13,8 @@
 # PERF_BODY_BYTES (512), PERF_KEYS (1000), PERF_SERVER_CPU (0), PERF_LOAD_CPU (1),
 # PERF_NICE (-10 as root, else 0), PERF_SKIP_BUILD=1, PERF_SKIP="syscalls mem scaling profile",
 # PERF_SERVERS (default "pollbox nginx axum pollbox-ring"; pollbox-ring is pollbox with
-# io_uring = true), PERF_TESTS (the side-by-side tests, default "poll-closed poll-open ingest-open
+# io_uring = true; pollbox-before is the binary PERF_POLLBOX_BEFORE, e.g. a build of an
+# earlier commit, for before/after rows), PERF_TESTS (the side-by-side tests, default "poll-closed poll-open ingest-open
 # poll-pipelined poll-wrk ingest-pipelined"),
 # PERF_RESULTS (report path), PERF_WORK (raw data folder).
 #
@@ -119,7 +120,12 @@ start_server() {
                 sed 's/^io_uring = false/io_uring = true/' "$ROOT/config/pollbox.toml" >"$cfg"
                 grep -q '^io_uring = true' "$cfg" || die "could not turn io_uring on in $cfg"
             fi
-            taskset -c "$cpus" nice -n "$NICE" "$POLLBOX" serve --config "$cfg" --listen "127.0.0.1:$port" \
+            # pollbox-before: another build (PERF_POLLBOX_BEFORE), for before/after rows.
+            local bin=$POLLBOX
+            if [[ $name == pollbox-before ]]; then
+                bin=${PERF_POLLBOX_BEFORE:?set PERF_POLLBOX_BEFORE to the pollbox binary to compare with}
+            fi
+            taskset -c "$cpus" nice -n "$NICE" "$bin" serve --config "$cfg" --listen "127.0.0.1:$port" \
                 --workers "$workers" 2>"$WORK/$name-$port.log" &
             main=$!
             wait_up "$port" "$main"
@@ -431,11 +437,13 @@ main() {
     PERF_ENV_SHOWN=$(env | grep '^PERF_' | tr '\n' ' ' || true)
     need_tools
     build
-    [[ -x $POLLBOX && -x $AXUM ]] || die "binaries missing"
+    [[ -x $POLLBOX ]] || die "pollbox binary missing"
+    [[ " ${PERF_SERVERS:-axum} " != *" axum "* || -x $AXUM ]] || die "axum-baseline binary missing"
     # Run copies: a rebuild in the shared target folder during the run must neither
     # change the server under test nor take perf's symbols away.
     mkdir -p "$WORK/bin"
-    cp "$POLLBOX" "$AXUM" "$WORK/bin/"
+    cp "$POLLBOX" "$WORK/bin/"
+    if [[ -x $AXUM ]]; then cp "$AXUM" "$WORK/bin/"; fi
     POLLBOX=$WORK/bin/pollbox
     AXUM=$WORK/bin/axum-baseline
     ulimit -n 65536 2>/dev/null || true

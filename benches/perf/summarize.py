@@ -20,7 +20,7 @@ import json
 import re
 import sys
 
-SERVERS = ["pollbox", "nginx", "axum", "pollbox-ring", "pollbox-send"]
+SERVERS = ["pollbox", "nginx", "axum", "pollbox-ring", "pollbox-send", "pollbox-before"]
 SERVER_TITLES = {
     "pollbox": "pollbox (1 worker)",
     "pollbox-ring": "pollbox, io_uring = true",
@@ -28,6 +28,8 @@ SERVER_TITLES = {
     "pollbox-send": "pollbox, io_uring = false",
     "nginx": "nginx-light (1 worker)",
     "axum": "axum-baseline (1 thread)",
+    # Another build, for before/after rows (PERF_POLLBOX_BEFORE).
+    "pollbox-before": "pollbox, before (PERF_POLLBOX_BEFORE)",
 }
 # Errors the generator finds in nginx's fixed answer by design: the payload names
 # another key and its version never moves. They say nothing about the transport.
