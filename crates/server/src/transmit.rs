@@ -10,7 +10,7 @@
 //! The worker does not know which one it has, except to fall back to
 //! [`SendNow`] when the ring fails.
 
-use crate::conns::Slab;
+use crate::conns::{Conn, Slab};
 use crate::uring::{self, SendBatch};
 use mio::net::TcpStream;
 use mio::{Events, Poll};
@@ -54,7 +54,7 @@ pub trait Transmit {
     /// Write the answers queued for `slot` now, or note them for the end of the
     /// turn. `urgent`: the connection waits on this write (it is closing, or
     /// paused until its queue drains), so it goes out now whatever the writer.
-    fn send(&mut self, slot: usize, conns: &mut Slab, pool: &mut BufferPool, urgent: bool) -> Sent;
+    fn send(&mut self, slot: usize, c: &mut Conn, pool: &mut BufferPool, urgent: bool) -> Sent;
 
     /// End the loop turn: write what was noted and wait at most `timeout` for
     /// readiness. Events go to `ready`; the noted writes' results to `done`
@@ -79,16 +79,21 @@ pub trait Transmit {
 pub fn write_now(stream: &mut TcpStream, q: &mut SendQueue, pool: &mut BufferPool) -> Sent {
     let mut total = 0;
     while !q.is_empty() {
-        let mut iov = [IoSlice::new(&[]); MAX_IOV];
-        let mut n = 0;
-        for (slot, chunk) in iov.iter_mut().zip(q.chunks()) {
-            *slot = IoSlice::new(chunk);
-            n += 1;
-        }
-        let res = if n == 1 {
-            stream.write(&iov[0])
-        } else {
-            stream.write_vectored(&iov[..n])
+        let res = {
+            let mut chunks = q.chunks();
+            match (chunks.next(), chunks.next()) {
+                // The common case: the answers of one read sit in one buffer.
+                (Some(one), None) => stream.write(one),
+                _ => {
+                    let mut iov = [IoSlice::new(&[]); MAX_IOV];
+                    let mut n = 0;
+                    for (slot, chunk) in iov.iter_mut().zip(q.chunks()) {
+                        *slot = IoSlice::new(chunk);
+                        n += 1;
+                    }
+                    stream.write_vectored(&iov[..n])
+                }
+            }
         };
         match res {
             Ok(0) => return Sent::Failed,
@@ -165,17 +170,8 @@ impl Default for SendNow {
 }
 
 impl Transmit for SendNow {
-    fn send(
-        &mut self,
-        slot: usize,
-        conns: &mut Slab,
-        pool: &mut BufferPool,
-        _urgent: bool,
-    ) -> Sent {
-        match conns.get_mut(slot) {
-            Some(c) => write_now(&mut c.stream, c.core.send_queue(), pool),
-            None => Sent::Failed,
-        }
+    fn send(&mut self, _slot: usize, c: &mut Conn, pool: &mut BufferPool, _urgent: bool) -> Sent {
+        write_now(&mut c.stream, c.core.send_queue(), pool)
     }
 
     fn turn(
@@ -289,10 +285,7 @@ impl Transmit for Ring {
         self.batch.enable()
     }
 
-    fn send(&mut self, slot: usize, conns: &mut Slab, pool: &mut BufferPool, urgent: bool) -> Sent {
-        let Some(c) = conns.get_mut(slot) else {
-            return Sent::Failed;
-        };
+    fn send(&mut self, slot: usize, c: &mut Conn, pool: &mut BufferPool, urgent: bool) -> Sent {
         if urgent {
             return write_now(&mut c.stream, c.core.send_queue(), pool);
         }

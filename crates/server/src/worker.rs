@@ -311,14 +311,9 @@ impl Worker {
             if !c.core.send_queue().is_empty() {
                 let urgent = c.core.closing().is_some()
                     || c.core.send_queue().pending() >= SEND_BACKPRESSURE;
-                self.conns.put(slot, c);
-                let sent =
-                    self.transmit
-                        .send(slot, &mut self.conns, &mut self.buffers.send, urgent);
-                let Some(back) = self.conns.take(slot) else {
-                    return;
-                };
-                c = back;
+                let sent = self
+                    .transmit
+                    .send(slot, &mut c, &mut self.buffers.send, urgent);
                 match sent {
                     Sent::Bytes(n) => self.sent_bytes += n as u64,
                     Sent::Failed => return self.close(slot, c),
