@@ -7,7 +7,7 @@ import socket, sys
 port=int(sys.argv[1]); n=int(sys.argv[2]); depth=int(sys.argv[3]); path=sys.argv[4] if len(sys.argv)>4 else "/v1/boxes/k"
 s=socket.create_connection(("127.0.0.1",port))
 body=b'{"value":5,"player":"p-7"}'
-s.sendall(b"POST /v1/boxes/k HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)); s.recv(4096)
+s.sendall(b"POST /v1/boxes/k HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)); s.recv(4096)
 req=(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode())*depth
 got=0
 for i in range(n//depth):

@@ -4,6 +4,8 @@
 # then the inclusive cost of the request path per request.
 #
 #   benches/callgrind/run.sh [REQUESTS=32000] [DEPTH=16]
+# Worker::run is the whole loop (reads, writes, epoll) per request; the rest is
+# the request path inside it (names before and after the 2026-11-22 redesign).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 n=${1:-32000}
@@ -19,6 +21,6 @@ python3 benches/callgrind/pipelined_client.py $port "$n" "$depth"
 kill -INT $vg
 wait $vg || true
 callgrind_annotate --inclusive=yes "$out/cg.out" 2>/dev/null |
-  grep -E "Connection::received \[|Connection::serve \[|Service::answer \[|Framer::advance \[|Heads::write \[|BoxTable::poll \[" |
+  grep -E "Worker::run \[|Connection::received \[|Worker::serve \[|dispatch::handle \[|write_answer \[|Connection::serve \[|Service::answer \[|Framer::advance \[|Heads::write \[|BoxTable::poll \[" |
   awk -v n="$n" '{gsub(",", "", $1); printf "%8.0f instructions/request  %s\n", $1 / n, $NF == "" ? $0 : $3}'
 echo "raw profile: $out/cg.out"

@@ -31,7 +31,7 @@ before = metrics()
 socks = []
 for i in range(n):
     s = socket.create_connection((host, port))
-    s.sendall(f"GET /v1/boxes/lp-{i % 1000}?after=0&wait_ms=30000 HTTP/1.1\r\n\r\n".encode())
+    s.sendall(f"GET /v1/boxes/lp-{i % 1000}?after=0&wait_ms=30000 HTTP/1.1\r\nHost: t\r\n\r\n".encode())
     socks.append(s)
 for _ in range(100):
     m = metrics()

@@ -24,11 +24,11 @@
 //! - a parked long-poll holds back the requests pipelined behind it, and they are
 //!   answered in order once it is answered;
 //! - a framing error is answered, then the connection closes (the next request
-//!   boundary is unknown); a request that times out gets 408 and the write side is
-//!   shut down.
+//!   boundary is unknown); so is an HTTP/1.1 request without exactly one `Host`;
+//!   a request that times out gets 408 and the write side is shut down.
 
 use crate::buffers::{Buffers, SendQueue};
-use crate::http::{Frame, Framer, FramerState, HttpError, Limits, Progress, CONTINUE};
+use crate::http::{Frame, Framer, FramerState, HttpError, Limits, Progress, Version, CONTINUE};
 use crate::service::{Host, Listener, Reply, RouteLabel, Service};
 
 /// A connection with this many unsent bytes is not read until it drains.
@@ -199,6 +199,17 @@ impl Connection {
         due
     }
 
+    /// The peer shut down its side while this connection waits on a long-poll
+    /// (EPOLLRDHUP): nobody reads the answer, so the poll is dropped now and the
+    /// connection closes, instead of holding its slot until the deadline. (A
+    /// client that half-closes and then waits for a parked answer loses it, as
+    /// with Nchan; no HTTP client does that.)
+    pub fn peer_hung_up(&mut self) {
+        if self.parked.take().is_some() {
+            self.closing = Some(Closing::Now);
+        }
+    }
+
     /// The server is shutting down: a parked long-poll is answered now with the
     /// box as it is; an idle connection closes now, a busy one after its answers
     /// (they say `Connection: close`). `overdue`: the drain took too long.
@@ -270,6 +281,12 @@ impl Connection {
                     break;
                 }
                 Ok(Progress::Complete(frame)) => {
+                    if let Some(e) = host_error(&frame) {
+                        self.sendq
+                            .append(&mut buffers.send, |out| service.refuse(e, out, *host));
+                        self.closing = Some(Closing::AfterSend);
+                        break;
+                    }
                     let keep_alive = frame.keep_alive && !host.draining();
                     let buf = &self.rbuf[self.rstart..self.rend];
                     let listener = self.listener;
@@ -406,6 +423,17 @@ impl Connection {
                 *self.head_started_ms.get_or_insert(cx.now_ms) + l.header_timeout_ms
             }
         };
+    }
+}
+
+/// RFC 9112 §3.2: a request has at most one `Host`, and an HTTP/1.1 request
+/// exactly one; HTTP/1.0 may omit it.
+fn host_error(frame: &Frame) -> Option<HttpError> {
+    match frame.hosts {
+        1 => None,
+        0 if frame.version == Version::Http10 => None,
+        0 => Some(HttpError::MissingHost),
+        _ => Some(HttpError::MultipleHost),
     }
 }
 

@@ -85,7 +85,7 @@ fn request(s: &mut TcpStream, req: &[u8]) -> Option<(u16, String)> {
 fn ingest(s: &mut TcpStream, key: &str, value: u64) -> Option<u64> {
     let body = format!(r#"{{"value":{value}}}"#);
     let req = format!(
-        "POST /v1/boxes/{key} HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST /v1/boxes/{key} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     let (code, body) = request(s, req.as_bytes())?;
@@ -100,7 +100,7 @@ fn version(addr: SocketAddr, key: &str) -> Option<u64> {
     let mut s = TcpStream::connect(addr).unwrap();
     let (code, body) = request(
         &mut s,
-        format!("GET /v1/boxes/{key} HTTP/1.1\r\n\r\n").as_bytes(),
+        format!("GET /v1/boxes/{key} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes(),
     )?;
     if code != 200 {
         return None;

@@ -19,8 +19,9 @@ pub struct Conn {
     pub unread: bool,
     /// epoll said the peer shut down its side (EPOLLRDHUP): read to EOF.
     pub peer_hup: bool,
-    /// The key this connection is registered under in the worker's parked index.
-    pub registered: Option<Box<[u8]>>,
+    /// The key hash this connection is registered under in the worker's parked
+    /// index.
+    pub registered: Option<u64>,
     /// Its answers wait for the end of the loop turn (batched writes).
     pub queued: bool,
     /// Buffer bytes this connection adds to the worker's totals (read, send).

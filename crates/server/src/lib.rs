@@ -53,7 +53,6 @@ pub struct Shared {
     pub draining: AtomicBool,
     ready: AtomicBool,
     pub waiters: wakeups::Waiters,
-    pub wake_rx: Vec<crossbeam_channel::Receiver<Box<[u8]>>>,
     pub started: Instant,
     pub workers: usize,
     /// Snapshots written / failed, for metrics.
@@ -153,15 +152,10 @@ impl Server {
 
         let mut polls = Vec::with_capacity(n);
         let mut wakers = Vec::with_capacity(n);
-        let mut senders = Vec::with_capacity(n);
-        let mut receivers = Vec::with_capacity(n);
         for _ in 0..n {
             let poll = mio::Poll::new()?;
             wakers.push(Arc::new(mio::Waker::new(poll.registry(), worker::WAKER)?));
             polls.push(poll);
-            let (tx, rx) = crossbeam_channel::unbounded();
-            senders.push(tx);
-            receivers.push(rx);
         }
         let shared = Arc::new(Shared {
             node: Arc::new(Node::new(config, plan, boxes)),
@@ -170,8 +164,7 @@ impl Server {
             uring_workers: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
             ready: AtomicBool::new(false),
-            waiters: wakeups::Waiters::new(senders, wakers.clone()),
-            wake_rx: receivers,
+            waiters: wakeups::Waiters::new(wakers.clone()),
             started: Instant::now(),
             workers: n,
             snapshots_ok: AtomicUsize::new(0),

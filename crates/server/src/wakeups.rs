@@ -3,55 +3,93 @@
 //!
 //! A worker that parks a long-poll registers the key here (once per key, while
 //! it has polls parked on it). An ingest on any worker then tells exactly the
-//! workers waiting on that key: the key goes down the worker's channel and its
-//! `mio::Waker` fires, so the parked poll is answered within the waker's latency,
-//! not at the next tick. With nothing parked anywhere, `notify` is one atomic load.
+//! workers waiting on that key: the key's hash goes into the worker's bounded
+//! inbox and its `mio::Waker` fires, so the parked poll is answered within the
+//! waker's latency, not at the next tick. With nothing parked anywhere, `notify`
+//! is one atomic load; otherwise it allocates nothing.
+//!
+//! Keys travel as 64-bit hashes (keyed SipHash, so clients cannot aim keys at
+//! one hash): two keys that share a hash only cost a spurious wake-up, because a
+//! woken connection checks its own box's version. An inbox that is full sets its
+//! overflow flag instead, and the worker then looks at every parked connection:
+//! a burst of ingests can cost a wider look, never a lost wake-up or unbounded
+//! memory.
 
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 const SHARDS: usize = 64;
+/// Wake-ups a worker's inbox holds before it overflows.
+const INBOX: usize = 4096;
 
-type Shard = Mutex<HashMap<Box<[u8]>, Vec<u16>>>;
+type Shard = Mutex<HashMap<u64, Vec<u16>>>;
+
+/// One worker's inbox.
+struct Inbox {
+    tx: crossbeam_channel::Sender<u64>,
+    rx: crossbeam_channel::Receiver<u64>,
+    overflow: AtomicBool,
+    waker: Arc<mio::Waker>,
+}
+
+/// What woke a worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// The box whose key has this hash was updated.
+    Key(u64),
+    /// Too many at once: look at every parked connection.
+    All,
+}
 
 pub struct Waiters {
+    hasher: RandomState,
     shards: Vec<Shard>,
     /// Keys with at least one waiting worker, over all shards.
     keys: AtomicUsize,
-    senders: Vec<crossbeam_channel::Sender<Box<[u8]>>>,
-    wakers: Vec<Arc<mio::Waker>>,
-}
-
-fn shard_of(key: &[u8]) -> usize {
-    // FNV-1a: the shard only spreads lock contention; it needs no DoS resistance
-    // because the map inside each shard is std's randomized HashMap.
-    let mut h: u32 = 0x811c_9dc5;
-    for &b in key {
-        h = (h ^ b as u32).wrapping_mul(0x0100_0193);
-    }
-    h as usize % SHARDS
+    inboxes: Vec<Inbox>,
 }
 
 impl Waiters {
-    pub fn new(
-        senders: Vec<crossbeam_channel::Sender<Box<[u8]>>>,
-        wakers: Vec<Arc<mio::Waker>>,
-    ) -> Waiters {
+    /// One inbox per worker, each woken with its waker.
+    pub fn new(wakers: Vec<Arc<mio::Waker>>) -> Waiters {
         Waiters {
+            hasher: RandomState::new(),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             keys: AtomicUsize::new(0),
-            senders,
-            wakers,
+            inboxes: wakers
+                .into_iter()
+                .map(|waker| {
+                    let (tx, rx) = crossbeam_channel::bounded(INBOX);
+                    Inbox {
+                        tx,
+                        rx,
+                        overflow: AtomicBool::new(false),
+                        waker,
+                    }
+                })
+                .collect(),
         }
     }
 
-    /// Worker `worker` now has polls parked on `key`.
-    pub fn register(&self, key: &[u8], worker: usize) {
-        let Ok(mut m) = self.shards[shard_of(key)].lock() else {
+    /// The hash a key travels as.
+    #[inline]
+    pub fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    fn shard(&self, hash: u64) -> &Shard {
+        &self.shards[(hash >> 32) as usize % SHARDS]
+    }
+
+    /// Worker `worker` now has polls parked on the key with `hash`.
+    pub fn register(&self, hash: u64, worker: usize) {
+        let Ok(mut m) = self.shard(hash).lock() else {
             return;
         };
-        let list = m.entry(key.into()).or_insert_with(|| {
+        let list = m.entry(hash).or_insert_with(|| {
             self.keys.fetch_add(1, Ordering::AcqRel);
             Vec::new()
         });
@@ -60,15 +98,15 @@ impl Waiters {
         }
     }
 
-    /// Worker `worker` has no more polls parked on `key`.
-    pub fn unregister(&self, key: &[u8], worker: usize) {
-        let Ok(mut m) = self.shards[shard_of(key)].lock() else {
+    /// Worker `worker` has no more polls parked on the key with `hash`.
+    pub fn unregister(&self, hash: u64, worker: usize) {
+        let Ok(mut m) = self.shard(hash).lock() else {
             return;
         };
-        if let Some(list) = m.get_mut(key) {
+        if let Some(list) = m.get_mut(&hash) {
             list.retain(|&w| w != worker as u16);
             if list.is_empty() {
-                m.remove(key);
+                m.remove(&hash);
                 self.keys.fetch_sub(1, Ordering::AcqRel);
             }
         }
@@ -80,22 +118,37 @@ impl Waiters {
         if self.keys.load(Ordering::Acquire) == 0 {
             return;
         }
-        self.notify_slow(key);
+        self.notify_slow(self.hash(key));
     }
 
     #[cold]
-    fn notify_slow(&self, key: &[u8]) {
-        let Ok(m) = self.shards[shard_of(key)].lock() else {
+    fn notify_slow(&self, hash: u64) {
+        let Ok(m) = self.shard(hash).lock() else {
             return;
         };
-        if let Some(list) = m.get(key) {
-            for &w in list {
-                let w = w as usize;
-                if self.senders[w].send(key.into()).is_ok() {
-                    let _ = self.wakers[w].wake();
-                }
+        let Some(list) = m.get(&hash) else {
+            return;
+        };
+        for &w in list {
+            let Some(inbox) = self.inboxes.get(w as usize) else {
+                continue;
+            };
+            if inbox.tx.try_send(hash).is_err() {
+                inbox.overflow.store(true, Ordering::Release);
             }
+            let _ = inbox.waker.wake();
         }
+    }
+
+    /// The next wake-up for `worker`, if any.
+    pub fn next(&self, worker: usize) -> Option<Wake> {
+        let inbox = self.inboxes.get(worker)?;
+        if inbox.overflow.swap(false, Ordering::AcqRel) {
+            // Everything queued is covered by looking at everything.
+            while inbox.rx.try_recv().is_ok() {}
+            return Some(Wake::All);
+        }
+        inbox.rx.try_recv().ok().map(Wake::Key)
     }
 
     /// Keys with parked polls, over all workers (for tests and metrics).
@@ -104,34 +157,36 @@ impl Waiters {
     }
 }
 
-/// The connections of one worker parked on each key, by (slot, generation).
+/// The connections of one worker parked on each key (by key hash), as (slot,
+/// generation).
 #[derive(Default)]
 pub struct ParkedIndex {
-    by_key: HashMap<Box<[u8]>, Vec<(usize, u32)>>,
+    by_key: HashMap<u64, Vec<(usize, u32)>>,
 }
 
 impl ParkedIndex {
-    /// Connection (slot, gen) now waits on `key`; the first one on a key tells
-    /// `waiters` that this worker waits on it.
-    pub fn add(&mut self, key: &[u8], slot: usize, gen: u32, waiters: &Waiters, worker: usize) {
-        if let Some(list) = self.by_key.get_mut(key) {
+    /// Connection (slot, gen) now waits on the key with `hash`; the first one on
+    /// a key tells `waiters` that this worker waits on it.
+    pub fn add(&mut self, hash: u64, slot: usize, gen: u32, waiters: &Waiters, worker: usize) {
+        if let Some(list) = self.by_key.get_mut(&hash) {
             list.push((slot, gen));
             return;
         }
-        self.by_key.insert(key.into(), vec![(slot, gen)]);
-        waiters.register(key, worker);
+        self.by_key.insert(hash, vec![(slot, gen)]);
+        waiters.register(hash, worker);
     }
 
-    /// Connection (slot, gen) no longer waits on `key`. Returns whether it did.
+    /// Connection (slot, gen) no longer waits on the key with `hash`. Returns
+    /// whether it did.
     pub fn remove(
         &mut self,
-        key: &[u8],
+        hash: u64,
         slot: usize,
         gen: u32,
         waiters: &Waiters,
         worker: usize,
     ) -> bool {
-        let Some(list) = self.by_key.get_mut(key) else {
+        let Some(list) = self.by_key.get_mut(&hash) else {
             return false;
         };
         let found = list.iter().position(|&e| e == (slot, gen));
@@ -139,16 +194,25 @@ impl ParkedIndex {
             list.swap_remove(i);
         }
         if list.is_empty() {
-            self.by_key.remove(key);
-            waiters.unregister(key, worker);
+            self.by_key.remove(&hash);
+            waiters.unregister(hash, worker);
         }
         found.is_some()
     }
 
-    /// Append the connections waiting on `key` to `out`.
-    pub fn waiting(&self, key: &[u8], out: &mut Vec<(usize, u32)>) {
-        if let Some(list) = self.by_key.get(key) {
-            out.extend_from_slice(list);
+    /// Append the connections a wake-up concerns to `out`.
+    pub fn woken(&self, wake: Wake, out: &mut Vec<(usize, u32)>) {
+        match wake {
+            Wake::Key(hash) => {
+                if let Some(list) = self.by_key.get(&hash) {
+                    out.extend_from_slice(list);
+                }
+            }
+            Wake::All => {
+                for list in self.by_key.values() {
+                    out.extend_from_slice(list);
+                }
+            }
         }
     }
 }
@@ -157,20 +221,52 @@ impl ParkedIndex {
 mod tests {
     use super::*;
 
+    fn waiters(workers: usize) -> (Waiters, Vec<mio::Poll>) {
+        let polls: Vec<mio::Poll> = (0..workers).map(|_| mio::Poll::new().unwrap()).collect();
+        let wakers = polls
+            .iter()
+            .map(|p| Arc::new(mio::Waker::new(p.registry(), mio::Token(1)).unwrap()))
+            .collect();
+        (Waiters::new(wakers), polls)
+    }
+
     #[test]
     fn a_worker_registers_a_key_once_while_connections_wait_on_it() {
-        let waiters = Waiters::new(Vec::new(), Vec::new());
+        let (waiters, _polls) = waiters(1);
+        let k = waiters.hash(b"k");
         let mut index = ParkedIndex::default();
-        index.add(b"k", 1, 7, &waiters, 0);
-        index.add(b"k", 2, 9, &waiters, 0);
+        index.add(k, 1, 7, &waiters, 0);
+        index.add(k, 2, 9, &waiters, 0);
         assert_eq!(waiters.parked_keys(), 1);
         let mut out = Vec::new();
-        index.waiting(b"k", &mut out);
+        index.woken(Wake::Key(k), &mut out);
         assert_eq!(out, vec![(1, 7), (2, 9)]);
-        assert!(!index.remove(b"k", 1, 8, &waiters, 0), "another generation");
-        assert!(index.remove(b"k", 1, 7, &waiters, 0));
+        assert!(!index.remove(k, 1, 8, &waiters, 0), "another generation");
+        assert!(index.remove(k, 1, 7, &waiters, 0));
         assert_eq!(waiters.parked_keys(), 1);
-        assert!(index.remove(b"k", 2, 9, &waiters, 0));
+        assert!(index.remove(k, 2, 9, &waiters, 0));
         assert_eq!(waiters.parked_keys(), 0);
+    }
+
+    #[test]
+    fn only_waiting_workers_are_told_and_a_full_inbox_overflows_to_all() {
+        let (waiters, _polls) = waiters(2);
+        let k = waiters.hash(b"k");
+        waiters.notify(b"k");
+        assert_eq!(waiters.next(0), None, "nobody waits: nothing sent");
+        waiters.register(k, 1);
+        waiters.notify(b"k");
+        assert_eq!(waiters.next(0), None);
+        assert_eq!(waiters.next(1), Some(Wake::Key(k)));
+        assert_eq!(waiters.next(1), None);
+        for _ in 0..INBOX + 10 {
+            waiters.notify(b"k");
+        }
+        assert_eq!(
+            waiters.next(1),
+            Some(Wake::All),
+            "bounded: the overflow says look at all"
+        );
+        assert_eq!(waiters.next(1), None, "and the queue was emptied");
     }
 }

@@ -307,6 +307,11 @@ impl Worker {
             if c.unread && c.core.wants_read() && !self.read(&mut c) {
                 return self.close(slot, c);
             }
+            if c.peer_hup {
+                // The client shut its side: a poll it parked is read by nobody,
+                // so its slot is freed now, not at the deadline.
+                c.core.peer_hung_up();
+            }
             self.sync_parking(slot, &mut c);
             if !c.core.send_queue().is_empty() {
                 let urgent = c.core.closing().is_some()
@@ -386,24 +391,25 @@ impl Worker {
     /// Keep the parked index in step with the key the connection waits on.
     fn sync_parking(&mut self, slot: usize, c: &mut Conn) {
         loop {
-            if c.core.parked_key() == c.registered.as_deref() {
+            let shared = &self.host.shared;
+            let want = c.core.parked_key().map(|k| shared.waiters.hash(k));
+            if want == c.registered {
                 return;
             }
-            let shared = &self.host.shared;
             if let Some(old) = c.registered.take() {
                 if self
                     .parked
-                    .remove(&old, slot, c.gen, &shared.waiters, self.id)
+                    .remove(old, slot, c.gen, &shared.waiters, self.id)
                 {
                     shared.stats[self.id].parked_polls.sub(1);
                 }
             }
-            let Some(key) = c.core.parked_key() else {
+            let Some(hash) = want else {
                 return;
             };
-            self.parked.add(key, slot, c.gen, &shared.waiters, self.id);
+            self.parked.add(hash, slot, c.gen, &shared.waiters, self.id);
             shared.stats[self.id].parked_polls.inc();
-            c.registered = Some(key.into());
+            c.registered = Some(hash);
             // An ingest may have landed between the version check and the
             // registration: look again now that wake-ups reach this poll.
             self.host.start();
@@ -436,11 +442,11 @@ impl Worker {
         if let Some(t) = c.timer.take() {
             self.wheel.cancel(t);
         }
-        if let Some(key) = c.registered.take() {
+        if let Some(hash) = c.registered.take() {
             let shared = &self.host.shared;
             if self
                 .parked
-                .remove(&key, slot, c.gen, &shared.waiters, self.id)
+                .remove(hash, slot, c.gen, &shared.waiters, self.id)
             {
                 shared.stats[self.id].parked_polls.sub(1);
             }
@@ -503,9 +509,9 @@ impl Worker {
 
     /// Another worker (or this one) applied an update to keys we wait on.
     fn on_wake(&mut self) {
-        while let Ok(key) = self.host.shared.wake_rx[self.id].try_recv() {
+        while let Some(wake) = self.host.shared.waiters.next(self.id) {
             self.woken.clear();
-            self.parked.waiting(&key, &mut self.woken);
+            self.parked.woken(wake, &mut self.woken);
             for i in 0..self.woken.len() {
                 let (slot, gen) = self.woken[i];
                 let Some(mut c) = self.conns.take_gen(slot, gen) else {

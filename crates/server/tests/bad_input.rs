@@ -20,7 +20,7 @@ fn bodies_that_are_not_what_we_take() {
     assert_eq!(r.status, 200, "valid UTF-8 is fine: {}", r.text());
     let body = b"{\"key\":\"a\xff\xfe\"}";
     let mut bad = format!(
-        "POST /v1/ingest HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+        "POST /v1/ingest HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
         body.len()
     )
     .into_bytes();
@@ -62,20 +62,20 @@ fn framing_errors_answer_then_close() {
     let cases: &[(&[u8], u16)] = &[
         (b"GARBAGE\r\n\r\n", 400),
         (
-            b"GET /healthz HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"GET /healthz HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
             400,
         ),
         (
-            b"POST /v1/ingest HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+            b"POST /v1/ingest HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
             400,
         ),
         (
-            b"POST /v1/ingest HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            b"POST /v1/ingest HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
             400,
         ),
-        (b"GET /healthz HTTP/1.1\r\nX: a\r\n folded\r\n\r\n", 400),
+        (b"GET /healthz HTTP/1.1\r\nHost: t\r\nX: a\r\n folded\r\n\r\n", 400),
         (
-            b"POST /v1/ingest HTTP/1.1\r\nContent-Length: 2000000\r\n\r\n",
+            b"POST /v1/ingest HTTP/1.1\r\nHost: t\r\nContent-Length: 2000000\r\n\r\n",
             413,
         ),
     ];
@@ -92,13 +92,13 @@ fn framing_errors_answer_then_close() {
         assert!(rd.closed(), "{:?} must close", String::from_utf8_lossy(req));
     }
     // Head too large, and too many headers.
-    let mut big = b"GET /healthz HTTP/1.1\r\nX-Big: ".to_vec();
+    let mut big = b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Big: ".to_vec();
     big.extend(std::iter::repeat_n(b'a', 9000));
     big.extend_from_slice(b"\r\n\r\n");
     let (r, mut rd) = raw(a, &big);
     assert_eq!(r.status, 431);
     assert!(rd.closed());
-    let mut many = b"GET /healthz HTTP/1.1\r\n".to_vec();
+    let mut many = b"GET /healthz HTTP/1.1\r\nHost: t\r\n".to_vec();
     for i in 0..65 {
         many.extend_from_slice(format!("X-{i}: 1\r\n").as_bytes());
     }
@@ -107,7 +107,8 @@ fn framing_errors_answer_then_close() {
     assert_eq!(r.status, 431);
     assert!(rd.closed());
     // A body over max_body_bytes sent chunked.
-    let mut chunked = b"POST /v1/ingest HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    let mut chunked =
+        b"POST /v1/ingest HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
     for _ in 0..20 {
         chunked.extend_from_slice(b"10000\r\n");
         chunked.extend(std::iter::repeat_n(b' ', 0x10000));
@@ -147,12 +148,12 @@ fn stalled_body_gets_408_and_idle_connection_is_closed() {
     let s = start(c);
     let a = s.addr();
     let mut rd = Reader::new(connect(a));
-    rd.send(b"POST /v1/ingest HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"key\":");
+    rd.send(b"POST /v1/ingest HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n{\"key\":");
     let r = rd.read(false);
     assert_eq!(r.status, 408);
     assert!(rd.closed());
 
-    let (r, mut idle) = raw(a, b"GET /healthz HTTP/1.1\r\n\r\n");
+    let (r, mut idle) = raw(a, b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(r.status, 200);
     // No request follows: the server closes it silently after idle_timeout_ms.
     assert!(idle.closed());
@@ -167,16 +168,16 @@ fn connection_cap_answers_503_and_spares_existing_connections() {
     let a = s.addr();
     let mut kept: Vec<Reader> = (0..4)
         .map(|_| {
-            let (r, rd) = raw(a, b"GET /healthz HTTP/1.1\r\n\r\n");
+            let (r, rd) = raw(a, b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
             assert_eq!(r.status, 200);
             rd
         })
         .collect();
-    let (r, mut extra) = raw(a, b"GET /healthz HTTP/1.1\r\n\r\n");
+    let (r, mut extra) = raw(a, b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(r.status, 503);
     assert!(extra.closed());
     for rd in &mut kept {
-        rd.send(b"GET /healthz HTTP/1.1\r\n\r\n");
+        rd.send(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
         assert_eq!(rd.read(false).status, 200);
     }
     drop(kept);
@@ -206,7 +207,7 @@ fn ingest_tokens_and_max_boxes() {
         raw(
             a,
             format!(
-                "POST /v1/boxes/{key} HTTP/1.1\r\nAuthorization: Bearer {tok}\r\nContent-Length: {}\r\n\r\n{body}",
+                "POST /v1/boxes/{key} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {tok}\r\nContent-Length: {}\r\n\r\n{body}",
                 body.len()
             )
             .as_bytes(),
@@ -221,5 +222,27 @@ fn ingest_tokens_and_max_boxes() {
     // Existing boxes keep working, polls need no token.
     assert_eq!(req("s3cret", "x").status, 200);
     assert_eq!(get(a, "/v1/boxes/x").status, 200);
+    s.shutdown().unwrap();
+}
+
+#[test]
+fn http11_without_exactly_one_host_is_400_and_closed() {
+    let s = start(config());
+    let a = s.addr();
+    for (req, reason) in [
+        (&b"GET /healthz HTTP/1.1\r\n\r\n"[..], "without a Host"),
+        (
+            b"GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            "more than one Host",
+        ),
+    ] {
+        let (r, mut rest) = raw(a, req);
+        assert_eq!(r.status, 400);
+        assert!(r.text().contains(reason), "{}", r.text());
+        assert_eq!(r.header("connection"), Some("close"));
+        assert!(rest.closed());
+    }
+    let (r, _) = raw(a, b"GET /healthz HTTP/1.0\r\n\r\n");
+    assert_eq!(r.status, 200, "HTTP/1.0 may omit Host");
     s.shutdown().unwrap();
 }

@@ -22,7 +22,7 @@ fn every_poll_after_an_ingest_sees_its_version() {
         let w = i % 16;
         conns[w].send(
             format!(
-                "POST /v1/boxes/{key} HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+                "POST /v1/boxes/{key} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
                 body.len()
             )
             .as_bytes(),
@@ -31,7 +31,7 @@ fn every_poll_after_an_ingest_sees_its_version() {
         assert_eq!(r.status, 200);
         let acked = version_of(&r.text());
         let p = (i * 7 + 3) % 16;
-        conns[p].send(format!("GET /v1/boxes/{key} HTTP/1.1\r\n\r\n").as_bytes());
+        conns[p].send(format!("GET /v1/boxes/{key} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
         let r = conns[p].read(false);
         assert_eq!(r.status, 200);
         let seen = version_of(&r.text());

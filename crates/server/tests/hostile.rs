@@ -48,14 +48,14 @@ impl Steady {
                 if i.is_multiple_of(8) {
                     r.send(
                         format!(
-                            "POST /v1/boxes/steady HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+                            "POST /v1/boxes/steady HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
                             body.len()
                         )
                         .as_bytes(),
                     );
                     ingested += 1;
                 } else {
-                    r.send(b"GET /v1/boxes/steady HTTP/1.1\r\n\r\n");
+                    r.send(b"GET /v1/boxes/steady HTTP/1.1\r\nHost: t\r\n\r\n");
                 }
                 let resp = r.read(false);
                 assert_eq!(resp.status, 200, "steady client: {}", resp.text());
@@ -135,7 +135,7 @@ fn seed(addr: SocketAddr) {
         let body = format!(r#"{{"value":{i},"player":"seed"}}"#);
         r.send(
             format!(
-                "POST /v1/boxes/seed-{i} HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+                "POST /v1/boxes/seed-{i} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
                 body.len()
             )
             .as_bytes(),
@@ -147,7 +147,7 @@ fn seed(addr: SocketAddr) {
 fn check_seeded(addr: SocketAddr) {
     let mut r = Reader::new(connect(addr));
     for i in 0..SEEDED {
-        r.send(format!("GET /v1/boxes/seed-{i} HTTP/1.1\r\n\r\n").as_bytes());
+        r.send(format!("GET /v1/boxes/seed-{i} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
         let resp = r.read(false);
         assert_eq!(resp.status, 200);
         let j = resp.json();
@@ -346,7 +346,7 @@ fn slowloris_heads_trickling_on_300_connections_get_408() {
     let mut conns: Vec<Hostile> = steady.during("slowloris", || {
         let mut conns: Vec<Hostile> = (0..300).map(|_| Hostile::connect(a)).collect();
         for h in &mut conns {
-            h.send(b"GET /v1/boxes/seed-1 HTTP/1.1\r\n");
+            h.send(b"GET /v1/boxes/seed-1 HTTP/1.1\r\nHost: t\r\n");
         }
         // One header line per connection every 100 ms: each line is progress,
         // but the header timeout runs from the head's first byte.
@@ -379,7 +379,7 @@ fn body_trickle_is_served_while_it_moves_and_408_once_it_stalls() {
     let body = br#"{"value":7}"#;
     let head = |key: String| {
         format!(
-            "POST /v1/boxes/{key} HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+            "POST /v1/boxes/{key} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
             body.len()
         )
     };
@@ -405,7 +405,7 @@ fn body_trickle_is_served_while_it_moves_and_408_once_it_stalls() {
             std::thread::sleep(Duration::from_millis(100));
         }
         for h in &mut moving {
-            h.send(b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n");
+            h.send(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
         }
         (moving, stalled)
     });
@@ -413,14 +413,14 @@ fn body_trickle_is_served_while_it_moves_and_408_once_it_stalls() {
     assert_answered(&mut stalled, &[408], "stalled body");
     let mut r = Reader::new(connect(a));
     for i in 0..100 {
-        r.send(format!("GET /v1/boxes/moving-{i} HTTP/1.1\r\n\r\n").as_bytes());
+        r.send(format!("GET /v1/boxes/moving-{i} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
         let j = r.read(false).json();
         assert_eq!(
             (j["ver"].as_u64(), j["v"].as_i64()),
             (Some(1), Some(7)),
             "{j}"
         );
-        r.send(format!("GET /v1/boxes/stalled-{i} HTTP/1.1\r\n\r\n").as_bytes());
+        r.send(format!("GET /v1/boxes/stalled-{i} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
         assert_eq!(r.read(false).status, 404, "a stalled body was applied");
     }
     drop(r);
@@ -436,7 +436,7 @@ fn connection_flood_past_max_connections_gets_503_and_spares_existing_ones() {
     // Fill the cap: the steady client holds one.
     let mut holders: Vec<Reader> = (0..15)
         .map(|_| {
-            let (r, rd) = raw(a, b"GET /v1/boxes/seed-3 HTTP/1.1\r\n\r\n");
+            let (r, rd) = raw(a, b"GET /v1/boxes/seed-3 HTTP/1.1\r\nHost: t\r\n\r\n");
             assert_eq!(r.status, 200);
             rd
         })
@@ -445,14 +445,14 @@ fn connection_flood_past_max_connections_gets_503_and_spares_existing_ones() {
         let mut flood: Vec<Hostile> = (0..300).map(|_| Hostile::connect(a)).collect();
         // Half send a request first, half only connect: both get 503.
         for h in flood.iter_mut().step_by(2) {
-            h.send(b"GET /v1/boxes/seed-4 HTTP/1.1\r\n\r\n");
+            h.send(b"GET /v1/boxes/seed-4 HTTP/1.1\r\nHost: t\r\n\r\n");
         }
         for h in &mut flood {
             h.wait_closed(Duration::from_secs(10));
         }
         // The connections inside the cap are unaffected.
         for rd in &mut holders {
-            rd.send(b"GET /v1/boxes/seed-5 HTTP/1.1\r\n\r\n");
+            rd.send(b"GET /v1/boxes/seed-5 HTTP/1.1\r\nHost: t\r\n\r\n");
             assert_eq!(rd.read(false).status, 200);
         }
         flood
@@ -475,12 +475,14 @@ fn pipeline(key: &str, n: usize) -> (Vec<u8>, Vec<(u64, i64)>) {
     let (mut ver, mut v) = (0u64, 0i64);
     for i in 0..n {
         if i % 4 == 3 {
-            bytes.extend_from_slice(format!("GET /v1/boxes/{key} HTTP/1.1\r\n\r\n").as_bytes());
+            bytes.extend_from_slice(
+                format!("GET /v1/boxes/{key} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes(),
+            );
         } else {
             let body = format!(r#"{{"value":{i}}}"#);
             bytes.extend_from_slice(
                 format!(
-                    "POST /v1/boxes/{key} HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+                    "POST /v1/boxes/{key} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
                     body.len()
                 )
                 .as_bytes(),
@@ -539,7 +541,7 @@ fn ten_thousand_pipelined_requests_in_one_write_are_answered_in_order() {
         run_pipeline(a, bytes, &want, false)
     });
     // The connection is still usable afterwards.
-    r.send(b"GET /v1/boxes/pipe HTTP/1.1\r\n\r\n");
+    r.send(b"GET /v1/boxes/pipe HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(r.read(false).json()["ver"], 7500);
     drop(r);
     settle(s, a, steady);
@@ -575,7 +577,7 @@ fn half_closed_clients_still_get_every_answer() {
         for i in 0..500 {
             body.extend_from_slice(format!("{{\"key\":\"half-batch\",\"value\":{i}}}\n").as_bytes());
         }
-        let mut req = b"POST /v1/ingest HTTP/1.1\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        let mut req = b"POST /v1/ingest HTTP/1.1\r\nHost: t\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
         for chunk in body.chunks(1000) {
             req.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
             req.extend_from_slice(chunk);
@@ -592,7 +594,7 @@ fn half_closed_clients_still_get_every_answer() {
 
         // Half a request, then shutdown(Write): closed, nothing applied.
         let mut r = Reader::new(connect(a));
-        r.send(b"POST /v1/boxes/half-partial HTTP/1.1\r\nContent-Length: 20\r\n\r\n{\"value\"");
+        r.send(b"POST /v1/boxes/half-partial HTTP/1.1\r\nHost: t\r\nContent-Length: 20\r\n\r\n{\"value\"");
         r.stream.shutdown(Shutdown::Write).unwrap();
         while let Some(resp) = r.try_read(false) {
             assert_ne!(resp.status, 200, "a half request was answered 200");
@@ -638,19 +640,19 @@ fn resets_mid_request_leave_nothing_behind() {
         for i in 0..100 {
             // Head only.
             let mut h = Hostile::connect(a);
-            h.send(format!("POST /v1/boxes/reset-head-{i} HTTP/1.1\r\nContent-Le").as_bytes());
+            h.send(format!("POST /v1/boxes/reset-head-{i} HTTP/1.1\r\nHost: t\r\nContent-Le").as_bytes());
             conns.push(h);
             // Half a body.
             let mut h = Hostile::connect(a);
             h.send(
-                format!("POST /v1/boxes/reset-body-{i} HTTP/1.1\r\nContent-Length: 30\r\n\r\n{{\"value\":")
+                format!("POST /v1/boxes/reset-body-{i} HTTP/1.1\r\nHost: t\r\nContent-Length: 30\r\n\r\n{{\"value\":")
                     .as_bytes(),
             );
             conns.push(h);
             // Half a chunked body.
             let mut h = Hostile::connect(a);
             h.send(
-                format!("POST /v1/ingest HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n20\r\n{{\"key\":\"reset-chunk-{i}\"")
+                format!("POST /v1/ingest HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n20\r\n{{\"key\":\"reset-chunk-{i}\"")
                     .as_bytes(),
             );
             conns.push(h);
@@ -666,7 +668,7 @@ fn resets_mid_request_leave_nothing_behind() {
         for i in 0..20 {
             assert_eq!(post(a, &format!("/v1/boxes/lp-{i}"), r#"{"value":1}"#).status, 200);
             let mut h = Hostile::connect(a);
-            h.send(format!("GET /v1/boxes/lp-{i}?after=1&wait_ms=1000 HTTP/1.1\r\n\r\n").as_bytes());
+            h.send(format!("GET /v1/boxes/lp-{i}?after=1&wait_ms=1000 HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
             conns.push(h);
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -719,7 +721,10 @@ fn garbage_bytes_get_400_and_close() {
         }
         let cases: &[(&str, &[u8])] = &[
             ("words", b"hello world how are you\r\n\r\n"),
-            ("nul in request line", b"GET /\0 HTTP/1.1\r\n\r\n"),
+            (
+                "nul in request line",
+                b"GET /\0 HTTP/1.1\r\nHost: t\r\n\r\n",
+            ),
             ("no version", b"GET /healthz\r\n\r\n"),
             (
                 "tls hello",
@@ -727,11 +732,20 @@ fn garbage_bytes_get_400_and_close() {
             ),
             (
                 "valid, then garbage",
-                b"GET /healthz HTTP/1.1\r\n\r\n\x00\x01\x02garbage\r\n\r\n",
+                b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n\x00\x01\x02garbage\r\n\r\n",
             ),
-            ("utf-8 method", "G\u{c9}T / HTTP/1.1\r\n\r\n".as_bytes()),
-            ("bad header name", b"GET / HTTP/1.1\r\nX Y: 1\r\n\r\n"),
-            ("nul in header value", b"GET / HTTP/1.1\r\nX: a\0b\r\n\r\n"),
+            (
+                "utf-8 method",
+                "G\u{c9}T / HTTP/1.1\r\nHost: t\r\n\r\n".as_bytes(),
+            ),
+            (
+                "bad header name",
+                b"GET / HTTP/1.1\r\nHost: t\r\nX Y: 1\r\n\r\n",
+            ),
+            (
+                "nul in header value",
+                b"GET / HTTP/1.1\r\nHost: t\r\nX: a\0b\r\n\r\n",
+            ),
         ];
         for (what, bytes) in cases {
             let mut h = Hostile::connect(a);
@@ -767,7 +781,7 @@ fn garbage_bytes_get_400_and_close() {
 #[test]
 fn absurd_chunk_sizes_get_413_or_400() {
     let (s, a, steady) = arena(config());
-    let head = "POST /v1/ingest HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let head = "POST /v1/ingest HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n";
     let cases: &[(&str, u16)] = &[
         ("ffffffffffffffff\r\n{\"key\":\"absurd\"}\r\n0\r\n\r\n", 413),
         ("fffffffffffffffffffffffffffff\r\n", 413),
@@ -820,16 +834,17 @@ fn absurd_chunk_sizes_get_413_or_400() {
 #[test]
 fn header_bombs_get_431() {
     let (s, a, steady) = arena(config());
+    // A head with `n` header fields, `Host` included.
     let many = |n: usize| {
-        let mut req = b"GET /healthz HTTP/1.1\r\n".to_vec();
-        for i in 0..n {
+        let mut req = b"GET /healthz HTTP/1.1\r\nHost: t\r\n".to_vec();
+        for i in 1..n {
             req.extend_from_slice(format!("X-{i}: {i}\r\n").as_bytes());
         }
         req.extend_from_slice(b"\r\n");
         req
     };
     let huge = |n: usize| {
-        let mut req = b"GET /healthz HTTP/1.1\r\nX-Huge: ".to_vec();
+        let mut req = b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Huge: ".to_vec();
         req.resize(req.len() + n, b'a');
         req.extend_from_slice(b"\r\n\r\n");
         req
@@ -854,7 +869,7 @@ fn header_bombs_get_431() {
         ("16 MiB header", huge(16 << 20), &[431]),
         (
             "header without end",
-            b"GET / HTTP/1.1\r\nX: "
+            b"GET / HTTP/1.1\r\nHost: t\r\nX: "
                 .iter()
                 .copied()
                 .chain(std::iter::repeat_n(b'b', 20_000))

@@ -265,7 +265,10 @@ fn http10_and_connection_close() {
     assert_eq!(rd.read(false).status, 200);
     assert!(rd.closed());
 
-    let (r, mut rd) = raw(a, b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n");
+    let (r, mut rd) = raw(
+        a,
+        b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    );
     assert_eq!(r.status, 200);
     assert_eq!(r.header("Connection"), Some("close"));
     assert!(rd.closed());

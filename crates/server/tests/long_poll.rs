@@ -50,7 +50,7 @@ fn parked_polls_on_every_worker_wake_on_an_ingest_from_any_worker() {
     let mut parked: Vec<Reader> = (0..32)
         .map(|_| {
             let mut r = Reader::new(connect(a));
-            r.send(b"GET /v1/boxes/lp?after=1&wait_ms=20000 HTTP/1.1\r\n\r\n");
+            r.send(b"GET /v1/boxes/lp?after=1&wait_ms=20000 HTTP/1.1\r\nHost: t\r\n\r\n");
             r
         })
         .collect();
@@ -81,7 +81,7 @@ fn answers_at_once_when_already_past_and_304_at_the_deadline() {
     assert!(r.body.is_empty());
     // A key that does not exist yet: wait for its creation.
     let mut w = Reader::new(connect(a));
-    w.send(b"GET /v1/boxes/newborn?after=0&wait_ms=20000 HTTP/1.1\r\n\r\n");
+    w.send(b"GET /v1/boxes/newborn?after=0&wait_ms=20000 HTTP/1.1\r\nHost: t\r\n\r\n");
     std::thread::sleep(std::time::Duration::from_millis(100));
     ingest_on_fresh_connections(a, "newborn", 1);
     let r = w.read(false);
@@ -101,7 +101,7 @@ fn wait_is_capped_by_max_wait_ms_and_pipelined_requests_follow_in_order() {
     let mut r = Reader::new(connect(a));
     // Asks for 10 minutes; the cap answers 304 after 300 ms (the reader gives up after 10 s).
     r.send(
-        b"GET /v1/boxes/cap?after=1&wait_ms=600000 HTTP/1.1\r\n\r\nGET /healthz HTTP/1.1\r\n\r\nGET /v1/boxes/cap HTTP/1.1\r\n\r\n",
+        b"GET /v1/boxes/cap?after=1&wait_ms=600000 HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\nGET /v1/boxes/cap HTTP/1.1\r\nHost: t\r\n\r\n",
     );
     assert_eq!(r.read(false).status, 304);
     assert_eq!(r.read(false).status, 200);
@@ -121,7 +121,7 @@ fn a_thousand_parked_polls_and_shutdown_answers_them() {
             let mut r = Reader::new(connect(a));
             r.send(
                 format!(
-                    "GET /v1/boxes/many-{}?after=0&wait_ms=30000 HTTP/1.1\r\n\r\n",
+                    "GET /v1/boxes/many-{}?after=0&wait_ms=30000 HTTP/1.1\r\nHost: t\r\n\r\n",
                     i % 10
                 )
                 .as_bytes(),
@@ -146,4 +146,40 @@ fn a_thousand_parked_polls_and_shutdown_answers_them() {
         );
         assert_eq!(resp.header("Connection"), Some("close"));
     }
+}
+
+#[test]
+fn wait_ms_zero_with_nothing_newer_is_304() {
+    let s = start(config());
+    let a = s.addr();
+    assert_eq!(post(a, "/v1/boxes/zero", r#"{"value":1}"#).status, 200);
+    let r = get(a, "/v1/boxes/zero?after=1&wait_ms=0");
+    assert_eq!(r.status, 304);
+    assert_eq!(r.header("etag"), Some("\"1\""));
+    assert_eq!(get(a, "/v1/boxes/zero?after=0&wait_ms=0").status, 200);
+    s.shutdown().unwrap();
+}
+
+#[test]
+fn parked_polls_whose_clients_hang_up_are_dropped_before_their_deadline() {
+    let s = start(config());
+    let a = s.addr();
+    let mut clients: Vec<_> = (0..100)
+        .map(|i| {
+            let mut c = connect(a);
+            let req = format!(
+                "GET /v1/boxes/gone-{i}?after=0&wait_ms=600000 HTTP/1.1\r\nHost: t\r\n\r\n"
+            );
+            std::io::Write::write_all(&mut c, req.as_bytes()).unwrap();
+            c
+        })
+        .collect();
+    wait_parked(a, 100);
+    for c in clients.drain(..) {
+        drop(c);
+    }
+    // Long before the 600 s deadline every slot is free again.
+    wait_parked(a, 0);
+    assert_eq!(s.shared().waiters.parked_keys(), 0);
+    s.shutdown().unwrap();
 }

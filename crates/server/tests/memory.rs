@@ -41,7 +41,7 @@ fn accounted_box_bytes_track_jemalloc_at_100k_boxes() {
         body.push(']');
         rd.send(
             format!(
-                "POST /v1/ingest HTTP/1.1\r\nContent-Length: {}\r\n\r\n{body}",
+                "POST /v1/ingest HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
                 body.len()
             )
             .as_bytes(),

@@ -144,7 +144,7 @@ fn pipelined_requests_are_answered_in_order_in_one_buffer() {
     let mut c = r.conn();
     r.feed(
         &mut c,
-        b"GET /healthz HTTP/1.1\r\n\r\nGET /nope HTTP/1.1\r\n\r\nGET /readyz HTTP/1.1\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\n\r\nGET /readyz HTTP/1.1\r\nHost: t\r\n\r\n",
     );
     assert_eq!(c.send_queue().chunks().count(), 1);
     assert_eq!(statuses(&r.sent(&mut c)), ["200", "404", "200"]);
@@ -154,7 +154,7 @@ fn pipelined_requests_are_answered_in_order_in_one_buffer() {
 fn continue_is_sent_only_when_the_body_has_not_arrived() {
     let mut r = rig();
     let mut c = r.conn();
-    let head = b"POST /v1/boxes/a HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 11\r\n\r\n";
+    let head = b"POST /v1/boxes/a HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 11\r\n\r\n";
     r.feed(&mut c, head);
     assert_eq!(r.sent(&mut c), "HTTP/1.1 100 Continue\r\n\r\n");
     r.feed(&mut c, b"{\"value\":1}");
@@ -191,7 +191,7 @@ fn deadlines_follow_the_state() {
         "header timeout from the head's first byte"
     );
     r.now_ms = 3_000;
-    r.feed(&mut c, b"TP/1.1\r\n");
+    r.feed(&mut c, b"TP/1.1\r\nHost: t\r\n");
     assert_eq!(
         c.deadline(),
         2_000 + header,
@@ -205,7 +205,7 @@ fn deadlines_follow_the_state() {
 
     r.feed(
         &mut c,
-        b"POST /v1/boxes/a HTTP/1.1\r\nContent-Length: 11\r\n\r\n{",
+        b"POST /v1/boxes/a HTTP/1.1\r\nHost: t\r\nContent-Length: 11\r\n\r\n{",
     );
     assert_eq!(c.deadline(), 4_000 + body);
     r.now_ms = 5_000;
@@ -221,7 +221,7 @@ fn deadlines_follow_the_state() {
 fn a_stalled_head_gets_408_and_the_write_side_shut() {
     let mut r = rig();
     let mut c = r.conn();
-    r.feed(&mut c, b"GET /healthz HTTP/1.1\r\nHo");
+    r.feed(&mut c, b"GET /healthz HTTP/1.1\r\nHost: t\r\nHo");
     r.now_ms = c.deadline() - 1;
     c.on_timer(&mut r.cx());
     assert!(!c.finished(), "not before the deadline");
@@ -241,7 +241,7 @@ fn a_stalled_body_gets_408_and_an_idle_connection_just_closes() {
     let mut c = r.conn();
     r.feed(
         &mut c,
-        b"POST /v1/boxes/a HTTP/1.1\r\nContent-Length: 5\r\n\r\n{",
+        b"POST /v1/boxes/a HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\n{",
     );
     r.now_ms = c.deadline();
     c.on_timer(&mut r.cx());
@@ -260,7 +260,7 @@ fn framing_errors_are_answered_then_close() {
     let mut c = r.conn();
     r.feed(
         &mut c,
-        b"POST /v1/ingest HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nGET /healthz HTTP/1.1\r\n\r\n",
+        b"POST /v1/ingest HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n",
     );
     assert!(!c.wants_read());
     let out = r.sent(&mut c);
@@ -280,7 +280,7 @@ fn a_request_larger_than_any_buffer_is_refused() {
         c.limits.max_header_bytes = 1024;
     });
     let mut c = r.conn();
-    r.feed(&mut c, b"GET /healthz HTTP/1.1\r\n");
+    r.feed(&mut c, b"GET /healthz HTTP/1.1\r\nHost: t\r\n");
     let junk = vec![b'a'; 1024];
     let mut refused = false;
     for _ in 0..200 {
@@ -307,7 +307,7 @@ fn a_request_larger_than_any_buffer_is_refused() {
 fn back_pressure_stops_reading_until_the_answers_drain() {
     let mut r = rig();
     let mut c = r.conn();
-    let req = b"GET /healthz HTTP/1.1\r\n\r\n";
+    let req = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
     while c.wants_read() {
         let mut many = Vec::new();
         for _ in 0..100 {
@@ -328,7 +328,7 @@ fn a_parked_poll_holds_back_pipelined_requests_until_answered() {
     let mut c = r.conn();
     r.feed(
         &mut c,
-        b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\n\r\nGET /healthz HTTP/1.1\r\n\r\n",
+        b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n",
     );
     assert_eq!(c.parked_key(), Some(&b"a"[..]));
     assert_eq!(c.deadline(), r.now_ms + 5000);
@@ -360,7 +360,7 @@ fn a_parked_poll_times_out_with_304_and_caps_its_wait() {
     let mut c = r.conn();
     r.feed(
         &mut c,
-        b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\n\r\n",
+        b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\n",
     );
     assert_eq!(c.deadline(), r.now_ms + 100, "max_wait_ms caps the wait");
     r.now_ms += 100;
@@ -380,7 +380,7 @@ fn a_long_poll_of_a_box_already_past_is_answered_at_once() {
     let mut c = r.conn();
     r.feed(
         &mut c,
-        b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\n\r\n",
+        b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\n",
     );
     assert_eq!(c.parked_key(), None);
     assert_eq!(statuses(&r.sent(&mut c)), ["200"]);
@@ -392,7 +392,7 @@ fn an_unknown_box_is_waited_for_and_times_out_without_a_body() {
     let mut c = r.conn();
     r.feed(
         &mut c,
-        b"GET /v1/boxes/new?after=0&wait_ms=50 HTTP/1.1\r\n\r\n",
+        b"GET /v1/boxes/new?after=0&wait_ms=50 HTTP/1.1\r\nHost: t\r\n\r\n",
     );
     assert_eq!(c.parked_key(), Some(&b"new"[..]));
     r.now_ms += 50;
@@ -411,7 +411,7 @@ fn draining_answers_parked_polls_and_closes_idle_connections() {
     let mut parked = r.conn();
     r.feed(
         &mut parked,
-        b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\n\r\n",
+        b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\n",
     );
     let mut idle = r.conn();
     r.host.draining = true;
@@ -426,7 +426,7 @@ fn draining_answers_parked_polls_and_closes_idle_connections() {
     assert!(parked.finished());
 
     let mut busy = r.conn();
-    r.feed(&mut busy, b"GET /healthz HTTP/1.1\r\n");
+    r.feed(&mut busy, b"GET /healthz HTTP/1.1\r\nHost: t\r\n");
     busy.drain(false, &mut r.cx());
     assert!(!busy.finished(), "a request in flight may finish");
     busy.drain(true, &mut r.cx());
@@ -442,7 +442,7 @@ fn eof_answers_what_came_then_closes() {
     let mut c = r.conn();
     let mut cx = r.cx();
     let buf = c.read_buffer(&mut cx).unwrap();
-    let req = b"GET /healthz HTTP/1.1\r\n\r\n";
+    let req = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
     buf[..req.len()].copy_from_slice(req);
     c.received(req.len(), &mut cx);
     c.eof(&mut cx);
@@ -455,7 +455,7 @@ fn eof_answers_what_came_then_closes() {
 fn idle_connections_hold_no_read_buffer_and_release_returns_everything() {
     let mut r = rig();
     let mut c = r.conn();
-    r.feed(&mut c, b"GET /healthz HTTP/1.1\r\n\r\n");
+    r.feed(&mut c, b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(
         c.buffer_bytes().0,
         0,
@@ -467,4 +467,74 @@ fn idle_connections_hold_no_read_buffer_and_release_returns_everything() {
     c.release(&mut r.buffers);
     assert_eq!(c.buffer_bytes(), (0, 0));
     assert!(r.buffers.read.pooled_bytes() > 0 && r.buffers.send.pooled_bytes() > 0);
+}
+
+#[test]
+fn a_parked_poll_whose_client_hung_up_is_dropped_at_once() {
+    let mut r = rig();
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"GET /v1/boxes/a?after=0&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
+    assert!(c.parked_key().is_some());
+    c.peer_hung_up();
+    assert_eq!(c.parked_key(), None);
+    assert!(c.finished());
+    assert_eq!(r.sent(&mut c), "", "nobody reads it: no answer");
+
+    // Not parked: nothing changes (the read path sees the EOF).
+    let mut c = r.conn();
+    c.peer_hung_up();
+    assert!(!c.finished());
+}
+
+#[test]
+fn a_park_answered_at_once_still_answers_what_was_pipelined_behind_it() {
+    // The worker registers the park, then looks again (an ingest may have landed
+    // in between): the answer and everything behind it go out, in order.
+    let mut r = rig();
+    r.ingest("a", 1);
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\nGET /v1/boxes/a HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
+    assert!(c.parked_key().is_some());
+    r.ingest("a", 2);
+    assert!(c.on_box_updated(&mut r.cx()));
+    let out = r.sent(&mut c);
+    assert_eq!(statuses(&out), ["200", "200", "200"], "{out}");
+    assert!(c.wants_read() && c.parked_key().is_none());
+}
+
+#[test]
+fn http11_needs_exactly_one_host() {
+    let mut r = rig();
+    for (req, want) in [
+        (&b"GET /healthz HTTP/1.1\r\n\r\n"[..], "without a Host"),
+        (
+            b"GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            "more than one Host",
+        ),
+        (
+            b"GET /healthz HTTP/1.0\r\nHost: a\r\nhost: b\r\n\r\n",
+            "more than one Host",
+        ),
+    ] {
+        let mut c = r.conn();
+        r.feed(&mut c, req);
+        let out = r.sent(&mut c);
+        assert!(
+            out.starts_with("HTTP/1.1 400") && out.contains(want),
+            "{out}"
+        );
+        assert!(out.contains("Connection: close") && c.finished(), "{out}");
+    }
+    let mut c = r.conn();
+    r.feed(&mut c, b"GET /healthz HTTP/1.0\r\n\r\n");
+    assert!(
+        r.sent(&mut c).starts_with("HTTP/1.1 200"),
+        "HTTP/1.0 may omit it"
+    );
 }

@@ -299,12 +299,14 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
     let mut expect = false;
     let mut if_none_match = None;
     let mut authorization = None;
+    let mut hosts: u8 = 0;
     let mut content_type = None;
 
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
         let value = trim_ows(h.value);
         match name.len() {
+            4 if name.eq_ignore_ascii_case(b"host") => hosts = hosts.saturating_add(1),
             6 if name.eq_ignore_ascii_case(b"expect") => {
                 expect |= value.eq_ignore_ascii_case(b"100-continue");
             }
@@ -369,6 +371,7 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
             query,
             if_none_match,
             authorization,
+            hosts,
             content_type,
             body: head_end..head_end,
             consumed: head_end,

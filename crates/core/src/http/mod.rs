@@ -59,9 +59,11 @@
 //! - **`Expect: 100-continue`** is honoured for HTTP/1.1 only (RFC 9110 §10.1.1
 //!   says a 1.0 request's expectation is ignored); other expectations are ignored
 //!   rather than answered 417.
-//! - **Lenient on purpose:** a missing or repeated `Host` is not refused (pollbox
-//!   serves one origin); when `If-None-Match`, `Authorization` or `Content-Type`
-//!   appear more than once, the first one is reported.
+//! - **`Host`** fields are counted, not judged: an HTTP/1.1 request without one
+//!   or with several is refused by the connection ([`HttpError::MissingHost`],
+//!   [`HttpError::MultipleHost`], RFC 9112 §3.2); HTTP/1.0 may omit it. When
+//!   `If-None-Match`, `Authorization` or `Content-Type` appear more than once,
+//!   the first one is reported.
 //! - **Request target.** Origin-form is the norm; in absolute-form
 //!   (`http://host/path`) the path starts at the first `/` after the authority.
 //!   The path ends at the first `?` or `#`; the query runs from after `?` to `#`.
@@ -164,6 +166,9 @@ pub struct Frame {
     /// Field values, OWS trimmed; the first field when repeated.
     pub if_none_match: Option<Range<usize>>,
     pub authorization: Option<Range<usize>>,
+    /// How many `Host` fields the head has (saturating); the connection refuses
+    /// an HTTP/1.1 request with other than one (RFC 9112 §3.2).
+    pub hosts: u8,
     pub content_type: Option<Range<usize>>,
     /// Body bytes; for chunked bodies, decoded in place in the buffer.
     pub body: Range<usize>,
@@ -273,6 +278,10 @@ http_errors! {
     /// Chunk framing (sizes, extensions, CRLFs, trailers) over
     /// `max_body_bytes + max_header_bytes`.
     ChunkFramingTooLarge => (413, "chunk_framing_too_large", "chunked framing overhead too large"),
+    /// An HTTP/1.1 request without a `Host` field (RFC 9112 §3.2).
+    MissingHost => (400, "missing_host", "HTTP/1.1 request without a Host header"),
+    /// More than one `Host` field (RFC 9112 §3.2).
+    MultipleHost => (400, "multiple_host", "more than one Host header"),
 }
 
 #[cfg(test)]

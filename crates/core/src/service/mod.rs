@@ -290,20 +290,22 @@ impl Service {
                 return self.error(frame, RouteLabel::Poll, 400, what, keep_alive, out, host)
             }
         };
-        let label = match (q.after, q.wait_ms) {
+        let (label, not_modified) = match (q.after, q.wait_ms) {
             (Some(after), Some(wait)) => {
                 let wait = wait.min(self.node.config.limits.max_wait_ms);
-                if self.version(&self.key) <= after && wait > 0 {
+                let unchanged = self.version(&self.key) <= after;
+                if unchanged && wait > 0 {
                     return Reply::Park(Park {
                         after,
                         wait_ms: wait,
                     });
                 }
-                RouteLabel::LongPoll
+                // Nothing newer and no time to wait: the wait has run out (304).
+                (RouteLabel::LongPoll, unchanged)
             }
-            _ => RouteLabel::Poll,
+            _ => (RouteLabel::Poll, false),
         };
-        self.write_poll(frame, buf, label, keep_alive, false, out, host)
+        self.write_poll(frame, buf, label, keep_alive, not_modified, out, host)
     }
 
     /// Answer a parked long-poll of `key`: the box moved past `after` (200), or

@@ -136,13 +136,24 @@ fn long_poll_parks_only_when_the_box_has_not_moved() {
     assert_eq!(r, Reply::KeepAlive);
     assert!(out.starts_with("HTTP/1.1 200"));
     assert_eq!(h.answers.last(), Some(&(RouteLabel::LongPoll, 200)));
-    let (r, _) = ask(
+    let (r, out) = ask(
         &mut s,
         &mut h,
         Listener::Main,
         "GET /v1/boxes/a?after=1&wait_ms=0 HTTP/1.1\r\n\r\n",
     );
     assert_eq!(r, Reply::KeepAlive, "wait_ms=0 answers at once");
+    assert!(
+        out.starts_with("HTTP/1.1 304") && out.contains("ETag: \"1\""),
+        "nothing newer: {out}"
+    );
+    let (_, out) = ask(
+        &mut s,
+        &mut h,
+        Listener::Main,
+        "GET /v1/boxes/a?after=0&wait_ms=0 HTTP/1.1\r\n\r\n",
+    );
+    assert!(out.starts_with("HTTP/1.1 200"), "something newer: {out}");
     let (_, out) = ask(
         &mut s,
         &mut h,
