@@ -1,7 +1,7 @@
 //! `POST /v1/boxes/{key}` and `POST /v1/ingest`: the body parsed into the
 //! worker's arena, each message applied to the box table, the answer written.
 
-use super::{reply, Answer, Host, IngestResult, Reply, RouteLabel, Service};
+use super::{reply, Answer, Heads, Host, IngestResult, Reply, RouteLabel, Service};
 use crate::http::Frame;
 use crate::plan::MessageError;
 use crate::projection::{BodyFormat, KeySource, Shape};
@@ -43,18 +43,9 @@ impl Service {
             Ok(b) => b,
             Err(e) => {
                 host.ingested(IngestResult::of_body(&e), 1);
-                text.extend_from_slice(b"{\"error\":\"");
-                e.write_message(text);
-                text.extend_from_slice(b"\"}");
-                heads.write(
-                    out,
-                    host,
-                    &Answer {
-                        code: e.status(),
-                        ..answer
-                    },
-                    text,
-                );
+                refuse(heads, out, host, answer, e.status(), text, |t| {
+                    e.write_message(t)
+                });
                 return reply(keep_alive);
             }
         };
@@ -79,19 +70,10 @@ impl Service {
                 }
                 Err(e) => {
                     host.ingested(IngestResult::of(&e), 1);
-                    text.clear();
-                    text.extend_from_slice(b"{\"error\":\"");
-                    e.write_reason(boxes.plan(), text);
-                    text.extend_from_slice(b"\"}");
-                    heads.write(
-                        out,
-                        host,
-                        &Answer {
-                            code: e.status(),
-                            ..answer
-                        },
-                        text,
-                    );
+                    let plan = boxes.plan();
+                    refuse(heads, out, host, answer, e.status(), text, |t| {
+                        e.write_reason(plan, t)
+                    });
                 }
             }
             return reply(keep_alive);
@@ -144,6 +126,23 @@ impl Service {
         heads.write(out, host, &answer, text);
         reply(keep_alive)
     }
+}
+
+/// Answer `{"error":"<reason>"}` with `code` (the reason needs no escaping).
+fn refuse<H: Host>(
+    heads: &Heads,
+    out: &mut Vec<u8>,
+    host: &mut H,
+    answer: Answer<'_>,
+    code: u16,
+    text: &mut Vec<u8>,
+    reason: impl FnOnce(&mut Vec<u8>),
+) {
+    text.clear();
+    text.extend_from_slice(b"{\"error\":\"");
+    reason(text);
+    text.extend_from_slice(b"\"}");
+    heads.write(out, host, &Answer { code, ..answer }, text);
 }
 
 fn is_ndjson(content_type: &[u8]) -> bool {

@@ -28,6 +28,11 @@ fn ask(s: &mut Service, host: &mut Recorder, listener: Listener, req: &str) -> (
     (r, String::from_utf8(out).unwrap())
 }
 
+/// The answer to `req` on the main listener.
+fn main(s: &mut Service, host: &mut Recorder, req: &str) -> String {
+    ask(s, host, Listener::Main, req).1
+}
+
 fn post(key: &str, body: &str, extra: &str) -> String {
     format!(
         "POST /v1/boxes/{key} HTTP/1.1\r\nContent-Length: {}\r\n{extra}\r\n{body}",
@@ -39,17 +44,11 @@ fn post(key: &str, body: &str, extra: &str) -> String {
 fn poll_answers_200_with_etag_then_304_for_it() {
     let mut s = service_with(|_| {});
     let mut h = Recorder::default();
-    let (_, out) = ask(
-        &mut s,
-        &mut h,
-        Listener::Main,
-        "GET /v1/boxes/box-42 HTTP/1.1\r\n\r\n",
-    );
+    let out = main(&mut s, &mut h, "GET /v1/boxes/box-42 HTTP/1.1\r\n\r\n");
     assert!(out.starts_with("HTTP/1.1 404"), "{out}");
-    let (_, out) = ask(
+    let out = main(
         &mut s,
         &mut h,
-        Listener::Main,
         &post("box-42", r#"{"value":5,"player":"p-7","cargo":[1]}"#, ""),
     );
     assert!(
@@ -69,22 +68,16 @@ fn poll_answers_200_with_etag_then_304_for_it() {
         out.starts_with("HTTP/1.1 200") && out.contains("ETag: \"1\"\r\n"),
         "{out}"
     );
-    let (_, out) = ask(
+    let out = main(
         &mut s,
         &mut h,
-        Listener::Main,
         "GET /v1/boxes/box-42 HTTP/1.1\r\nIf-None-Match: W/\"1\"\r\n\r\n",
     );
     assert!(
         out.starts_with("HTTP/1.1 304") && out.ends_with("\r\n\r\n"),
         "{out}"
     );
-    let (_, out) = ask(
-        &mut s,
-        &mut h,
-        Listener::Main,
-        "HEAD /v1/boxes/box-42 HTTP/1.1\r\n\r\n",
-    );
+    let out = main(&mut s, &mut h, "HEAD /v1/boxes/box-42 HTTP/1.1\r\n\r\n");
     assert!(
         out.starts_with("HTTP/1.1 200") && out.ends_with("\r\n\r\n"),
         "{out}"
@@ -147,29 +140,22 @@ fn long_poll_parks_only_when_the_box_has_not_moved() {
         out.starts_with("HTTP/1.1 304") && out.contains("ETag: \"1\""),
         "nothing newer: {out}"
     );
-    let (_, out) = ask(
+    let out = main(
         &mut s,
         &mut h,
-        Listener::Main,
         "GET /v1/boxes/a?after=0&wait_ms=0 HTTP/1.1\r\n\r\n",
     );
     assert!(out.starts_with("HTTP/1.1 200"), "something newer: {out}");
-    let (_, out) = ask(
+    let out = main(
         &mut s,
         &mut h,
-        Listener::Main,
         "GET /v1/boxes/a?after=x&wait_ms=1 HTTP/1.1\r\n\r\n",
     );
     assert!(
         out.starts_with("HTTP/1.1 400") && out.contains("after is not"),
         "{out}"
     );
-    let (_, out) = ask(
-        &mut s,
-        &mut h,
-        Listener::Main,
-        "GET /v1/boxes/%ff HTTP/1.1\r\n\r\n",
-    );
+    let out = main(&mut s, &mut h, "GET /v1/boxes/%ff HTTP/1.1\r\n\r\n");
     assert!(out.contains("not valid UTF-8"), "{out}");
 }
 
@@ -177,29 +163,18 @@ fn long_poll_parks_only_when_the_box_has_not_moved() {
 fn ingest_needs_a_token_when_tokens_are_set() {
     let mut s = service_with(|c| c.auth.ingest_tokens = vec!["t0k".into()]);
     let mut h = Recorder::default();
-    let (_, out) = ask(
-        &mut s,
-        &mut h,
-        Listener::Main,
-        &post("a", r#"{"value":1}"#, ""),
-    );
+    let out = main(&mut s, &mut h, &post("a", r#"{"value":1}"#, ""));
     assert!(
         out.starts_with("HTTP/1.1 401") && out.contains("WWW-Authenticate: Bearer"),
         "{out}"
     );
-    let (_, out) = ask(
+    let out = main(
         &mut s,
         &mut h,
-        Listener::Main,
         &post("a", r#"{"value":1}"#, "Authorization: Bearer t0k\r\n"),
     );
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
-    let (_, out) = ask(
-        &mut s,
-        &mut h,
-        Listener::Main,
-        "GET /v1/boxes/a HTTP/1.1\r\n\r\n",
-    );
+    let out = main(&mut s, &mut h, "GET /v1/boxes/a HTTP/1.1\r\n\r\n");
     assert!(
         out.starts_with("HTTP/1.1 200"),
         "polls need no token: {out}"
@@ -240,22 +215,12 @@ fn batch_answers_count_and_list_errors() {
 fn wrong_methods_get_405_with_allow() {
     let mut s = service_with(|_| {});
     let mut h = Recorder::default();
-    let (_, out) = ask(
-        &mut s,
-        &mut h,
-        Listener::Main,
-        "DELETE /v1/ingest HTTP/1.1\r\n\r\n",
-    );
+    let out = main(&mut s, &mut h, "DELETE /v1/ingest HTTP/1.1\r\n\r\n");
     assert!(
         out.starts_with("HTTP/1.1 405") && out.contains("Allow: POST\r\n"),
         "{out}"
     );
-    let (_, out) = ask(
-        &mut s,
-        &mut h,
-        Listener::Main,
-        "PUT /v1/boxes/a HTTP/1.1\r\n\r\n",
-    );
+    let out = main(&mut s, &mut h, "PUT /v1/boxes/a HTTP/1.1\r\n\r\n");
     assert!(out.contains("Allow: GET, HEAD, POST\r\n"), "{out}");
 }
 
@@ -263,39 +228,31 @@ fn wrong_methods_get_405_with_allow() {
 fn metrics_are_served_by_one_listener_only() {
     let mut h = Recorder::default();
     let mut together = service_with(|_| {});
-    let (_, out) = ask(
-        &mut together,
-        &mut h,
-        Listener::Main,
-        "GET /metrics HTTP/1.1\r\n\r\n",
-    );
+    let out = main(&mut together, &mut h, "GET /metrics HTTP/1.1\r\n\r\n");
     assert!(
         out.starts_with("HTTP/1.1 200") && out.ends_with("pollbox_test 1\n"),
         "{out}"
     );
 
     let mut apart = service_with(|c| c.server.metrics_listen = "127.0.0.1:0".into());
-    let (_, out) = ask(
-        &mut apart,
-        &mut h,
-        Listener::Main,
-        "GET /metrics HTTP/1.1\r\n\r\n",
-    );
+    let out = main(&mut apart, &mut h, "GET /metrics HTTP/1.1\r\n\r\n");
     assert!(out.starts_with("HTTP/1.1 404"), "{out}");
-    let (_, out) = ask(
+    let out = ask(
         &mut apart,
         &mut h,
         Listener::Metrics,
         "GET /metrics HTTP/1.1\r\n\r\n",
-    );
+    )
+    .1;
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
     for path in ["/healthz", "/v1/boxes/a"] {
-        let (_, out) = ask(
+        let out = ask(
             &mut apart,
             &mut h,
             Listener::Metrics,
             &format!("GET {path} HTTP/1.1\r\n\r\n"),
-        );
+        )
+        .1;
         assert!(out.starts_with("HTTP/1.1 404"), "{path}: {out}");
     }
 }
