@@ -73,6 +73,8 @@ pub struct LimitsConfig {
 pub struct AuthConfig {
     /// Empty = ingest needs no token.
     pub ingest_tokens: Vec<String>,
+    /// Empty = `/metrics` needs no token.
+    pub metrics_tokens: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

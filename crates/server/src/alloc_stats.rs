@@ -2,7 +2,9 @@
 //!
 //! Global statistics (`stats.*`) are refreshed by advancing jemalloc's `epoch`,
 //! which locks every arena: that is done only when `/metrics` is scraped, never
-//! on a worker's tick. Per-thread cumulative counters (`thread.allocatedp` /
+//! on a worker's tick, and at most once per [`MIN_EPOCH_INTERVAL`], so a client
+//! scraping in a loop cannot keep the workers' allocations waiting on arena
+//! locks (between advances a scrape reads the last epoch's figures). Per-thread cumulative counters (`thread.allocatedp` /
 //! `thread.deallocatedp`) are plain thread-local reads, copied into the worker's
 //! stats at each tick, so an allocating worker shows itself.
 //!
@@ -10,6 +12,9 @@
 //! figure reads 0 and nothing fails.
 
 use crate::stats::WorkerStats;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 use tikv_jemalloc_ctl::thread::ThreadLocal;
 
 /// jemalloc's global figures, in bytes.
@@ -43,10 +48,35 @@ impl JemallocStats {
     }
 }
 
-/// Advance jemalloc's epoch and read its global statistics.
+/// The least time between two advances of jemalloc's epoch.
+pub const MIN_EPOCH_INTERVAL: Duration = Duration::from_millis(200);
+
+/// When the epoch was last advanced (ns since `START`), 0 for never.
+static LAST_ADVANCE_NS: AtomicU64 = AtomicU64::new(0);
+static START: OnceLock<Instant> = OnceLock::new();
+
+/// Advance jemalloc's epoch (unless that was done less than
+/// [`MIN_EPOCH_INTERVAL`] ago) and read its global statistics: for scrapes.
 pub fn read_global() -> JemallocStats {
+    let now = START.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1;
+    let last = LAST_ADVANCE_NS.load(Ordering::Relaxed);
+    let due = last == 0 || now.saturating_sub(last) >= MIN_EPOCH_INTERVAL.as_nanos() as u64;
+    let advance = due
+        && LAST_ADVANCE_NS
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok();
+    read(advance)
+}
+
+/// Advance jemalloc's epoch now and read its global statistics: for the one
+/// measurement at start-up, which must not see an older epoch.
+pub fn read_global_fresh() -> JemallocStats {
+    read(true)
+}
+
+fn read(advance: bool) -> JemallocStats {
     use tikv_jemalloc_ctl::{epoch, stats};
-    if epoch::advance().is_err() {
+    if advance && epoch::advance().is_err() {
         return JemallocStats::default();
     }
     JemallocStats {

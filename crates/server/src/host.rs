@@ -15,6 +15,11 @@ pub struct WorkerHost {
     /// the read (or wake-up) that led to it. Each answer's duration runs from it,
     /// so pipelined requests are measured one by one, not cumulatively.
     mark: Instant,
+    /// Fault injection for the tests of SPEC §5 (a worker that panics), in debug
+    /// builds only: `POLLBOX_TEST_PANIC_AFTER=N` panics the worker that answers
+    /// its N-th request.
+    #[cfg(debug_assertions)]
+    panic_after: Option<u64>,
 }
 
 impl WorkerHost {
@@ -23,6 +28,10 @@ impl WorkerHost {
             shared,
             id,
             mark: Instant::now(),
+            #[cfg(debug_assertions)]
+            panic_after: std::env::var("POLLBOX_TEST_PANIC_AFTER")
+                .ok()
+                .and_then(|v| v.parse().ok()),
         }
     }
 
@@ -65,6 +74,13 @@ impl Host for WorkerHost {
             .observe_ns(now.duration_since(self.mark).as_nanos() as u64);
         stats.request(route, code);
         self.mark = now;
+        #[cfg(debug_assertions)]
+        if let Some(n) = self.panic_after.as_mut() {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                panic!("POLLBOX_TEST_PANIC_AFTER: injected worker panic");
+            }
+        }
     }
 
     #[inline]

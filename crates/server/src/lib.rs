@@ -189,7 +189,7 @@ impl Server {
                 .map(worker::Worker::accounted_bytes)
                 .sum::<usize>();
         shared.runtime_bytes.store(
-            (alloc_stats::read_global().allocated as usize).saturating_sub(counted),
+            (alloc_stats::read_global_fresh().allocated as usize).saturating_sub(counted),
             Ordering::Relaxed,
         );
         let mut threads = Vec::with_capacity(n);
@@ -201,7 +201,7 @@ impl Server {
                         if pin {
                             pin_to_core(i);
                         }
-                        w.run()
+                        exit_on_panic(i, || w.run())
                     })?,
             );
         }
@@ -310,6 +310,24 @@ pub fn serve_until_signal(server: Server, mut signals: ShutdownSignals) -> Resul
         eprintln!("pollbox: stopped cleanly ({boxes} boxes)");
     }
     r
+}
+
+/// Exit code of a process whose worker panicked (EX_SOFTWARE).
+pub const WORKER_PANIC_EXIT: i32 = 70;
+
+/// Run a worker; if it panics, end the process (SPEC §5): a server with a
+/// silently missing worker would go on taking connections on its listener's
+/// share of the port and never answer them. The panic message is already on
+/// stderr (the default hook); the snapshot is not written, since the table may
+/// be mid-update — the supervisor restarts from the last one.
+fn exit_on_panic(worker: usize, run: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+        Ok(r) => r,
+        Err(_) => {
+            eprintln!("pollbox: worker {worker} panicked; exiting with {WORKER_PANIC_EXIT} so a supervisor restarts the process");
+            std::process::exit(WORKER_PANIC_EXIT);
+        }
+    }
 }
 
 /// Cores this process may run on (1 when the OS cannot say): the worker

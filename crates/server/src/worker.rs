@@ -258,6 +258,12 @@ impl Worker {
                 }
             };
             let shared = &self.host.shared;
+            if shared.draining.load(Ordering::Acquire) {
+                // Shutting down: say so, so a load balancer retries elsewhere.
+                self.host.stats().rejected(Rejected::Draining);
+                self.refuse(&mut stream, "shutting down");
+                continue;
+            }
             let open = shared.open_connections.fetch_add(1, Ordering::AcqRel);
             if open >= shared.node.config.limits.max_connections {
                 shared.open_connections.fetch_sub(1, Ordering::AcqRel);
@@ -526,17 +532,17 @@ impl Worker {
 
     /// One step of draining. Returns true when the worker may exit.
     fn drain_step(&mut self) -> bool {
+        // The listeners stay open until the worker exits: connections that
+        // arrive meanwhile get a 503 (counted as `draining`) instead of a reset.
         let since = *self.draining_since.get_or_insert_with(Instant::now);
-        for l in [self.listener.take(), self.metrics_listener.take()]
-            .into_iter()
-            .flatten()
-        {
-            let mut l = l;
-            let _ = self.poll.registry().deregister(&mut l);
-        }
         let overdue = since.elapsed() >= DRAIN_LIMIT;
         for slot in self.conns.slots() {
             if let Some(mut c) = self.conns.take(slot) {
+                // Bytes already in the socket are a request in flight, not idleness.
+                if c.core.wants_read() && !self.read(&mut c) {
+                    self.close(slot, c);
+                    continue;
+                }
                 c.core.drain(overdue, &mut cx!(self));
                 self.settle(slot, c);
             }

@@ -199,3 +199,64 @@ fn promtool_accepts_the_exposition() {
     );
     s.shutdown().unwrap();
 }
+
+#[test]
+fn metrics_can_need_a_bearer_token() {
+    let mut c = config();
+    c.auth.metrics_tokens = vec!["scrape-me".into()];
+    let s = start(c);
+    let a = s.addr();
+    let r = get(a, "/metrics");
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+    let (r, _) = raw(
+        a,
+        b"GET /metrics HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer scrape-me\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    let text = r.text();
+    assert!(text.contains("pollbox_arena_replacements_total "), "{text}");
+    assert!(
+        text.contains("pollbox_http_requests_total{route=\"metrics\",code=\"401\"} 1"),
+        "{text}"
+    );
+    assert_eq!(get(a, "/healthz").status, 200, "only /metrics needs it");
+    s.shutdown().unwrap();
+}
+
+#[test]
+fn connections_during_shutdown_get_503_and_count_as_draining() {
+    // One worker: a worker with nothing in flight exits (and closes its share of
+    // the port) at once, so with several the new connection could meet a closed one.
+    let mut c = config();
+    c.server.workers = 1;
+    let s = start(c);
+    let a = s.addr();
+    let shared = s.shared().clone();
+    // A request in flight keeps the drain going (it may finish).
+    let mut busy = Reader::new(connect(a));
+    busy.send(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(busy.read(false).status, 200, "accepted and served");
+    busy.send(b"GET /healthz HTTP/1.1\r\n");
+    let stopping = std::thread::spawn(move || s.shutdown());
+    while !shared.draining.load(std::sync::atomic::Ordering::Acquire) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let (r, mut rest) = raw(a, b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r.status, 503);
+    assert!(r.text().contains("shutting down"), "{}", r.text());
+    assert!(rest.closed());
+    let rejected: u64 = shared
+        .stats
+        .iter()
+        .map(|st| st.rejected_total(pollbox_server::stats::Rejected::Draining))
+        .sum();
+    assert_eq!(rejected, 1);
+    // The request in flight is answered (with Connection: close), then the
+    // server stops.
+    busy.send(b"Host: t\r\n\r\n");
+    let r = busy.read(false);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("connection"), Some("close"));
+    stopping.join().unwrap().unwrap();
+}

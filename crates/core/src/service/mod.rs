@@ -44,16 +44,20 @@ pub struct Node {
     pub plan: Arc<Plan>,
     pub boxes: BoxTable,
     pub tokens: Tokens,
+    /// Bearer tokens for `/metrics` (none: open).
+    pub metrics_tokens: Tokens,
 }
 
 impl Node {
     pub fn new(config: Config, plan: Arc<Plan>, boxes: BoxTable) -> Node {
         let tokens = Tokens::new(&config.auth.ingest_tokens);
+        let metrics_tokens = Tokens::new(&config.auth.metrics_tokens);
         Node {
             config,
             plan,
             boxes,
             tokens,
+            metrics_tokens,
         }
     }
 }
@@ -228,6 +232,10 @@ impl Service {
                 self.ingest(frame, buf, KeySource::Body, keep_alive, out, host)
             }
             Route::Metrics => {
+                let given = frame.authorization.clone().map(|r| &buf[r]);
+                if !self.node.metrics_tokens.allow(given) {
+                    return self.unauthorized(frame, RouteLabel::Metrics, keep_alive, out, host);
+                }
                 self.body.clear();
                 host.render_metrics(&mut self.body);
                 let a = plain(RouteLabel::Metrics, 200, METRICS_CONTENT_TYPE);
