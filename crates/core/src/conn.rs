@@ -24,8 +24,11 @@
 //! - a parked long-poll holds back the requests pipelined behind it, and they are
 //!   answered in order once it is answered;
 //! - a framing error is answered, then the connection closes (the next request
-//!   boundary is unknown); so is an HTTP/1.1 request without exactly one `Host`;
-//!   a request that times out gets 408 and the write side is shut down.
+//!   boundary is unknown); so is an HTTP/1.1 request without exactly one `Host`,
+//!   and a request that times out gets 408. Such a close lingers (SPEC §5): the
+//!   answer is sent, the write side shut down, and what the client still sends
+//!   is read and dropped for up to [`LINGER_MS`] and [`LINGER_BYTES`], so the
+//!   client reads the answer instead of a reset.
 
 use crate::buffers::{Buffers, SendQueue};
 use crate::http::{Frame, Framer, FramerState, HttpError, Limits, Progress, Version, CONTINUE};
@@ -33,6 +36,12 @@ use crate::service::{Host, Listener, Reply, RouteLabel, Service};
 
 /// A connection with this many unsent bytes is not read until it drains.
 pub const SEND_BACKPRESSURE: usize = 256 * 1024;
+/// After an error answer, how long the unread input of a client still sending
+/// is drained (from the answer on), and how much of it at most: long enough for
+/// the client to read the answer instead of a reset, short enough that a client
+/// that never stops sending is cut off (nginx's `lingering_close`).
+pub const LINGER_MS: u64 = 2_000;
+pub const LINGER_BYTES: usize = 1 << 20;
 /// Room past the largest request a read buffer may have (a read fills it).
 const READ_SLACK: usize = 64 * 1024;
 
@@ -50,6 +59,10 @@ pub struct Ctx<'a, H: Host> {
 pub enum Closing {
     /// Once the queued answers are sent.
     AfterSend,
+    /// After an error answer: once it is sent, the write side is shut down and
+    /// what the client still sends is read and dropped, until it closes its side,
+    /// `left` more bytes came, or `until_ms` (then [`Closing::Now`]).
+    Linger { until_ms: u64, left: usize },
     /// Now: what the socket takes at once is sent, then the write side is shut
     /// down (a timeout, a client that does not read, shutdown overdue).
     Now,
@@ -106,9 +119,14 @@ impl Connection {
         &mut self.sendq
     }
 
-    /// Whether the server should read from the socket now.
+    /// Whether the server should read from the socket now (lingering: to drop
+    /// what the client still sends).
     pub fn wants_read(&self) -> bool {
-        self.closing.is_none() && self.parked.is_none() && self.sendq.pending() < SEND_BACKPRESSURE
+        match self.closing {
+            None => self.parked.is_none() && self.sendq.pending() < SEND_BACKPRESSURE,
+            Some(Closing::Linger { .. }) => self.sendq.is_empty(),
+            Some(_) => false,
+        }
     }
 
     /// Where to read the next bytes into, or `None` when the connection must not
@@ -122,15 +140,18 @@ impl Connection {
         if self.rbuf.is_empty() {
             self.rbuf = cx.buffers.read.take();
         }
+        if matches!(self.closing, Some(Closing::Linger { .. })) {
+            // Read to drop: the whole buffer, every time.
+            self.rstart = 0;
+            self.rend = 0;
+            return Some(&mut self.rbuf[..]);
+        }
         if self.rend == self.rbuf.len() && !self.make_room(cx.service) {
             let e = match self.framer.state() {
                 FramerState::Body => HttpError::BodyTooLarge,
                 _ => HttpError::HeadTooLarge,
             };
-            self.sendq.append(&mut cx.buffers.send, |out| {
-                cx.service.refuse(e, out, cx.host)
-            });
-            self.closing = Some(Closing::AfterSend);
+            self.refuse(e, cx);
             return None;
         }
         Some(&mut self.rbuf[self.rend..])
@@ -139,21 +160,37 @@ impl Connection {
     /// `n` bytes were read into the [`Connection::read_buffer`]: answer every
     /// complete request among them.
     pub fn received<H: Host>(&mut self, n: usize, cx: &mut Ctx<'_, H>) {
+        if let Some(Closing::Linger { until_ms, left }) = self.closing {
+            // Dropped; past the bound the client is cut off.
+            let left = left.saturating_sub(n);
+            self.closing = Some(if left == 0 {
+                Closing::Now
+            } else {
+                Closing::Linger { until_ms, left }
+            });
+            return;
+        }
         self.rend += n;
         self.serve(cx);
     }
 
     /// The peer closed its side: answer what was received, then close.
     pub fn eof<H: Host>(&mut self, cx: &mut Ctx<'_, H>) {
+        if matches!(self.closing, Some(Closing::Linger { .. })) {
+            // It read the answer and went away: nothing more to wait for.
+            self.closing = Some(Closing::Now);
+            return;
+        }
         self.serve(cx);
         self.closing.get_or_insert(Closing::AfterSend);
     }
 
     /// When the server must call [`Connection::on_timer`] (ms on the worker clock).
     pub fn deadline(&self) -> u64 {
-        match &self.parked {
-            Some(p) => p.deadline_ms,
-            None => self.deadline_ms,
+        match (&self.parked, self.closing) {
+            (Some(p), _) => p.deadline_ms,
+            (None, Some(Closing::Linger { until_ms, .. })) => until_ms,
+            (None, _) => self.deadline_ms,
         }
     }
 
@@ -170,13 +207,16 @@ impl Connection {
             && self.rend > self.rstart
             && self.framer.state() != FramerState::Idle
         {
-            // A request started and did not finish in time.
+            // A request started and did not finish in time: 408, and the client,
+            // which may still be sending, gets to read it.
             self.sendq.append(&mut cx.buffers.send, |out| {
                 cx.service
                     .closing_error(408, "request timeout", out, cx.host)
             });
+            self.linger(cx.now_ms);
+            return;
         }
-        // Idle, a timed-out request, or a client that does not read its answers.
+        // Idle, a linger that ran out, or a client that does not read its answers.
         self.closing = Some(Closing::Now);
     }
 
@@ -232,13 +272,19 @@ impl Connection {
         match self.closing {
             Some(Closing::AfterSend) => self.sendq.is_empty(),
             Some(Closing::Now) => true,
-            None => false,
+            Some(Closing::Linger { .. }) | None => false,
         }
     }
 
-    /// Whether the write side is shut down before the close.
+    /// Whether the server should shut the write side down now (once): before a
+    /// close for [`Closing::Now`], and once a lingering connection's answer is
+    /// sent, so the client reads it and then the end of the stream.
     pub fn shuts_down_write(&self) -> bool {
-        self.closing == Some(Closing::Now)
+        match self.closing {
+            Some(Closing::Now) => true,
+            Some(Closing::Linger { .. }) => self.sendq.is_empty(),
+            _ => false,
+        }
     }
 
     pub fn closing(&self) -> Option<Closing> {
@@ -284,7 +330,7 @@ impl Connection {
                     if let Some(e) = host_error(&frame) {
                         self.sendq
                             .append(&mut buffers.send, |out| service.refuse(e, out, *host));
-                        self.closing = Some(Closing::AfterSend);
+                        self.linger(cx.now_ms);
                         break;
                     }
                     let keep_alive = frame.keep_alive && !host.draining();
@@ -307,7 +353,7 @@ impl Connection {
                 Err(e) => {
                     self.sendq
                         .append(&mut buffers.send, |out| service.refuse(e, out, *host));
-                    self.closing = Some(Closing::AfterSend);
+                    self.linger(cx.now_ms);
                 }
             }
         }
@@ -315,6 +361,21 @@ impl Connection {
             self.give_back_rbuf(cx.buffers);
         }
         self.update_deadline(cx);
+    }
+
+    /// Answer `e` (the request cannot be read further), then linger.
+    fn refuse<H: Host>(&mut self, e: HttpError, cx: &mut Ctx<'_, H>) {
+        self.sendq.append(&mut cx.buffers.send, |out| {
+            cx.service.refuse(e, out, cx.host)
+        });
+        self.linger(cx.now_ms);
+    }
+
+    fn linger(&mut self, now_ms: u64) {
+        self.closing = Some(Closing::Linger {
+            until_ms: now_ms + LINGER_MS,
+            left: LINGER_BYTES,
+        });
     }
 
     fn next_request(&mut self, consumed: usize) {

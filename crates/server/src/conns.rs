@@ -24,6 +24,8 @@ pub struct Conn {
     pub registered: Option<u64>,
     /// Its answers wait for the end of the loop turn (batched writes).
     pub queued: bool,
+    /// Its write side was shut down (lingering, or closing).
+    pub write_shut: bool,
     /// Buffer bytes this connection adds to the worker's totals (read, send).
     pub accounted: (usize, usize),
 }
@@ -40,6 +42,7 @@ impl Conn {
             peer_hup: false,
             registered: None,
             queued: false,
+            write_shut: false,
             accounted: (0, 0),
         }
     }

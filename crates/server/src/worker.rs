@@ -337,10 +337,19 @@ impl Worker {
                 break;
             }
         }
-        if c.core.finished() {
-            if c.core.shuts_down_write() {
-                let _ = c.stream.shutdown(std::net::Shutdown::Write);
+        if c.core.shuts_down_write() && !c.write_shut {
+            // The answer is out (or the connection ends now): the client reads
+            // it, then the end of the stream.
+            let _ = c.stream.shutdown(std::net::Shutdown::Write);
+            c.write_shut = true;
+            if c.core.wants_read() {
+                // Lingering: drop what the client still sends, which may already
+                // be in the socket (no edge will announce it).
+                c.unread = true;
+                return self.settle(slot, c);
             }
+        }
+        if c.core.finished() {
             return self.close(slot, c);
         }
         let deadline = c.core.deadline();

@@ -246,3 +246,54 @@ fn http11_without_exactly_one_host_is_400_and_closed() {
     assert_eq!(r.status, 200, "HTTP/1.0 may omit Host");
     s.shutdown().unwrap();
 }
+
+/// SPEC §5: an error answer to a client that is still sending is written, the
+/// write side shut down, and the unread input drained (bounded) before the
+/// close, so the client reads the answer and then the end of the stream, not a
+/// reset; a client that never stops sending is cut off at the bound.
+#[test]
+fn error_answers_linger_so_the_client_reads_them() {
+    use std::io::{Read, Write};
+    let s = start(config());
+    let a = s.addr();
+    let mut c = connect(a);
+    // 2 MiB announced (over max_body_bytes): 413 at once, while 256 KiB of the
+    // body is already on its way.
+    c.write_all(b"POST /v1/boxes/big HTTP/1.1\r\nHost: t\r\nContent-Length: 2097152\r\n\r\n")
+        .unwrap();
+    c.write_all(&vec![b'x'; 256 << 10]).unwrap();
+    let mut got = Vec::new();
+    let end = c.read_to_end(&mut got);
+    assert!(
+        end.is_ok(),
+        "a reset instead of the end of the stream: {end:?}"
+    );
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(text.contains("Connection: close"), "{text}");
+
+    // The server is still reading what comes (dropping it) up to the bound;
+    // past it the client is cut off.
+    let chunk = vec![b'y'; 64 << 10];
+    let mut sent = 256usize << 10;
+    let cut = loop {
+        match c.write(&chunk) {
+            Ok(n) => sent += n,
+            Err(e) => break e,
+        }
+        assert!(sent < 64 << 20, "never cut off ({sent} bytes)");
+    };
+    assert!(
+        matches!(
+            cut.kind(),
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+        ),
+        "{cut:?}"
+    );
+    assert!(
+        sent >= pollbox_core::conn::LINGER_BYTES,
+        "cut off before the bound: {sent}"
+    );
+    assert_eq!(get(a, "/healthz").status, 200);
+    s.shutdown().unwrap();
+}

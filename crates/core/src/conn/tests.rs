@@ -227,12 +227,25 @@ fn a_stalled_head_gets_408_and_the_write_side_shut() {
     assert!(!c.finished(), "not before the deadline");
     r.now_ms = c.deadline();
     c.on_timer(&mut r.cx());
-    assert!(c.finished() && c.shuts_down_write());
+    assert!(!c.shuts_down_write(), "not before the 408 is sent");
     let out = r.sent(&mut c);
     assert!(
         out.starts_with("HTTP/1.1 408") && out.contains("Connection: close"),
         "{out}"
     );
+    assert_lingers(&mut r, &mut c);
+}
+
+/// After an error answer has been sent: the write side is shut, what the client
+/// still sends is read and dropped, and its EOF ends the connection.
+fn assert_lingers(r: &mut Rig, c: &mut Connection) {
+    assert!(c.shuts_down_write() && !c.finished(), "{:?}", c.closing());
+    assert!(c.wants_read(), "input is drained");
+    r.feed(c, b"more of the body the client was still sending");
+    assert!(!c.finished());
+    assert_eq!(r.sent(c), "", "dropped, not answered");
+    c.eof(&mut r.cx());
+    assert!(c.finished(), "the client read the answer and closed");
 }
 
 #[test]
@@ -270,7 +283,7 @@ fn framing_errors_are_answered_then_close() {
         "nothing after the error is answered"
     );
     assert!(out.contains("two different Content-Length values"), "{out}");
-    assert!(c.finished());
+    assert_lingers(&mut r, &mut c);
 }
 
 #[test]
@@ -300,7 +313,7 @@ fn a_request_larger_than_any_buffer_is_refused() {
     assert!(refused);
     let out = r.sent(&mut c);
     assert_eq!(statuses(&out), ["431"], "{out}");
-    assert!(c.finished());
+    assert_lingers(&mut r, &mut c);
 }
 
 #[test]
@@ -529,7 +542,8 @@ fn http11_needs_exactly_one_host() {
             out.starts_with("HTTP/1.1 400") && out.contains(want),
             "{out}"
         );
-        assert!(out.contains("Connection: close") && c.finished(), "{out}");
+        assert!(out.contains("Connection: close"), "{out}");
+        assert_lingers(&mut r, &mut c);
     }
     let mut c = r.conn();
     r.feed(&mut c, b"GET /healthz HTTP/1.0\r\n\r\n");
@@ -537,4 +551,33 @@ fn http11_needs_exactly_one_host() {
         r.sent(&mut c).starts_with("HTTP/1.1 200"),
         "HTTP/1.0 may omit it"
     );
+}
+
+#[test]
+fn a_linger_is_bounded_in_bytes_and_in_time() {
+    let mut r = rig();
+    let mut c = r.conn();
+    r.feed(&mut c, b"GET /healthz HTTP/1.1\r\n\r\n");
+    assert!(r.sent(&mut c).starts_with("HTTP/1.1 400"));
+    assert_eq!(c.deadline(), r.now_ms + LINGER_MS);
+    // A client that never stops sending is cut off after LINGER_BYTES.
+    let mut fed = 0;
+    while !c.finished() {
+        let mut cx = r.cx();
+        let buf = c.read_buffer(&mut cx).expect("draining");
+        let n = buf.len();
+        c.received(n, &mut cx);
+        fed += n;
+        assert!(fed <= LINGER_BYTES + crate::buffers::READ_BUF, "unbounded");
+    }
+    assert!(fed >= LINGER_BYTES);
+
+    // One that sends slowly is cut off at the deadline.
+    let mut c = r.conn();
+    r.feed(&mut c, b"GET /healthz HTTP/1.1\r\n\r\n");
+    r.sent(&mut c);
+    r.feed(&mut c, b"x");
+    r.now_ms = c.deadline();
+    c.on_timer(&mut r.cx());
+    assert!(c.finished());
 }
