@@ -85,6 +85,7 @@ pub(crate) fn check_dir(path: &Path) -> Result<(), StartError> {
 /// The snapshot thread: save every `snapshot.interval_s` until `stop` is set
 /// (the final snapshot is [`crate::Server::shutdown`]'s).
 pub(crate) fn writer_loop(shared: Arc<Shared>, stop: Arc<(Mutex<bool>, Condvar)>, path: PathBuf) {
+    lower_priority();
     let every = Duration::from_secs(shared.node.config.snapshot.interval_s);
     let (lock, cv) = &*stop;
     let Ok(mut stopped) = lock.lock() else {
@@ -111,9 +112,40 @@ pub(crate) fn writer_loop(shared: Arc<Shared>, stop: Arc<(Mutex<bool>, Condvar)>
     }
 }
 
+/// The snapshot thread runs at nice 19: on a core it shares with a worker, it
+/// gets what the worker leaves. (Not SCHED_IDLE: the walk holds a shard's read
+/// lock for a few copies at a time, and a thread that may never be scheduled
+/// again while holding it would stall every box creation in that shard.)
+fn lower_priority() {
+    // SAFETY: gettid takes no arguments and cannot fail; setpriority with
+    // PRIO_PROCESS and a thread id changes only that thread's nice value (Linux).
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) };
+    if r != 0 {
+        eprintln!(
+            "pollbox: snapshot thread keeps its priority ({})",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_snapshot_thread_runs_at_nice_19() {
+        let nice = std::thread::spawn(|| {
+            lower_priority();
+            // SAFETY: as in lower_priority; getpriority only reads.
+            unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+        })
+        .join()
+        .unwrap();
+        assert_eq!(nice, 19);
+        // SAFETY: as above.
+        let mine = unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) };
+        assert_ne!(mine, 19, "only the snapshot thread");
+    }
     use pollbox_core::plan::Value;
 
     fn scratch_dir(name: &str) -> PathBuf {

@@ -75,6 +75,8 @@ pub const SHARDS: usize = 256;
 const SHARD_SHIFT: u32 = 40;
 /// Slots per chunk: a chunk is 2 KiB, at most one per shard is partly used.
 const CHUNK: usize = 64;
+/// Records [`BoxTable::for_each`] copies under one hold of a shard's lock.
+pub const WALK_BATCH: usize = 64;
 
 /// One box: the lock around its record.
 type Slot = RwLock<Box<[u8]>>;
@@ -279,34 +281,55 @@ impl BoxTable {
     }
 
     /// Call `f(key, version, state)` for every box (snapshots). Each box is
-    /// seen whole (its lock is held while its state is read), but boxes
-    /// created or updated during the walk may or may not be seen. `f` runs
-    /// under the shard's read lock: keep it short (it delays box creation in
-    /// that shard, never polls or updates).
+    /// seen whole (its lock is held while its record is copied), but boxes
+    /// created or updated during the walk may or may not be seen.
+    ///
+    /// `f` runs with no lock held: the records of up to [`WALK_BATCH`] slots are
+    /// copied under the shard's read lock, the lock is let go, and only then are
+    /// they decoded and handed to `f` (which writes a file). A shard lock is so
+    /// held for the time of a few small copies, never for a write: a box
+    /// creation (shard write lock), and the polls that queue behind it in std's
+    /// RwLock, never wait on the disk.
     pub fn for_each(&self, mut f: impl FnMut(&str, u64, &[FieldState])) {
         let n = self.plan.fields.len();
         let mut states: Vec<FieldState> = Vec::with_capacity(n);
         let mut key = String::new();
+        let mut copied: Vec<u8> = Vec::with_capacity(WALK_BATCH * 128);
+        let mut ends: Vec<usize> = Vec::with_capacity(WALK_BATCH);
         for shard in self.shards.iter() {
-            let table = read(&shard.table);
-            for i in 0..table.index.len() {
-                let Some(slot) = u32::try_from(i).ok().and_then(|i| table.slot(i)) else {
-                    continue;
-                };
-                let version = {
-                    let record = read(slot);
+            let mut next = 0usize;
+            loop {
+                copied.clear();
+                ends.clear();
+                {
+                    let table = read(&shard.table);
+                    let stop = table.index.len().min(next + WALK_BATCH);
+                    for i in next..stop {
+                        if let Some(slot) = u32::try_from(i).ok().and_then(|i| table.slot(i)) {
+                            copied.extend_from_slice(&read(slot));
+                            ends.push(copied.len());
+                        }
+                    }
+                    next = stop;
+                    if ends.is_empty() && stop == table.index.len() {
+                        break;
+                    }
+                }
+                let mut start = 0;
+                for &end in &ends {
+                    let record = &copied[start..end];
+                    start = end;
                     states.clear();
                     states.extend(
-                        codec::Decoder::new(record::state(&record))
+                        codec::Decoder::new(record::state(record))
                             .take(n)
                             .map(FieldView::to_state),
                     );
                     key.clear();
                     // Keys are stored from a `&str`.
-                    key.push_str(std::str::from_utf8(record::key(&record)).unwrap_or_default());
-                    record::version(&record)
-                };
-                f(&key, version, &states);
+                    key.push_str(std::str::from_utf8(record::key(record)).unwrap_or_default());
+                    f(&key, record::version(record), &states);
+                }
             }
         }
     }
@@ -568,6 +591,40 @@ mod tests {
 
     pub(super) fn f(v: f64) -> Option<Value<'static>> {
         Some(Value::F64(v))
+    }
+
+    #[test]
+    fn for_each_calls_back_with_no_lock_held() {
+        // The callback creates boxes (shard write locks) in every shard: were it
+        // called under a shard's read lock, the thread would deadlock on itself.
+        let t = Arc::new(BoxTable::new(Arc::new(Plan::default_plan())));
+        for k in 0..3 * WALK_BATCH * SHARDS / 64 {
+            apply(&t, &format!("seed-{k}"), &[i(1), i(1), None, None]).unwrap();
+        }
+        let (done, finished) = std::sync::mpsc::channel();
+        let walker = t.clone();
+        std::thread::spawn(move || {
+            let mut seen = 0;
+            let mut created = 0;
+            walker.for_each(|key, version, _| {
+                assert!(key.starts_with("seed-") || key.starts_with("new-"));
+                assert!(version >= 1);
+                seen += 1;
+                if created < 1000 {
+                    let k = format!("new-{created}");
+                    created += 1;
+                    apply(&walker, &k, &[i(1), i(1), None, None]).unwrap();
+                }
+            });
+            let _ = done.send(seen);
+        });
+        let seen = finished
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("for_each deadlocked: its callback ran under a shard lock");
+        assert!(
+            seen >= 3 * WALK_BATCH * SHARDS / 64,
+            "every seeded box is seen"
+        );
     }
 
     #[test]

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Polls while snapshots are written (issue 16, item 1): 1,000,000 boxes, polls
+# at 20 k/s open-loop, p50/p90/p99/p99.9 with `snapshot.interval_s = 2` against
+# the same server without snapshots. The server (and its snapshot thread) is
+# pinned to core 0, the generator to core 1; the two modes alternate.
+#
+#   benches/snapshot/run.sh            # prints a table, raw JSON in $SNAP_WORK
+#
+# Knobs: SNAP_KEYS (1000000), SNAP_RATE (20000), SNAP_DURATION (s, 20),
+# SNAP_REPS (runs per mode, 3), SNAP_BIN (pollbox binary; default: build release),
+# SNAP_WORK (raw data folder).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+KEYS=${SNAP_KEYS:-1000000}
+RATE=${SNAP_RATE:-20000}
+DUR=${SNAP_DURATION:-20}
+REPS=${SNAP_REPS:-3}
+WORK=${SNAP_WORK:-$(mktemp -d /tmp/pollbox-snap.XXXXXX)}
+mkdir -p "$WORK"
+if [[ -z ${SNAP_BIN:-} ]]; then
+    cargo build --release -q -p pollbox
+    SNAP_BIN=target/release/pollbox
+fi
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+run() {
+    local mode=$1 rep=$2 port cfg pid
+    port=$(free_port)
+    cfg=$WORK/$mode.toml
+    rm -f "$WORK/boxes.snap"
+    if [[ $mode == snapshots ]]; then
+        printf '[snapshot]\npath = "%s"\ninterval_s = 2\n' "$WORK/boxes.snap" >"$cfg"
+    else
+        : >"$cfg"
+    fi
+    taskset -c 0 "$SNAP_BIN" serve --config "$cfg" --listen "127.0.0.1:$port" --workers 1 \
+        2>"$WORK/$mode-$rep.log" &
+    pid=$!
+    for _ in $(seq 100); do
+        curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && break
+        sleep 0.1
+    done
+    # 1,000,000 boxes, then let a snapshot or two happen before measuring.
+    taskset -c 1 "$SNAP_BIN" load --url "http://127.0.0.1:$port" --preseed --keys "$KEYS" \
+        --mix poll:100 --duration 1s --quiet >/dev/null
+    sleep 3
+    taskset -c 1 "$SNAP_BIN" load --url "http://127.0.0.1:$port" --keys "$KEYS" --mix poll:100 \
+        --rate "$RATE" --connections 32 --duration "${DUR}s" --quiet \
+        --json "$WORK/$mode-$rep.json" >/dev/null
+    local snaps
+    snaps=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^pollbox_snapshots_total / {print $2}')
+    echo "$mode $rep snapshots_ok=${snaps:-?}" >>"$WORK/snapshots.txt"
+    kill -INT "$pid"
+    wait "$pid" || true
+}
+
+echo "pollbox snapshot stall: $KEYS boxes, polls at $RATE/s for ${DUR}s, $REPS runs per mode, $(uptime)"
+for rep in $(seq "$REPS"); do
+    run none "$rep"
+    run snapshots "$rep"
+done
+python3 - "$WORK" "$REPS" <<'PY'
+import json, sys, statistics
+work, reps = sys.argv[1], int(sys.argv[2])
+print(f"{'mode':<10} {'run':>3} {'req/s':>9} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} {'errors':>6}")
+med = {}
+for mode in ("none", "snapshots"):
+    rows = []
+    for rep in range(1, reps + 1):
+        j = json.load(open(f"{work}/{mode}-{rep}.json"))
+        l = j["latency_ms"]
+        rows.append(l)
+        print(f"{mode:<10} {rep:>3} {j['achieved_rate']:>9.0f} {l['p50']:>8.3f} {l['p90']:>8.3f} {l['p99']:>8.3f} {l['p999']:>9.3f} {j['errors_total']:>6}")
+    med[mode] = {q: statistics.median(r[q] for r in rows) for q in ("p50", "p90", "p99", "p999")}
+for q in ("p50", "p90", "p99", "p999"):
+    print(f"median {q}: none {med['none'][q]:.3f} ms, snapshots {med['snapshots'][q]:.3f} ms, ratio {med['snapshots'][q] / med['none'][q]:.2f}x")
+PY
+cat "$WORK/snapshots.txt"
+echo "raw data: $WORK"
