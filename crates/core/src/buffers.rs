@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 /// Send buffers are started at this capacity and kept up to [`MAX_POOLED`].
 pub const BUFFER_CAPACITY: usize = 16 * 1024;
 /// A buffer that grew past this is dropped instead of pooled.
-const MAX_POOLED: usize = 256 * 1024;
+const MAX_POOLED: usize = 64 * 1024;
 /// A response is appended to the tail buffer while it stays under this size.
 const APPEND_LIMIT: usize = 64 * 1024;
 /// Read buffers are this size (larger for large bodies). A connection holds one
@@ -22,8 +22,9 @@ const APPEND_LIMIT: usize = 64 * 1024;
 pub const READ_BUF: usize = 16 * 1024;
 /// Most idle read buffers a worker keeps.
 const READ_POOL_MAX: usize = 256;
-/// Most idle send buffers a worker keeps.
-const SEND_POOL_MAX: usize = 1024;
+/// Most idle send buffers a worker keeps (with [`MAX_POOLED`]: at most 16 MiB
+/// idle per worker, usually 256 × 16 KiB).
+const SEND_POOL_MAX: usize = 256;
 
 /// Per-worker free list of byte buffers.
 pub struct BufferPool {
@@ -88,24 +89,85 @@ impl ReadPool {
     }
 }
 
-/// The pools of one worker.
+/// The pools of one worker, and its share of `max_buffered_bytes` for the read
+/// buffers its connections hold.
+///
+/// Every read buffer a connection holds is handed out here and counted until
+/// it comes back ([`Buffers::read_held`]). A connection gets its first buffer
+/// while the count is under the budget; a buffer grows (a large body) only while
+/// the count stays under the budget less a reserve of an eighth, so that when
+/// bodies fill the budget, connections with ordinary requests still get a
+/// buffer. A connection refused either waits, unread, and is tried again
+/// ([`crate::conn::Connection::starved`]).
 pub struct Buffers {
     pub send: BufferPool,
-    pub read: ReadPool,
+    read: ReadPool,
+    read_held: usize,
+    budget: usize,
 }
 
 impl Default for Buffers {
+    /// No budget (tests, tools).
     fn default() -> Self {
+        Buffers::new(usize::MAX)
+    }
+}
+
+impl Buffers {
+    /// `budget`: the bytes of read buffers this worker's connections may hold.
+    pub fn new(budget: usize) -> Buffers {
         Buffers {
             send: BufferPool::new(SEND_POOL_MAX),
             read: ReadPool {
                 free: Vec::with_capacity(READ_POOL_MAX),
             },
+            read_held: 0,
+            budget,
         }
     }
-}
 
-impl Buffers {
+    /// A standard read buffer, unless the connections' read buffers are at the
+    /// budget.
+    pub fn take_read(&mut self) -> Option<Vec<u8>> {
+        if self.read_held.saturating_add(READ_BUF) > self.budget {
+            return None;
+        }
+        self.read_held += READ_BUF;
+        Some(self.read.take())
+    }
+
+    /// Whether a read buffer may grow by `extra` bytes (and count them if so).
+    pub fn grow_read(&mut self, extra: usize) -> bool {
+        let limit = self.budget - self.budget / 8;
+        if self.read_held.saturating_add(extra) > limit {
+            return false;
+        }
+        self.read_held += extra;
+        true
+    }
+
+    /// Count a read-side buffer a connection made itself (`n` bytes), to be
+    /// given back with [`Buffers::put_read`].
+    pub fn hold_read(&mut self, n: usize) {
+        self.read_held += n;
+    }
+
+    /// A read buffer comes back (any size; standard ones are pooled).
+    pub fn put_read(&mut self, b: Vec<u8>) {
+        self.read_held = self.read_held.saturating_sub(b.len());
+        self.read.put(b);
+    }
+
+    /// Bytes of read buffers the connections hold now.
+    pub fn read_held(&self) -> usize {
+        self.read_held
+    }
+
+    /// The read-side budget.
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
     /// Bytes held by idle buffers of both pools (and the pools' own lists).
     pub fn pooled_bytes(&self) -> usize {
         self.send.pooled_bytes()
@@ -269,10 +331,29 @@ mod tests {
     #[test]
     fn read_pool_keeps_only_standard_buffers() {
         let mut b = Buffers::default();
-        let r = b.read.take();
+        let r = b.take_read().unwrap();
         assert_eq!(r.len(), READ_BUF);
-        b.read.put(r);
-        b.read.put(vec![0; READ_BUF * 2]);
+        b.put_read(r);
+        b.hold_read(READ_BUF * 2);
+        b.put_read(vec![0; READ_BUF * 2]);
         assert_eq!(b.read.pooled_bytes(), READ_BUF);
+        assert_eq!(b.read_held(), 0);
+    }
+
+    #[test]
+    fn read_buffers_stay_within_the_budget_and_growth_leaves_a_reserve() {
+        let mut b = Buffers::new(8 * READ_BUF);
+        let mut held: Vec<Vec<u8>> = (0..4).map(|_| b.take_read().unwrap()).collect();
+        // Growth stops at 7/8 of the budget...
+        assert!(b.grow_read(5 * READ_BUF / 2));
+        assert!(!b.grow_read(READ_BUF), "the reserve is for first buffers");
+        // ...first buffers at the budget itself.
+        held.push(b.take_read().unwrap());
+        assert!(b.take_read().is_none());
+        assert_eq!(b.read_held(), 8 * READ_BUF - READ_BUF / 2);
+        for r in held {
+            b.put_read(r);
+        }
+        assert_eq!(b.read_held(), 5 * READ_BUF / 2);
     }
 }

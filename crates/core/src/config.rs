@@ -66,6 +66,8 @@ pub struct LimitsConfig {
     pub idle_timeout_ms: u64,
     pub max_wait_ms: u64,
     pub arena_limit_bytes: usize,
+    /// All connections' buffers together (read buffers, send queues).
+    pub max_buffered_bytes: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -155,6 +157,7 @@ impl Default for LimitsConfig {
             idle_timeout_ms: 60_000,
             max_wait_ms: 30_000,
             arena_limit_bytes: 67_108_864,
+            max_buffered_bytes: 268_435_456,
         }
     }
 }
@@ -298,12 +301,23 @@ impl Config {
                 "must be at least 65536",
             ));
         }
-        for (i, t) in self.auth.ingest_tokens.iter().enumerate() {
-            if t.is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()) {
-                return Err(invalid(
-                    format!("auth.ingest_tokens[{i}]"),
-                    "a token must be non-empty visible ASCII",
-                ));
+        if l.max_buffered_bytes < 1 << 20 {
+            return Err(invalid(
+                "limits.max_buffered_bytes",
+                "must be at least 1048576",
+            ));
+        }
+        for (name, tokens) in [
+            ("ingest_tokens", &self.auth.ingest_tokens),
+            ("metrics_tokens", &self.auth.metrics_tokens),
+        ] {
+            for (i, t) in tokens.iter().enumerate() {
+                if t.is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()) {
+                    return Err(invalid(
+                        format!("auth.{name}[{i}]"),
+                        "a token must be non-empty visible ASCII",
+                    ));
+                }
             }
         }
         let b = &self.boxes;

@@ -94,6 +94,8 @@ pub struct Connection {
     partial_seen: usize,
     parked: Option<Parked>,
     closing: Option<Closing>,
+    /// The last read wanted a buffer the worker's budget did not allow.
+    starved: bool,
 }
 
 impl Connection {
@@ -111,6 +113,7 @@ impl Connection {
             partial_seen: 0,
             parked: None,
             closing: None,
+            starved: false,
         }
     }
 
@@ -134,11 +137,18 @@ impl Connection {
     /// does not fit in any buffer allowed (it is then answered 413/431 and the
     /// connection closes).
     pub fn read_buffer<H: Host>(&mut self, cx: &mut Ctx<'_, H>) -> Option<&mut [u8]> {
+        self.starved = false;
         if !self.wants_read() {
             return None;
         }
         if self.rbuf.is_empty() {
-            self.rbuf = cx.buffers.read.take();
+            match cx.buffers.take_read() {
+                Some(b) => self.rbuf = b,
+                None => {
+                    self.starved = true;
+                    return None;
+                }
+            }
         }
         if matches!(self.closing, Some(Closing::Linger { .. })) {
             // Read to drop: the whole buffer, every time.
@@ -146,13 +156,22 @@ impl Connection {
             self.rend = 0;
             return Some(&mut self.rbuf[..]);
         }
-        if self.rend == self.rbuf.len() && !self.make_room(cx.service) {
-            let e = match self.framer.state() {
-                FramerState::Body => HttpError::BodyTooLarge,
-                _ => HttpError::HeadTooLarge,
-            };
-            self.refuse(e, cx);
-            return None;
+        if self.rend == self.rbuf.len() {
+            match self.make_room(cx.service, cx.buffers) {
+                Room::Made => {}
+                Room::OverBudget => {
+                    self.starved = true;
+                    return None;
+                }
+                Room::TooLarge => {
+                    let e = match self.framer.state() {
+                        FramerState::Body => HttpError::BodyTooLarge,
+                        _ => HttpError::HeadTooLarge,
+                    };
+                    self.refuse(e, cx);
+                    return None;
+                }
+            }
         }
         Some(&mut self.rbuf[self.rend..])
     }
@@ -183,6 +202,13 @@ impl Connection {
         }
         self.serve(cx);
         self.closing.get_or_insert(Closing::AfterSend);
+    }
+
+    /// Whether the last [`Connection::read_buffer`] found no room in the worker's
+    /// `max_buffered_bytes` share: the connection waits, unread, and the server
+    /// tries it again later (when other connections have given buffers back).
+    pub fn starved(&self) -> bool {
+        self.starved
     }
 
     /// When the server must call [`Connection::on_timer`] (ms on the worker clock).
@@ -300,10 +326,7 @@ impl Connection {
 
     /// Heap bytes held for this connection: (read buffer, send queue).
     pub fn buffer_bytes(&self) -> (usize, usize) {
-        (
-            self.rbuf.len() + self.parked.as_ref().map_or(0, |p| p.key.len()),
-            self.sendq.capacity_bytes(),
-        )
+        (self.rbuf.len(), self.sendq.capacity_bytes())
     }
 
     /// Frame and answer every complete request in the buffer, in order, until
@@ -398,6 +421,7 @@ impl Connection {
         let rest = self.rbuf[self.rstart..self.rend].to_vec();
         self.give_back_rbuf(buffers);
         self.rend = rest.len();
+        buffers.hold_read(rest.len());
         self.rbuf = rest;
         self.parked = Some(Parked {
             frame,
@@ -433,23 +457,27 @@ impl Connection {
         self.serve(cx);
     }
 
-    /// Make space at the end of the read buffer: compact, or grow within limits.
-    fn make_room(&mut self, service: &Service) -> bool {
+    /// Make space at the end of the read buffer: compact, or grow within the
+    /// request limits and the worker's budget.
+    fn make_room(&mut self, service: &Service, buffers: &mut Buffers) -> Room {
         if self.rstart > 0 {
             self.rbuf.copy_within(self.rstart..self.rend, 0);
             self.rend -= self.rstart;
             self.rstart = 0;
-            return true;
+            return Room::Made;
         }
         let l = &service.node().config.limits;
         let max = l.max_header_bytes + l.max_body_bytes + READ_SLACK;
         let len = self.rbuf.len();
         if len >= max {
-            return false;
+            return Room::TooLarge;
         }
-        self.rbuf
-            .resize((len * 2).max(crate::buffers::READ_BUF).min(max), 0);
-        true
+        let new_len = (len * 2).max(crate::buffers::READ_BUF).min(max);
+        if !buffers.grow_read(new_len - len) {
+            return Room::OverBudget;
+        }
+        self.rbuf.resize(new_len, 0);
+        Room::Made
     }
 
     /// Return the read buffer to the pool (it holds no bytes we need).
@@ -457,7 +485,7 @@ impl Connection {
         self.rstart = 0;
         self.rend = 0;
         if !self.rbuf.is_empty() {
-            buffers.read.put(std::mem::take(&mut self.rbuf));
+            buffers.put_read(std::mem::take(&mut self.rbuf));
         }
     }
 
@@ -485,6 +513,15 @@ impl Connection {
             }
         };
     }
+}
+
+/// What [`Connection::make_room`] could do.
+enum Room {
+    Made,
+    /// The request is larger than any buffer allowed (413/431).
+    TooLarge,
+    /// Not now: the worker's buffers are at their budget.
+    OverBudget,
 }
 
 /// RFC 9112 §3.2: a request has at most one `Host`, and an HTTP/1.1 request

@@ -26,8 +26,11 @@ pub struct Conn {
     pub queued: bool,
     /// Its write side was shut down (lingering, or closing).
     pub write_shut: bool,
-    /// Buffer bytes this connection adds to the worker's totals (read, send).
-    pub accounted: (usize, usize),
+    /// Send-queue bytes this connection adds to the worker's total (its read
+    /// buffer is counted by the worker's `Buffers`).
+    pub accounted: usize,
+    /// On the worker's list of connections waiting for buffer budget.
+    pub starved: bool,
 }
 
 impl Conn {
@@ -43,7 +46,8 @@ impl Conn {
             registered: None,
             queued: false,
             write_shut: false,
-            accounted: (0, 0),
+            accounted: 0,
+            starved: false,
         }
     }
 }

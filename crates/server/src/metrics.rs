@@ -205,6 +205,13 @@ pub fn render(shared: &Shared, out: &mut Vec<u8>) {
     );
     single(
         out,
+        "pollbox_buffered_bytes",
+        "gauge",
+        "Bytes of all connections' read buffers and send queues (limits.max_buffered_bytes bounds them).",
+        sum(shared, |s| s.buffered_bytes.get()),
+    );
+    single(
+        out,
         "pollbox_parked_polls",
         "gauge",
         "Long-polls waiting now.",

@@ -42,14 +42,21 @@ pub use pollbox_core::service::{IngestResult, RouteLabel};
 pub enum Rejected {
     MaxConnections,
     Draining,
+    /// The worker's share of `max_buffered_bytes` was used up.
+    MaxBufferedBytes,
 }
 
 impl Rejected {
-    pub const ALL: [Rejected; 2] = [Rejected::MaxConnections, Rejected::Draining];
+    pub const ALL: [Rejected; 3] = [
+        Rejected::MaxConnections,
+        Rejected::Draining,
+        Rejected::MaxBufferedBytes,
+    ];
     pub fn name(self) -> &'static str {
         match self {
             Rejected::MaxConnections => "max_connections",
             Rejected::Draining => "draining",
+            Rejected::MaxBufferedBytes => "max_buffered_bytes",
         }
     }
 }
@@ -144,6 +151,8 @@ pub struct WorkerStats {
     pub buffer_bytes: Counter,
     /// Bytes queued to be sent.
     pub send_queue_bytes: Counter,
+    /// Connections' read buffers and send queues (against max_buffered_bytes).
+    pub buffered_bytes: Counter,
     /// jemalloc's per-thread cumulative counters, copied at each tick.
     pub thread_allocated: Counter,
     pub thread_deallocated: Counter,
@@ -173,6 +182,7 @@ impl Default for WorkerStats {
             epoch_work_max_ns: Counter::default(),
             buffer_bytes: Counter::default(),
             send_queue_bytes: Counter::default(),
+            buffered_bytes: Counter::default(),
             thread_allocated: Counter::default(),
             thread_deallocated: Counter::default(),
             parked_polls: Counter::default(),

@@ -73,9 +73,10 @@ pub struct Worker {
     draining_since: Option<Instant>,
     read_bytes: u64,
     sent_bytes: u64,
-    /// Connections' read buffers and send queues, summed.
-    conn_read_bytes: usize,
+    /// Connections' send queues, summed (their read buffers: `buffers`).
     conn_send_bytes: usize,
+    /// Connections waiting for buffer budget, tried again at each tick.
+    starved: Vec<(usize, u32)>,
     // Scratch lists, kept between turns.
     ready: Vec<Ready>,
     done: Vec<(usize, Sent)>,
@@ -122,7 +123,10 @@ impl Worker {
             metrics_listener,
             conns: Slab::default(),
             service: Service::new(shared.node.clone(), SystemTime::now()),
-            buffers: Buffers::default(),
+            // This worker's share of max_buffered_bytes.
+            buffers: Buffers::new(
+                shared.node.config.limits.max_buffered_bytes / shared.workers.max(1),
+            ),
             host: WorkerHost::new(shared, id),
             transmit,
             wheel: Wheel::new(epoch_ms, 512, 0),
@@ -134,7 +138,7 @@ impl Worker {
             draining_since: None,
             read_bytes: 0,
             sent_bytes: 0,
-            conn_read_bytes: 0,
+            starved: Vec::new(),
             conn_send_bytes: 0,
             ready: Vec::with_capacity(1024),
             done: Vec::with_capacity(crate::uring::MAX_BATCH),
@@ -156,7 +160,7 @@ impl Worker {
     /// Connection read buffers, pooled buffers, the service's scratch and
     /// simd-json's working memory, the slab and the writer.
     fn buffer_total(&self) -> usize {
-        self.conn_read_bytes
+        self.buffers.read_held()
             + self.buffers.pooled_bytes()
             + self.service.working_bytes()
             + self.conns.heap_bytes()
@@ -257,13 +261,19 @@ impl Worker {
                     return;
                 }
             };
-            let shared = &self.host.shared;
-            if shared.draining.load(Ordering::Acquire) {
+            if self.host.shared.draining.load(Ordering::Acquire) {
                 // Shutting down: say so, so a load balancer retries elsewhere.
                 self.host.stats().rejected(Rejected::Draining);
                 self.refuse(&mut stream, "shutting down");
                 continue;
             }
+            if self.buffered() >= self.buffers.budget() {
+                // This worker's share of max_buffered_bytes is used up.
+                self.host.stats().rejected(Rejected::MaxBufferedBytes);
+                self.refuse(&mut stream, "server buffers full (max_buffered_bytes)");
+                continue;
+            }
+            let shared = &self.host.shared;
             let open = shared.open_connections.fetch_add(1, Ordering::AcqRel);
             if open >= shared.node.config.limits.max_connections {
                 shared.open_connections.fetch_sub(1, Ordering::AcqRel);
@@ -333,7 +343,9 @@ impl Worker {
             }
             // Reading stopped for back-pressure and the write drained the queue
             // without the socket saying WouldBlock: no edge will come, read on.
-            if !(c.unread && c.core.wants_read()) {
+            // (Not if reading stopped for want of buffer budget: that waits for
+            // the next tick.)
+            if !(c.unread && c.core.wants_read()) || c.core.starved() {
                 break;
             }
         }
@@ -359,6 +371,10 @@ impl Worker {
             }
             c.timer = Some(self.wheel.insert(deadline, ConnTimer { slot, gen: c.gen }));
             c.armed_ms = deadline;
+        }
+        if c.core.starved() && !c.starved {
+            c.starved = true;
+            self.starved.push((slot, c.gen));
         }
         self.account(&mut c);
         self.conns.put(slot, c);
@@ -446,10 +462,14 @@ impl Worker {
     }
 
     fn account(&mut self, c: &mut Conn) {
-        let (r, s) = c.core.buffer_bytes();
-        self.conn_read_bytes = self.conn_read_bytes + r - c.accounted.0;
-        self.conn_send_bytes = self.conn_send_bytes + s - c.accounted.1;
-        c.accounted = (r, s);
+        let s = c.core.buffer_bytes().1;
+        self.conn_send_bytes = self.conn_send_bytes + s - c.accounted;
+        c.accounted = s;
+    }
+
+    /// Bytes of all this worker's connections' buffers (`pollbox_buffered_bytes`).
+    fn buffered(&self) -> usize {
+        self.buffers.read_held() + self.conn_send_bytes
     }
 
     fn close(&mut self, slot: usize, mut c: Conn) {
@@ -467,8 +487,7 @@ impl Worker {
             }
         }
         c.core.release(&mut self.buffers);
-        self.conn_read_bytes -= c.accounted.0;
-        self.conn_send_bytes -= c.accounted.1;
+        self.conn_send_bytes -= c.accounted;
         self.conns.release(slot);
         let shared = &self.host.shared;
         shared.open_connections.fetch_sub(1, Ordering::AcqRel);
@@ -503,6 +522,16 @@ impl Worker {
         st.buffer_bytes.set(buffers);
         st.send_queue_bytes.set(self.conn_send_bytes as u64);
         crate::alloc_stats::publish_thread_counters(st);
+        st.buffered_bytes.set(self.buffered() as u64);
+        // Connections that waited for buffer budget try again (others may have
+        // given buffers back since).
+        for (slot, gen) in std::mem::take(&mut self.starved) {
+            if let Some(mut c) = self.conns.take_gen(slot, gen) {
+                c.starved = false;
+                c.unread = true;
+                self.settle(slot, c);
+            }
+        }
         let mut fired = std::mem::take(&mut self.fired);
         self.wheel.advance(self.now_ms, &mut fired);
         for t in fired.drain(..) {

@@ -479,7 +479,8 @@ fn idle_connections_hold_no_read_buffer_and_release_returns_everything() {
     assert!(c.buffer_bytes().0 > 0);
     c.release(&mut r.buffers);
     assert_eq!(c.buffer_bytes(), (0, 0));
-    assert!(r.buffers.read.pooled_bytes() > 0 && r.buffers.send.pooled_bytes() > 0);
+    assert!(r.buffers.pooled_bytes() > 0 && r.buffers.send.pooled_bytes() > 0);
+    assert_eq!(r.buffers.read_held(), 0, "every read buffer came back");
 }
 
 #[test]
@@ -580,4 +581,36 @@ fn a_linger_is_bounded_in_bytes_and_in_time() {
     r.now_ms = c.deadline();
     c.on_timer(&mut r.cx());
     assert!(c.finished());
+}
+
+#[test]
+fn a_connection_past_the_budget_waits_unread_and_polls_go_on() {
+    let mut r = rig();
+    r.buffers = Buffers::new(8 * crate::buffers::READ_BUF);
+    // A large body grows its buffer until the budget (less its reserve) stops it.
+    let mut big = r.conn();
+    r.feed(
+        &mut big,
+        b"POST /v1/boxes/a HTTP/1.1\r\nHost: t\r\nContent-Length: 900000\r\n\r\n",
+    );
+    let mut fed = 0;
+    loop {
+        let mut cx = r.cx();
+        let Some(buf) = big.read_buffer(&mut cx) else {
+            break;
+        };
+        let n = buf.len();
+        big.received(n, &mut cx);
+        fed += n;
+        assert!(fed < 900_000, "never stopped");
+    }
+    assert!(big.starved() && big.wants_read() && !big.finished());
+    assert!(r.buffers.read_held() <= 7 * crate::buffers::READ_BUF);
+    // Others still get a first buffer, and give it back between requests.
+    let mut poll = r.conn();
+    r.feed(&mut poll, b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(r.sent(&mut poll).ends_with("ok"));
+    // Once the big one is gone, its bytes are back.
+    big.release(&mut r.buffers);
+    assert_eq!(r.buffers.read_held(), 0);
 }
