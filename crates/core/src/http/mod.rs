@@ -76,7 +76,10 @@ use std::ops::Range;
 
 pub use date::DateCache;
 pub use framer::{Framer, MAX_HEADERS};
-pub use response::{status_reason, write_head_end, write_response_head, CONTINUE};
+pub use response::{
+    status_reason, write_fields, write_head_end, write_response_head, write_response_start,
+    CONTINUE,
+};
 pub use route::{parse_poll_query, percent_decode_into, route, BadEscape, PollQuery, Route};
 
 /// Framing limits of one connection (SPEC §10 `[limits]`).
