@@ -186,12 +186,16 @@ fn metrics_on_their_own_listener() {
 fn promtool_accepts_the_exposition() {
     let mut c = config();
     c.boxes.ttl_s = 1;
+    c.http.cors_origins = vec!["https://game.example".into()];
     let s = start(c);
     let a = s.addr();
     assert_eq!(post(a, "/v1/boxes/m", r#"{"value":1}"#).status, 200);
     assert_eq!(get(a, "/v1/boxes/m").status, 200);
     assert_eq!(post(a, "/v1/boxes/d", r#"{"value":1}"#).status, 200);
     assert_eq!(delete(a, "/v1/boxes/d").status, 204);
+    let preflight =
+        b"OPTIONS /v1/boxes/m HTTP/1.1\r\nHost: t\r\nOrigin: https://game.example\r\n\r\n";
+    assert_eq!(raw(a, preflight).0.status, 204);
     // Let the boxes expire, so every lifecycle counter has a sample above 0.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !s.shared().node.boxes.is_empty() && std::time::Instant::now() < deadline {
@@ -222,6 +226,7 @@ fn promtool_accepts_the_exposition() {
         "pollbox_boxes_deleted_total 1",
         "pollbox_tick_duration_seconds_bucket{le=\"0.000002\"}",
         "pollbox_http_requests_total{route=\"delete\",code=\"204\"} 1",
+        "pollbox_http_requests_total{route=\"preflight\",code=\"204\"} 1",
     ] {
         assert!(text.contains(name), "{name} missing:\n{text}");
     }

@@ -300,6 +300,7 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
     let mut if_none_match = None;
     let mut authorization = None;
     let mut content_type = None;
+    let mut origin = None;
 
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
@@ -307,6 +308,9 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
         match name.len() {
             6 if name.eq_ignore_ascii_case(b"expect") => {
                 expect |= value.eq_ignore_ascii_case(b"100-continue");
+            }
+            6 if name.eq_ignore_ascii_case(b"origin") => {
+                origin.get_or_insert_with(|| range_of(buf, value));
             }
             10 if name.eq_ignore_ascii_case(b"connection") => {
                 for token in list_elements(value) {
@@ -370,6 +374,7 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
             if_none_match,
             authorization,
             content_type,
+            origin,
             body: head_end..head_end,
             consumed: head_end,
         },

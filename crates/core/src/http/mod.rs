@@ -168,6 +168,8 @@ pub struct Frame {
     pub if_none_match: Option<Range<usize>>,
     pub authorization: Option<Range<usize>>,
     pub content_type: Option<Range<usize>>,
+    /// `Origin`: the page's origin on a browser's cross-origin request (CORS).
+    pub origin: Option<Range<usize>>,
     /// Body bytes; for chunked bodies, decoded in place in the buffer.
     pub body: Range<usize>,
     /// Bytes of the slice this request occupied (empty lines before it, head,

@@ -1,5 +1,5 @@
 //! What every request gets back: routing, polls and the long-poll decision,
-//! ingest, `DELETE`, auth, health, and the one answer writer
+//! ingest, `DELETE`, CORS, auth, health, and the one answer writer
 //! ([`Heads::write`]); and the expiry step each worker runs once a tick. Answers
 //! are written into a `&mut Vec<u8>` (a connection's send buffer); what the
 //! server counts goes out through [`Host`], and so do the two things only the
@@ -15,11 +15,13 @@
 
 mod answer;
 mod auth;
+mod cors;
 mod ingest;
 mod tally;
 
 pub use answer::{error_body, Answer, Heads, JSON, TEXT};
 pub use auth::{constant_time_eq, Tokens};
+pub use cors::{Cors, PREFLIGHT};
 pub use tally::{IngestResult, Removal, RouteLabel};
 
 use crate::boxes::{BoxTable, Removed, SweepBudget, Swept};
@@ -156,7 +158,7 @@ impl Service {
         Service {
             epoch: Epoch::new(working, limits.arena_limit_bytes),
             projector: Projector::new(node.plan.clone()),
-            heads: Heads::new(now),
+            heads: Heads::new(now, Cors::new(&node.config.http.cors_origins)),
             key: Vec::with_capacity(node.config.boxes.max_key_bytes.max(256)),
             body: Vec::with_capacity(16 * 1024),
             now_ms: 0,
@@ -239,6 +241,13 @@ impl Service {
         out: &mut Vec<u8>,
         host: &mut H,
     ) -> Reply {
+        let allowed = self.heads.begin(frame.origin.clone().map(|r| &buf[r]));
+        if frame.method == Method::Options
+            && listener == Listener::Main
+            && self.heads.cors().enabled()
+        {
+            return self.preflight(frame, allowed, keep_alive, out, host);
+        }
         let metrics_apart = !self.node.config.server.metrics_listen.is_empty();
         let mut r = route(frame.method, &buf[frame.path.clone()]);
         match (listener, r) {
@@ -379,6 +388,7 @@ impl Service {
         out: &mut Vec<u8>,
         host: &mut H,
     ) -> Reply {
+        self.heads.begin(frame.origin.clone().map(|r| &buf[r]));
         self.key.clear();
         self.key.extend_from_slice(key);
         let version = self.version(key);
@@ -419,6 +429,30 @@ impl Service {
         host.boxes_removed(Removal::Deleted, 1);
         let a = Answer {
             content_type: b"",
+            ..Answer::json(route, 204, frame.version, keep_alive)
+        };
+        self.heads.write(out, host, &a, b"");
+        reply(keep_alive)
+    }
+
+    /// `OPTIONS` with `cors_origins` set: a CORS preflight, 204 with what may
+    /// be sent when the origin is allowed, 403 otherwise.
+    fn preflight<H: Host>(
+        &mut self,
+        frame: &Frame,
+        allowed: bool,
+        keep_alive: bool,
+        out: &mut Vec<u8>,
+        host: &mut H,
+    ) -> Reply {
+        let route = RouteLabel::Preflight;
+        if !allowed {
+            let what = "origin not allowed (http.cors_origins)";
+            return self.error(frame, route, 403, what, keep_alive, out, host);
+        }
+        let a = Answer {
+            content_type: b"",
+            extra: PREFLIGHT,
             ..Answer::json(route, 204, frame.version, keep_alive)
         };
         self.heads.write(out, host, &a, b"");
@@ -542,6 +576,8 @@ impl Service {
         out: &mut Vec<u8>,
         host: &mut H,
     ) {
+        // No request head to take an Origin from (or one that timed out).
+        self.heads.begin(None);
         error_body(&mut self.body, what);
         let a = Answer::json(RouteLabel::Other, code, Version::Http11, false);
         self.heads.write(out, host, &a, &self.body);

@@ -12,6 +12,8 @@ pub enum RouteLabel {
     Ingest,
     /// `DELETE /v1/boxes/{key}`.
     Delete,
+    /// A CORS preflight (`OPTIONS` with `cors_origins` set).
+    Preflight,
     Metrics,
     Healthz,
     Readyz,
@@ -20,12 +22,13 @@ pub enum RouteLabel {
 }
 
 impl RouteLabel {
-    pub const ALL: [RouteLabel; 9] = [
+    pub const ALL: [RouteLabel; 10] = [
         RouteLabel::Poll,
         RouteLabel::LongPoll,
         RouteLabel::IngestKey,
         RouteLabel::Ingest,
         RouteLabel::Delete,
+        RouteLabel::Preflight,
         RouteLabel::Metrics,
         RouteLabel::Healthz,
         RouteLabel::Readyz,
@@ -39,6 +42,7 @@ impl RouteLabel {
             RouteLabel::IngestKey => "ingest_key",
             RouteLabel::Ingest => "ingest",
             RouteLabel::Delete => "delete",
+            RouteLabel::Preflight => "preflight",
             RouteLabel::Metrics => "metrics",
             RouteLabel::Healthz => "healthz",
             RouteLabel::Readyz => "readyz",

@@ -468,3 +468,160 @@ fn without_ttl_nothing_expires() {
     assert_eq!(s.expire(u64::MAX / 2, &mut h).scanned, 0);
     assert_eq!(s.node().boxes.len(), 1);
 }
+
+fn cors_service() -> Service {
+    service_with(|c| {
+        c.http.cors_origins = vec!["https://game.example".into()];
+        c.auth.ingest_tokens = vec!["t0k".into()];
+    })
+}
+
+const CORS_LINES: &str = "Access-Control-Allow-Origin: https://game.example\r\n\
+                          Vary: Origin\r\nAccess-Control-Expose-Headers: ETag\r\n\r\n";
+
+#[test]
+fn answers_to_an_allowed_origin_carry_the_cors_headers() {
+    let mut s = cors_service();
+    let mut h = Recorder::default();
+    let m = Listener::Main;
+    let from = "Origin: https://game.example\r\n";
+    let auth = "Authorization: Bearer t0k\r\n";
+    let cases = [
+        (format!("GET /v1/boxes/a HTTP/1.1\r\n{from}\r\n"), 404),
+        (post("a", r#"{"value":1}"#, &format!("{from}{auth}")), 200),
+        (post("a", r#"{"value":1}"#, from), 401),
+        (format!("GET /v1/boxes/a HTTP/1.1\r\n{from}\r\n"), 200),
+        (
+            format!("GET /v1/boxes/a HTTP/1.1\r\n{from}If-None-Match: \"1\"\r\n\r\n"),
+            304,
+        ),
+        (format!("HEAD /v1/boxes/a HTTP/1.0\r\n{from}\r\n"), 200),
+        (format!("GET /nope HTTP/1.1\r\n{from}\r\n"), 404),
+        (
+            format!("DELETE /v1/boxes/a HTTP/1.1\r\n{from}{auth}\r\n"),
+            204,
+        ),
+    ];
+    for (req, code) in &cases {
+        let (_, out) = ask(&mut s, &mut h, m, req);
+        assert!(out.starts_with(&format!("HTTP/1.1 {code}")), "{req}: {out}");
+        let head_end = out.find("\r\n\r\n").unwrap() + 4;
+        assert!(out[..head_end].ends_with(CORS_LINES), "{req}: {out}");
+    }
+    // The same requests from another origin, or with none: no CORS header.
+    ask(&mut s, &mut h, m, &post("a", "{}", auth));
+    for other in ["Origin: https://evil.example\r\n", ""] {
+        for (req, _) in &cases[..7] {
+            let req = req.replace(from, other);
+            let (_, out) = ask(&mut s, &mut h, m, &req);
+            assert!(!out.contains("Access-Control-"), "{req}: {out}");
+            assert!(!out.contains("Vary"), "{req}: {out}");
+        }
+    }
+}
+
+#[test]
+fn a_preflight_from_an_allowed_origin_gets_204_and_others_403() {
+    let mut s = cors_service();
+    let mut h = Recorder::default();
+    let m = Listener::Main;
+    for path in ["/v1/boxes/a", "/v1/ingest", "/anything"] {
+        let (r, out) = ask(
+            &mut s,
+            &mut h,
+            m,
+            &format!(
+                "OPTIONS {path} HTTP/1.1\r\nOrigin: https://game.example\r\n\
+                 Access-Control-Request-Method: DELETE\r\n\
+                 Access-Control-Request-Headers: authorization\r\n\r\n"
+            ),
+        );
+        assert_eq!(r, Reply::KeepAlive);
+        assert!(out.starts_with("HTTP/1.1 204 No Content\r\n"), "{out}");
+        assert_eq!(header(&out, "Content-Length"), None, "{out}");
+        assert_eq!(
+            header(&out, "Access-Control-Allow-Methods"),
+            Some("GET, HEAD, POST, DELETE")
+        );
+        assert_eq!(
+            header(&out, "Access-Control-Allow-Headers"),
+            Some("Authorization, Content-Type, If-None-Match, Last-Event-ID")
+        );
+        assert_eq!(header(&out, "Access-Control-Max-Age"), Some("600"));
+        assert_eq!(
+            header(&out, "Access-Control-Allow-Origin"),
+            Some("https://game.example")
+        );
+        assert_eq!(header(&out, "Vary"), Some("Origin"));
+        assert!(out.ends_with("\r\n\r\n"), "{out}");
+    }
+    for origin in ["Origin: https://evil.example\r\n", ""] {
+        let (_, out) = ask(
+            &mut s,
+            &mut h,
+            m,
+            &format!("OPTIONS /v1/boxes/a HTTP/1.1\r\n{origin}\r\n"),
+        );
+        assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+        assert!(!out.contains("Access-Control-"), "{out}");
+    }
+    let preflights: Vec<u16> = h
+        .answers
+        .iter()
+        .filter(|(r, _)| *r == RouteLabel::Preflight)
+        .map(|&(_, c)| c)
+        .collect();
+    assert_eq!(preflights, [204, 204, 204, 403, 403]);
+}
+
+#[test]
+fn without_cors_origins_options_is_405_and_nothing_says_cors() {
+    let mut s = service_with(|_| {});
+    let mut h = Recorder::default();
+    let (_, out) = ask(
+        &mut s,
+        &mut h,
+        Listener::Main,
+        "OPTIONS /v1/boxes/a HTTP/1.1\r\nOrigin: https://game.example\r\n\r\n",
+    );
+    assert!(out.starts_with("HTTP/1.1 405"), "{out}");
+    assert_eq!(header(&out, "Allow"), Some("GET, HEAD, POST, DELETE"));
+    assert!(!out.contains("Access-Control-"), "{out}");
+    let (_, out) = ask(
+        &mut s,
+        &mut h,
+        Listener::Main,
+        "GET /healthz HTTP/1.1\r\nOrigin: https://game.example\r\n\r\n",
+    );
+    assert!(!out.contains("Access-Control-"), "{out}");
+}
+
+#[test]
+fn star_answers_any_origin_with_star() {
+    let mut s = service_with(|c| c.http.cors_origins = vec!["*".into()]);
+    let mut h = Recorder::default();
+    let (_, out) = ask(
+        &mut s,
+        &mut h,
+        Listener::Main,
+        "GET /healthz HTTP/1.1\r\nOrigin: http://localhost:5173\r\n\r\n",
+    );
+    assert_eq!(header(&out, "Access-Control-Allow-Origin"), Some("*"));
+    assert_eq!(header(&out, "Access-Control-Expose-Headers"), Some("ETag"));
+}
+
+#[test]
+fn framing_errors_carry_no_cors_headers_from_an_earlier_request() {
+    let mut s = cors_service();
+    let mut h = Recorder::default();
+    ask(
+        &mut s,
+        &mut h,
+        Listener::Main,
+        "GET /healthz HTTP/1.1\r\nOrigin: https://game.example\r\n\r\n",
+    );
+    let mut out = Vec::new();
+    s.refuse(crate::http::HttpError::HeadTooLarge, &mut out, &mut h);
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 431") && !out.contains("Access-Control-"));
+}
