@@ -7,16 +7,16 @@
 //! ```text
 //! magic "PBOXSNAP" | format u32 (= 3)
 //! field count u32 | per field: name_len u16, name, type u8, reduce u8
-//! version floor u64
 //! per box:  1u8 | key_len u16, key | version u64 | idle_s u32 | state_len u32, state
-//! end:      0u8 | box count u64 | CRC-32 (IEEE) u32 of every byte before it
+//! end:      0u8 | box count u64 | version floor u64 | CRC-32 (IEEE) u32 of every byte before it
 //! ```
 //!
 //! `state` holds one entry per field in the box table's own field-state
 //! encoding (`boxes/codec.rs`: a tag, then a varint, 8 bytes or a string), so
 //! records and snapshots share one codec. The version floor is the highest
 //! version a removed box served, so a key created again after a restart still
-//! starts past it (SPEC §3a); `idle_s` is how long the box had accepted no
+//! starts past it (SPEC §3a); it is read after the walk, so a box removed
+//! before the walk reached it is in the floor if it is not in the file; `idle_s` is how long the box had accepted no
 //! message, so its ttl runs on after a restart instead of starting over.
 //! Format 2 had neither: it is still read (floor 0, every box fresh). Format 1
 //! wrote fixed-width values instead; it is refused as an unsupported version.
@@ -95,7 +95,6 @@ pub fn write_snapshot(table: &BoxTable, now_ms: u64, w: &mut impl Write) -> io::
         head.extend_from_slice(name.as_bytes());
         head.extend_from_slice(&[ty, reduce]);
     }
-    head.extend_from_slice(&table.version_floor().to_le_bytes());
     w.write_all(&head)?;
 
     let mut count = 0u64;
@@ -116,9 +115,11 @@ pub fn write_snapshot(table: &BoxTable, now_ms: u64, w: &mut impl Write) -> io::
     if let Some(e) = failed {
         return Err(e);
     }
-    let mut end = [0u8; 9];
+    let mut end = [0u8; 17];
     end[0] = END_MARKER;
-    end[1..].copy_from_slice(&count.to_le_bytes());
+    end[1..9].copy_from_slice(&count.to_le_bytes());
+    // After the walk: every box removed before it saw the box's shard is in it.
+    end[9..].copy_from_slice(&table.version_floor().to_le_bytes());
     w.write_all(&end)?;
     let crc = w.crc.clone().finalize();
     w.inner.write_all(&crc.to_le_bytes())?;
@@ -240,7 +241,6 @@ pub fn read_snapshot(
             .zip(layout(&plan))
             .all(|((n, t, r), (pn, pt, pr))| n == pn && *t == pt && *r == pr);
 
-    let floor = if lifecycle { r.u64()? } else { 0 };
     let table = BoxTable::new(Arc::clone(&plan));
     // The first box the table refused; reported once the checksum vouches for
     // the file.
@@ -288,6 +288,7 @@ pub fn read_snapshot(
     }
     let at = r.offset;
     let count = r.u64()?;
+    let floor = if lifecycle { r.u64()? } else { 0 };
     let computed = r.crc.clone().finalize();
     let stored_crc = u32::from_le_bytes(r.array_unhashed::<4>()?);
     if stored_crc != computed {
@@ -612,10 +613,10 @@ mod tests {
     fn a_flipped_record_byte_says_checksum_mismatch() {
         let mut bytes = bytes_of(&sample(every_type_plan(), 6));
         // The last box ends with its count field (tag + one-byte varint: the
-        // counts are small) just before the end marker, count and CRC:
+        // counts are small) just before the end marker, count, floor and CRC:
         // flipping a bit below its continuation bit is structurally fine, only
         // the CRC knows.
-        let at = bytes.len() - 4 - 8 - 1 - 1;
+        let at = bytes.len() - 4 - 8 - 8 - 1 - 1;
         bytes[at] ^= 0x10;
         let e = read_snapshot(Arc::new(every_type_plan()), 0, &mut bytes.as_slice())
             .expect_err("refused");

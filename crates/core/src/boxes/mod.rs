@@ -450,7 +450,7 @@ impl BoxTable {
     /// frees them outside every lock). Nothing to do without `ttl_s`.
     pub fn expire(&self, now_ms: u64, budget: SweepBudget, removed: &mut Vec<Removed>) -> Swept {
         let mut done = Swept::default();
-        if self.plan.ttl_s == 0 {
+        if self.plan.ttl_s == 0 || self.is_empty() {
             return done;
         }
         let now = second(now_ms);
