@@ -380,8 +380,8 @@ impl BoxTable {
 
     /// The expiry stamp of a box that accepts a message at `now_ms`: due once
     /// the clock's second passes `ttl_s` whole seconds after this one, so a box
-    /// is removed between `ttl_s` and `ttl_s + 1` seconds after its last
-    /// message (plus the sweep's pace).
+    /// is due between `ttl_s` and `ttl_s + 1` seconds after its last message
+    /// (and removed by the next pass of the sweep, which starts once a second).
     fn expires_at(&self, now_ms: u64) -> u32 {
         match self.plan.ttl_s {
             0 => NEVER,
