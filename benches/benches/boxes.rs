@@ -47,7 +47,7 @@ fn tables(keys: &[String]) -> (BoxTable, RwLock<HashMap<String, serde_json::Valu
         let by = format!("p-{}", k % 100);
         for m in 0..3 {
             table
-                .apply(key, &message(k as i64 + m, &by), None)
+                .apply(key, &message(k as i64 + m, &by), 0, None)
                 .expect("bench message applies");
         }
         let v = k as i64 + 2;
@@ -139,7 +139,7 @@ fn apply(c: &mut Criterion) {
             out.clear();
             black_box(
                 table
-                    .apply("box-42", &message(n & 7, by), Some(&mut out))
+                    .apply("box-42", &message(n & 7, by), 0, Some(&mut out))
                     .expect("applies"),
             )
         })
@@ -152,7 +152,11 @@ fn apply(c: &mut Criterion) {
             let keys: Vec<String> = (0..iters).map(|k| format!("new-{k}")).collect();
             let start = Instant::now();
             for key in &keys {
-                black_box(table.apply(key, &message(1, "p-1"), None).expect("creates"));
+                black_box(
+                    table
+                        .apply(key, &message(1, "p-1"), 0, None)
+                        .expect("creates"),
+                );
             }
             let elapsed = start.elapsed();
             drop(black_box(table));

@@ -131,6 +131,7 @@ fn setup(data: &[u8]) -> Option<(Setup, &[u8])> {
         },
         max_boxes: MAX_BOXES[usize::from(b0 >> 6)],
         max_payload_bytes,
+        ttl_s: 0,
         fields: Vec::new(),
     };
     for (i, fb) in field_bytes.chunks_exact(2).enumerate() {
@@ -606,7 +607,7 @@ fn check_apply(
 ) {
     let model_values: Vec<_> = values.iter().map(to_model).collect();
     let mut out = Vec::new();
-    let got = table.apply(key, values, Some(&mut out));
+    let got = table.apply(key, values, 0, Some(&mut out));
     let expected = model.apply(plan, key, &model_values);
     match (&got, &expected) {
         (Ok(version), Ok((v, payload))) => {

@@ -31,6 +31,7 @@ fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
 pub struct Config {
     pub server: ServerConfig,
     pub limits: LimitsConfig,
+    pub http: HttpConfig,
     pub auth: AuthConfig,
     pub boxes: BoxesConfig,
     pub snapshot: SnapshotConfig,
@@ -70,6 +71,16 @@ pub struct LimitsConfig {
     pub max_buffered_bytes: usize,
 }
 
+/// What browsers see (SPEC §2b).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Origins whose pages may call pollbox (CORS): `["*"]` for any, or exact
+    /// origins (`"https://game.example"`). Empty = no CORS headers, `OPTIONS`
+    /// is 405.
+    pub cors_origins: Vec<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
@@ -86,6 +97,8 @@ pub struct BoxesConfig {
     pub max_key_bytes: usize,
     pub max_boxes: usize,
     pub max_payload_bytes: usize,
+    /// A box with no accepted message for this many seconds is removed; 0 = never.
+    pub ttl_s: u64,
     #[serde(rename = "field")]
     pub fields: Vec<FieldConfig>,
 }
@@ -176,6 +189,7 @@ impl Default for BoxesConfig {
             max_key_bytes: 128,
             max_boxes: 1_000_000,
             max_payload_bytes: 256,
+            ttl_s: 0,
             fields: vec![
                 field(
                     "v",
@@ -301,6 +315,11 @@ impl Config {
                 "must be at least 65536",
             ));
         }
+        for (i, o) in self.http.cors_origins.iter().enumerate() {
+            if let Err(reason) = check_origin(o, self.http.cors_origins.len()) {
+                return Err(invalid(format!("http.cors_origins[{i}]"), reason));
+            }
+        }
         if l.max_buffered_bytes < 1 << 20 {
             return Err(invalid(
                 "limits.max_buffered_bytes",
@@ -332,6 +351,12 @@ impl Config {
         }
         if b.max_payload_bytes < 16 || b.max_payload_bytes > 65_536 {
             return Err(invalid("boxes.max_payload_bytes", "must be 16 to 65536"));
+        }
+        if b.ttl_s > MAX_TTL_S {
+            return Err(invalid(
+                "boxes.ttl_s",
+                format!("must be 0 (never) to {MAX_TTL_S} (about 68 years)"),
+            ));
         }
         if b.fields.is_empty() {
             return Err(invalid(
@@ -432,6 +457,42 @@ impl Config {
     }
 }
 
+/// The longest `boxes.ttl_s`: expiry times are kept as 32-bit seconds.
+pub const MAX_TTL_S: u64 = (1 << 31) - 1;
+
+/// A `cors_origins` entry: `*` alone, or an origin as browsers send it in the
+/// `Origin` header (`scheme://host[:port]`, no path, no trailing slash), so it
+/// can be compared byte for byte.
+fn check_origin(o: &str, entries: usize) -> Result<(), String> {
+    if o == "*" {
+        return if entries == 1 {
+            Ok(())
+        } else {
+            Err("`*` allows every origin: list it alone".into())
+        };
+    }
+    let Some((scheme, authority)) = o.split_once("://") else {
+        return Err(format!(
+            "`{o}` is not an origin like https://game.example (scheme://host[:port])"
+        ));
+    };
+    if scheme != "http" && scheme != "https" {
+        return Err(format!("`{o}`: the scheme must be http or https"));
+    }
+    let valid_byte = |b: u8| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b);
+    if authority.is_empty() || !authority.bytes().all(valid_byte) {
+        return Err(format!(
+            "`{o}` is not an origin like https://game.example (scheme://host[:port], no path, no trailing slash)"
+        ));
+    }
+    if o.bytes().any(|b| b.is_ascii_uppercase()) {
+        return Err(format!(
+            "`{o}`: write it in lower case, as browsers send it"
+        ));
+    }
+    Ok(())
+}
+
 /// Split an RFC 6901 JSON pointer into its unescaped reference tokens.
 /// Only object members are addressed (no array indices), so every token is a key.
 pub fn parse_pointer(path: &str) -> Result<Vec<String>, String> {
@@ -510,6 +571,27 @@ mod tests {
             ("[limits]\nmax_body_bytes = 0\n", "limits.max_body_bytes"),
             ("[boxes]\nmax_key_bytes = 0\n", "boxes.max_key_bytes"),
             ("[snapshot]\ninterval_s = 0\n", "snapshot.interval_s"),
+            ("[boxes]\nttl_s = 2147483648\n", "boxes.ttl_s"),
+            (
+                "[http]\ncors_origins = [\"game.example\"]\n",
+                "http.cors_origins[0]",
+            ),
+            (
+                "[http]\ncors_origins = [\"https://a.example\", \"https://b.example/\"]\n",
+                "http.cors_origins[1]",
+            ),
+            (
+                "[http]\ncors_origins = [\"ftp://a.example\"]\n",
+                "http.cors_origins[0]",
+            ),
+            (
+                "[http]\ncors_origins = [\"https://A.example\"]\n",
+                "http.cors_origins[0]",
+            ),
+            (
+                "[http]\ncors_origins = [\"*\", \"https://a.example\"]\n",
+                "http.cors_origins[0]",
+            ),
             (
                 "[[boxes.field]]\nname = \"a\"\npath = \"value\"\ntype = \"i64\"\nreduce = \"last\"\n",
                 "boxes.field[0].path",
@@ -540,6 +622,19 @@ mod tests {
         let e =
             Config::from_toml("[[boxes.field]]\nname = \"a\"\nreduce = \"median\"\n").unwrap_err();
         assert!(e.to_string().contains("median"), "{e}");
+    }
+
+    #[test]
+    fn origins_and_ttl_that_are_accepted() {
+        let c = Config::from_toml(
+            "[http]\ncors_origins = [\"https://game.example\", \"http://127.0.0.1:8081\", \"http://[::1]:9\"]\n\
+             [boxes]\nttl_s = 86400\n",
+        )
+        .unwrap();
+        assert_eq!(c.http.cors_origins.len(), 3);
+        assert_eq!(c.boxes.ttl_s, 86400);
+        let c = Config::from_toml("[http]\ncors_origins = [\"*\"]\n").unwrap();
+        assert_eq!(c.http.cors_origins, ["*"]);
     }
 
     #[test]

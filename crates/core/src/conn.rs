@@ -32,7 +32,7 @@
 
 use crate::buffers::{Buffers, SendQueue};
 use crate::http::{Frame, Framer, FramerState, HttpError, Limits, Progress, Version, CONTINUE};
-use crate::service::{Host, Listener, Reply, RouteLabel, Service};
+use crate::service::{Host, Listener, Park, Reply, RouteLabel, Service};
 
 /// A connection with this many unsent bytes is not read until it drains.
 pub const SEND_BACKPRESSURE: usize = 256 * 1024;
@@ -73,7 +73,7 @@ pub enum Closing {
 struct Parked {
     frame: Frame,
     key: Box<[u8]>,
-    after: u64,
+    park: Park,
     deadline_ms: u64,
 }
 
@@ -251,14 +251,15 @@ impl Connection {
         self.parked.as_ref().map(|p| &*p.key)
     }
 
-    /// A box this connection may be parked on was updated: answer the long-poll
-    /// if its box moved past what it waits for (then serve what was pipelined
-    /// behind it). Returns whether it was answered.
+    /// A box this connection may be parked on was updated, deleted or expired:
+    /// answer the long-poll if its box moved past what it waits for, or is gone
+    /// (then serve what was pipelined behind it). Returns whether it was
+    /// answered.
     pub fn on_box_updated<H: Host>(&mut self, cx: &mut Ctx<'_, H>) -> bool {
         let due = self
             .parked
             .as_ref()
-            .is_some_and(|p| cx.service.version(&p.key) > p.after);
+            .is_some_and(|p| p.park.due(cx.service.version(&p.key)));
         if due {
             self.answer_parked(false, cx);
         }
@@ -332,6 +333,7 @@ impl Connection {
     /// Frame and answer every complete request in the buffer, in order, until
     /// one parks or the connection closes.
     fn serve<H: Host>(&mut self, cx: &mut Ctx<'_, H>) {
+        cx.service.set_now(cx.now_ms);
         while self.closing.is_none() && self.parked.is_none() && self.rstart < self.rend {
             let progress = self.framer.advance(&mut self.rbuf[self.rstart..self.rend]);
             let Ctx {
@@ -367,7 +369,7 @@ impl Connection {
                         Reply::Close => self.closing = Some(Closing::AfterSend),
                         Reply::Park(p) => {
                             let key = service.key().into();
-                            self.park(frame, key, p.after, cx.now_ms + p.wait_ms, cx.buffers);
+                            self.park(frame, key, p, cx.now_ms + p.wait_ms, cx.buffers);
                             return;
                         }
                     }
@@ -407,14 +409,15 @@ impl Connection {
         self.partial_seen = 0;
     }
 
-    /// Wait for the box of `key` to move past `after`. The request's bytes (and
-    /// any pipelined after it) stay, in a buffer of their size: the read buffer
-    /// goes back to the pool, so a parked poll costs about its request's size.
+    /// Wait for the box of `key` to move past `park.after` (or go). The
+    /// request's bytes (and any pipelined after it) stay, in a buffer of their
+    /// size: the read buffer goes back to the pool, so a parked poll costs about
+    /// its request's size.
     fn park(
         &mut self,
         frame: Frame,
         key: Box<[u8]>,
-        after: u64,
+        park: Park,
         deadline_ms: u64,
         buffers: &mut Buffers,
     ) {
@@ -426,13 +429,14 @@ impl Connection {
         self.parked = Some(Parked {
             frame,
             key,
-            after,
+            park,
             deadline_ms,
         });
     }
 
-    /// Answer the parked long-poll (200 with the new payload, or 304 when
-    /// `timed_out` and nothing changed), then what was pipelined behind it.
+    /// Answer the parked long-poll (200 with the new payload, 404 when the box
+    /// is gone, or 304 when `timed_out` and nothing changed), then what was
+    /// pipelined behind it.
     fn answer_parked<H: Host>(&mut self, timed_out: bool, cx: &mut Ctx<'_, H>) {
         let Some(p) = self.parked.take() else {
             return;
@@ -447,7 +451,7 @@ impl Connection {
         } = cx;
         let r = self.sendq.append(&mut buffers.send, |out| {
             service.answer_parked(
-                &p.frame, buf, &p.key, p.after, timed_out, keep_alive, out, *host,
+                &p.frame, buf, &p.key, p.park, timed_out, keep_alive, out, *host,
             )
         });
         if r == Reply::Close {

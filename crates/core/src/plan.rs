@@ -25,6 +25,8 @@ pub struct Plan {
     pub max_key_bytes: usize,
     pub max_payload_bytes: usize,
     pub max_boxes: usize,
+    /// Seconds without an accepted message after which a box is removed; 0 = never.
+    pub ttl_s: u32,
     pub fields: Vec<FieldPlan>,
 }
 
@@ -74,6 +76,8 @@ impl Plan {
             max_key_bytes: cfg.max_key_bytes,
             max_payload_bytes: cfg.max_payload_bytes,
             max_boxes: cfg.max_boxes,
+            // Validated at most MAX_TTL_S (31 bits); saturate rather than wrap anyway.
+            ttl_s: u32::try_from(cfg.ttl_s).unwrap_or(u32::MAX),
             fields,
         })
     }

@@ -221,6 +221,7 @@ mod tests {
             max_key_bytes: 128,
             max_payload_bytes: 256,
             max_boxes: 100,
+            ttl_s: 0,
             fields,
         }
     }

@@ -5,16 +5,23 @@
 //! Format, little endian throughout:
 //!
 //! ```text
-//! magic "PBOXSNAP" | format u32 (= 2)
+//! magic "PBOXSNAP" | format u32 (= 3)
 //! field count u32 | per field: name_len u16, name, type u8, reduce u8
-//! per box:  1u8 | key_len u16, key | version u64 | state_len u32, state
-//! end:      0u8 | box count u64 | CRC-32 (IEEE) u32 of every byte before it
+//! per box:  1u8 | key_len u16, key | version u64 | idle_s u32 | state_len u32, state
+//! end:      0u8 | box count u64 | version floor u64 | CRC-32 (IEEE) u32 of every byte before it
 //! ```
 //!
 //! `state` holds one entry per field in the box table's own field-state
 //! encoding (`boxes/codec.rs`: a tag, then a varint, 8 bytes or a string), so
-//! records and snapshots share one codec. Format 1 wrote fixed-width values
-//! instead; it is refused as an unsupported version. Boxes are streamed, so
+//! records and snapshots share one codec. The version floor is the highest
+//! version a removed box served, so a key created again after a restart still
+//! starts past it (SPEC §3a); it is read after the walk, so a box removed
+//! before the walk reached it is in the floor if it is not in the file; `idle_s` is how long the box had accepted no
+//! message, so its ttl runs on after a restart instead of starting over.
+//! Format 2 had neither: it is still read (floor 0, every box fresh). Format 1
+//! wrote fixed-width values instead; it is refused as an unsupported version.
+//! Only boxes in the table are written: a deleted or expired box is gone from
+//! it at once. Boxes are streamed, so
 //! a snapshot of a million boxes needs no second copy in memory, and the count
 //! is written at the end because boxes may be created during the walk.
 //!
@@ -34,7 +41,9 @@ use crate::render::FieldState;
 
 const MAGIC: &[u8; 8] = b"PBOXSNAP";
 /// The snapshot format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
+/// The older format this build still reads.
+const FORMAT_WITHOUT_LIFECYCLE: u32 = 2;
 /// Bounds that keep a corrupted length from asking for gigabytes.
 const MAX_FIELDS: u32 = 4096;
 /// A box's encoded state is at most its payload (at most 64 KiB) plus a few
@@ -51,7 +60,7 @@ pub enum SnapshotError {
     Io(#[from] io::Error),
     #[error("not a pollbox snapshot (bad magic bytes)")]
     BadMagic,
-    #[error("snapshot format version {found} is not supported (this build reads version {FORMAT_VERSION})")]
+    #[error("snapshot format version {found} is not supported (this build reads versions {FORMAT_WITHOUT_LIFECYCLE} and {FORMAT_VERSION})")]
     UnsupportedVersion { found: u32 },
     #[error("snapshot is truncated (it ends at byte {offset})")]
     Truncated { offset: u64 },
@@ -68,9 +77,10 @@ pub enum SnapshotError {
     BoxRefused { key: String, reason: RestoreError },
 }
 
-/// Write every box of `table` to `w`. Boxes are written one by one, each whole;
-/// pass a buffered writer.
-pub fn write_snapshot(table: &BoxTable, w: &mut impl Write) -> io::Result<()> {
+/// Write every box of `table` to `w` at `now_ms` (the clock the table's
+/// expiry counts on). Boxes are written one by one, each whole; pass a
+/// buffered writer.
+pub fn write_snapshot(table: &BoxTable, now_ms: u64, w: &mut impl Write) -> io::Result<()> {
     let mut w = CrcWriter {
         inner: w,
         crc: crc32fast::Hasher::new(),
@@ -90,12 +100,14 @@ pub fn write_snapshot(table: &BoxTable, w: &mut impl Write) -> io::Result<()> {
     let mut count = 0u64;
     let mut failed: Option<io::Error> = None;
     let mut record = Vec::with_capacity(256);
-    table.for_each(|key, version, state| {
+    table.for_each(now_ms, |key, version, idle_s, state| {
         if failed.is_some() {
             return;
         }
         record.clear();
-        match encode_box(key, version, state, &mut record).and_then(|()| w.write_all(&record)) {
+        match encode_box(key, version, idle_s, state, &mut record)
+            .and_then(|()| w.write_all(&record))
+        {
             Ok(()) => count += 1,
             Err(e) => failed = Some(e),
         }
@@ -103,20 +115,29 @@ pub fn write_snapshot(table: &BoxTable, w: &mut impl Write) -> io::Result<()> {
     if let Some(e) = failed {
         return Err(e);
     }
-    let mut end = [0u8; 9];
+    let mut end = [0u8; 17];
     end[0] = END_MARKER;
-    end[1..].copy_from_slice(&count.to_le_bytes());
+    end[1..9].copy_from_slice(&count.to_le_bytes());
+    // After the walk: every box removed before it saw the box's shard is in it.
+    end[9..].copy_from_slice(&table.version_floor().to_le_bytes());
     w.write_all(&end)?;
     let crc = w.crc.clone().finalize();
     w.inner.write_all(&crc.to_le_bytes())?;
     w.inner.flush()
 }
 
-fn encode_box(key: &str, version: u64, state: &[FieldState], out: &mut Vec<u8>) -> io::Result<()> {
+fn encode_box(
+    key: &str,
+    version: u64,
+    idle_s: u32,
+    state: &[FieldState],
+    out: &mut Vec<u8>,
+) -> io::Result<()> {
     out.push(BOX_MARKER);
     out.extend_from_slice(&len_u16(key.len())?.to_le_bytes());
     out.extend_from_slice(key.as_bytes());
     out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&idle_s.to_le_bytes());
     // The length goes before the state; fill it in once the state is written.
     let len_at = out.len();
     out.extend_from_slice(&[0; 4]);
@@ -178,10 +199,15 @@ fn describe(fields: &[(String, u8, u8)]) -> String {
     s
 }
 
-/// Read a snapshot into a new table for `plan`. Nothing is trusted before the
-/// checksum at the end matches: a box the configuration refuses is reported
-/// only if the file is otherwise intact (a damaged file says so instead).
-pub fn read_snapshot(plan: Arc<Plan>, r: &mut impl Read) -> Result<BoxTable, SnapshotError> {
+/// Read a snapshot into a new table for `plan` at `now_ms` (the clock the
+/// table's expiry will count on). Nothing is trusted before the checksum at
+/// the end matches: a box the configuration refuses is reported only if the
+/// file is otherwise intact (a damaged file says so instead).
+pub fn read_snapshot(
+    plan: Arc<Plan>,
+    now_ms: u64,
+    r: &mut impl Read,
+) -> Result<BoxTable, SnapshotError> {
     let mut r = CrcReader {
         inner: r,
         crc: crc32fast::Hasher::new(),
@@ -191,9 +217,10 @@ pub fn read_snapshot(plan: Arc<Plan>, r: &mut impl Read) -> Result<BoxTable, Sna
         return Err(SnapshotError::BadMagic);
     }
     let found = r.u32()?;
-    if found != FORMAT_VERSION {
+    if found != FORMAT_VERSION && found != FORMAT_WITHOUT_LIFECYCLE {
         return Err(SnapshotError::UnsupportedVersion { found });
     }
+    let lifecycle = found == FORMAT_VERSION;
     let at = r.offset;
     let n = r.u32()?;
     if n == 0 || n > MAX_FIELDS {
@@ -233,6 +260,7 @@ pub fn read_snapshot(plan: Arc<Plan>, r: &mut impl Read) -> Result<BoxTable, Sna
         let key = String::from_utf8(r.bytes(len as usize)?)
             .map_err(|_| r.corrupt_at(at, "box key is not UTF-8"))?;
         let version = r.u64()?;
+        let idle_s = if lifecycle { r.u32()? } else { 0 };
         let at = r.offset;
         let len = r.u32()?;
         if len > MAX_STATE {
@@ -253,13 +281,14 @@ pub fn read_snapshot(plan: Arc<Plan>, r: &mut impl Read) -> Result<BoxTable, Sna
         }
         boxes += 1;
         if same_layout && refused.is_none() {
-            if let Err(reason) = table.restore(&key, version, &state) {
+            if let Err(reason) = table.restore(&key, version, idle_s, &state, now_ms) {
                 refused = Some(SnapshotError::BoxRefused { key, reason });
             }
         }
     }
     let at = r.offset;
     let count = r.u64()?;
+    let floor = if lifecycle { r.u64()? } else { 0 };
     let computed = r.crc.clone().finalize();
     let stored_crc = u32::from_le_bytes(r.array_unhashed::<4>()?);
     if stored_crc != computed {
@@ -287,7 +316,10 @@ pub fn read_snapshot(plan: Arc<Plan>, r: &mut impl Read) -> Result<BoxTable, Sna
     }
     match refused {
         Some(e) => Err(e),
-        None => Ok(table),
+        None => {
+            table.raise_version_floor(floor);
+            Ok(table)
+        }
     }
 }
 
@@ -401,6 +433,7 @@ mod tests {
             max_key_bytes: 128,
             max_payload_bytes: 256,
             max_boxes: 1000,
+            ttl_s: 0,
             fields: vec![
                 field("i", FieldType::I64, Reduce::Sum),
                 field("f", FieldType::F64, Reduce::Max),
@@ -431,22 +464,24 @@ mod tests {
                         FieldType::Str => (k % 4 != 0).then_some(Value::Str(&s)),
                     })
                     .collect();
-                t.apply(&key, &values, None).expect("sample applies");
+                t.apply(&key, &values, 0, None).expect("sample applies");
             }
         }
-        t.apply("sparse", &[], None).expect("ok");
+        t.apply("sparse", &[], 0, None).expect("ok");
         t
     }
 
     fn bytes_of(t: &BoxTable) -> Vec<u8> {
         let mut out = Vec::new();
-        write_snapshot(t, &mut out).expect("writes to a Vec");
+        write_snapshot(t, 0, &mut out).expect("writes to a Vec");
         out
     }
 
     fn dump(t: &BoxTable) -> Vec<(String, u64, Vec<FieldState>, Vec<u8>)> {
         let mut all = Vec::new();
-        t.for_each(|k, v, s| all.push((k.to_string(), v, s.to_vec(), Vec::new())));
+        t.for_each(0, |k, v, _, s| {
+            all.push((k.to_string(), v, s.to_vec(), Vec::new()))
+        });
         for entry in &mut all {
             t.poll(entry.0.as_bytes(), &mut entry.3).expect("present");
         }
@@ -459,9 +494,82 @@ mod tests {
         let t = sample(every_type_plan(), 50);
         let bytes = bytes_of(&t);
         let back =
-            read_snapshot(Arc::new(every_type_plan()), &mut bytes.as_slice()).expect("reads");
+            read_snapshot(Arc::new(every_type_plan()), 0, &mut bytes.as_slice()).expect("reads");
         assert_eq!(back.len(), 51);
         assert_eq!(dump(&back), dump(&t));
+    }
+
+    #[test]
+    fn the_version_floor_and_idle_times_survive_a_round_trip() {
+        let mut plan = Plan::default_plan();
+        plan.ttl_s = 100;
+        let plan = Arc::new(plan);
+        let t = BoxTable::new(plan.clone());
+        for _ in 0..3 {
+            t.apply("gone", &[], 0, None).expect("ok");
+        }
+        t.apply("kept", &[], 0, None).expect("ok");
+        t.apply("fresh", &[], 40_000, None).expect("ok");
+        assert_eq!(t.remove(b"gone"), Some(3));
+        let mut bytes = Vec::new();
+        write_snapshot(&t, 50_000, &mut bytes).expect("writes");
+        // A restarted process: its clock starts again at 0.
+        let back = read_snapshot(plan, 0, &mut bytes.as_slice()).expect("reads");
+        assert_eq!(back.len(), 2, "only live boxes");
+        assert_eq!(back.version_floor(), 3);
+        assert_eq!(back.apply("gone", &[], 0, None), Ok(4));
+        let mut idle = Vec::new();
+        back.for_each(0, |k, _, i, _| idle.push((k.to_string(), i)));
+        idle.sort();
+        assert_eq!(
+            idle,
+            [
+                ("fresh".into(), 10),
+                ("gone".into(), 0),
+                ("kept".into(), 50)
+            ]
+        );
+    }
+
+    /// The same table in format 2 (no version floor, no idle times).
+    fn format_2(t: &BoxTable) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&2u32.to_le_bytes());
+        out.extend_from_slice(&(t.plan().fields.len() as u32).to_le_bytes());
+        for (name, ty, reduce) in layout(t.plan()) {
+            out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(&[ty, reduce]);
+        }
+        let mut n = 0u64;
+        t.for_each(0, |key, version, _, state| {
+            out.push(BOX_MARKER);
+            out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+            out.extend_from_slice(key.as_bytes());
+            out.extend_from_slice(&version.to_le_bytes());
+            let mut st = Vec::new();
+            for s in state {
+                codec::encode(s.view(), &mut st);
+            }
+            out.extend_from_slice(&(st.len() as u32).to_le_bytes());
+            out.extend_from_slice(&st);
+            n += 1;
+        });
+        out.push(END_MARKER);
+        out.extend_from_slice(&n.to_le_bytes());
+        let crc = crc32fast::hash(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    #[test]
+    fn format_2_is_still_read() {
+        let t = sample(every_type_plan(), 20);
+        let back = read_snapshot(Arc::new(every_type_plan()), 0, &mut format_2(&t).as_slice())
+            .expect("reads format 2");
+        assert_eq!(dump(&back), dump(&t));
+        assert_eq!(back.version_floor(), 0);
     }
 
     #[test]
@@ -469,7 +577,7 @@ mod tests {
         let t = BoxTable::new(Arc::new(Plan::default_plan()));
         let bytes = bytes_of(&t);
         let back =
-            read_snapshot(Arc::new(Plan::default_plan()), &mut bytes.as_slice()).expect("reads");
+            read_snapshot(Arc::new(Plan::default_plan()), 0, &mut bytes.as_slice()).expect("reads");
         assert!(back.is_empty());
     }
 
@@ -477,7 +585,7 @@ mod tests {
     fn every_truncation_is_refused_as_truncated() {
         let bytes = bytes_of(&sample(every_type_plan(), 6));
         for len in 0..bytes.len() {
-            match read_snapshot(Arc::new(every_type_plan()), &mut &bytes[..len]) {
+            match read_snapshot(Arc::new(every_type_plan()), 0, &mut &bytes[..len]) {
                 Err(e @ SnapshotError::Truncated { .. }) => {
                     assert!(e.to_string().starts_with("snapshot is truncated"), "{e}")
                 }
@@ -494,7 +602,7 @@ mod tests {
             for mask in [0x01u8, 0x80, 0xff] {
                 let mut bad = bytes.clone();
                 bad[at] ^= mask;
-                if let Ok(t) = read_snapshot(Arc::new(every_type_plan()), &mut bad.as_slice()) {
+                if let Ok(t) = read_snapshot(Arc::new(every_type_plan()), 0, &mut bad.as_slice()) {
                     panic!("byte {at} ^ {mask:#x} was accepted ({} boxes)", t.len());
                 }
             }
@@ -505,13 +613,13 @@ mod tests {
     fn a_flipped_record_byte_says_checksum_mismatch() {
         let mut bytes = bytes_of(&sample(every_type_plan(), 6));
         // The last box ends with its count field (tag + one-byte varint: the
-        // counts are small) just before the end marker, count and CRC:
+        // counts are small) just before the end marker, count, floor and CRC:
         // flipping a bit below its continuation bit is structurally fine, only
         // the CRC knows.
-        let at = bytes.len() - 4 - 8 - 1 - 1;
+        let at = bytes.len() - 4 - 8 - 8 - 1 - 1;
         bytes[at] ^= 0x10;
-        let e =
-            read_snapshot(Arc::new(every_type_plan()), &mut bytes.as_slice()).expect_err("refused");
+        let e = read_snapshot(Arc::new(every_type_plan()), 0, &mut bytes.as_slice())
+            .expect_err("refused");
         assert!(
             e.to_string().starts_with("snapshot checksum mismatch"),
             "{e}"
@@ -522,8 +630,8 @@ mod tests {
     fn trailing_bytes_are_refused() {
         let mut bytes = bytes_of(&sample(every_type_plan(), 2));
         bytes.push(0);
-        let e =
-            read_snapshot(Arc::new(every_type_plan()), &mut bytes.as_slice()).expect_err("refused");
+        let e = read_snapshot(Arc::new(every_type_plan()), 0, &mut bytes.as_slice())
+            .expect_err("refused");
         assert!(
             matches!(
                 e,
@@ -541,11 +649,11 @@ mod tests {
         let bytes = bytes_of(&sample(every_type_plan(), 1));
         let mut bad = bytes.clone();
         bad[0] = b'X';
-        let e = read_snapshot(Arc::new(every_type_plan()), &mut bad.as_slice()).err();
+        let e = read_snapshot(Arc::new(every_type_plan()), 0, &mut bad.as_slice()).err();
         assert!(matches!(e, Some(SnapshotError::BadMagic)), "{e:?}");
         let mut bad = bytes.clone();
         bad[8] = 9;
-        let e = read_snapshot(Arc::new(every_type_plan()), &mut bad.as_slice()).err();
+        let e = read_snapshot(Arc::new(every_type_plan()), 0, &mut bad.as_slice()).err();
         assert!(
             matches!(e, Some(SnapshotError::UnsupportedVersion { found: 9 })),
             "{e:?}"
@@ -572,7 +680,7 @@ mod tests {
         p.fields[0].ty = FieldType::F64;
         changes.push(p);
         for plan in changes {
-            let e = read_snapshot(Arc::new(plan), &mut bytes.as_slice()).expect_err("refused");
+            let e = read_snapshot(Arc::new(plan), 0, &mut bytes.as_slice()).expect_err("refused");
             let msg = e.to_string();
             assert!(matches!(e, SnapshotError::LayoutMismatch { .. }), "{msg}");
             assert!(
@@ -585,7 +693,7 @@ mod tests {
         p.fields[3].max_len = 64;
         p.fields[0].path = vec!["other".into()];
         assert_eq!(
-            read_snapshot(Arc::new(p), &mut bytes.as_slice())
+            read_snapshot(Arc::new(p), 0, &mut bytes.as_slice())
                 .expect("same layout")
                 .len(),
             4
@@ -597,7 +705,7 @@ mod tests {
         let bytes = bytes_of(&sample(Plan::default_plan(), 3));
         let mut p = Plan::default_plan();
         p.max_boxes = 2;
-        let e = read_snapshot(Arc::new(p), &mut bytes.as_slice()).expect_err("refused");
+        let e = read_snapshot(Arc::new(p), 0, &mut bytes.as_slice()).expect_err("refused");
         assert!(
             matches!(
                 e,
@@ -610,7 +718,7 @@ mod tests {
         );
         let mut p = Plan::default_plan();
         p.max_payload_bytes = 20;
-        let e = read_snapshot(Arc::new(p), &mut bytes.as_slice()).expect_err("refused");
+        let e = read_snapshot(Arc::new(p), 0, &mut bytes.as_slice()).expect_err("refused");
         assert!(
             e.to_string()
                 .contains("payload over max_payload_bytes (20)"),

@@ -93,7 +93,7 @@ fn message(v: i64, by: &str) -> [Option<Value<'_>>; 4] {
 fn poll_allocates_nothing() {
     let t = table();
     for k in 0..1000 {
-        t.apply(&format!("box-{k}"), &message(k, "p-1"), None)
+        t.apply(&format!("box-{k}"), &message(k, "p-1"), 0, None)
             .expect("ok");
     }
     let keys: Vec<Vec<u8>> = (0..1000).map(|k| format!("box-{k}").into_bytes()).collect();
@@ -124,7 +124,7 @@ fn apply_to_an_existing_box_rewrites_its_record_in_place() {
     // Warm-up: this thread's scratch buffers are sized once, and the version
     // reaches 4 digits, which the measured loop keeps.
     for _ in 0..1000 {
-        t.apply("box-1", &message(0, "p-1"), None).expect("ok");
+        t.apply("box-1", &message(0, "p-1"), 0, None).expect("ok");
     }
     let mut out = Vec::with_capacity(512);
     let n = count(|| {
@@ -143,7 +143,7 @@ fn apply_to_an_existing_box_rewrites_its_record_in_place() {
                 Some(Value::Str(by)),
             ];
             out.clear();
-            t.apply("box-1", &values, Some(&mut out)).expect("ok");
+            t.apply("box-1", &values, 0, Some(&mut out)).expect("ok");
         }
     });
     println!("8,000 applies to an existing box: {n} allocations");
@@ -153,10 +153,11 @@ fn apply_to_an_existing_box_rewrites_its_record_in_place() {
 #[test]
 fn a_record_outgrowing_its_size_class_allocates_once() {
     let t = table();
-    t.apply("box-1", &message(1, "p"), None).expect("ok");
-    t.apply("box-1", &message(1, "p"), None).expect("warm-up");
+    t.apply("box-1", &message(1, "p"), 0, None).expect("ok");
+    t.apply("box-1", &message(1, "p"), 0, None)
+        .expect("warm-up");
     let n = count(|| {
-        t.apply("box-1", &message(1, "0123456789abcdef"), None)
+        t.apply("box-1", &message(1, "0123456789abcdef"), 0, None)
             .expect("ok");
     });
     assert_eq!(n, 1, "a new record, nothing else");
@@ -165,12 +166,13 @@ fn a_record_outgrowing_its_size_class_allocates_once() {
 #[test]
 fn rejected_messages_allocate_nothing_on_an_existing_box() {
     let t = table();
-    t.apply("box-1", &message(i64::MAX, "p"), None).expect("ok");
-    t.apply("box-1", &[None, None, None, None], None)
+    t.apply("box-1", &message(i64::MAX, "p"), 0, None)
+        .expect("ok");
+    t.apply("box-1", &[None, None, None, None], 0, None)
         .expect("warm-up");
     let n = count(|| {
         for _ in 0..100 {
-            assert!(t.apply("box-1", &message(1, "p"), None).is_err());
+            assert!(t.apply("box-1", &message(1, "p"), 0, None).is_err());
         }
     });
     assert_eq!(n, 0);
@@ -190,7 +192,8 @@ fn accounted_bytes_track_real_allocations_at_100k_boxes() {
     for (k, key) in keys.iter().enumerate() {
         let by = format!("p-{}", k % 100);
         for m in 0..3 {
-            t.apply(key, &message(k as i64 + m, &by), None).expect("ok");
+            t.apply(key, &message(k as i64 + m, &by), 0, None)
+                .expect("ok");
         }
     }
     let (live2, classed2) = live();

@@ -16,7 +16,7 @@ use pollbox_core::buffers::Buffers;
 use pollbox_core::config::Config;
 use pollbox_core::conn::{Connection, Ctx};
 use pollbox_core::plan::Plan;
-use pollbox_core::service::{Host, IngestResult, Listener, Node, RouteLabel, Service};
+use pollbox_core::service::{Host, IngestResult, Listener, Node, Removal, RouteLabel, Service};
 use proptest::prelude::*;
 
 struct Quiet;
@@ -34,6 +34,7 @@ impl Host for Quiet {
     }
     fn answered(&mut self, _route: RouteLabel, _code: u16) {}
     fn ingested(&mut self, _result: IngestResult, _n: u64) {}
+    fn boxes_removed(&mut self, _why: Removal, _n: u64) {}
 }
 
 fn service() -> Service {

@@ -1,6 +1,8 @@
 //! Durability through the real binary: SIGTERM under concurrent ingest loses no
 //! acknowledged update; kill -9 after a snapshot interval restores the boxes; a
-//! corrupt snapshot or an unwritable snapshot directory is refused at start.
+//! key deleted and created again after a restart never serves an old ETag or
+//! version (SPEC §3a); a corrupt snapshot or an unwritable snapshot directory
+//! is refused at start.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -186,6 +188,100 @@ fn kill_9_after_a_snapshot_interval_restores_the_boxes() {
     for k in 0..100 {
         assert_eq!(version(addr, &format!("k{k}")), Some(3), "k{k}");
     }
+    signal(&child, "-TERM");
+    assert!(child.wait().unwrap().success());
+}
+
+/// One request on a fresh connection: (status, ETag, body). Reads 204 and 304
+/// answers, which carry no body.
+fn exchange(addr: SocketAddr, req: &str) -> (u16, Option<String>, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    s.write_all(req.as_bytes()).unwrap();
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 4096];
+    loop {
+        let n = s.read(&mut tmp).unwrap();
+        assert!(n > 0, "closed before an answer to {req:?}");
+        buf.extend_from_slice(&tmp[..n]);
+        let mut h = [httparse::EMPTY_HEADER; 16];
+        let mut r = httparse::Response::new(&mut h);
+        if let Ok(httparse::Status::Complete(head)) = r.parse(&buf) {
+            let code = r.code.unwrap();
+            let field = |name: &str| {
+                r.headers
+                    .iter()
+                    .find(|h| h.name.eq_ignore_ascii_case(name))
+                    .map(|h| String::from_utf8_lossy(h.value).into_owned())
+            };
+            let len: usize = match code {
+                204 | 304 => 0,
+                _ => field("content-length").unwrap().parse().unwrap(),
+            };
+            if buf.len() >= head + len {
+                let body = String::from_utf8_lossy(&buf[head..head + len]).into_owned();
+                return (code, field("etag"), body);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_key_created_again_after_a_restart_never_reuses_an_etag_or_a_version() {
+    let dir = tmpdir("incarnation");
+    let cfg = write_config(&dir, 3600);
+    let (mut child, addr) = spawn(&cfg);
+    let mut s = TcpStream::connect(addr).unwrap();
+    for v in 0..3 {
+        assert_eq!(ingest(&mut s, "round", v), Some(v + 1));
+    }
+    assert_eq!(ingest(&mut s, "kept", 1), Some(1));
+    let (code, old_etag, _) = exchange(addr, "GET /v1/boxes/round HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(code, 200);
+    let old_etag = old_etag.expect("an ETag");
+    assert_eq!(old_etag, "\"3\"");
+    let (code, ..) = exchange(addr, "DELETE /v1/boxes/round HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(code, 204);
+    // A graceful stop writes the snapshot: "kept" and the version floor.
+    signal(&child, "-TERM");
+    assert!(child.wait().unwrap().success());
+
+    let (mut child, addr) = spawn(&cfg);
+    assert_eq!(version(addr, "round"), None, "a deleted box stays deleted");
+    let (code, etag, _) = exchange(
+        addr,
+        "GET /v1/boxes/kept HTTP/1.1\r\nHost: t\r\nIf-None-Match: \"1\"\r\n\r\n",
+    );
+    assert_eq!(
+        (code, etag.as_deref()),
+        (304, Some("\"1\"")),
+        "kept keeps its ETag"
+    );
+    let mut s = TcpStream::connect(addr).unwrap();
+    let versions: Vec<u64> = (0..3)
+        .map(|v| ingest(&mut s, "round", v).expect("ingested"))
+        .collect();
+    assert!(
+        versions[0] > 3,
+        "the new incarnation starts past 3: {versions:?}"
+    );
+    let (code, new_etag, body) = exchange(addr, "GET /v1/boxes/round HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(code, 200);
+    assert_ne!(new_etag.as_deref(), Some(old_etag.as_str()));
+    assert!(body.contains("\"n\":3"), "a new box: {body}");
+    let (code, ..) = exchange(
+        addr,
+        &format!("GET /v1/boxes/round HTTP/1.1\r\nHost: t\r\nIf-None-Match: {old_etag}\r\n\r\n"),
+    );
+    assert_eq!(code, 200, "the old ETag does not match the new box");
+    // A long-poll from the old incarnation is answered at once (parked, it
+    // would get 304 only after max_wait_ms, 30 s).
+    let (code, etag, _) = exchange(
+        addr,
+        "GET /v1/boxes/round?after=3&wait_ms=60000 HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
+    assert_eq!(code, 200);
+    assert_eq!(etag, new_etag);
     signal(&child, "-TERM");
     assert!(child.wait().unwrap().success());
 }

@@ -1,7 +1,7 @@
 //! The server as the core sees it ([`Host`]): per-worker counting, request
 //! durations, cross-worker wake-ups and `/metrics`.
 
-use crate::stats::{IngestResult, RouteLabel, WorkerStats};
+use crate::stats::{IngestResult, Removal, RouteLabel, WorkerStats};
 use crate::{metrics, Shared};
 use pollbox_core::service::Host;
 use std::sync::atomic::Ordering;
@@ -59,6 +59,10 @@ impl Host for WorkerHost {
     #[inline]
     fn box_updated(&mut self, key: &[u8]) {
         self.shared.waiters.notify(key);
+    }
+
+    fn boxes_removed(&mut self, why: Removal, n: u64) {
+        self.shared.stats[self.id].boxes_removed(why, n);
     }
 
     fn render_metrics(&mut self, out: &mut Vec<u8>) {

@@ -53,6 +53,8 @@ pub struct Shared {
     pub draining: AtomicBool,
     ready: AtomicBool,
     pub waiters: wakeups::Waiters,
+    /// The server's clock starts here: every worker's `now_ms` (so box expiry
+    /// stamps agree between workers) and the snapshots'.
     pub started: Instant,
     pub workers: usize,
     /// Snapshots written / failed, for metrics.
@@ -67,6 +69,11 @@ pub struct Shared {
 impl Shared {
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    /// Milliseconds since the server started (the clock box expiry counts on).
+    pub fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
     }
 }
 
@@ -99,13 +106,15 @@ impl Server {
     /// Load the snapshot (if configured), bind, and start the workers.
     pub fn start(config: Config) -> Result<Server, StartError> {
         config.validate()?;
+        let started = Instant::now();
         let plan = Arc::new(Plan::compile(&config.boxes)?);
         let snapshot_path =
             (!config.snapshot.path.is_empty()).then(|| PathBuf::from(&config.snapshot.path));
         let boxes = match &snapshot_path {
             Some(p) => {
                 snapshot_file::check_dir(p)?;
-                match snapshot_file::load(plan.clone(), p) {
+                let now_ms = started.elapsed().as_millis() as u64;
+                match snapshot_file::load(plan.clone(), now_ms, p) {
                     Ok(Some(t)) => t,
                     Ok(None) => BoxTable::new(plan.clone()),
                     Err(e) => {
@@ -165,7 +174,7 @@ impl Server {
             draining: AtomicBool::new(false),
             ready: AtomicBool::new(false),
             waiters: wakeups::Waiters::new(wakers.clone()),
-            started: Instant::now(),
+            started,
             workers: n,
             snapshots_ok: AtomicUsize::new(0),
             snapshots_failed: AtomicUsize::new(0),
@@ -273,7 +282,8 @@ impl Server {
             let _ = t.join();
         }
         if let Some(p) = &self.snapshot_path {
-            if let Err(e) = snapshot_file::save_atomic(&self.shared.node.boxes, p) {
+            let (boxes, now_ms) = (&self.shared.node.boxes, self.shared.now_ms());
+            if let Err(e) = snapshot_file::save_atomic(boxes, now_ms, p) {
                 first_err.get_or_insert(format!("final snapshot to {}: {e}", p.display()));
             }
         }

@@ -5,7 +5,8 @@
 
 use crate::alloc_stats;
 use crate::stats::{
-    IngestResult, Rejected, RouteLabel, WorkerStats, DURATION_BUCKETS, RESET_BUCKETS,
+    IngestResult, Rejected, Removal, RouteLabel, WorkerStats, DURATION_BUCKETS, RESET_BUCKETS,
+    TICK_BUCKETS,
 };
 use crate::Shared;
 use std::io::Write;
@@ -198,6 +199,20 @@ pub fn render(shared: &Shared, out: &mut Vec<u8>) {
     );
     single(
         out,
+        "pollbox_boxes_expired_total",
+        "counter",
+        "Boxes removed because they accepted no message for boxes.ttl_s.",
+        sum(shared, |s| s.boxes_removed_total(Removal::Expired)),
+    );
+    single(
+        out,
+        "pollbox_boxes_deleted_total",
+        "counter",
+        "Boxes removed by DELETE /v1/boxes/{key}.",
+        sum(shared, |s| s.boxes_removed_total(Removal::Deleted)),
+    );
+    single(
+        out,
         "pollbox_io_uring_workers",
         "gauge",
         "Workers writing each loop turn's responses with one io_uring submission (the others write with send).",
@@ -287,6 +302,22 @@ pub fn render(shared: &Shared, out: &mut Vec<u8>) {
             .max()
             .unwrap_or(0) as f64
             / 1e9,
+    );
+    let mut tcounts = vec![0u64; TICK_BUCKETS.len() + 1];
+    let mut tsum = 0;
+    for s in &shared.stats {
+        for (i, c) in s.tick.counts().enumerate() {
+            tcounts[i] += c;
+        }
+        tsum += s.tick.sum_ns();
+    }
+    histogram(
+        out,
+        "pollbox_tick_duration_seconds",
+        "Work of one worker tick: arena reset, timers, expiry step.",
+        &TICK_BUCKETS,
+        &tcounts,
+        tsum,
     );
     header(
         out,

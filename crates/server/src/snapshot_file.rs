@@ -18,15 +18,16 @@ use pollbox_core::snapshot::{read_snapshot, write_snapshot, SnapshotError};
 
 use crate::{Shared, StartError};
 
-/// Write `table` to `path` so that a crash leaves either the old or the new
-/// snapshot, never a mix: write `path.tmp`, fsync it, rename it over `path`,
-/// fsync the directory. On error the temp file is removed.
-pub fn save_atomic(table: &BoxTable, path: &Path) -> io::Result<()> {
+/// Write `table` to `path` at `now_ms` (the server's clock, which box expiry
+/// counts on) so that a crash leaves either the old or the new snapshot, never
+/// a mix: write `path.tmp`, fsync it, rename it over `path`, fsync the
+/// directory. On error the temp file is removed.
+pub fn save_atomic(table: &BoxTable, now_ms: u64, path: &Path) -> io::Result<()> {
     let tmp = tmp_path(path);
     let result = (|| {
         let file = File::create(&tmp)?;
         let mut w = BufWriter::with_capacity(1 << 16, file);
-        write_snapshot(table, &mut w)?;
+        write_snapshot(table, now_ms, &mut w)?;
         let file = w.into_inner().map_err(io::IntoInnerError::into_error)?;
         file.sync_all()?;
         drop(file);
@@ -46,16 +47,17 @@ pub fn tmp_path(path: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Load the snapshot at `path`: `Ok(None)` when there is no file (first start),
-/// an error for anything else that keeps it from loading whole.
-pub fn load(plan: Arc<Plan>, path: &Path) -> Result<Option<BoxTable>, SnapshotError> {
+/// Load the snapshot at `path` at `now_ms` (the server's clock): `Ok(None)`
+/// when there is no file (first start), an error for anything else that keeps
+/// it from loading whole.
+pub fn load(plan: Arc<Plan>, now_ms: u64, path: &Path) -> Result<Option<BoxTable>, SnapshotError> {
     let file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e.into()),
     };
     let mut r = BufReader::with_capacity(1 << 16, file);
-    read_snapshot(plan, &mut r).map(Some)
+    read_snapshot(plan, now_ms, &mut r).map(Some)
 }
 
 /// The directory `path` is in (`.` for a bare file name).
@@ -100,7 +102,7 @@ pub(crate) fn writer_loop(shared: Arc<Shared>, stop: Arc<(Mutex<bool>, Condvar)>
         if *stopped {
             return;
         }
-        match save_atomic(&shared.node.boxes, &path) {
+        match save_atomic(&shared.node.boxes, shared.now_ms(), &path) {
             Ok(()) => {
                 shared.snapshots_ok.fetch_add(1, Ordering::Relaxed);
             }
@@ -169,7 +171,7 @@ mod tests {
                 None,
                 (k % 2 == 0).then_some(Value::Str(&by)),
             ];
-            t.apply(&format!("box-{k}"), &values, None)
+            t.apply(&format!("box-{k}"), &values, 0, None)
                 .expect("applies");
         }
         t
@@ -180,7 +182,7 @@ mod tests {
     fn assert_same_boxes(a: &BoxTable, b: &BoxTable) {
         assert_eq!(a.len(), b.len());
         let (mut pa, mut pb) = (Vec::new(), Vec::new());
-        a.for_each(|key, version, _| {
+        a.for_each(0, |key, version, _, _| {
             pa.clear();
             pb.clear();
             assert_eq!(a.poll(key.as_bytes(), &mut pa), Some(version));
@@ -194,23 +196,23 @@ mod tests {
         let dir = scratch_dir("save");
         let path = dir.join("boxes.snap");
         let plan = || Arc::new(Plan::default_plan());
-        assert!(load(plan(), &path).expect("no file is fine").is_none());
+        assert!(load(plan(), 0, &path).expect("no file is fine").is_none());
         let t = sample(20);
-        save_atomic(&t, &path).expect("saves");
+        save_atomic(&t, 0, &path).expect("saves");
         assert!(!tmp_path(&path).exists(), "temp file renamed away");
-        let back = load(plan(), &path).expect("loads").expect("file exists");
+        let back = load(plan(), 0, &path).expect("loads").expect("file exists");
         assert_same_boxes(&t, &back);
         // Saving again replaces the file whole.
-        t.apply("new", &[], None).expect("ok");
-        save_atomic(&t, &path).expect("saves");
-        let back = load(plan(), &path).expect("loads").expect("exists");
+        t.apply("new", &[], 0, None).expect("ok");
+        save_atomic(&t, 0, &path).expect("saves");
+        let back = load(plan(), 0, &path).expect("loads").expect("exists");
         assert_eq!(back.len(), t.len());
         // A damaged file is an error, not an empty start.
         let mut bytes = fs::read(&path).expect("read");
         bytes.truncate(bytes.len() / 2);
         fs::write(&path, bytes).expect("write");
         assert!(matches!(
-            load(plan(), &path),
+            load(plan(), 0, &path),
             Err(SnapshotError::Truncated { .. })
         ));
         fs::remove_dir_all(&dir).expect("cleanup");
@@ -221,7 +223,7 @@ mod tests {
         let dir = scratch_dir("missing");
         let path = dir.join("no/such/dir/boxes.snap");
         let t = sample(1);
-        assert!(save_atomic(&t, &path).is_err());
+        assert!(save_atomic(&t, 0, &path).is_err());
         assert!(!tmp_path(&path).exists());
         fs::remove_dir_all(&dir).expect("cleanup");
     }

@@ -35,7 +35,7 @@ impl Counter {
     }
 }
 
-pub use pollbox_core::service::{IngestResult, RouteLabel};
+pub use pollbox_core::service::{IngestResult, Removal, RouteLabel};
 
 /// Why a connection was refused, in `pollbox_connections_rejected_total{reason=...}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,8 +62,8 @@ impl Rejected {
 }
 
 /// Status codes pollbox answers with; anything else lands in the last slot.
-pub const CODES: [u16; 18] = [
-    100, 200, 304, 400, 401, 404, 405, 408, 413, 422, 431, 500, 501, 503, 505, 507, 0, 0,
+pub const CODES: [u16; 19] = [
+    100, 200, 204, 304, 400, 401, 403, 404, 405, 408, 413, 422, 431, 500, 501, 503, 505, 507, 0,
 ];
 const NCODES: usize = CODES.len();
 
@@ -91,6 +91,13 @@ pub const RESET_BUCKETS: [f64; 12] = [
     0.000_500,
     0.001,
     0.010,
+];
+
+/// Upper bounds (seconds) of the tick work histogram (arena reset, timers,
+/// expiry): a tick should stay far below an epoch (16 ms).
+pub const TICK_BUCKETS: [f64; 14] = [
+    0.000_002, 0.000_005, 0.000_010, 0.000_025, 0.000_050, 0.000_100, 0.000_250, 0.000_500, 0.001,
+    0.002_5, 0.005, 0.010, 0.016, 0.050,
 ];
 
 /// A fixed-bucket histogram written by one thread.
@@ -147,6 +154,10 @@ pub struct WorkerStats {
     pub epoch_overruns: Counter,
     /// Longest epoch tick work seen, in nanoseconds.
     pub epoch_work_max_ns: Counter,
+    /// Every tick's work (reset, timers, expiry).
+    pub tick: Histogram<14>,
+    /// Boxes this worker removed, by how (`DELETE`, expiry).
+    removed: [Counter; Removal::ALL.len()],
     /// Bytes of connection read buffers and the buffer pool.
     pub buffer_bytes: Counter,
     /// Bytes queued to be sent.
@@ -180,6 +191,8 @@ impl Default for WorkerStats {
             arena_replaced: Counter::default(),
             epoch_overruns: Counter::default(),
             epoch_work_max_ns: Counter::default(),
+            tick: Histogram::new(&TICK_BUCKETS),
+            removed: Default::default(),
             buffer_bytes: Counter::default(),
             send_queue_bytes: Counter::default(),
             buffered_bytes: Counter::default(),
@@ -215,6 +228,15 @@ impl WorkerStats {
 
     pub fn ingested_total(&self, result: IngestResult) -> u64 {
         self.ingest[result as usize].get()
+    }
+
+    #[inline]
+    pub fn boxes_removed(&self, why: Removal, n: u64) {
+        self.removed[why as usize].add(n);
+    }
+
+    pub fn boxes_removed_total(&self, why: Removal) -> u64 {
+        self.removed[why as usize].get()
     }
 
     #[inline]

@@ -7,7 +7,8 @@
 //! machine ([`pollbox_core::conn`]), then do what the connection asks — write
 //! its answers ([`crate::transmit`]), park it where ingests wake it
 //! ([`crate::wakeups`]), arm its deadline, close it. At each tick (`epoch_ms`)
-//! reset the arena, refresh the `Date` and fire the timers.
+//! reset the arena, refresh the `Date`, fire the timers and run one bounded
+//! step of box expiry.
 
 use crate::conns::{Conn, Slab};
 use crate::host::WorkerHost;
@@ -100,6 +101,7 @@ impl Worker {
                 .register(l, METRICS_LISTENER, Interest::READABLE)?;
         }
         let epoch_ms = shared.node.config.server.epoch_ms;
+        let started = shared.started;
         let transmit: Box<dyn Transmit + Send> = if shared.node.config.server.io_uring {
             match Ring::new(&poll) {
                 Ok(r) => {
@@ -131,7 +133,9 @@ impl Worker {
             transmit,
             wheel: Wheel::new(epoch_ms, 512, 0),
             parked: ParkedIndex::default(),
-            started: Instant::now(),
+            // One clock for every worker: boxes' expiry stamps are compared
+            // across workers.
+            started,
             now_ms: 0,
             epoch_ms,
             next_tick_ms: epoch_ms,
@@ -544,8 +548,12 @@ impl Worker {
             self.settle(t.slot, c);
         }
         self.fired = fired;
+        // A bounded step of box expiry (SweepBudget::PER_TICK): the boxes'
+        // long-polls are woken through the same path as an ingest's.
+        self.service.expire(self.now_ms, &mut self.host);
         let work = tick_start.elapsed().as_nanos() as u64;
         let st = self.host.stats();
+        st.tick.observe_ns(work);
         if work > st.epoch_work_max_ns.get() {
             st.epoch_work_max_ns.set(work);
         }

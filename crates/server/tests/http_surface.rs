@@ -128,9 +128,9 @@ fn ingest_object_array_and_ndjson() {
 fn methods_head_and_percent_encoded_keys() {
     let s = start(config());
     let a = s.addr();
-    let r = raw(a, b"DELETE /v1/boxes/x HTTP/1.1\r\nHost: t\r\n\r\n").0;
+    let r = raw(a, b"PUT /v1/boxes/x HTTP/1.1\r\nHost: t\r\n\r\n").0;
     assert_eq!(r.status, 405);
-    assert_eq!(r.header("Allow"), Some("GET, HEAD, POST"));
+    assert_eq!(r.header("Allow"), Some("GET, HEAD, POST, DELETE"));
     let r = get(a, "/v1/ingest");
     assert_eq!(r.status, 405);
     assert_eq!(r.header("Allow"), Some("POST"));

@@ -98,3 +98,88 @@ fn memory_outside_the_accounting_shows_in_memcheck() {
     drop(leak);
     s.shutdown().unwrap();
 }
+
+fn boxes_gauge(s: &pollbox_server::Server) -> f64 {
+    let text = memcheck::scrape(&format!("http://{}", s.addr())).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("pollbox_boxes ")?.parse().ok())
+        .expect("pollbox_boxes")
+}
+
+/// SPEC §3a: boxes past `ttl_s` are removed and the memory goes back: the
+/// box count, the accounted `boxes` bytes and jemalloc's allocated bytes all
+/// fall back to where they were before the boxes were created.
+#[test]
+fn expired_boxes_give_their_memory_back() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = config();
+    c.boxes.ttl_s = 1;
+    let s = start(c);
+    let a = s.addr();
+    let before = memory(&s);
+    let mut rd = Reader::new(connect(a));
+    for batch in 0..500 {
+        let mut body = String::from("[");
+        for i in 0..100 {
+            if i > 0 {
+                body.push(',');
+            }
+            body.push_str(&format!(
+                r#"{{"key":"round-{}","value":{i},"player":"p-{i}"}}"#,
+                batch * 100 + i
+            ));
+        }
+        body.push(']');
+        rd.send(
+            format!(
+                "POST /v1/ingest HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        );
+        assert_eq!(rd.read(false).json()["accepted"], 100);
+    }
+    let full = memory(&s);
+    let full_boxes = boxes_gauge(&s);
+    // The first boxes may already be gone; most are still there.
+    assert!(full_boxes > 25_000.0, "{full_boxes}");
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while boxes_gauge(&s) > 0.0 {
+        assert!(std::time::Instant::now() < give_up, "boxes never expired");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let after = memory(&s);
+    let rise = full.in_use() - before.in_use();
+    let fall = full.in_use() - after.in_use();
+    eprintln!(
+        "boxes {full_boxes} -> 0; accounted boxes {:.1} -> {:.1} -> {:.1} MiB; \
+         jemalloc in use {:.1} -> {:.1} -> {:.1} MiB",
+        before.boxes / 1048576.0,
+        full.boxes / 1048576.0,
+        after.boxes / 1048576.0,
+        before.in_use() / 1048576.0,
+        full.in_use() / 1048576.0,
+        after.in_use() / 1048576.0,
+    );
+    assert_eq!(
+        after.boxes, before.boxes,
+        "every accounted box byte is back"
+    );
+    assert!(
+        full.boxes > before.boxes + 4.0 * 1048576.0,
+        "{}",
+        full.boxes
+    );
+    assert!(rise > 4.0 * 1048576.0, "rise {rise}");
+    assert!(fall > 0.8 * rise, "jemalloc: rose {rise}, fell {fall}");
+    let text = memcheck::scrape(&format!("http://{}", a)).unwrap();
+    assert!(
+        text.contains("pollbox_boxes_expired_total 50000"),
+        "{}",
+        text.lines()
+            .filter(|l| l.starts_with("pollbox_boxes"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    s.shutdown().unwrap();
+}

@@ -71,6 +71,12 @@ fn counters_are_exact() {
     expect("other", "405", 1);
     assert_eq!(raw(a, b"BOGUS\r\n\r\n").0.status, 400);
     expect("other", "400", 1);
+    assert_eq!(post(a, "/v1/boxes/gone", "{}").status, 200);
+    expect("ingest_key", "200", 1);
+    assert_eq!(delete(a, "/v1/boxes/gone").status, 204);
+    assert_eq!(delete(a, "/v1/boxes/gone").status, 404);
+    expect("delete", "204", 1);
+    expect("delete", "404", 1);
 
     let m = samples(&scrape(a));
     let mut got: BTreeMap<(String, String), u64> = BTreeMap::new();
@@ -99,10 +105,11 @@ fn counters_are_exact() {
         .collect();
     assert_eq!(got, want);
 
-    // Messages: 5 by path + 2 accepted in the batch (m, n) = 7 accepted;
-    // a missing key (single) and a non-object (batch) rejected; one invalid body.
+    // Messages: 5 by path + 2 accepted in the batch (m, n) + 1 for the box
+    // deleted = 8 accepted; a missing key (single) and a non-object (batch)
+    // rejected; one invalid body.
     let n = |k: &str| m.get(k).copied().unwrap_or(-1.0);
-    assert_eq!(n("pollbox_ingest_messages_total{result=\"accepted\"}"), 7.0);
+    assert_eq!(n("pollbox_ingest_messages_total{result=\"accepted\"}"), 8.0);
     assert_eq!(n("pollbox_ingest_messages_total{result=\"bad_key\"}"), 1.0);
     assert_eq!(
         n("pollbox_ingest_messages_total{result=\"not_object\"}"),
@@ -113,6 +120,8 @@ fn counters_are_exact() {
         1.0
     );
     assert_eq!(n("pollbox_boxes"), 2.0);
+    assert_eq!(n("pollbox_boxes_deleted_total"), 1.0);
+    assert_eq!(n("pollbox_boxes_expired_total"), 0.0, "no ttl_s, no expiry");
     // Both workers run the io_uring loop when the suite runs with it.
     let uring = if std::env::var("POLLBOX_TEST_IO_URING").is_ok_and(|v| v == "1") {
         2.0
@@ -121,9 +130,15 @@ fn counters_are_exact() {
     };
     assert_eq!(n("pollbox_io_uring_workers"), uring);
     // Every request above opened its own connection (plus this scrape's).
-    assert_eq!(n("pollbox_connections_total"), 25.0);
+    assert_eq!(n("pollbox_connections_total"), 28.0);
     let count = n("pollbox_http_request_duration_seconds_count");
-    assert_eq!(count, 24.0, "one observation per answered request");
+    assert_eq!(count, 27.0, "one observation per answered request");
+    // Every tick of both workers is observed (how many there were depends
+    // on how long the test ran).
+    assert_eq!(
+        n("pollbox_tick_duration_seconds_count"),
+        n("pollbox_tick_duration_seconds_bucket{le=\"+Inf\"}")
+    );
     for name in [
         "pollbox_arena_resets_total",
         "pollbox_arena_bytes",
@@ -174,10 +189,24 @@ fn metrics_on_their_own_listener() {
 #[test]
 #[ignore = "needs promtool (Debian package prometheus); .ci/run installs it"]
 fn promtool_accepts_the_exposition() {
-    let s = start(config());
+    let mut c = config();
+    c.boxes.ttl_s = 1;
+    c.http.cors_origins = vec!["https://game.example".into()];
+    let s = start(c);
     let a = s.addr();
     assert_eq!(post(a, "/v1/boxes/m", r#"{"value":1}"#).status, 200);
     assert_eq!(get(a, "/v1/boxes/m").status, 200);
+    assert_eq!(post(a, "/v1/boxes/d", r#"{"value":1}"#).status, 200);
+    assert_eq!(delete(a, "/v1/boxes/d").status, 204);
+    let preflight =
+        b"OPTIONS /v1/boxes/m HTTP/1.1\r\nHost: t\r\nOrigin: https://game.example\r\n\r\n";
+    assert_eq!(raw(a, preflight).0.status, 204);
+    // Let the boxes expire, so every lifecycle counter has a sample above 0.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !s.shared().node.boxes.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(s.shared().node.boxes.len(), 0);
     let text = scrape(a);
     let mut child = std::process::Command::new("promtool")
         .args(["check", "metrics"])
@@ -197,6 +226,15 @@ fn promtool_accepts_the_exposition() {
         out.status.success() && said.trim().is_empty(),
         "promtool: {said}"
     );
+    for name in [
+        "pollbox_boxes_expired_total 1",
+        "pollbox_boxes_deleted_total 1",
+        "pollbox_tick_duration_seconds_bucket{le=\"0.000002\"}",
+        "pollbox_http_requests_total{route=\"delete\",code=\"204\"} 1",
+        "pollbox_http_requests_total{route=\"preflight\",code=\"204\"} 1",
+    ] {
+        assert!(text.contains(name), "{name} missing:\n{text}");
+    }
     s.shutdown().unwrap();
 }
 

@@ -367,6 +367,72 @@ fn a_parked_poll_holds_back_pipelined_requests_until_answered() {
 }
 
 #[test]
+fn a_parked_poll_of_a_deleted_or_expired_box_is_answered_404() {
+    let mut r = rig_with(|c| c.boxes.ttl_s = 1);
+    r.ingest("a", 1);
+    r.ingest("b", 1);
+    let mut ca = r.conn();
+    let mut cb = r.conn();
+    for (c, key) in [(&mut ca, "a"), (&mut cb, "b")] {
+        let req = format!(
+            "GET /v1/boxes/{key}?after=1&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"
+        );
+        r.feed(c, req.as_bytes());
+        assert_eq!(c.parked_key(), Some(key.as_bytes()));
+    }
+    // DELETE on another connection: the key is woken, the poll answered 404.
+    let mut d = r.conn();
+    r.feed(&mut d, b"DELETE /v1/boxes/a HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(statuses(&r.sent(&mut d)), ["204"]);
+    assert_eq!(r.host.updated.last().map(Vec::as_slice), Some(&b"a"[..]));
+    assert!(ca.on_box_updated(&mut r.cx()));
+    let out = r.sent(&mut ca);
+    assert_eq!(statuses(&out), ["404", "200"], "{out}");
+    assert!(out.contains(r#"{"error":"no such box"}"#), "{out}");
+    // Expiry: a wake-up of `b` while it still exists changes nothing ...
+    assert!(!cb.on_box_updated(&mut r.cx()));
+    // ... once the sweep removed it, the poll is answered 404 at once.
+    let now = r.now_ms;
+    assert_eq!(r.service.expire(now + 3_000, &mut r.host).removed, 1);
+    assert_eq!(r.host.updated.last().map(Vec::as_slice), Some(&b"b"[..]));
+    assert!(cb.on_box_updated(&mut r.cx()));
+    assert_eq!(statuses(&r.sent(&mut cb)), ["404", "200"]);
+}
+
+#[test]
+fn a_parked_poll_of_a_box_deleted_and_created_again_gets_the_new_incarnation() {
+    let mut r = rig();
+    r.ingest("a", 1);
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
+    let mut d = r.conn();
+    r.feed(&mut d, b"DELETE /v1/boxes/a HTTP/1.1\r\nHost: t\r\n\r\n");
+    r.ingest("a", 9);
+    assert!(c.on_box_updated(&mut r.cx()));
+    let out = r.sent(&mut c);
+    assert_eq!(statuses(&out), ["200"], "{out}");
+    assert!(out.contains("ETag: \"2\""), "{out}");
+}
+
+#[test]
+fn a_parked_poll_whose_box_went_before_its_deadline_fired_is_404() {
+    let mut r = rig();
+    r.ingest("a", 1);
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"GET /v1/boxes/a?after=1&wait_ms=50 HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
+    assert!(r.service.node().boxes.remove(b"a").is_some());
+    r.now_ms += 50;
+    c.on_timer(&mut r.cx());
+    assert_eq!(statuses(&r.sent(&mut c)), ["404"]);
+}
+
+#[test]
 fn a_parked_poll_times_out_with_304_and_caps_its_wait() {
     let mut r = rig_with(|c| c.limits.max_wait_ms = 100);
     r.ingest("a", 1);

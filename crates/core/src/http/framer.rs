@@ -301,6 +301,7 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
     let mut authorization = None;
     let mut hosts: u8 = 0;
     let mut content_type = None;
+    let mut origin = None;
 
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
@@ -309,6 +310,9 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
             4 if name.eq_ignore_ascii_case(b"host") => hosts = hosts.saturating_add(1),
             6 if name.eq_ignore_ascii_case(b"expect") => {
                 expect |= value.eq_ignore_ascii_case(b"100-continue");
+            }
+            6 if name.eq_ignore_ascii_case(b"origin") => {
+                origin.get_or_insert_with(|| range_of(buf, value));
             }
             10 if name.eq_ignore_ascii_case(b"connection") => {
                 for token in list_elements(value) {
@@ -373,6 +377,7 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
             authorization,
             hosts,
             content_type,
+            origin,
             body: head_end..head_end,
             consumed: head_end,
         },

@@ -78,7 +78,10 @@ use std::ops::Range;
 
 pub use date::DateCache;
 pub use framer::{Framer, MAX_HEADERS};
-pub use response::{status_reason, write_head_end, write_response_head, CONTINUE};
+pub use response::{
+    status_reason, write_fields, write_head_end, write_response_head, write_response_start,
+    CONTINUE,
+};
 pub use route::{parse_poll_query, percent_decode_into, route, BadEscape, PollQuery, Route};
 
 /// Framing limits of one connection (SPEC §10 `[limits]`).
@@ -170,6 +173,8 @@ pub struct Frame {
     /// an HTTP/1.1 request with other than one (RFC 9112 §3.2).
     pub hosts: u8,
     pub content_type: Option<Range<usize>>,
+    /// `Origin`: the page's origin on a browser's cross-origin request (CORS).
+    pub origin: Option<Range<usize>>,
     /// Body bytes; for chunked bodies, decoded in place in the buffer.
     pub body: Range<usize>,
     /// Bytes of the slice this request occupied (empty lines before it, head,

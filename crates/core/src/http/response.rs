@@ -46,7 +46,7 @@ pub fn status_reason(status: u16) -> &'static str {
 /// HTTP/1.1 <code> <reason>\r\n
 /// Date: <date>\r\n
 /// Content-Type: <content_type>\r\n      (left out when content_type is empty)
-/// Content-Length: <content_length>\r\n
+/// Content-Length: <content_length>\r\n  (left out for 204: RFC 9110 §8.6)
 /// Connection: close\r\n                 (when !keep_alive)
 /// Connection: keep-alive\r\n            (when keep_alive and the client is HTTP/1.0)
 /// <name>: <value>\r\n ...               (extra_headers, in order)
@@ -68,6 +68,29 @@ pub fn write_response_head(
     version: Version,
     extra_headers: &[(&[u8], &[u8])],
 ) {
+    write_response_start(
+        out,
+        status,
+        content_type,
+        content_length,
+        date,
+        keep_alive,
+        version,
+    );
+    write_head_end(out, extra_headers);
+}
+
+/// A response head up to its extra fields: what [`write_response_head`]
+/// writes before `extra_headers` and the blank line.
+pub fn write_response_start(
+    out: &mut Vec<u8>,
+    status: u16,
+    content_type: &[u8],
+    content_length: usize,
+    date: &[u8],
+    keep_alive: bool,
+    version: Version,
+) {
     let mut num = itoa::Buffer::new();
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(num.format(status).as_bytes());
@@ -79,27 +102,34 @@ pub fn write_response_head(
         out.extend_from_slice(b"\r\nContent-Type: ");
         out.extend_from_slice(content_type);
     }
-    out.extend_from_slice(b"\r\nContent-Length: ");
-    out.extend_from_slice(num.format(content_length).as_bytes());
+    // A 204 has no content and must not say a length (RFC 9110 §8.6).
+    if status != 204 {
+        out.extend_from_slice(b"\r\nContent-Length: ");
+        out.extend_from_slice(num.format(content_length).as_bytes());
+    }
     out.extend_from_slice(b"\r\n");
     if !keep_alive {
         out.extend_from_slice(b"Connection: close\r\n");
     } else if version == Version::Http10 {
         out.extend_from_slice(b"Connection: keep-alive\r\n");
     }
-    write_head_end(out, extra_headers);
 }
 
 /// The end of a response head: `extra_headers`, then the blank line. For
 /// callers that wrote the start of the head themselves (a cached prefix).
 pub fn write_head_end(out: &mut Vec<u8>, extra_headers: &[(&[u8], &[u8])]) {
-    for (name, value) in extra_headers {
+    write_fields(out, extra_headers);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `name: value\r\n` for each field, in order.
+pub fn write_fields(out: &mut Vec<u8>, fields: &[(&[u8], &[u8])]) {
+    for (name, value) in fields {
         out.extend_from_slice(name);
         out.extend_from_slice(b": ");
         out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
     }
-    out.extend_from_slice(b"\r\n");
 }
 
 #[cfg(test)]
@@ -178,6 +208,16 @@ mod tests {
     }
 
     #[test]
+    fn no_content_has_no_length_and_no_type() {
+        let mut out = Vec::new();
+        write_response_head(&mut out, 204, b"", 0, DATE, true, Version::Http11, &[]);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 204 No Content\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n"
+        );
+    }
+
+    #[test]
     fn appends_and_does_not_reallocate_with_capacity() {
         let mut out = Vec::with_capacity(512);
         out.extend_from_slice(b"previous");
@@ -199,7 +239,7 @@ mod tests {
     #[test]
     fn every_status_pollbox_sends_has_a_reason() {
         for code in [
-            100, 200, 304, 400, 401, 404, 405, 408, 413, 422, 431, 501, 503, 505, 507,
+            100, 200, 204, 304, 400, 401, 403, 404, 405, 408, 413, 422, 431, 501, 503, 505, 507,
         ] {
             assert!(!status_reason(code).is_empty(), "{code}");
         }

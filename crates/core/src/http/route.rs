@@ -16,6 +16,10 @@ pub enum Route<'a> {
     IngestKey {
         key: &'a [u8],
     },
+    /// `DELETE /v1/boxes/{key}`
+    Delete {
+        key: &'a [u8],
+    },
     /// `POST /v1/ingest`
     Ingest,
     Metrics,
@@ -42,8 +46,9 @@ pub fn route(method: Method, path: &[u8]) -> Route<'_> {
         return match method {
             Method::Get | Method::Head => Route::Poll { key },
             Method::Post => Route::IngestKey { key },
+            Method::Delete => Route::Delete { key },
             _ => Route::MethodNotAllowed {
-                allow: "GET, HEAD, POST",
+                allow: "GET, HEAD, POST, DELETE",
             },
         };
     }
@@ -151,17 +156,15 @@ mod tests {
             route(Method::Post, b"/v1/boxes/a%20b"),
             Route::IngestKey { key: b"a%20b" }
         );
-        for m in [
-            Method::Put,
-            Method::Delete,
-            Method::Patch,
-            Method::Options,
-            Method::Other,
-        ] {
+        assert_eq!(
+            route(Method::Delete, b"/v1/boxes/a%20b"),
+            Route::Delete { key: b"a%20b" }
+        );
+        for m in [Method::Put, Method::Patch, Method::Options, Method::Other] {
             assert_eq!(
                 route(m, b"/v1/boxes/k"),
                 Route::MethodNotAllowed {
-                    allow: "GET, HEAD, POST"
+                    allow: "GET, HEAD, POST, DELETE"
                 }
             );
         }

@@ -110,6 +110,7 @@ fn simple_get() {
     assert_eq!(g.frame.consumed, 42);
     assert_eq!(g.frame.if_none_match, None);
     assert_eq!(g.frame.authorization, None);
+    assert_eq!(g.frame.origin, None);
     assert_eq!(g.frame.content_type, None);
 }
 
@@ -164,7 +165,8 @@ fn path_and_query() {
 #[test]
 fn interesting_headers_are_ranges_of_trimmed_values() {
     let req = b"GET / HTTP/1.1\r\nif-none-match:  \"7\" \r\nAUTHORIZATION: Bearer t0k\r\n\
-                Content-Type:\tapplication/x-ndjson\t\r\nIf-None-Match: \"8\"\r\n\r\n";
+                Content-Type:\tapplication/x-ndjson\t\r\nIf-None-Match: \"8\"\r\n\
+                ORIGIN: https://game.example \r\nOrigin: https://other.example\r\n\r\n";
     let g = frame(req);
     let text = |r: Option<std::ops::Range<usize>>| {
         r.map(|r| String::from_utf8_lossy(&req[r]).into_owned())
@@ -174,6 +176,10 @@ fn interesting_headers_are_ranges_of_trimmed_values() {
     assert_eq!(
         text(g.frame.content_type).as_deref(),
         Some("application/x-ndjson")
+    );
+    assert_eq!(
+        text(g.frame.origin).as_deref(),
+        Some("https://game.example")
     );
 }
 

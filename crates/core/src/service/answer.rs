@@ -1,8 +1,11 @@
 //! The one answer writer: a response head (from the pre-rendered prefix when
 //! there is one) and its body, appended to a connection's bytes and counted.
+//! Every answer to a request from an allowed origin carries that origin's CORS
+//! lines, chosen once per request ([`Heads::begin`]).
 
+use super::cors::{Allowed, Cors};
 use super::{Host, RouteLabel};
-use crate::http::{write_head_end, write_response_head, DateCache, Version};
+use crate::http::{write_fields, write_response_head, write_response_start, DateCache, Version};
 use std::time::SystemTime;
 
 pub const JSON: &[u8] = b"application/json";
@@ -43,24 +46,43 @@ impl Answer<'_> {
 
 /// The `Date` and the start of the most common response heads (200 and 304,
 /// JSON, keep-alive HTTP/1.1), pre-rendered with it and rebuilt only when the
-/// date changes: a poll's head is then one copy plus its length and `ETag`.
+/// date changes: a poll's head is then one copy plus its length and `ETag`
+/// (and, for an allowed origin, one copy of its pre-rendered CORS lines).
 pub struct Heads {
     date: DateCache,
     rendered_for: Vec<u8>,
     ok_json: Vec<u8>,
     not_modified_json: Vec<u8>,
+    cors: Cors,
+    /// The CORS lines the answers of the request being answered carry.
+    allowed: Option<Allowed>,
 }
 
 impl Heads {
-    pub fn new(now: SystemTime) -> Heads {
+    pub fn new(now: SystemTime, cors: Cors) -> Heads {
         let mut h = Heads {
             date: DateCache::new(),
             rendered_for: Vec::with_capacity(32),
             ok_json: Vec::with_capacity(128),
             not_modified_json: Vec::with_capacity(128),
+            cors,
+            allowed: None,
         };
         h.refresh(now);
         h
+    }
+
+    pub fn cors(&self) -> &Cors {
+        &self.cors
+    }
+
+    /// A request is about to be answered: its answers carry the CORS lines of
+    /// its `Origin` if that origin is allowed, none otherwise (also `None`: a
+    /// request whose head could not be read). Returns whether it is allowed.
+    #[inline]
+    pub fn begin(&mut self, origin: Option<&[u8]>) -> bool {
+        self.allowed = self.cors.allow(origin);
+        self.allowed.is_some()
     }
 
     /// Follow the clock (called at each tick); re-render if the `Date` changed.
@@ -103,9 +125,8 @@ impl Heads {
                 out.extend_from_slice(prefix);
                 out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
                 out.extend_from_slice(b"\r\n");
-                write_head_end(out, a.extra);
             }
-            None => write_response_head(
+            None => write_response_start(
                 out,
                 a.code,
                 a.content_type,
@@ -113,9 +134,13 @@ impl Heads {
                 self.date.get(),
                 a.keep_alive,
                 a.version,
-                a.extra,
             ),
         }
+        write_fields(out, a.extra);
+        if let Some(allowed) = self.allowed {
+            out.extend_from_slice(self.cors.lines(allowed));
+        }
+        out.extend_from_slice(b"\r\n");
         if !a.head_only {
             out.extend_from_slice(body);
         }
@@ -138,7 +163,7 @@ mod tests {
 
     #[test]
     fn cached_heads_equal_written_heads() {
-        let h = Heads::new(SystemTime::UNIX_EPOCH);
+        let h = Heads::new(SystemTime::UNIX_EPOCH, Cors::default());
         let date = h.date.get().to_vec();
         let mut host = Recorder::default();
         for code in [200u16, 304] {
@@ -194,8 +219,37 @@ mod tests {
     }
 
     #[test]
+    fn an_allowed_origin_gets_its_cors_lines_after_the_extra_fields() {
+        let cors = Cors::new(&["https://game.example".into()]);
+        let mut h = Heads::new(SystemTime::UNIX_EPOCH, cors);
+        let extra: &[(&[u8], &[u8])] = &[(b"ETag", b"\"7\"")];
+        let tail = "ETag: \"7\"\r\nAccess-Control-Allow-Origin: https://game.example\r\n\
+                    Vary: Origin\r\nAccess-Control-Expose-Headers: ETag\r\n\r\n{}";
+        for (code, keep_alive) in [(200, true), (304, true), (404, true), (200, false)] {
+            assert!(h.begin(Some(b"https://game.example")));
+            let a = Answer {
+                extra,
+                ..Answer::json(RouteLabel::Poll, code, Version::Http11, keep_alive)
+            };
+            let mut out = Vec::new();
+            h.write(&mut out, &mut Recorder::default(), &a, b"{}");
+            let s = String::from_utf8(out).unwrap();
+            assert!(s.ends_with(tail), "{s}");
+            // Another origin, or none: no CORS line at all.
+            for origin in [Some(&b"https://evil.example"[..]), None] {
+                assert!(!h.begin(origin));
+                let mut out = Vec::new();
+                h.write(&mut out, &mut Recorder::default(), &a, b"{}");
+                let s = String::from_utf8(out).unwrap();
+                assert!(!s.contains("Access-Control") && !s.contains("Vary"), "{s}");
+                assert!(s.ends_with("ETag: \"7\"\r\n\r\n{}"), "{s}");
+            }
+        }
+    }
+
+    #[test]
     fn head_only_keeps_the_length_and_drops_the_body() {
-        let h = Heads::new(SystemTime::UNIX_EPOCH);
+        let h = Heads::new(SystemTime::UNIX_EPOCH, Cors::default());
         let mut out = Vec::new();
         let a = Answer {
             head_only: true,

@@ -36,7 +36,10 @@ impl Service {
             heads,
             key: path_key,
             body: text,
+            now_ms,
+            ..
         } = self;
+        let now_ms = *now_ms;
         let boxes = &node.boxes;
         text.clear();
         let batch = match projector.project(epoch.arena(), &buf[frame.body.clone()], format, keys) {
@@ -57,7 +60,7 @@ impl Service {
                         KeySource::Path => std::str::from_utf8(path_key).unwrap_or(""),
                         KeySource::Body => m.key,
                     };
-                    (key, boxes.apply(key, m.values, Some(text)))
+                    (key, boxes.apply(key, m.values, now_ms, Some(text)))
                 }
                 Some(Err(e)) => ("", Err(*e)),
                 None => ("", Err(MessageError::NotAnObject)),
@@ -87,7 +90,7 @@ impl Service {
         for (i, item) in batch.items.iter().enumerate() {
             let res = match item {
                 Ok(m) => boxes
-                    .apply(m.key, m.values, None)
+                    .apply(m.key, m.values, now_ms, None)
                     .map(|_| host.box_updated(m.key.as_bytes())),
                 Err(e) => Err(*e),
             };

@@ -1,5 +1,6 @@
 //! What every request gets back: routing, polls and the long-poll decision,
-//! ingest, auth, health, and the one answer writer ([`Heads::write`]). Answers
+//! ingest, `DELETE`, CORS, auth, health, and the one answer writer
+//! ([`Heads::write`]); and the expiry step each worker runs once a tick. Answers
 //! are written into a `&mut Vec<u8>` (a connection's send buffer); what the
 //! server counts goes out through [`Host`], and so do the two things only the
 //! server can do (wake the workers waiting on a box, render `/metrics`).
@@ -14,14 +15,16 @@
 
 mod answer;
 mod auth;
+mod cors;
 mod ingest;
 mod tally;
 
 pub use answer::{error_body, Answer, Heads, JSON, TEXT};
 pub use auth::{constant_time_eq, Tokens};
-pub use tally::{IngestResult, RouteLabel};
+pub use cors::{Cors, PREFLIGHT};
+pub use tally::{IngestResult, Removal, RouteLabel};
 
-use crate::boxes::BoxTable;
+use crate::boxes::{BoxTable, Removed, SweepBudget, Swept};
 use crate::config::Config;
 use crate::epoch::{Epoch, ResetStats};
 use crate::http::{
@@ -68,8 +71,11 @@ pub trait Host {
     fn draining(&self) -> bool;
     /// Listening, and the snapshot (if any) loaded.
     fn ready(&self) -> bool;
-    /// `key` was updated: wake whoever waits on it, on any worker.
+    /// `key` was updated, deleted or expired: wake whoever waits on it, on any
+    /// worker.
     fn box_updated(&mut self, key: &[u8]);
+    /// `n` boxes left the table (deleted or expired).
+    fn boxes_removed(&mut self, why: Removal, n: u64);
     /// Append the Prometheus exposition to `out`.
     fn render_metrics(&mut self, out: &mut Vec<u8>);
     /// One response was written (`code` 100 for an interim `100 Continue`).
@@ -105,6 +111,17 @@ pub enum Reply {
 pub struct Park {
     pub after: u64,
     pub wait_ms: u64,
+    /// The box existed when the poll parked: should it be deleted or expire,
+    /// the poll is answered 404 at once (an unknown key waits for its creation).
+    pub existed: bool,
+}
+
+impl Park {
+    /// Whether a parked poll is answered now that the box is at `version` (0:
+    /// no such box): it moved past `after`, or it is gone.
+    pub fn due(&self, version: u64) -> bool {
+        version > self.after || (self.existed && version == 0)
+    }
 }
 
 fn reply(keep_alive: bool) -> Reply {
@@ -125,6 +142,11 @@ pub struct Service {
     key: Vec<u8>,
     /// Rendered body of the current response.
     body: Vec<u8>,
+    /// The server's monotonic clock (ms) for the requests being answered: box
+    /// expiry counts on it.
+    now_ms: u64,
+    /// Boxes the last expiry step removed, until their long-polls are woken.
+    expired: Vec<Removed>,
 }
 
 impl Service {
@@ -132,14 +154,46 @@ impl Service {
     pub fn new(node: Arc<Node>, now: SystemTime) -> Service {
         let limits = &node.config.limits;
         let working = ARENA_WORKING_BYTES.min(limits.arena_limit_bytes);
+        let expiring = if node.plan.ttl_s > 0 {
+            SweepBudget::PER_TICK.remove
+        } else {
+            0
+        };
         Service {
             epoch: Epoch::new(working, limits.arena_limit_bytes),
             projector: Projector::new(node.plan.clone()),
-            heads: Heads::new(now),
+            heads: Heads::new(now, Cors::new(&node.config.http.cors_origins)),
             key: Vec::with_capacity(node.config.boxes.max_key_bytes.max(256)),
             body: Vec::with_capacity(16 * 1024),
+            now_ms: 0,
+            expired: Vec::with_capacity(expiring),
             node,
         }
+    }
+
+    /// The server's monotonic clock (ms since it started, the same on every
+    /// worker) for the requests answered next.
+    #[inline]
+    pub fn set_now(&mut self, now_ms: u64) {
+        self.now_ms = now_ms;
+    }
+
+    /// One step of box expiry at `now_ms` (each worker runs one a tick):
+    /// boxes with no accepted message for `ttl_s` are removed, at most
+    /// [`SweepBudget::PER_TICK`] of work; their long-polls are woken (and
+    /// answered 404) and they are counted. Their memory is freed here.
+    pub fn expire<H: Host>(&mut self, now_ms: u64, host: &mut H) -> Swept {
+        let swept = self
+            .node
+            .boxes
+            .expire(now_ms, SweepBudget::PER_TICK, &mut self.expired);
+        for gone in self.expired.drain(..) {
+            host.box_updated(gone.key());
+        }
+        if swept.removed > 0 {
+            host.boxes_removed(Removal::Expired, swept.removed as u64);
+        }
+        swept
     }
 
     pub fn node(&self) -> &Node {
@@ -164,7 +218,10 @@ impl Service {
     /// Heap bytes of the service's scratch and simd-json's working memory (the
     /// arena is counted on its own).
     pub fn working_bytes(&self) -> usize {
-        self.key.capacity() + self.body.capacity() + self.projector.working_bytes()
+        self.key.capacity()
+            + self.body.capacity()
+            + self.projector.working_bytes()
+            + self.expired.capacity() * std::mem::size_of::<Removed>()
     }
 
     /// The box's version, 0 if there is no such box.
@@ -188,6 +245,13 @@ impl Service {
         out: &mut Vec<u8>,
         host: &mut H,
     ) -> Reply {
+        let allowed = self.heads.begin(frame.origin.clone().map(|r| &buf[r]));
+        if frame.method == Method::Options
+            && listener == Listener::Main
+            && self.heads.cors().enabled()
+        {
+            return self.preflight(frame, allowed, keep_alive, out, host);
+        }
         let metrics_apart = !self.node.config.server.metrics_listen.is_empty();
         let mut r = route(frame.method, &buf[frame.path.clone()]);
         match (listener, r) {
@@ -231,6 +295,7 @@ impl Service {
                 }
                 self.ingest(frame, buf, KeySource::Body, keep_alive, out, host)
             }
+            Route::Delete { key } => self.delete(frame, buf, key, keep_alive, out, host),
             Route::Metrics => {
                 let given = frame.authorization.clone().map(|r| &buf[r]);
                 if !self.node.metrics_tokens.allow(given) {
@@ -301,11 +366,13 @@ impl Service {
         let (label, not_modified) = match (q.after, q.wait_ms) {
             (Some(after), Some(wait)) => {
                 let wait = wait.min(self.node.config.limits.max_wait_ms);
-                let unchanged = self.version(&self.key) <= after;
+                let version = self.version(&self.key);
+                let unchanged = version <= after;
                 if unchanged && wait > 0 {
                     return Reply::Park(Park {
                         after,
                         wait_ms: wait,
+                        existed: version > 0,
                     });
                 }
                 // Nothing newer and no time to wait: the wait has run out (304).
@@ -316,23 +383,26 @@ impl Service {
         self.write_poll(frame, buf, label, keep_alive, not_modified, out, host)
     }
 
-    /// Answer a parked long-poll of `key`: the box moved past `after` (200), or
-    /// the wait ran out (`timed_out`: 304 unless it moved after all).
+    /// Answer a parked long-poll of `key`: the box moved past `park.after`
+    /// (200), it was deleted or expired (404), or the wait ran out (`timed_out`:
+    /// 304 unless it moved after all).
     #[allow(clippy::too_many_arguments)]
     pub fn answer_parked<H: Host>(
         &mut self,
         frame: &Frame,
         buf: &[u8],
         key: &[u8],
-        after: u64,
+        park: Park,
         timed_out: bool,
         keep_alive: bool,
         out: &mut Vec<u8>,
         host: &mut H,
     ) -> Reply {
+        self.heads.begin(frame.origin.clone().map(|r| &buf[r]));
         self.key.clear();
         self.key.extend_from_slice(key);
-        let unchanged = self.version(key) <= after;
+        let version = self.version(key);
+        let unchanged = !park.due(version);
         self.write_poll(
             frame,
             buf,
@@ -342,6 +412,61 @@ impl Service {
             out,
             host,
         )
+    }
+
+    /// `DELETE /v1/boxes/{key}`: 204 and the box is gone (its long-polls are
+    /// woken and answered 404), 404 for an unknown key; a token as for ingest.
+    fn delete<H: Host>(
+        &mut self,
+        frame: &Frame,
+        buf: &[u8],
+        raw_key: &[u8],
+        keep_alive: bool,
+        out: &mut Vec<u8>,
+        host: &mut H,
+    ) -> Reply {
+        let route = RouteLabel::Delete;
+        if !self.authorized(frame, buf) {
+            return self.unauthorized(frame, route, keep_alive, out, host);
+        }
+        if let Err(what) = self.decode_key(raw_key) {
+            return self.error(frame, route, 400, what, keep_alive, out, host);
+        }
+        if self.node.boxes.remove(&self.key).is_none() {
+            return self.error(frame, route, 404, "no such box", keep_alive, out, host);
+        }
+        host.box_updated(&self.key);
+        host.boxes_removed(Removal::Deleted, 1);
+        let a = Answer {
+            content_type: b"",
+            ..Answer::json(route, 204, frame.version, keep_alive)
+        };
+        self.heads.write(out, host, &a, b"");
+        reply(keep_alive)
+    }
+
+    /// `OPTIONS` with `cors_origins` set: a CORS preflight, 204 with what may
+    /// be sent when the origin is allowed, 403 otherwise.
+    fn preflight<H: Host>(
+        &mut self,
+        frame: &Frame,
+        allowed: bool,
+        keep_alive: bool,
+        out: &mut Vec<u8>,
+        host: &mut H,
+    ) -> Reply {
+        let route = RouteLabel::Preflight;
+        if !allowed {
+            let what = "origin not allowed (http.cors_origins)";
+            return self.error(frame, route, 403, what, keep_alive, out, host);
+        }
+        let a = Answer {
+            content_type: b"",
+            extra: PREFLIGHT,
+            ..Answer::json(route, 204, frame.version, keep_alive)
+        };
+        self.heads.write(out, host, &a, b"");
+        reply(keep_alive)
     }
 
     /// Answer a (long-)poll for the key in `self.key`. `not_modified`: the wait
@@ -461,6 +586,8 @@ impl Service {
         out: &mut Vec<u8>,
         host: &mut H,
     ) {
+        // No request head to take an Origin from (or one that timed out).
+        self.heads.begin(None);
         error_body(&mut self.body, what);
         let a = Answer::json(RouteLabel::Other, code, Version::Http11, false);
         self.heads.write(out, host, &a, &self.body);

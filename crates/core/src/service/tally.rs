@@ -10,6 +10,10 @@ pub enum RouteLabel {
     LongPoll,
     IngestKey,
     Ingest,
+    /// `DELETE /v1/boxes/{key}`.
+    Delete,
+    /// A CORS preflight (`OPTIONS` with `cors_origins` set).
+    Preflight,
     Metrics,
     Healthz,
     Readyz,
@@ -18,11 +22,13 @@ pub enum RouteLabel {
 }
 
 impl RouteLabel {
-    pub const ALL: [RouteLabel; 8] = [
+    pub const ALL: [RouteLabel; 10] = [
         RouteLabel::Poll,
         RouteLabel::LongPoll,
         RouteLabel::IngestKey,
         RouteLabel::Ingest,
+        RouteLabel::Delete,
+        RouteLabel::Preflight,
         RouteLabel::Metrics,
         RouteLabel::Healthz,
         RouteLabel::Readyz,
@@ -35,6 +41,8 @@ impl RouteLabel {
             RouteLabel::LongPoll => "long_poll",
             RouteLabel::IngestKey => "ingest_key",
             RouteLabel::Ingest => "ingest",
+            RouteLabel::Delete => "delete",
+            RouteLabel::Preflight => "preflight",
             RouteLabel::Metrics => "metrics",
             RouteLabel::Healthz => "healthz",
             RouteLabel::Readyz => "readyz",
@@ -115,6 +123,21 @@ impl IngestResult {
     }
 }
 
+/// How a box left the table, in `pollbox_boxes_deleted_total` and
+/// `pollbox_boxes_expired_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Removal {
+    /// `DELETE /v1/boxes/{key}`.
+    Deleted,
+    /// No accepted message for `ttl_s`.
+    Expired,
+}
+
+impl Removal {
+    pub const ALL: [Removal; 2] = [Removal::Deleted, Removal::Expired];
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,6 +165,9 @@ mod tests {
             assert_eq!(*r as usize, i);
         }
         for (i, r) in RouteLabel::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i);
+        }
+        for (i, r) in Removal::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i);
         }
     }

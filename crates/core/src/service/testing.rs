@@ -1,7 +1,7 @@
 //! A [`Host`] that records what it is told, for unit tests of the service and
 //! the connection state machine.
 
-use super::{Host, IngestResult, RouteLabel};
+use super::{Host, IngestResult, Removal, RouteLabel};
 
 #[derive(Default)]
 pub struct Recorder {
@@ -10,6 +10,7 @@ pub struct Recorder {
     pub answers: Vec<(RouteLabel, u16)>,
     pub ingested: Vec<(IngestResult, u64)>,
     pub updated: Vec<Vec<u8>>,
+    pub removed: Vec<(Removal, u64)>,
 }
 
 impl Host for Recorder {
@@ -21,6 +22,9 @@ impl Host for Recorder {
     }
     fn box_updated(&mut self, key: &[u8]) {
         self.updated.push(key.to_vec());
+    }
+    fn boxes_removed(&mut self, why: Removal, n: u64) {
+        self.removed.push((why, n));
     }
     fn render_metrics(&mut self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"pollbox_test 1\n");

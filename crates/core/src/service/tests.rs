@@ -109,7 +109,8 @@ fn long_poll_parks_only_when_the_box_has_not_moved() {
         r,
         Reply::Park(Park {
             after: 0,
-            wait_ms: 1000
+            wait_ms: 1000,
+            existed: false,
         })
     );
     assert_eq!(out, "");
@@ -221,7 +222,7 @@ fn wrong_methods_get_405_with_allow() {
         "{out}"
     );
     let out = main(&mut s, &mut h, "PUT /v1/boxes/a HTTP/1.1\r\n\r\n");
-    assert!(out.contains("Allow: GET, HEAD, POST\r\n"), "{out}");
+    assert!(out.contains("Allow: GET, HEAD, POST, DELETE\r\n"), "{out}");
 }
 
 #[test]
@@ -274,4 +275,321 @@ fn answers_go_through_a_send_queue_unchanged() {
     let bytes: Vec<u8> = q.chunks().flatten().copied().collect();
     assert_eq!(q.pending(), bytes.len());
     assert!(bytes.ends_with(b"ok"));
+}
+
+fn header<'a>(out: &'a str, name: &str) -> Option<&'a str> {
+    let head = out.split("\r\n\r\n").next()?;
+    head.split("\r\n").skip(1).find_map(|l| {
+        let (n, v) = l.split_once(": ")?;
+        n.eq_ignore_ascii_case(name).then_some(v)
+    })
+}
+
+#[test]
+fn delete_answers_204_then_404_and_wakes_the_key() {
+    let mut s = service_with(|_| {});
+    let mut h = Recorder::default();
+    let m = Listener::Main;
+    ask(&mut s, &mut h, m, &post("a", r#"{"value":1}"#, ""));
+    h.updated.clear();
+    let (r, out) = ask(&mut s, &mut h, m, "DELETE /v1/boxes/a HTTP/1.1\r\n\r\n");
+    assert_eq!(r, Reply::KeepAlive);
+    assert!(out.starts_with("HTTP/1.1 204 No Content\r\n"), "{out}");
+    assert!(out.ends_with("\r\n\r\n"), "no body: {out}");
+    assert_eq!(header(&out, "Content-Length"), None, "RFC 9110 §8.6: {out}");
+    assert_eq!(h.updated, vec![b"a".to_vec()], "parked polls are woken");
+    assert_eq!(h.removed, vec![(Removal::Deleted, 1)]);
+    assert_eq!(s.node().boxes.len(), 0);
+    let (_, out) = ask(&mut s, &mut h, m, "GET /v1/boxes/a HTTP/1.1\r\n\r\n");
+    assert!(out.starts_with("HTTP/1.1 404"), "{out}");
+    let (_, out) = ask(&mut s, &mut h, m, "DELETE /v1/boxes/a HTTP/1.1\r\n\r\n");
+    assert!(
+        out.starts_with("HTTP/1.1 404") && out.ends_with(r#"{"error":"no such box"}"#),
+        "{out}"
+    );
+    let (_, out) = ask(&mut s, &mut h, m, "DELETE /v1/boxes/%zz HTTP/1.1\r\n\r\n");
+    assert!(out.starts_with("HTTP/1.1 400"), "{out}");
+    assert_eq!(h.removed.len(), 1, "only the real removal is counted");
+    assert_eq!(
+        h.answers
+            .iter()
+            .filter(|(r, _)| *r == RouteLabel::Delete)
+            .map(|&(_, c)| c)
+            .collect::<Vec<_>>(),
+        [204, 404, 400]
+    );
+}
+
+#[test]
+fn delete_needs_an_ingest_token_when_tokens_are_set() {
+    let mut s = service_with(|c| c.auth.ingest_tokens = vec!["t0k".into()]);
+    let mut h = Recorder::default();
+    let m = Listener::Main;
+    ask(
+        &mut s,
+        &mut h,
+        m,
+        &post("a", "{}", "Authorization: Bearer t0k\r\n"),
+    );
+    for auth in ["", "Authorization: Bearer nope\r\n"] {
+        let (_, out) = ask(
+            &mut s,
+            &mut h,
+            m,
+            &format!("DELETE /v1/boxes/a HTTP/1.1\r\n{auth}\r\n"),
+        );
+        assert!(out.starts_with("HTTP/1.1 401"), "{out}");
+        assert_eq!(header(&out, "WWW-Authenticate"), Some("Bearer"));
+    }
+    assert_eq!(s.node().boxes.len(), 1);
+    let (_, out) = ask(
+        &mut s,
+        &mut h,
+        m,
+        "DELETE /v1/boxes/a HTTP/1.1\r\nAuthorization: Bearer t0k\r\n\r\n",
+    );
+    assert!(out.starts_with("HTTP/1.1 204"), "{out}");
+}
+
+#[test]
+fn a_key_created_again_never_reuses_an_etag_or_version() {
+    let mut s = service_with(|_| {});
+    let mut h = Recorder::default();
+    let m = Listener::Main;
+    for v in 1..=3 {
+        ask(
+            &mut s,
+            &mut h,
+            m,
+            &post("a", &format!(r#"{{"value":{v}}}"#), ""),
+        );
+    }
+    let (_, out) = ask(&mut s, &mut h, m, "GET /v1/boxes/a HTTP/1.1\r\n\r\n");
+    let old = header(&out, "ETag").unwrap().to_string();
+    assert_eq!(old, "\"3\"");
+    ask(&mut s, &mut h, m, "DELETE /v1/boxes/a HTTP/1.1\r\n\r\n");
+    for v in 1..=3 {
+        ask(
+            &mut s,
+            &mut h,
+            m,
+            &post("a", &format!(r#"{{"value":{v}}}"#), ""),
+        );
+    }
+    let (_, out) = ask(&mut s, &mut h, m, "GET /v1/boxes/a HTTP/1.1\r\n\r\n");
+    let new = header(&out, "ETag").unwrap();
+    assert_ne!(new, old);
+    assert_eq!(new, "\"6\"", "versions start past the deleted box's");
+    assert!(
+        out.ends_with(r#"{"k":"a","ver":6,"v":3,"sum":6,"n":3}"#),
+        "a new box: its fields start over, its version does not: {out}"
+    );
+    let (_, out) = ask(
+        &mut s,
+        &mut h,
+        m,
+        &format!("GET /v1/boxes/a HTTP/1.1\r\nIf-None-Match: {old}\r\n\r\n"),
+    );
+    assert!(
+        out.starts_with("HTTP/1.1 200"),
+        "the old ETag is stale: {out}"
+    );
+    let (r, out) = ask(
+        &mut s,
+        &mut h,
+        m,
+        "GET /v1/boxes/a?after=3&wait_ms=1000 HTTP/1.1\r\n\r\n",
+    );
+    assert_eq!(r, Reply::KeepAlive, "answered at once, not parked");
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+}
+
+#[test]
+fn boxes_expire_after_ttl_and_their_waiters_are_woken() {
+    let mut s = service_with(|c| c.boxes.ttl_s = 2);
+    let mut h = Recorder::default();
+    let m = Listener::Main;
+    s.set_now(10_500);
+    ask(&mut s, &mut h, m, &post("a", "{}", ""));
+    ask(&mut s, &mut h, m, &post("b", "{}", ""));
+    s.set_now(12_000);
+    ask(&mut s, &mut h, m, &post("b", "{}", ""));
+    h.updated.clear();
+    // Due from second 10 + 2 + 1: more than ttl_s after the last message.
+    assert_eq!(s.expire(12_999, &mut h).removed, 0);
+    assert_eq!(s.expire(13_000, &mut h).removed, 1);
+    assert_eq!(h.updated, vec![b"a".to_vec()]);
+    assert_eq!(h.removed, vec![(Removal::Expired, 1)]);
+    let (_, out) = ask(&mut s, &mut h, m, "GET /v1/boxes/a HTTP/1.1\r\n\r\n");
+    assert!(out.starts_with("HTTP/1.1 404"), "{out}");
+    assert_eq!(s.expire(14_999, &mut h).removed, 0);
+    assert_eq!(s.expire(15_000, &mut h).removed, 1);
+    assert!(s.node().boxes.is_empty());
+    assert_eq!(h.removed.len(), 2);
+}
+
+#[test]
+fn without_ttl_nothing_expires() {
+    let mut s = service_with(|_| {});
+    let mut h = Recorder::default();
+    ask(&mut s, &mut h, Listener::Main, &post("a", "{}", ""));
+    assert_eq!(s.expire(u64::MAX / 2, &mut h).scanned, 0);
+    assert_eq!(s.node().boxes.len(), 1);
+}
+
+fn cors_service() -> Service {
+    service_with(|c| {
+        c.http.cors_origins = vec!["https://game.example".into()];
+        c.auth.ingest_tokens = vec!["t0k".into()];
+    })
+}
+
+const CORS_LINES: &str = "Access-Control-Allow-Origin: https://game.example\r\n\
+                          Vary: Origin\r\nAccess-Control-Expose-Headers: ETag\r\n\r\n";
+
+#[test]
+fn answers_to_an_allowed_origin_carry_the_cors_headers() {
+    let mut s = cors_service();
+    let mut h = Recorder::default();
+    let m = Listener::Main;
+    let from = "Origin: https://game.example\r\n";
+    let auth = "Authorization: Bearer t0k\r\n";
+    let cases = [
+        (format!("GET /v1/boxes/a HTTP/1.1\r\n{from}\r\n"), 404),
+        (post("a", r#"{"value":1}"#, &format!("{from}{auth}")), 200),
+        (post("a", r#"{"value":1}"#, from), 401),
+        (format!("GET /v1/boxes/a HTTP/1.1\r\n{from}\r\n"), 200),
+        (
+            format!("GET /v1/boxes/a HTTP/1.1\r\n{from}If-None-Match: \"1\"\r\n\r\n"),
+            304,
+        ),
+        (format!("HEAD /v1/boxes/a HTTP/1.0\r\n{from}\r\n"), 200),
+        (format!("GET /nope HTTP/1.1\r\n{from}\r\n"), 404),
+        (
+            format!("DELETE /v1/boxes/a HTTP/1.1\r\n{from}{auth}\r\n"),
+            204,
+        ),
+    ];
+    for (req, code) in &cases {
+        let (_, out) = ask(&mut s, &mut h, m, req);
+        assert!(out.starts_with(&format!("HTTP/1.1 {code}")), "{req}: {out}");
+        let head_end = out.find("\r\n\r\n").unwrap() + 4;
+        assert!(out[..head_end].ends_with(CORS_LINES), "{req}: {out}");
+    }
+    // The same requests from another origin, or with none: no CORS header.
+    ask(&mut s, &mut h, m, &post("a", "{}", auth));
+    for other in ["Origin: https://evil.example\r\n", ""] {
+        for (req, _) in &cases[..7] {
+            let req = req.replace(from, other);
+            let (_, out) = ask(&mut s, &mut h, m, &req);
+            assert!(!out.contains("Access-Control-"), "{req}: {out}");
+            assert!(!out.contains("Vary"), "{req}: {out}");
+        }
+    }
+}
+
+#[test]
+fn a_preflight_from_an_allowed_origin_gets_204_and_others_403() {
+    let mut s = cors_service();
+    let mut h = Recorder::default();
+    let m = Listener::Main;
+    for path in ["/v1/boxes/a", "/v1/ingest", "/anything"] {
+        let (r, out) = ask(
+            &mut s,
+            &mut h,
+            m,
+            &format!(
+                "OPTIONS {path} HTTP/1.1\r\nOrigin: https://game.example\r\n\
+                 Access-Control-Request-Method: DELETE\r\n\
+                 Access-Control-Request-Headers: authorization\r\n\r\n"
+            ),
+        );
+        assert_eq!(r, Reply::KeepAlive);
+        assert!(out.starts_with("HTTP/1.1 204 No Content\r\n"), "{out}");
+        assert_eq!(header(&out, "Content-Length"), None, "{out}");
+        assert_eq!(
+            header(&out, "Access-Control-Allow-Methods"),
+            Some("GET, HEAD, POST, DELETE")
+        );
+        assert_eq!(
+            header(&out, "Access-Control-Allow-Headers"),
+            Some("Authorization, Content-Type, If-None-Match, Last-Event-ID")
+        );
+        assert_eq!(header(&out, "Access-Control-Max-Age"), Some("600"));
+        assert_eq!(
+            header(&out, "Access-Control-Allow-Origin"),
+            Some("https://game.example")
+        );
+        assert_eq!(header(&out, "Vary"), Some("Origin"));
+        assert!(out.ends_with("\r\n\r\n"), "{out}");
+    }
+    for origin in ["Origin: https://evil.example\r\n", ""] {
+        let (_, out) = ask(
+            &mut s,
+            &mut h,
+            m,
+            &format!("OPTIONS /v1/boxes/a HTTP/1.1\r\n{origin}\r\n"),
+        );
+        assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+        assert!(!out.contains("Access-Control-"), "{out}");
+    }
+    let preflights: Vec<u16> = h
+        .answers
+        .iter()
+        .filter(|(r, _)| *r == RouteLabel::Preflight)
+        .map(|&(_, c)| c)
+        .collect();
+    assert_eq!(preflights, [204, 204, 204, 403, 403]);
+}
+
+#[test]
+fn without_cors_origins_options_is_405_and_nothing_says_cors() {
+    let mut s = service_with(|_| {});
+    let mut h = Recorder::default();
+    let (_, out) = ask(
+        &mut s,
+        &mut h,
+        Listener::Main,
+        "OPTIONS /v1/boxes/a HTTP/1.1\r\nOrigin: https://game.example\r\n\r\n",
+    );
+    assert!(out.starts_with("HTTP/1.1 405"), "{out}");
+    assert_eq!(header(&out, "Allow"), Some("GET, HEAD, POST, DELETE"));
+    assert!(!out.contains("Access-Control-"), "{out}");
+    let (_, out) = ask(
+        &mut s,
+        &mut h,
+        Listener::Main,
+        "GET /healthz HTTP/1.1\r\nOrigin: https://game.example\r\n\r\n",
+    );
+    assert!(!out.contains("Access-Control-"), "{out}");
+}
+
+#[test]
+fn star_answers_any_origin_with_star() {
+    let mut s = service_with(|c| c.http.cors_origins = vec!["*".into()]);
+    let mut h = Recorder::default();
+    let (_, out) = ask(
+        &mut s,
+        &mut h,
+        Listener::Main,
+        "GET /healthz HTTP/1.1\r\nOrigin: http://localhost:5173\r\n\r\n",
+    );
+    assert_eq!(header(&out, "Access-Control-Allow-Origin"), Some("*"));
+    assert_eq!(header(&out, "Access-Control-Expose-Headers"), Some("ETag"));
+}
+
+#[test]
+fn framing_errors_carry_no_cors_headers_from_an_earlier_request() {
+    let mut s = cors_service();
+    let mut h = Recorder::default();
+    ask(
+        &mut s,
+        &mut h,
+        Listener::Main,
+        "GET /healthz HTTP/1.1\r\nOrigin: https://game.example\r\n\r\n",
+    );
+    let mut out = Vec::new();
+    s.refuse(crate::http::HttpError::HeadTooLarge, &mut out, &mut h);
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 431") && !out.contains("Access-Control-"));
 }
