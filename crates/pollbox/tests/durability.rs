@@ -4,11 +4,13 @@
 //! version (SPEC §3a); a corrupt snapshot or an unwritable snapshot directory
 //! is refused at start.
 
+mod common;
+
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,27 +35,12 @@ fn write_config(dir: &Path, interval_s: u64) -> PathBuf {
     cfg
 }
 
-/// Start `pollbox serve` and read the address from its start-up line.
+/// Start `pollbox serve --config cfg`.
 fn spawn(cfg: &Path) -> (Child, SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pollbox"))
-        .args(["serve", "--config"])
-        .arg(cfg)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    let line = lines.next().expect("a start-up line").unwrap();
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .parse()
-        .unwrap();
-    // Keep draining stderr so the server never blocks on it.
-    std::thread::spawn(move || for _ in lines {});
+    let (child, addr, _) = common::serve(
+        ["serve".as_ref(), "--config".as_ref(), cfg.as_os_str()],
+        &[],
+    );
     (child, addr)
 }
 

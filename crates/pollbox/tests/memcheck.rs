@@ -3,28 +3,16 @@
 //! The opposite case (64 MiB outside the accounting) is
 //! `crates/server/tests/memory.rs`.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+mod common;
+
+use std::process::Command;
 
 #[test]
 fn verdict_is_clean_after_a_minute_of_mixed_load() {
     let exe = env!("CARGO_BIN_EXE_pollbox");
-    let mut server = Command::new(exe)
-        .args(["serve", "--listen", "127.0.0.1:0", "--workers", "2"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(server.stderr.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
-    let url = format!(
-        "http://{}",
-        first
-            .split("http://")
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-            .unwrap()
-    );
-    std::thread::spawn(move || for _ in lines {});
+    let (mut server, addr, _) =
+        common::serve(["serve", "--listen", "127.0.0.1:0", "--workers", "2"], &[]);
+    let url = format!("http://{addr}");
     let load = Command::new(exe)
         .args([
             "load",
@@ -71,23 +59,11 @@ fn serve_with(config: &str) -> (std::process::Child, String) {
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("ttl.toml");
     std::fs::write(&cfg, config).unwrap();
-    let mut server = Command::new(env!("CARGO_BIN_EXE_pollbox"))
-        .args(["serve", "--config"])
-        .arg(&cfg)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(server.stderr.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
-    let url = format!(
-        "http://{}",
-        first
-            .split("http://")
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-            .unwrap()
+    let (server, addr, _) = common::serve(
+        ["serve".as_ref(), "--config".as_ref(), cfg.as_os_str()],
+        &[],
     );
-    std::thread::spawn(move || for _ in lines {});
+    let url = format!("http://{addr}");
     (server, url)
 }
 

@@ -3,30 +3,18 @@
 //! The panic is injected with `POLLBOX_TEST_PANIC_AFTER`, which exists in debug
 //! builds only (the ones `cargo test` makes).
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[test]
 fn a_worker_that_panics_ends_the_process_with_an_error() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pollbox"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--workers", "2"])
-        .env("POLLBOX_TEST_PANIC_AFTER", "3")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    let line = lines.next().expect("a start-up line").unwrap();
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_string();
-    let said = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    let (mut child, addr, said) = common::serve(
+        ["serve", "--listen", "127.0.0.1:0", "--workers", "2"],
+        &[("POLLBOX_TEST_PANIC_AFTER", "3")],
+    );
 
     // Requests until a worker has answered three (then panics), on fresh
     // connections so both workers get some.
@@ -36,7 +24,7 @@ fn a_worker_that_panics_ends_the_process_with_an_error() {
             break st;
         }
         assert!(Instant::now() < deadline, "the process kept running");
-        if let Ok(mut s) = TcpStream::connect(&addr) {
+        if let Ok(mut s) = TcpStream::connect(addr) {
             let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
             let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
             let _ = s.read_to_end(&mut Vec::new());

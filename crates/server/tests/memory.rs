@@ -19,25 +19,16 @@ fn memory(s: &pollbox_server::Server) -> Memory {
     Memory::from_metrics(&text).unwrap()
 }
 
-fn boxes_accounted(s: &pollbox_server::Server) -> f64 {
-    memory(s).boxes
-}
-
-#[test]
-fn accounted_box_bytes_track_jemalloc_at_100k_boxes() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let s = start(config());
-    let a = s.addr();
-    let before = memory(&s);
-    let mut rd = Reader::new(connect(a));
-    for batch in 0..1000 {
+/// Create `batches` × 100 boxes `{prefix}-N` with batch ingests on `rd`.
+fn create_boxes(rd: &mut Reader, prefix: &str, batches: usize) {
+    for batch in 0..batches {
         let mut body = String::from("[");
         for i in 0..100 {
             if i > 0 {
                 body.push(',');
             }
             body.push_str(&format!(
-                r#"{{"key":"box-{}","value":{i},"player":"p-{i}"}}"#,
+                r#"{{"key":"{prefix}-{}","value":{i},"player":"p-{i}"}}"#,
                 batch * 100 + i
             ));
         }
@@ -53,6 +44,20 @@ fn accounted_box_bytes_track_jemalloc_at_100k_boxes() {
         assert_eq!(r.status, 200);
         assert_eq!(r.json()["accepted"], 100);
     }
+}
+
+fn boxes_accounted(s: &pollbox_server::Server) -> f64 {
+    memory(s).boxes
+}
+
+#[test]
+fn accounted_box_bytes_track_jemalloc_at_100k_boxes() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let s = start(config());
+    let a = s.addr();
+    let before = memory(&s);
+    let mut rd = Reader::new(connect(a));
+    create_boxes(&mut rd, "box", 1000);
     assert_eq!(s.shared().node.boxes.len(), 100_000);
     let after = memory(&s);
     let rise = after.allocated - before.allocated;
@@ -118,27 +123,7 @@ fn expired_boxes_give_their_memory_back() {
     let a = s.addr();
     let before = memory(&s);
     let mut rd = Reader::new(connect(a));
-    for batch in 0..500 {
-        let mut body = String::from("[");
-        for i in 0..100 {
-            if i > 0 {
-                body.push(',');
-            }
-            body.push_str(&format!(
-                r#"{{"key":"round-{}","value":{i},"player":"p-{i}"}}"#,
-                batch * 100 + i
-            ));
-        }
-        body.push(']');
-        rd.send(
-            format!(
-                "POST /v1/ingest HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            )
-            .as_bytes(),
-        );
-        assert_eq!(rd.read(false).json()["accepted"], 100);
-    }
+    create_boxes(&mut rd, "round", 500);
     let full = memory(&s);
     let full_boxes = boxes_gauge(&s);
     // The first boxes may already be gone; most are still there.

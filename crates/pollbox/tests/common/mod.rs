@@ -1,0 +1,37 @@
+//! Starting the real binary for the tests of this crate.
+
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::thread::JoinHandle;
+
+/// Start `pollbox` with `args` (e.g. `serve --config FILE`) and `envs`, and read
+/// the address from its start-up line. Stderr keeps being read (the server must
+/// never block on it); the handle gives its remaining lines once it closes.
+#[allow(dead_code)] // each test binary uses what it needs
+pub fn serve<I, S>(args: I, envs: &[(&str, &str)]) -> (Child, SocketAddr, JoinHandle<Vec<String>>)
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pollbox"))
+        .args(args)
+        .envs(envs.iter().copied())
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let line = lines.next().expect("a start-up line").unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .parse()
+        .unwrap();
+    let said = std::thread::spawn(move || lines.map_while(Result::ok).collect());
+    (child, addr, said)
+}
