@@ -7,7 +7,7 @@
 Starts BINARY (default target/release/pollbox) with one worker pinned to core 0,
 opens 12 and then 1,000 idle keep-alive connections, scrapes /metrics SCRAPES
 times (default 100, 200 ms apart) from core 1 in each state, and prints the
-server's CPU time (utime + stime from /proc/PID/stat) per scrape, less what it
+server's CPU time (all threads, /proc/PID/task/*/schedstat, ns) per scrape, less what it
 used over the same time without scrapes."""
 import os, socket, subprocess, sys, time
 
@@ -22,9 +22,15 @@ port = int(port)
 tick = os.sysconf("SC_CLK_TCK")
 
 def cpu():
-    with open(f"/proc/{srv.pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / tick
+    """Seconds on CPU, all the server's threads (schedstat: nanoseconds)."""
+    total = 0
+    for t in os.listdir(f"/proc/{srv.pid}/task"):
+        try:
+            with open(f"/proc/{srv.pid}/task/{t}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            pass
+    return total / 1e9
 
 def scrape(s):
     s.sendall(b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n")
