@@ -62,7 +62,8 @@
 //! - **`Host`** fields are counted, not judged: an HTTP/1.1 request without one
 //!   or with several is refused by the connection ([`HttpError::MissingHost`],
 //!   [`HttpError::MultipleHost`], RFC 9112 §3.2); HTTP/1.0 may omit it. When
-//!   `If-None-Match`, `Authorization` or `Content-Type` appear more than once,
+//!   `If-None-Match`, `Authorization`, `Content-Type`, `Origin`, `Accept` or
+//!   `Last-Event-ID` appear more than once,
 //!   the first one is reported.
 //! - **Request target.** Origin-form is the norm; in absolute-form
 //!   (`http://host/path`) the path starts at the first `/` after the authority.
@@ -175,6 +176,10 @@ pub struct Frame {
     pub content_type: Option<Range<usize>>,
     /// `Origin`: the page's origin on a browser's cross-origin request (CORS).
     pub origin: Option<Range<usize>>,
+    /// `Accept` (an event stream is asked with `text/event-stream`).
+    pub accept: Option<Range<usize>>,
+    /// `Last-Event-ID`: where an `EventSource` that reconnects resumes from.
+    pub last_event_id: Option<Range<usize>>,
     /// Body bytes; for chunked bodies, decoded in place in the buffer.
     pub body: Range<usize>,
     /// Bytes of the slice this request occupied (empty lines before it, head,
@@ -183,6 +188,8 @@ pub struct Frame {
 }
 
 /// What one [`Framer::advance`] call found.
+// The frame is returned by value, not boxed: boxing would allocate per request.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Progress {
     Complete(Frame),
