@@ -365,7 +365,7 @@ impl Connection {
         } else if self.streaming.is_some() {
             // The stream ends with the connection: once what is queued is
             // sent. An EventSource reconnects (elsewhere) after `retry`.
-            self.closing.get_or_insert(Closing::AfterSend);
+            self.end_stream(cx.now_ms, cx.service);
         } else if self.sendq.is_empty() && self.rend == self.rstart {
             self.closing = Some(Closing::Now);
         }
@@ -504,8 +504,7 @@ impl Connection {
             }
             self.sendq
                 .append(&mut cx.buffers.send, |out| out.extend_from_slice(DELETED));
-            self.streaming = None;
-            self.closing = Some(Closing::AfterSend);
+            self.end_stream(cx.now_ms, cx.service);
             return true;
         }
         if version <= s.stream.last {
@@ -536,6 +535,14 @@ impl Connection {
                 false
             }
         }
+    }
+
+    /// End the event stream: the connection closes once what is queued is
+    /// sent, or at the idle timeout from now if the client does not read it.
+    fn end_stream(&mut self, now_ms: u64, service: &Service) {
+        self.streaming = None;
+        self.closing = Some(Closing::AfterSend);
+        self.deadline_ms = now_ms + service.node().config.limits.idle_timeout_ms;
     }
 
     /// Answer `e` (the request cannot be read further), then linger.
