@@ -319,7 +319,7 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
                 origin.get_or_insert_with(|| range_of(buf, value));
             }
             6 if name.eq_ignore_ascii_case(b"accept") => {
-                accept.get_or_insert_with(|| range_of(buf, value));
+                accept = accept.or_else(|| range32(range_of(buf, value)));
             }
             10 if name.eq_ignore_ascii_case(b"connection") => {
                 for token in list_elements(value) {
@@ -337,7 +337,7 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
                 authorization.get_or_insert_with(|| range_of(buf, value));
             }
             13 if name.eq_ignore_ascii_case(b"last-event-id") => {
-                last_event_id.get_or_insert_with(|| range_of(buf, value));
+                last_event_id = last_event_id.or_else(|| range32(range_of(buf, value)));
             }
             14 if name.eq_ignore_ascii_case(b"content-length") => {
                 // `1*DIGIT`: no sign, no list, no overflow.
@@ -474,6 +474,12 @@ fn range_of(buf: &[u8], part: &[u8]) -> Range<usize> {
         Some(end) if start <= buf.len() && end <= buf.len() => start..end,
         _ => buf.len()..buf.len(),
     }
+}
+
+/// A head's range with `u32` positions (`None` past 4 GiB, which no head
+/// allowed by `max_header_bytes` reaches).
+fn range32(r: Range<usize>) -> Option<Range<u32>> {
+    Some(u32::try_from(r.start).ok()?..u32::try_from(r.end).ok()?)
 }
 
 /// Split a request target into path and query (see the module doc).

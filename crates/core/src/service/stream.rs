@@ -46,7 +46,7 @@ pub enum Event {
 /// Whether `Accept` asks for `text/event-stream` (what `EventSource` sends).
 /// Any list element of that media type counts, parameters and weights ignored.
 pub fn wants_event_stream(frame: &Frame, buf: &[u8]) -> bool {
-    let Some(accept) = frame.accept.clone().and_then(|r| buf.get(r)) else {
+    let Some(accept) = frame.field(&frame.accept, buf) else {
         return false;
     };
     accept.split(|&b| b == b',').any(|t| {
@@ -60,9 +60,7 @@ pub fn wants_event_stream(frame: &Frame, buf: &[u8]) -> bool {
 /// is not a version pollbox sent (not a decimal number) counts as none.
 fn resume_from(frame: &Frame, buf: &[u8], query: Option<u64>) -> u64 {
     let header = frame
-        .last_event_id
-        .clone()
-        .and_then(|r| buf.get(r))
+        .field(&frame.last_event_id, buf)
         .and_then(|v| parse_decimal(v).ok());
     header.or(query).unwrap_or(0)
 }
