@@ -71,14 +71,30 @@ pub struct LimitsConfig {
     pub max_buffered_bytes: usize,
 }
 
-/// What browsers see (SPEC §2b).
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+/// What browsers see (SPEC §2a, §2b).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpConfig {
     /// Origins whose pages may call pollbox (CORS): `["*"]` for any, or exact
     /// origins (`"https://game.example"`). Empty = no CORS headers, `OPTIONS`
     /// is 405.
     pub cors_origins: Vec<String>,
+    /// An event stream with nothing to say sends a comment line this often, so
+    /// proxies do not close it as idle.
+    pub sse_heartbeat_ms: u64,
+    /// The `retry:` an event stream starts with: how long an `EventSource`
+    /// waits before it reconnects.
+    pub sse_retry_ms: u64,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            cors_origins: Vec::new(),
+            sse_heartbeat_ms: 15_000,
+            sse_retry_ms: 1_000,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -314,6 +330,9 @@ impl Config {
                 "limits.arena_limit_bytes",
                 "must be at least 65536",
             ));
+        }
+        if self.http.sse_heartbeat_ms == 0 {
+            return Err(invalid("http.sse_heartbeat_ms", "must be greater than 0"));
         }
         for (i, o) in self.http.cors_origins.iter().enumerate() {
             if let Err(reason) = check_origin(o, self.http.cors_origins.len()) {

@@ -8,7 +8,8 @@
 //! - write [`Connection::send_queue`] (answers are appended there, in request order);
 //! - read on or not ([`Connection::wants_read`]: not while closing, parked, or
 //!   while the client does not read its answers);
-//! - park on a key ([`Connection::parked_key`]: register it where ingests wake it);
+//! - watch a key ([`Connection::watched_key`]: a parked long-poll or an event
+//!   stream; register it where ingests wake it);
 //! - arm a timer at [`Connection::deadline`];
 //! - close ([`Connection::finished`]), shutting the write side down first when
 //!   [`Connection::shuts_down_write`] says so.
@@ -23,6 +24,15 @@
 //!   (`body_timeout_ms` from the last byte of progress), or the long-poll's;
 //! - a parked long-poll holds back the requests pipelined behind it, and they are
 //!   answered in order once it is answered;
+//! - an event stream (SPEC §2a) is a state like a parked poll: it sends the
+//!   box's newest version when woken, but never queues more than one event
+//!   behind a client that does not read (while its queue is not empty it only
+//!   remembers that the box moved, and sends the newest version once the
+//!   queue drains: [`Connection::on_send_drained`]); a comment line every
+//!   `sse_heartbeat_ms` with nothing else to send; `event: deleted` and the
+//!   end when its box goes; the end, after what is queued, on shutdown. The
+//!   stream's body ends with the connection, so nothing after its request is
+//!   read;
 //! - a framing error is answered, then the connection closes (the next request
 //!   boundary is unknown); so is an HTTP/1.1 request without exactly one `Host`,
 //!   and a request that times out gets 408. Such a close lingers (SPEC §5): the
@@ -32,7 +42,9 @@
 
 use crate::buffers::{Buffers, SendQueue};
 use crate::http::{Frame, Framer, FramerState, HttpError, Limits, Progress, Version, CONTINUE};
-use crate::service::{Host, Listener, Park, Reply, RouteLabel, Service};
+use crate::service::{
+    Event, Host, Listener, Park, Reply, RouteLabel, Service, Stream, DELETED, HEARTBEAT,
+};
 
 /// A connection with this many unsent bytes is not read until it drains.
 pub const SEND_BACKPRESSURE: usize = 256 * 1024;
@@ -77,6 +89,18 @@ struct Parked {
     deadline_ms: u64,
 }
 
+/// An event stream this connection sends (SPEC §2a).
+#[derive(Debug)]
+struct Streaming {
+    key: Box<[u8]>,
+    stream: Stream,
+    /// The box moved while the send queue was not empty: send its newest
+    /// version once the queue drains (coalescing).
+    dirty: bool,
+    /// When the next heartbeat is due, unless something else is sent.
+    heartbeat_ms: u64,
+}
+
 pub struct Connection {
     listener: Listener,
     framer: Framer,
@@ -93,6 +117,7 @@ pub struct Connection {
     /// Bytes of the current partial request seen at the last check (body progress).
     partial_seen: usize,
     parked: Option<Parked>,
+    streaming: Option<Streaming>,
     closing: Option<Closing>,
     /// The last read wanted a buffer the worker's budget did not allow.
     starved: bool,
@@ -112,6 +137,7 @@ impl Connection {
             head_started_ms: None,
             partial_seen: 0,
             parked: None,
+            streaming: None,
             closing: None,
             starved: false,
         }
@@ -126,7 +152,11 @@ impl Connection {
     /// what the client still sends).
     pub fn wants_read(&self) -> bool {
         match self.closing {
-            None => self.parked.is_none() && self.sendq.pending() < SEND_BACKPRESSURE,
+            None => {
+                self.parked.is_none()
+                    && self.streaming.is_none()
+                    && self.sendq.pending() < SEND_BACKPRESSURE
+            }
             Some(Closing::Linger { .. }) => self.sendq.is_empty(),
             Some(_) => false,
         }
@@ -213,6 +243,9 @@ impl Connection {
 
     /// When the server must call [`Connection::on_timer`] (ms on the worker clock).
     pub fn deadline(&self) -> u64 {
+        if let (Some(s), None) = (&self.streaming, self.closing) {
+            return s.heartbeat_ms;
+        }
         match (&self.parked, self.closing) {
             (Some(p), _) => p.deadline_ms,
             (None, Some(Closing::Linger { until_ms, .. })) => until_ms,
@@ -227,6 +260,16 @@ impl Connection {
         }
         if self.parked.is_some() {
             self.answer_parked(true, cx);
+            return;
+        }
+        if let (Some(s), None) = (&mut self.streaming, self.closing) {
+            // Nothing sent for a while: a comment line, unless the client has
+            // not read what is queued (then the stream is not idle, it is slow).
+            if self.sendq.is_empty() {
+                self.sendq
+                    .append(&mut cx.buffers.send, |out| out.extend_from_slice(HEARTBEAT));
+            }
+            s.heartbeat_ms = cx.now_ms + cx.service.node().config.http.sse_heartbeat_ms;
             return;
         }
         if self.closing.is_none()
@@ -246,16 +289,30 @@ impl Connection {
         self.closing = Some(Closing::Now);
     }
 
-    /// The key of the long-poll this connection is parked on.
-    pub fn parked_key(&self) -> Option<&[u8]> {
-        self.parked.as_ref().map(|p| &*p.key)
+    /// The key whose updates this connection waits for: a parked long-poll's
+    /// or an event stream's. The server registers it where ingests wake it.
+    pub fn watched_key(&self) -> Option<&[u8]> {
+        match (&self.parked, &self.streaming) {
+            (Some(p), _) => Some(&p.key),
+            (None, Some(s)) if self.closing.is_none() => Some(&s.key),
+            _ => None,
+        }
     }
 
-    /// A box this connection may be parked on was updated, deleted or expired:
+    /// Whether this connection is an event stream (until it ends).
+    pub fn streaming(&self) -> bool {
+        self.streaming.is_some() && self.closing.is_none()
+    }
+
+    /// A box this connection may wait on was updated, deleted or expired:
     /// answer the long-poll if its box moved past what it waits for, or is gone
-    /// (then serve what was pipelined behind it). Returns whether it was
-    /// answered.
+    /// (then serve what was pipelined behind it); or send an event stream its
+    /// box's newest version (or, with answers still queued, remember to), or
+    /// `event: deleted` and end it. Returns whether something was written.
     pub fn on_box_updated<H: Host>(&mut self, cx: &mut Ctx<'_, H>) -> bool {
+        if self.streaming.is_some() {
+            return self.stream_update(cx);
+        }
         let due = self
             .parked
             .as_ref()
@@ -272,9 +329,26 @@ impl Connection {
     /// client that half-closes and then waits for a parked answer loses it, as
     /// with Nchan; no HTTP client does that.)
     pub fn peer_hung_up(&mut self) {
-        if self.parked.take().is_some() {
+        if self.parked.take().is_some() || self.streaming.take().is_some() {
             self.closing = Some(Closing::Now);
         }
+    }
+
+    /// The send queue was written out: an event stream whose box moved
+    /// meanwhile sends the newest version now (the versions between were
+    /// coalesced). Returns whether something was queued.
+    pub fn on_send_drained<H: Host>(&mut self, cx: &mut Ctx<'_, H>) -> bool {
+        let dirty = self.streaming.as_ref().is_some_and(|s| s.dirty);
+        if !dirty || !self.sendq.is_empty() || self.closing.is_some() {
+            return false;
+        }
+        self.stream_update(cx)
+    }
+
+    /// Whether [`Connection::on_send_drained`] has something to send once the
+    /// queue is empty.
+    pub fn stream_dirty(&self) -> bool {
+        self.streaming.as_ref().is_some_and(|s| s.dirty) && self.closing.is_none()
     }
 
     /// The server is shutting down: a parked long-poll is answered now with the
@@ -288,6 +362,10 @@ impl Connection {
         if self.parked.is_some() {
             self.answer_parked(true, cx);
             self.closing.get_or_insert(Closing::AfterSend);
+        } else if self.streaming.is_some() {
+            // The stream ends with the connection: once what is queued is
+            // sent. An EventSource reconnects (elsewhere) after `retry`.
+            self.end_stream(cx.now_ms, cx.service);
         } else if self.sendq.is_empty() && self.rend == self.rstart {
             self.closing = Some(Closing::Now);
         }
@@ -323,6 +401,7 @@ impl Connection {
         self.sendq.clear(&mut buffers.send);
         self.give_back_rbuf(buffers);
         self.parked = None;
+        self.streaming = None;
     }
 
     /// Heap bytes held for this connection: (read buffer, send queue).
@@ -334,7 +413,11 @@ impl Connection {
     /// one parks or the connection closes.
     fn serve<H: Host>(&mut self, cx: &mut Ctx<'_, H>) {
         cx.service.set_now(cx.now_ms);
-        while self.closing.is_none() && self.parked.is_none() && self.rstart < self.rend {
+        while self.closing.is_none()
+            && self.parked.is_none()
+            && self.streaming.is_none()
+            && self.rstart < self.rend
+        {
             let progress = self.framer.advance(&mut self.rbuf[self.rstart..self.rend]);
             let Ctx {
                 service,
@@ -372,6 +455,21 @@ impl Connection {
                             self.park(frame, key, p, cx.now_ms + p.wait_ms, cx.buffers);
                             return;
                         }
+                        Reply::Stream(stream) => {
+                            let key = service.key().into();
+                            let heartbeat_ms =
+                                cx.now_ms + service.node().config.http.sse_heartbeat_ms;
+                            // The stream's body ends with the connection: what
+                            // was pipelined behind it is never answered.
+                            self.give_back_rbuf(cx.buffers);
+                            self.streaming = Some(Streaming {
+                                key,
+                                stream,
+                                dirty: false,
+                                heartbeat_ms,
+                            });
+                            return;
+                        }
                     }
                     self.next_request(frame.consumed);
                 }
@@ -386,6 +484,65 @@ impl Connection {
             self.give_back_rbuf(cx.buffers);
         }
         self.update_deadline(cx);
+    }
+
+    /// The streamed box moved (or went): send its newest version, unless the
+    /// client has not read what is queued (then only remember it: at most one
+    /// event is ever queued); or `event: deleted` and the end.
+    fn stream_update<H: Host>(&mut self, cx: &mut Ctx<'_, H>) -> bool {
+        let Some(s) = self.streaming.as_mut() else {
+            return false;
+        };
+        if self.closing.is_some() {
+            return false;
+        }
+        let version = cx.service.version(&s.key);
+        if version == 0 {
+            if !s.stream.existed {
+                // Not created yet: it is waited for.
+                return false;
+            }
+            self.sendq
+                .append(&mut cx.buffers.send, |out| out.extend_from_slice(DELETED));
+            self.end_stream(cx.now_ms, cx.service);
+            return true;
+        }
+        if version <= s.stream.last {
+            return false;
+        }
+        if !self.sendq.is_empty() {
+            s.dirty = true;
+            return false;
+        }
+        s.dirty = false;
+        let Ctx {
+            service,
+            buffers,
+            host,
+            now_ms,
+        } = cx;
+        let sent = self.sendq.append(&mut buffers.send, |out| {
+            service.stream_event(&s.key, &mut s.stream, out, *host)
+        });
+        match sent {
+            Event::Sent(_) => {
+                s.heartbeat_ms = *now_ms + service.node().config.http.sse_heartbeat_ms;
+                true
+            }
+            Event::Unchanged => false,
+            Event::NoBox => {
+                // Gone between the two looks: the next wake-up says so.
+                false
+            }
+        }
+    }
+
+    /// End the event stream: the connection closes once what is queued is
+    /// sent, or at the idle timeout from now if the client does not read it.
+    fn end_stream(&mut self, now_ms: u64, service: &Service) {
+        self.streaming = None;
+        self.closing = Some(Closing::AfterSend);
+        self.deadline_ms = now_ms + service.node().config.limits.idle_timeout_ms;
     }
 
     /// Answer `e` (the request cannot be read further), then linger.
@@ -495,7 +652,7 @@ impl Connection {
 
     /// Choose the deadline from the state.
     fn update_deadline<H: Host>(&mut self, cx: &Ctx<'_, H>) {
-        if self.parked.is_some() {
+        if self.parked.is_some() || self.streaming.is_some() {
             return;
         }
         let l = &cx.service.node().config.limits;

@@ -22,6 +22,7 @@ use proptest::prelude::*;
 // ---- a caller, simulated ----
 
 /// What a stream turned into, in order.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Outcome {
     Request {

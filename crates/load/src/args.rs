@@ -77,6 +77,12 @@ pub struct LoadArgs {
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub longpoll_wait: Duration,
 
+    /// The `sse` operation: hold this many event streams open on the keys
+    /// (subscriber i on key i % keys) while the mix runs, count their events and
+    /// measure publish-to-receive latency (from the ingests of this run).
+    #[arg(long, default_value_t = 0)]
+    pub sse: usize,
+
     /// Requests in flight per connection (HTTP/1.1 pipelining depth).
     #[arg(long, default_value_t = 1)]
     pub pipeline: usize,
@@ -138,6 +144,7 @@ impl LoadArgs {
             body_bytes: 512,
             batch_size: 10,
             longpoll_wait: Duration::from_secs(1),
+            sse: 0,
             pipeline: 1,
             token: None,
             preseed: false,

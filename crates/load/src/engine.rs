@@ -61,6 +61,8 @@ pub struct Plan {
     /// How long after `end_ns` to wait for outstanding answers.
     pub drain_ns: u64,
     pub seed: u64,
+    /// With `--sse`: each key's newest ingested version and when it was sent.
+    pub published: Option<std::sync::Arc<crate::sse::Published>>,
 }
 
 /// A request waiting for its answer.
@@ -691,6 +693,11 @@ fn check(
             let Ok(version) = payload_version(body, &name[..n]) else {
                 return Verdict::error(ErrorKind::Payload);
             };
+            if request.op == Op::Ingest {
+                if let Some(p) = &plan.published {
+                    p.record(request.key, version, request.intended);
+                }
+            }
             let last = versions.get(request.key);
             let in_order = match request.op {
                 // This connection's ingest made a new version.

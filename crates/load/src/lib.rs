@@ -34,6 +34,7 @@ mod progress;
 mod report;
 mod request;
 mod response;
+mod sse;
 mod stats;
 mod timer;
 
@@ -199,6 +200,17 @@ pub fn run(args: &LoadArgs) -> Result<Report, LoadError> {
     };
 
     // Connect everything before the clock starts, so connection setup is not latency.
+    let subscribers = if args.sse > 0 {
+        sse::subscribe(target.addr, &target.host, args.keys, args.sse).map_err(|source| {
+            LoadError::Connect {
+                addr: target.addr,
+                source,
+            }
+        })?
+    } else {
+        Vec::new()
+    };
+    let published = (args.sse > 0).then(|| std::sync::Arc::new(sse::Published::new(args.keys)));
     let mut streams = Vec::with_capacity(args.connections);
     for _ in 0..args.connections {
         streams.push(connect(target.addr)?);
@@ -226,6 +238,7 @@ pub fn run(args: &LoadArgs) -> Result<Report, LoadError> {
         end_ns,
         drain_ns: drain.as_nanos() as u64,
         seed: args.seed,
+        published: published.clone(),
     };
 
     // Contiguous shares of the connections per thread.
@@ -238,7 +251,16 @@ pub fn run(args: &LoadArgs) -> Result<Report, LoadError> {
     let board = Board::new(threads);
     // A little head start so every thread is waiting when the clock starts.
     let origin = Instant::now() + Duration::from_millis(20);
+    let mut sse_result = None;
     let results: Vec<std::thread::Result<std::io::Result<Stats>>> = std::thread::scope(|scope| {
+        let sse_handle = published.as_ref().map(|p| {
+            let end = end_ns + Duration::from_millis(200).as_nanos() as u64;
+            std::thread::Builder::new()
+                .name("load-sse".into())
+                .spawn_scoped(scope, move || {
+                    sse::drive(subscribers, p, origin, warmup_ns, end)
+                })
+        });
         let handles: Vec<_> = shares
             .into_iter()
             .enumerate()
@@ -252,6 +274,10 @@ pub fn run(args: &LoadArgs) -> Result<Report, LoadError> {
         if !args.quiet {
             report_progress(&board, origin, warmup, &handles);
         }
+        sse_result = sse_handle.map(|h| match h {
+            Ok(h) => h.join(),
+            Err(e) => Ok(Err(e)),
+        });
         handles
             .into_iter()
             .map(|h| match h {
@@ -269,7 +295,7 @@ pub fn run(args: &LoadArgs) -> Result<Report, LoadError> {
         }
     }
 
-    let report = Report::build(
+    let mut report = Report::build(
         RunShape {
             url: args.url.clone(),
             open_loop_rate: args.rate,
@@ -288,6 +314,12 @@ pub fn run(args: &LoadArgs) -> Result<Report, LoadError> {
         },
         &stats,
     );
+    match sse_result {
+        None => {}
+        Some(Ok(Ok(s))) => report.sse = Some(report::SseReport::of(&s, args.duration)),
+        Some(Ok(Err(e))) => return Err(LoadError::Io(e)),
+        Some(Err(_)) => return Err(LoadError::ThreadPanicked),
+    }
     if let Some(path) = &args.json {
         report.write_json(path)?;
     }

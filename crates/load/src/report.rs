@@ -76,6 +76,37 @@ pub struct OpReport {
     pub latency_ms: Percentiles,
 }
 
+/// The `sse` operation: event streams held open while the mix ran.
+#[derive(Debug, Clone, Serialize)]
+pub struct SseReport {
+    pub subscribers: usize,
+    /// Events received in the measured window, and per second of it.
+    pub events: u64,
+    pub events_per_s: f64,
+    /// `event: deleted` received.
+    pub deleted: u64,
+    /// Streams refused or broken.
+    pub errors: u64,
+    /// Events whose publish time was not known (a newer ingest overtook them).
+    pub unmatched: u64,
+    /// Publish (the ingest's send) to receive, from each event's version.
+    pub latency_ms: Percentiles,
+}
+
+impl SseReport {
+    pub(crate) fn of(s: &crate::sse::SseStats, window: std::time::Duration) -> SseReport {
+        SseReport {
+            subscribers: s.subscribers,
+            events: s.events,
+            events_per_s: s.events as f64 / window.as_secs_f64().max(1e-9),
+            deleted: s.deleted,
+            errors: s.errors,
+            unmatched: s.unmatched,
+            latency_ms: Percentiles::of(&s.latency),
+        }
+    }
+}
+
 /// Everything a run measured. `--json` writes exactly this.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -119,6 +150,8 @@ pub struct Report {
     pub send_lateness_ms: Option<Percentiles>,
     /// Per operation, in mix order.
     pub ops: Vec<OpReport>,
+    /// The `sse` operation (`--sse N`), when asked for.
+    pub sse: Option<SseReport>,
     /// Answers by status code, all operations.
     pub status: BTreeMap<String, u64>,
     /// Errors by kind: connect, io, closed, protocol, status, payload, version,
@@ -253,6 +286,7 @@ impl Report {
                 .open_loop_rate
                 .map(|_| Percentiles::of(&stats.wake_lateness)),
             ops,
+            sse: None,
             status: status_map(&status_all),
             errors,
             latency_buckets_ns: buckets(&all),
@@ -461,6 +495,22 @@ pub fn print_report(report: &Report, out: &mut impl Write) -> io::Result<()> {
             report.achieved_rate,
             &report.latency_ms,
             report.errors_total,
+        )?;
+    }
+    if let Some(sse) = &report.sse {
+        // Events instead of requests; latency from an ingest's send to the event.
+        row(
+            out,
+            "sse",
+            sse.events,
+            sse.events_per_s,
+            &sse.latency_ms,
+            sse.errors,
+        )?;
+        writeln!(
+            out,
+            "sse: {} streams, {} deleted, {} events not matched to an ingest of this run",
+            sse.subscribers, sse.deleted, sse.unmatched
         )?;
     }
     writeln!(out)?;

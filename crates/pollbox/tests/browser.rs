@@ -3,7 +3,8 @@
 //! listens on another port (so another origin), with `fetch`: it ingests with
 //! a bearer token, polls with `If-None-Match` (200, then 304), long-polls
 //! (the poll waits, as `/metrics` tells the page, until the page's next ingest
-//! wakes it), deletes the box and polls it again (404). Every step needs CORS: the token, `Content-Type: application/json`
+//! wakes it), subscribes with `EventSource` (the box at once, then the next
+//! update, then `event: deleted`), deletes the box and polls it again (404). Every step needs CORS: the token, `Content-Type: application/json`
 //! and `If-None-Match` make the browser send preflights, and the page reads
 //! the `ETag` only because it is exposed. The page writes what it saw into
 //! the DOM; Chromium's `--dump-dom` prints it and the test checks each step.
@@ -72,10 +73,31 @@ async function ingest(value) {
     return { status: r.status, etag: r.headers.get("ETag"), body: await r.json(),
              parked: parked, ingest: second.status };
   });
+  // Server-sent events: the box at once, then each update; `event: deleted`
+  // when the box goes (no timers here either: promises of events only).
+  let es = null;
+  let deleted = null;
+  await step("event_source", async () => {
+    es = new EventSource(box);
+    const next = () => new Promise((ok, fail) => {
+      es.onmessage = (e) => ok({ id: e.lastEventId, body: JSON.parse(e.data) });
+      es.onerror = () => fail(new Error("EventSource error, readyState " + es.readyState));
+    });
+    const first = await next();
+    const later = next();
+    const third = await ingest(3);
+    const second = await later;
+    deleted = new Promise((ok) => es.addEventListener("deleted", (e) => {
+      es.close();
+      ok({ data: e.data });
+    }));
+    return { first: first, second: second, ingest: third.status };
+  });
   await step("delete", async () => {
     const r = await fetch(box, { method: "DELETE", headers: auth });
     return { status: r.status };
   });
+  await step("event_source_deleted", async () => deleted ? await deleted : "no stream");
   await step("after_delete", async () => {
     const r = await fetch(box, { cache: "no-store" });
     return { status: r.status, body: await r.json() };
@@ -218,7 +240,19 @@ fn a_page_on_an_allowed_origin_polls_long_polls_ingests_and_deletes() {
     assert_eq!(r["long_poll"]["body"]["ver"], ver + 1, "{r}");
     assert_eq!(r["long_poll"]["body"]["v"], 2, "{r}");
     assert_eq!(r["long_poll"]["etag"], format!("\"{}\"", ver + 1), "{r}");
+    let es = &r["event_source"];
+    assert_eq!(
+        es["first"]["id"],
+        (ver + 1).to_string(),
+        "the box at once: {r}"
+    );
+    assert_eq!(es["first"]["body"]["v"], 2, "{r}");
+    assert_eq!(es["ingest"], 200, "{r}");
+    assert_eq!(es["second"]["id"], (ver + 2).to_string(), "the update: {r}");
+    assert_eq!(es["second"]["body"]["ver"], ver + 2, "{r}");
+    assert_eq!(es["second"]["body"]["v"], 3, "{r}");
     assert_eq!(r["delete"]["status"], 204, "{r}");
+    assert_eq!(r["event_source_deleted"]["data"], "", "event: deleted: {r}");
     assert_eq!(r["after_delete"]["status"], 404, "{r}");
     assert_eq!(r["after_delete"]["body"]["error"], "no such box", "{r}");
     assert_eq!(r["unauthorized"]["status"], 401, "{r}");
@@ -239,6 +273,9 @@ fn a_page_on_an_allowed_origin_polls_long_polls_ingests_and_deletes() {
     ] {
         assert_eq!(r[step], "rejected: TypeError", "{step}: {r}");
     }
+    // EventSource fails the connection (an error event, no message).
+    assert_eq!(r["event_source"], "rejected: Error", "{r}");
+    assert_eq!(r["event_source_deleted"], "no stream", "{r}");
     assert_eq!(
         server.shared().node.boxes.len(),
         0,

@@ -82,3 +82,44 @@ fn open_loop_rate_is_delivered_within_two_percent() {
     );
     s.shutdown().unwrap();
 }
+
+/// The `sse` operation: its streams are the server's subscribers, every
+/// event it counts the server sent, and it measures publish-to-receive latency.
+#[test]
+fn the_sse_operation_counts_events_the_server_sent() {
+    let s = server();
+    let mut a = LoadArgs::new(format!("http://{}", s.addr()));
+    a.connections = 2;
+    a.duration = Duration::from_secs(2);
+    a.rate = Some(500.0);
+    a.mix = Mix::parse("ingest:1").unwrap();
+    a.keys = 5;
+    a.sse = 20;
+    a.quiet = true;
+    let r = pollbox_load::run(&a).unwrap();
+    assert_eq!(r.errors_total, 0);
+    let sse = r.sse.as_ref().expect("an sse report");
+    assert_eq!((sse.subscribers, sse.errors), (20, 0));
+    let ingests = r.op("ingest").unwrap().requests;
+    assert!(sse.events > 0 && ingests > 0);
+    // Each of the 5 keys has 4 subscribers; coalescing may skip versions.
+    assert!(
+        sse.events <= 4 * ingests + 20,
+        "{} events, {ingests} ingests",
+        sse.events
+    );
+    assert!(sse.latency_ms.max > 0.0);
+    let text = pollbox_memcheck::scrape(&format!("http://{}", s.addr())).unwrap();
+    let sent: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("pollbox_sse_events_total "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        sent >= sse.events,
+        "server sent {sent}, generator counted {}",
+        sse.events
+    );
+    s.shutdown().unwrap();
+}

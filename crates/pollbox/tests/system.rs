@@ -755,6 +755,63 @@ fn two_nodes_behind_haproxy_scraped_by_prometheus() {
         node_names[dead]
     );
 
+    // 5. Event streams through HAProxy: the same path, so `balance uri` keeps a
+    //    stream with its box's node; the box at once, each update, the end on DELETE.
+    let mut subs: Vec<(String, TcpStream, Vec<u8>)> = (0..4)
+        .map(|i| {
+            let key = format!("sys-sse-{i}");
+            let r = client
+                .request("POST", &format!("/v1/boxes/{key}"), Some(r#"{"value":1}"#))
+                .unwrap();
+            assert_eq!(r.status, 200, "{key}: {}", r.body);
+            let mut st = TcpStream::connect(front).unwrap();
+            st.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            write!(
+                st,
+                "GET /v1/boxes/{key} HTTP/1.1\r\nHost: pollbox\r\nAccept: text/event-stream\r\n\r\n"
+            )
+            .unwrap();
+            (key, st, Vec::new())
+        })
+        .collect();
+    let until = |st: &mut TcpStream, buf: &mut Vec<u8>, what: &str| {
+        while !String::from_utf8_lossy(buf).contains(what) {
+            let n = fill(st, buf).unwrap_or_else(|e| panic!("stream: {e} (want {what:?})"));
+            assert!(
+                n > 0,
+                "stream ended before {what:?}: {:?}",
+                String::from_utf8_lossy(buf)
+            );
+        }
+    };
+    for (key, st, buf) in &mut subs {
+        until(st, buf, "\"ver\":1,");
+        let head = String::from_utf8_lossy(buf).to_ascii_lowercase();
+        assert!(head.starts_with("http/1.1 200"), "{key}: {head}");
+        assert!(
+            head.contains("content-type: text/event-stream"),
+            "{key}: {head}"
+        );
+        assert!(
+            head.contains(&format!("id: 1\ndata: {{\"k\":\"{key}\",")),
+            "{key}: {head}"
+        );
+        let r = client
+            .request("POST", &format!("/v1/boxes/{key}"), Some(r#"{"value":2}"#))
+            .unwrap();
+        assert_eq!(r.status, 200);
+        until(st, buf, "id: 2\ndata: ");
+        let r = client
+            .request("DELETE", &format!("/v1/boxes/{key}"), None)
+            .unwrap();
+        assert_eq!(r.status, 204);
+        until(st, buf, "event: deleted\ndata: \n\n");
+        // Then the end of the stream, through HAProxy too.
+        let mut rest = Vec::new();
+        assert_eq!(fill(st, &mut rest).unwrap_or(0), 0, "{key}: {rest:?}");
+    }
+    eprintln!("event streams through haproxy: 4 keys, their updates and deletions delivered");
+
     kids.assert_running("haproxy");
     eprintln!("system test done in {:?}", started.elapsed());
 }

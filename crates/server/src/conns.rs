@@ -20,8 +20,10 @@ pub struct Conn {
     /// epoll said the peer shut down its side (EPOLLRDHUP): read to EOF.
     pub peer_hup: bool,
     /// The key hash this connection is registered under in the worker's parked
-    /// index.
+    /// index (a parked long-poll's or an event stream's key).
     pub registered: Option<u64>,
+    /// What registered it: an event stream (else a long-poll).
+    pub registered_stream: bool,
     /// Its answers wait for the end of the loop turn (batched writes).
     pub queued: bool,
     /// Its write side was shut down (lingering, or closing).
@@ -44,6 +46,7 @@ impl Conn {
             unread: false,
             peer_hup: false,
             registered: None,
+            registered_stream: false,
             queued: false,
             write_shut: false,
             accounted: 0,

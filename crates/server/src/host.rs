@@ -88,6 +88,13 @@ impl Host for WorkerHost {
     }
 
     #[inline]
+    fn sse_event(&mut self, coalesced: u64) {
+        let stats = &self.shared.stats[self.id];
+        stats.sse_events.inc();
+        stats.sse_coalesced.add(coalesced);
+    }
+
+    #[inline]
     fn ingested(&mut self, result: IngestResult, n: u64) {
         self.shared.stats[self.id].ingested(result, n);
     }

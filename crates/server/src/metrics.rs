@@ -232,6 +232,27 @@ pub fn render(shared: &Shared, out: &mut Vec<u8>) {
         "Long-polls waiting now.",
         sum(shared, |s| s.parked_polls.get()),
     );
+    single(
+        out,
+        "pollbox_sse_subscribers",
+        "gauge",
+        "Event streams open now.",
+        sum(shared, |s| s.sse_subscribers.get()),
+    );
+    single(
+        out,
+        "pollbox_sse_events_total",
+        "counter",
+        "Events sent on event streams (heartbeats and deletions not counted).",
+        sum(shared, |s| s.sse_events.get()),
+    );
+    single(
+        out,
+        "pollbox_sse_coalesced_total",
+        "counter",
+        "Box versions event streams skipped because a newer one came before they were sent (a box is state).",
+        sum(shared, |s| s.sse_coalesced.get()),
+    );
 
     // Arenas and epochs.
     single(

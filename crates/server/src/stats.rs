@@ -168,6 +168,9 @@ pub struct WorkerStats {
     pub thread_allocated: Counter,
     pub thread_deallocated: Counter,
     pub parked_polls: Counter,
+    pub sse_subscribers: Counter,
+    pub sse_events: Counter,
+    pub sse_coalesced: Counter,
 }
 
 impl Default for WorkerStats {
@@ -199,6 +202,9 @@ impl Default for WorkerStats {
             thread_allocated: Counter::default(),
             thread_deallocated: Counter::default(),
             parked_polls: Counter::default(),
+            sse_subscribers: Counter::default(),
+            sse_events: Counter::default(),
+            sse_coalesced: Counter::default(),
         }
     }
 }

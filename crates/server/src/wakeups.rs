@@ -1,11 +1,13 @@
-//! Long-poll wake-ups: which connections of this worker wait on which key
-//! ([`ParkedIndex`]), and which workers wait on which key ([`Waiters`]).
+//! Wake-ups of long-polls and event streams: which connections of this
+//! worker wait on which key ([`ParkedIndex`]), and which workers wait on which
+//! key ([`Waiters`]).
 //!
-//! A worker that parks a long-poll registers the key here (once per key, while
-//! it has polls parked on it). An ingest on any worker then tells exactly the
-//! workers waiting on that key: the key's hash goes into the worker's bounded
-//! inbox and its `mio::Waker` fires, so the parked poll is answered within the
-//! waker's latency, not at the next tick. With nothing parked anywhere, `notify`
+//! A worker that parks a long-poll or opens an event stream registers the key
+//! here (once per key, while it has connections waiting on it). An ingest on
+//! any worker then tells exactly the workers waiting on that key: the key's
+//! hash goes into the worker's bounded inbox and its `mio::Waker` fires, so the
+//! parked poll is answered (the stream sent its event) within the waker's
+//! latency, not at the next tick. With nothing parked anywhere, `notify`
 //! is one atomic load; otherwise it allocates nothing.
 //!
 //! Keys travel as 64-bit hashes (keyed SipHash, so clients cannot aim keys at

@@ -345,6 +345,14 @@ impl Worker {
                     Sent::WouldBlock | Sent::Deferred => {}
                 }
             }
+            // An event stream whose box moved while its queue was not empty
+            // sends the newest version now that the queue drained.
+            if c.core.stream_dirty() && c.core.send_queue().is_empty() {
+                self.host.start();
+                if c.core.on_send_drained(&mut cx!(self)) {
+                    continue;
+                }
+            }
             // Reading stopped for back-pressure and the write drained the queue
             // without the socket saying WouldBlock: no edge will come, read on.
             // (Not if reading stopped for want of buffer budget: that waits for
@@ -423,32 +431,52 @@ impl Worker {
         }
     }
 
-    /// Keep the parked index in step with the key the connection waits on.
+    /// Keep the parked index in step with the key the connection waits on (a
+    /// parked long-poll's or an event stream's).
     fn sync_parking(&mut self, slot: usize, c: &mut Conn) {
         loop {
             let shared = &self.host.shared;
-            let want = c.core.parked_key().map(|k| shared.waiters.hash(k));
+            let want = c.core.watched_key().map(|k| shared.waiters.hash(k));
             if want == c.registered {
                 return;
             }
-            if let Some(old) = c.registered.take() {
-                if self
-                    .parked
-                    .remove(old, slot, c.gen, &shared.waiters, self.id)
-                {
-                    shared.stats[self.id].parked_polls.sub(1);
-                }
-            }
+            self.unregister(slot, c);
             let Some(hash) = want else {
                 return;
             };
+            let shared = &self.host.shared;
             self.parked.add(hash, slot, c.gen, &shared.waiters, self.id);
-            shared.stats[self.id].parked_polls.inc();
+            c.registered_stream = c.core.streaming();
+            let st = &shared.stats[self.id];
+            if c.registered_stream {
+                st.sse_subscribers.inc();
+            } else {
+                st.parked_polls.inc();
+            }
             c.registered = Some(hash);
             // An ingest may have landed between the version check and the
             // registration: look again now that wake-ups reach this poll.
             self.host.start();
             c.core.on_box_updated(&mut cx!(self));
+        }
+    }
+
+    /// Take the connection out of the parked index (and the gauges).
+    fn unregister(&mut self, slot: usize, c: &mut Conn) {
+        let Some(old) = c.registered.take() else {
+            return;
+        };
+        let shared = &self.host.shared;
+        if self
+            .parked
+            .remove(old, slot, c.gen, &shared.waiters, self.id)
+        {
+            let st = &shared.stats[self.id];
+            if c.registered_stream {
+                st.sse_subscribers.sub(1);
+            } else {
+                st.parked_polls.sub(1);
+            }
         }
     }
 
@@ -481,15 +509,7 @@ impl Worker {
         if let Some(t) = c.timer.take() {
             self.wheel.cancel(t);
         }
-        if let Some(hash) = c.registered.take() {
-            let shared = &self.host.shared;
-            if self
-                .parked
-                .remove(hash, slot, c.gen, &shared.waiters, self.id)
-            {
-                shared.stats[self.id].parked_polls.sub(1);
-            }
-        }
+        self.unregister(slot, &mut c);
         c.core.release(&mut self.buffers);
         self.conn_send_bytes -= c.accounted;
         self.conns.release(slot);

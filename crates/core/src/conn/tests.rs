@@ -343,7 +343,7 @@ fn a_parked_poll_holds_back_pipelined_requests_until_answered() {
         &mut c,
         b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n",
     );
-    assert_eq!(c.parked_key(), Some(&b"a"[..]));
+    assert_eq!(c.watched_key(), Some(&b"a"[..]));
     assert_eq!(c.deadline(), r.now_ms + 5000);
     assert!(!c.wants_read());
     assert_eq!(r.sent(&mut c), "", "nothing is answered while parked");
@@ -352,7 +352,7 @@ fn a_parked_poll_holds_back_pipelined_requests_until_answered() {
     assert!(!c.on_box_updated(&mut r.cx()));
     r.ingest("a", 7);
     assert!(c.on_box_updated(&mut r.cx()));
-    assert_eq!(c.parked_key(), None);
+    assert_eq!(c.watched_key(), None);
     let out = r.sent(&mut c);
     assert_eq!(statuses(&out), ["200", "200"], "{out}");
     assert!(
@@ -378,7 +378,7 @@ fn a_parked_poll_of_a_deleted_or_expired_box_is_answered_404() {
             "GET /v1/boxes/{key}?after=1&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"
         );
         r.feed(c, req.as_bytes());
-        assert_eq!(c.parked_key(), Some(key.as_bytes()));
+        assert_eq!(c.watched_key(), Some(key.as_bytes()));
     }
     // DELETE on another connection: the key is woken, the poll answered 404.
     let mut d = r.conn();
@@ -461,7 +461,7 @@ fn a_long_poll_of_a_box_already_past_is_answered_at_once() {
         &mut c,
         b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\n",
     );
-    assert_eq!(c.parked_key(), None);
+    assert_eq!(c.watched_key(), None);
     assert_eq!(statuses(&r.sent(&mut c)), ["200"]);
 }
 
@@ -473,7 +473,7 @@ fn an_unknown_box_is_waited_for_and_times_out_without_a_body() {
         &mut c,
         b"GET /v1/boxes/new?after=0&wait_ms=50 HTTP/1.1\r\nHost: t\r\n\r\n",
     );
-    assert_eq!(c.parked_key(), Some(&b"new"[..]));
+    assert_eq!(c.watched_key(), Some(&b"new"[..]));
     r.now_ms += 50;
     c.on_timer(&mut r.cx());
     let out = r.sent(&mut c);
@@ -557,9 +557,9 @@ fn a_parked_poll_whose_client_hung_up_is_dropped_at_once() {
         &mut c,
         b"GET /v1/boxes/a?after=0&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\n",
     );
-    assert!(c.parked_key().is_some());
+    assert!(c.watched_key().is_some());
     c.peer_hung_up();
-    assert_eq!(c.parked_key(), None);
+    assert_eq!(c.watched_key(), None);
     assert!(c.finished());
     assert_eq!(r.sent(&mut c), "", "nobody reads it: no answer");
 
@@ -580,12 +580,12 @@ fn a_park_answered_at_once_still_answers_what_was_pipelined_behind_it() {
         &mut c,
         b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\nGET /v1/boxes/a HTTP/1.1\r\nHost: t\r\n\r\n",
     );
-    assert!(c.parked_key().is_some());
+    assert!(c.watched_key().is_some());
     r.ingest("a", 2);
     assert!(c.on_box_updated(&mut r.cx()));
     let out = r.sent(&mut c);
     assert_eq!(statuses(&out), ["200", "200", "200"], "{out}");
-    assert!(c.wants_read() && c.parked_key().is_none());
+    assert!(c.wants_read() && c.watched_key().is_none());
 }
 
 #[test]
@@ -679,4 +679,257 @@ fn a_connection_past_the_budget_waits_unread_and_polls_go_on() {
     // Once the big one is gone, its bytes are back.
     big.release(&mut r.buffers);
     assert_eq!(r.buffers.read_held(), 0);
+}
+
+// Event streams (SPEC §2a).
+
+const SUBSCRIBE: &str = "GET /v1/boxes/a HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n";
+
+/// The `id:` of every event in `out`.
+fn event_ids(out: &str) -> Vec<u64> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .map(|v| v.parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_stream_starts_with_its_head_retry_and_the_box_as_it_is() {
+    let mut r = rig_with(|c| c.http.sse_retry_ms = 2500);
+    r.ingest("a", 5);
+    let mut c = r.conn();
+    r.feed(&mut c, SUBSCRIBE.as_bytes());
+    let out = r.sent(&mut c);
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+    assert!(
+        head.contains("\r\nContent-Type: text/event-stream\r\n"),
+        "{out}"
+    );
+    assert!(head.contains("\r\nCache-Control: no-cache\r\n"), "{out}");
+    assert!(!head.contains("Content-Length"), "{out}");
+    assert_eq!(
+        body,
+        "retry: 2500\n\nid: 1\ndata: {\"k\":\"a\",\"ver\":1,\"v\":5,\"sum\":5,\"n\":1}\n\n"
+    );
+    assert!(c.streaming() && !c.wants_read() && !c.finished());
+    assert_eq!(c.watched_key(), Some(&b"a"[..]));
+    assert_eq!(r.host.answers.last(), Some(&(RouteLabel::Sse, 200)));
+    assert_eq!(r.host.sse_events, [0]);
+
+    // Each update is one event.
+    r.ingest("a", 6);
+    assert!(c.on_box_updated(&mut r.cx()));
+    let out = r.sent(&mut c);
+    assert!(
+        out.starts_with("id: 2\ndata: {\"k\":\"a\",\"ver\":2,"),
+        "{out}"
+    );
+    assert!(out.ends_with("}\n\n"), "{out}");
+    // A wake-up with nothing new sends nothing.
+    assert!(!c.on_box_updated(&mut r.cx()));
+    assert!(c.send_queue().is_empty());
+}
+
+#[test]
+fn a_stream_resumes_after_last_event_id_and_waits_for_an_unknown_box() {
+    let mut r = rig();
+    r.ingest("a", 1);
+    r.ingest("a", 2);
+    // Up to date: nothing at once.
+    for (req, next) in [
+        ("GET /v1/boxes/a HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\nLast-Event-ID: 2\r\n\r\n", 3),
+        ("GET /v1/boxes/a?last_event_id=3 HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n", 4),
+    ] {
+        let mut c = r.conn();
+        r.feed(&mut c, req.as_bytes());
+        assert!(event_ids(&r.sent(&mut c)).is_empty());
+        r.ingest("a", 3);
+        assert!(c.on_box_updated(&mut r.cx()));
+        assert_eq!(event_ids(&r.sent(&mut c)), [next]);
+    }
+    // Behind: the newest version at once (the header wins over the query).
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"GET /v1/boxes/a?last_event_id=99 HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\nLast-Event-ID: 1\r\n\r\n",
+    );
+    assert_eq!(event_ids(&r.sent(&mut c)), [4]);
+
+    // An unknown box: waited for, sent when created.
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"GET /v1/boxes/new HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n",
+    );
+    let out = r.sent(&mut c);
+    assert!(out.ends_with("retry: 1000\n\n"), "{out}");
+    assert!(
+        !c.on_box_updated(&mut r.cx()),
+        "still unknown: no event, no end"
+    );
+    assert!(!c.finished());
+    r.ingest("new", 7);
+    assert!(c.on_box_updated(&mut r.cx()));
+    assert_eq!(event_ids(&r.sent(&mut c)), [1]);
+}
+
+#[test]
+fn a_slow_subscriber_is_queued_only_the_newest_version() {
+    let mut r = rig();
+    r.ingest("a", 1);
+    let mut c = r.conn();
+    r.feed(&mut c, SUBSCRIBE.as_bytes());
+    // The client reads nothing: the head and the first event stay queued.
+    let queued = c.send_queue().pending();
+    for v in 2..=50 {
+        r.ingest("a", v);
+        assert!(!c.on_box_updated(&mut r.cx()), "nothing more is queued");
+        assert_eq!(c.send_queue().pending(), queued);
+    }
+    assert!(c.stream_dirty());
+    // Nothing drained yet: nothing to send.
+    assert!(!c.on_send_drained(&mut r.cx()));
+    // The socket takes the queue: the newest version goes next, once.
+    let first = r.sent(&mut c);
+    assert_eq!(event_ids(&first), [1]);
+    assert!(c.on_send_drained(&mut r.cx()));
+    assert!(!c.stream_dirty());
+    let out = r.sent(&mut c);
+    assert_eq!(event_ids(&out), [50]);
+    assert!(out.contains("\"ver\":50,\"v\":50,"), "{out}");
+    // 48 versions (2..=49) were skipped.
+    assert_eq!(r.host.sse_events, [0, 48]);
+    assert!(!c.on_send_drained(&mut r.cx()));
+}
+
+#[test]
+fn an_idle_stream_sends_heartbeats_but_not_behind_unread_bytes() {
+    let mut r = rig_with(|c| c.http.sse_heartbeat_ms = 5_000);
+    r.ingest("a", 1);
+    let mut c = r.conn();
+    r.feed(&mut c, SUBSCRIBE.as_bytes());
+    assert_eq!(c.deadline(), r.now_ms + 5_000);
+    // Not due: nothing.
+    r.now_ms += 4_999;
+    c.on_timer(&mut r.cx());
+    // Due, but the client has not read the head yet: no heartbeat, next one later.
+    r.now_ms += 1;
+    let queued = c.send_queue().pending();
+    c.on_timer(&mut r.cx());
+    assert_eq!(c.send_queue().pending(), queued);
+    assert_eq!(c.deadline(), r.now_ms + 5_000);
+    r.sent(&mut c);
+    r.now_ms += 5_000;
+    c.on_timer(&mut r.cx());
+    assert_eq!(r.sent(&mut c), ":\n\n");
+    assert!(!c.finished(), "no idle timeout for a stream");
+    // An event moves the next heartbeat.
+    r.now_ms += 1_000;
+    r.ingest("a", 2);
+    assert!(c.on_box_updated(&mut r.cx()));
+    assert_eq!(event_ids(&r.sent(&mut c)), [2]);
+    assert_eq!(c.deadline(), r.now_ms + 5_000);
+    // Even far past the idle timeout, the stream stays.
+    for _ in 0..20 {
+        r.now_ms += 5_000;
+        c.on_timer(&mut r.cx());
+        assert_eq!(r.sent(&mut c), ":\n\n");
+    }
+    assert!(c.streaming() && !c.finished());
+}
+
+#[test]
+fn a_deleted_or_expired_box_ends_its_stream_with_event_deleted() {
+    let mut r = rig_with(|c| c.boxes.ttl_s = 1);
+    r.ingest("a", 1);
+    r.ingest("b", 1);
+    let mut ca = r.conn();
+    r.feed(&mut ca, SUBSCRIBE.as_bytes());
+    let mut cb = r.conn();
+    r.feed(
+        &mut cb,
+        b"GET /v1/boxes/b HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n",
+    );
+    r.sent(&mut ca);
+    r.sent(&mut cb);
+    let mut d = r.conn();
+    r.feed(&mut d, b"DELETE /v1/boxes/a HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(statuses(&r.sent(&mut d)), ["204"]);
+    assert!(ca.on_box_updated(&mut r.cx()));
+    assert!(ca.watched_key().is_none() && !ca.streaming());
+    assert!(!ca.finished(), "not before the event is sent");
+    assert_eq!(r.sent(&mut ca), "event: deleted\ndata: \n\n");
+    assert!(ca.finished() && !ca.shuts_down_write());
+
+    // Expiry, even behind unread bytes.
+    r.ingest("b", 2);
+    assert!(cb.on_box_updated(&mut r.cx()));
+    let now = r.now_ms;
+    assert_eq!(r.service.expire(now + 3_000, &mut r.host).removed, 1);
+    assert!(cb.on_box_updated(&mut r.cx()));
+    let out = r.sent(&mut cb);
+    assert!(
+        out.starts_with("id: 2\n") && out.ends_with("event: deleted\ndata: \n\n"),
+        "{out}"
+    );
+    assert!(cb.finished());
+}
+
+#[test]
+fn shutdown_ends_streams_after_what_is_queued_and_a_hang_up_at_once() {
+    let mut r = rig();
+    r.ingest("a", 1);
+    let mut c = r.conn();
+    r.feed(&mut c, SUBSCRIBE.as_bytes());
+    r.host.draining = true;
+    c.drain(false, &mut r.cx());
+    assert!(c.watched_key().is_none() && !c.finished());
+    assert_eq!(event_ids(&r.sent(&mut c)), [1]);
+    assert!(c.finished() && !c.shuts_down_write());
+    r.ingest("a", 2);
+    assert!(
+        !c.on_box_updated(&mut r.cx()),
+        "an ended stream sends nothing"
+    );
+
+    r.host.draining = false;
+    let mut c = r.conn();
+    r.feed(&mut c, SUBSCRIBE.as_bytes());
+    c.peer_hung_up();
+    assert!(c.finished() && c.watched_key().is_none());
+    let mut c = r.conn();
+    r.feed(&mut c, SUBSCRIBE.as_bytes());
+    c.drain(true, &mut r.cx());
+    assert!(c.finished() && c.shuts_down_write());
+}
+
+#[test]
+fn only_get_with_accept_event_stream_subscribes() {
+    let mut r = rig();
+    r.ingest("a", 1);
+    for req in [
+        "GET /v1/boxes/a HTTP/1.1\r\nHost: t\r\nAccept: application/json\r\n\r\n",
+        "HEAD /v1/boxes/a HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n",
+    ] {
+        let mut c = r.conn();
+        r.feed(&mut c, req.as_bytes());
+        let out = r.sent(&mut c);
+        assert!(out.contains("Content-Type: application/json"), "{out}");
+        assert!(!c.streaming() && c.wants_read());
+    }
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"GET /v1/boxes/a HTTP/1.1\r\nHost: t\r\nAccept: text/html, TEXT/Event-Stream;q=0.9\r\n\r\n",
+    );
+    assert!(c.streaming());
+    // A bad key or query is still a 400, not a stream.
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"GET /v1/boxes/a?last_event_id=x HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n",
+    );
+    assert_eq!(statuses(&r.sent(&mut c)), ["400"]);
+    assert!(!c.streaming());
 }

@@ -29,6 +29,8 @@ pub struct Framer {
     examined: u64,
 }
 
+// A frame is kept by value, not boxed: boxing would allocate per request.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum Phase {
     Head(HeadScan),
@@ -302,6 +304,8 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
     let mut hosts: u8 = 0;
     let mut content_type = None;
     let mut origin = None;
+    let mut accept = None;
+    let mut last_event_id = None;
 
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
@@ -313,6 +317,9 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
             }
             6 if name.eq_ignore_ascii_case(b"origin") => {
                 origin.get_or_insert_with(|| range_of(buf, value));
+            }
+            6 if name.eq_ignore_ascii_case(b"accept") => {
+                accept = accept.or_else(|| range32(range_of(buf, value)));
             }
             10 if name.eq_ignore_ascii_case(b"connection") => {
                 for token in list_elements(value) {
@@ -328,6 +335,9 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
             }
             13 if name.eq_ignore_ascii_case(b"authorization") => {
                 authorization.get_or_insert_with(|| range_of(buf, value));
+            }
+            13 if name.eq_ignore_ascii_case(b"last-event-id") => {
+                last_event_id = last_event_id.or_else(|| range32(range_of(buf, value)));
             }
             14 if name.eq_ignore_ascii_case(b"content-length") => {
                 // `1*DIGIT`: no sign, no list, no overflow.
@@ -378,6 +388,8 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
             hosts,
             content_type,
             origin,
+            accept,
+            last_event_id,
             body: head_end..head_end,
             consumed: head_end,
         },
@@ -462,6 +474,12 @@ fn range_of(buf: &[u8], part: &[u8]) -> Range<usize> {
         Some(end) if start <= buf.len() && end <= buf.len() => start..end,
         _ => buf.len()..buf.len(),
     }
+}
+
+/// A head's range with `u32` positions (`None` past 4 GiB, which no head
+/// allowed by `max_header_bytes` reaches).
+fn range32(r: Range<usize>) -> Option<Range<u32>> {
+    Some(u32::try_from(r.start).ok()?..u32::try_from(r.end).ok()?)
 }
 
 /// Split a request target into path and query (see the module doc).

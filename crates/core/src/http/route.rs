@@ -104,6 +104,9 @@ pub struct PollQuery {
     pub after: Option<u64>,
     /// How long to wait for that, in milliseconds (capped by the caller).
     pub wait_ms: Option<u64>,
+    /// An event stream resumes after this version (as `Last-Event-ID` does;
+    /// for clients that cannot set that header on the first connect).
+    pub last_event_id: Option<u64>,
 }
 
 /// Parse a raw query string (after `?`). Unknown parameters are ignored; a
@@ -132,6 +135,17 @@ pub fn parse_poll_query(q: &[u8]) -> Result<PollQuery, &'static str> {
                 query.wait_ms = Some(parse_decimal(value).map_err(|e| match e {
                     DecimalError::NotDecimal => "wait_ms is not a non-negative decimal integer",
                     DecimalError::TooLarge => "wait_ms is too large",
+                })?);
+            }
+            b"last_event_id" => {
+                if query.last_event_id.is_some() {
+                    return Err("last_event_id given more than once");
+                }
+                query.last_event_id = Some(parse_decimal(value).map_err(|e| match e {
+                    DecimalError::NotDecimal => {
+                        "last_event_id is not a non-negative decimal integer"
+                    }
+                    DecimalError::TooLarge => "last_event_id is too large",
                 })?);
             }
             _ => {}
@@ -277,21 +291,24 @@ mod tests {
             parse_poll_query(b"after=7&wait_ms=2500"),
             Ok(PollQuery {
                 after: Some(7),
-                wait_ms: Some(2500)
+                wait_ms: Some(2500),
+                ..Default::default()
             })
         );
         assert_eq!(
             parse_poll_query(b"x=1&&wait_ms=0&y&after=18446744073709551615"),
             Ok(PollQuery {
                 after: Some(u64::MAX),
-                wait_ms: Some(0)
+                wait_ms: Some(0),
+                ..Default::default()
             })
         );
         assert_eq!(
             parse_poll_query(b"after=1"),
             Ok(PollQuery {
                 after: Some(1),
-                wait_ms: None
+                wait_ms: None,
+                ..Default::default()
             })
         );
     }

@@ -148,6 +148,37 @@ impl Heads {
     }
 }
 
+impl Heads {
+    /// The head of an event stream (SPEC §2a), then its `retry:` line, counted
+    /// as a 200 on `route`. No `Content-Length`: the stream's body ends with
+    /// the connection, which the head says (`Connection: close`); the other
+    /// exception besides 204. `Cache-Control: no-cache` keeps caches and
+    /// proxies from holding it; an allowed origin gets its CORS lines.
+    pub fn write_stream_head<H: Host>(
+        &self,
+        out: &mut Vec<u8>,
+        host: &mut H,
+        route: RouteLabel,
+        retry_ms: u64,
+    ) {
+        // The status line says HTTP/1.1 whatever the request's version; a
+        // close-delimited body is valid for 1.0 and 1.1 alike.
+        out.extend_from_slice(b"HTTP/1.1 200 OK\r\nDate: ");
+        out.extend_from_slice(self.date.get());
+        out.extend_from_slice(
+            b"\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
+              Connection: close\r\n",
+        );
+        if let Some(allowed) = self.allowed {
+            out.extend_from_slice(self.cors.lines(allowed));
+        }
+        out.extend_from_slice(b"\r\nretry: ");
+        out.extend_from_slice(itoa::Buffer::new().format(retry_ms).as_bytes());
+        out.extend_from_slice(b"\n\n");
+        host.answered(route, 200);
+    }
+}
+
 /// `{"error":"<what>"}` into `out` (cleared first). `what` needs no escaping.
 pub fn error_body(out: &mut Vec<u8>, what: &str) {
     out.clear();

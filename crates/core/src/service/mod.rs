@@ -17,11 +17,13 @@ mod answer;
 mod auth;
 mod cors;
 mod ingest;
+mod stream;
 mod tally;
 
 pub use answer::{error_body, Answer, Heads, JSON, TEXT};
 pub use auth::{constant_time_eq, Tokens};
 pub use cors::{Cors, PREFLIGHT};
+pub use stream::{wants_event_stream, write_event, Event, Stream, DELETED, HEARTBEAT};
 pub use tally::{IngestResult, Removal, RouteLabel};
 
 use crate::boxes::{BoxTable, Removed, SweepBudget, Swept};
@@ -82,6 +84,11 @@ pub trait Host {
     fn answered(&mut self, route: RouteLabel, code: u16);
     /// `n` messages ended with `result`.
     fn ingested(&mut self, result: IngestResult, n: u64);
+    /// An event stream sent an event; `coalesced` versions of its box were
+    /// skipped since its previous event (SPEC §2a).
+    fn sse_event(&mut self, coalesced: u64) {
+        let _ = coalesced;
+    }
 }
 
 /// Which listener a connection came from.
@@ -103,6 +110,9 @@ pub enum Reply {
     Close,
     /// Not answered: a long-poll that waits.
     Park(Park),
+    /// The head of an event stream was written (and the box, if there was
+    /// something to send): the connection now streams the key (SPEC §2a).
+    Stream(Stream),
 }
 
 /// A long-poll that has to wait until the box's version passes `after`, at most
@@ -363,6 +373,9 @@ impl Service {
                 return self.error(frame, RouteLabel::Poll, 400, what, keep_alive, out, host)
             }
         };
+        if frame.method == Method::Get && wants_event_stream(frame, buf) {
+            return self.subscribe(frame, buf, q.last_event_id, out, host);
+        }
         let (label, not_modified) = match (q.after, q.wait_ms) {
             (Some(after), Some(wait)) => {
                 let wait = wait.min(self.node.config.limits.max_wait_ms);

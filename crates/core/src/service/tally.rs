@@ -8,6 +8,9 @@
 pub enum RouteLabel {
     Poll,
     LongPoll,
+    /// `GET /v1/boxes/{key}` with `Accept: text/event-stream` (SPEC §2a),
+    /// counted once, when the stream starts.
+    Sse,
     IngestKey,
     Ingest,
     /// `DELETE /v1/boxes/{key}`.
@@ -22,9 +25,10 @@ pub enum RouteLabel {
 }
 
 impl RouteLabel {
-    pub const ALL: [RouteLabel; 10] = [
+    pub const ALL: [RouteLabel; 11] = [
         RouteLabel::Poll,
         RouteLabel::LongPoll,
+        RouteLabel::Sse,
         RouteLabel::IngestKey,
         RouteLabel::Ingest,
         RouteLabel::Delete,
@@ -39,6 +43,7 @@ impl RouteLabel {
         match self {
             RouteLabel::Poll => "poll",
             RouteLabel::LongPoll => "long_poll",
+            RouteLabel::Sse => "sse",
             RouteLabel::IngestKey => "ingest_key",
             RouteLabel::Ingest => "ingest",
             RouteLabel::Delete => "delete",

@@ -11,6 +11,8 @@ pub struct Recorder {
     pub ingested: Vec<(IngestResult, u64)>,
     pub updated: Vec<Vec<u8>>,
     pub removed: Vec<(Removal, u64)>,
+    /// One entry per event stream event: the versions it coalesced.
+    pub sse_events: Vec<u64>,
 }
 
 impl Host for Recorder {
@@ -31,6 +33,9 @@ impl Host for Recorder {
     }
     fn answered(&mut self, route: RouteLabel, code: u16) {
         self.answers.push((route, code));
+    }
+    fn sse_event(&mut self, coalesced: u64) {
+        self.sse_events.push(coalesced);
     }
     fn ingested(&mut self, result: IngestResult, n: u64) {
         if n > 0 {

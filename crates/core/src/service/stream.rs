@@ -1,0 +1,136 @@
+//! Server-sent events (SPEC §2a): whether a request asks for an event stream,
+//! the stream's head, and the bytes of each event. What a stream does over
+//! time (coalescing, heartbeats, the end) is the connection's
+//! ([`crate::conn`]); this module writes the bytes.
+//!
+//! An event is the box's pre-rendered payload with `id:`/`data:` framing
+//! around it: `id: <version>\ndata: <payload>\n\n`. The id is the ETag's value
+//! unquoted, so an `EventSource` that reconnects sends it back as
+//! `Last-Event-ID` and is sent only what is newer. Payloads are JSON on one
+//! line (the renderer escapes control characters), so one `data:` line holds
+//! one.
+
+use super::{Host, Reply, RouteLabel, Service};
+use crate::bytes::parse_decimal;
+use crate::http::Frame;
+
+/// The bytes an event stream sends when its box is deleted or expires, before
+/// the stream ends.
+pub const DELETED: &[u8] = b"event: deleted\ndata: \n\n";
+/// A comment line: keeps proxies from closing a stream with nothing to say.
+pub const HEARTBEAT: &[u8] = b":\n\n";
+
+/// An event stream, as the connection keeps it between events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stream {
+    /// The newest version the client has (sent on this stream, or from
+    /// `Last-Event-ID`): only newer ones are sent.
+    pub last: u64,
+    /// The box existed while the stream watched it: should its version read 0
+    /// (deleted, expired), the stream sends `event: deleted` and ends. A stream
+    /// of an unknown key waits for its creation.
+    pub existed: bool,
+}
+
+/// What [`Service::stream_event`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// An event with this version was written.
+    Sent(u64),
+    /// Nothing newer than the stream's `last`.
+    Unchanged,
+    /// The box is not there (never was, or is gone).
+    NoBox,
+}
+
+/// Whether `Accept` asks for `text/event-stream` (what `EventSource` sends).
+/// Any list element of that media type counts, parameters and weights ignored.
+pub fn wants_event_stream(frame: &Frame, buf: &[u8]) -> bool {
+    let Some(accept) = frame.field(&frame.accept, buf) else {
+        return false;
+    };
+    accept.split(|&b| b == b',').any(|t| {
+        let t = t.split(|&b| b == b';').next().unwrap_or(t).trim_ascii();
+        t.eq_ignore_ascii_case(b"text/event-stream")
+    })
+}
+
+/// Where a stream resumes: `Last-Event-ID` (what a reconnecting `EventSource`
+/// sends), else `?last_event_id=`, else 0 (send the box as it is). An id that
+/// is not a version pollbox sent (not a decimal number) counts as none.
+fn resume_from(frame: &Frame, buf: &[u8], query: Option<u64>) -> u64 {
+    let header = frame
+        .field(&frame.last_event_id, buf)
+        .and_then(|v| parse_decimal(v).ok());
+    header.or(query).unwrap_or(0)
+}
+
+impl Service {
+    /// Start an event stream of the key in `self.key`: the head, the `retry:`
+    /// line, and the box at once if it exists and is newer than where the
+    /// client resumes from. The connection then keeps the [`Stream`].
+    pub(super) fn subscribe<H: Host>(
+        &mut self,
+        frame: &Frame,
+        buf: &[u8],
+        last_event_id: Option<u64>,
+        out: &mut Vec<u8>,
+        host: &mut H,
+    ) -> Reply {
+        let retry_ms = self.node.config.http.sse_retry_ms;
+        self.heads
+            .write_stream_head(out, host, RouteLabel::Sse, retry_ms);
+        let mut stream = Stream {
+            last: resume_from(frame, buf, last_event_id),
+            existed: false,
+        };
+        let key = std::mem::take(&mut self.key);
+        match self.stream_event(&key, &mut stream, out, host) {
+            Event::Sent(_) | Event::Unchanged => stream.existed = true,
+            Event::NoBox => {}
+        }
+        self.key = key;
+        Reply::Stream(stream)
+    }
+
+    /// Append an event with the box of `key` if it is newer than what the
+    /// stream sent (`stream.last` moves to it; versions skipped since the last
+    /// event are counted as coalesced). No allocation: the payload is copied
+    /// from the box table into the service's scratch, then framed into `out`.
+    pub fn stream_event<H: Host>(
+        &mut self,
+        key: &[u8],
+        stream: &mut Stream,
+        out: &mut Vec<u8>,
+        host: &mut H,
+    ) -> Event {
+        self.body.clear();
+        let Some(version) = self.node.boxes.poll(key, &mut self.body) else {
+            return Event::NoBox;
+        };
+        if version <= stream.last {
+            return Event::Unchanged;
+        }
+        // Versions between two events of this stream were coalesced (a box
+        // is state: only the newest is sent). The first event skips nothing.
+        let skipped = if stream.existed {
+            version - stream.last - 1
+        } else {
+            0
+        };
+        write_event(out, version, &self.body);
+        stream.last = version;
+        stream.existed = true;
+        host.sse_event(skipped);
+        Event::Sent(version)
+    }
+}
+
+/// `id: <version>\ndata: <payload>\n\n`.
+pub fn write_event(out: &mut Vec<u8>, version: u64, payload: &[u8]) {
+    out.extend_from_slice(b"id: ");
+    out.extend_from_slice(itoa::Buffer::new().format(version).as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    out.extend_from_slice(payload);
+    out.extend_from_slice(b"\n\n");
+}
