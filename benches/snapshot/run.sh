@@ -7,7 +7,8 @@
 #   benches/snapshot/run.sh            # prints a table, raw JSON in $SNAP_WORK
 #
 # Knobs: SNAP_KEYS (1000000), SNAP_RATE (20000), SNAP_DURATION (s, 20),
-# SNAP_REPS (runs per mode, 3), SNAP_BIN (pollbox binary; default: build release),
+# SNAP_SETTLE (s between the pre-seed and the measurement, 8: jemalloc purges the
+# pre-seed's dirty pages within its 5 s decay), SNAP_REPS (runs per mode, 3), SNAP_BIN (pollbox binary; default: build release),
 # SNAP_WORK (raw data folder), SNAP_NICE (-10 as root: the server and the
 # generator ahead of anything else the machine runs).
 set -euo pipefail
@@ -45,7 +46,7 @@ run() {
     # 1,000,000 boxes, then let a snapshot or two happen before measuring.
     taskset -c 1 "$SNAP_BIN" load --url "http://127.0.0.1:$port" --preseed --keys "$KEYS" \
         --mix poll:100 --duration 1s --quiet >/dev/null
-    sleep 3
+    sleep "${SNAP_SETTLE:-8}"
     taskset -c 1 nice -n "$NICE" "$SNAP_BIN" load --url "http://127.0.0.1:$port" --keys "$KEYS" --mix poll:100 \
         --rate "$RATE" --connections 32 --duration "${DUR}s" --quiet \
         --json "$WORK/$mode-$rep.json" >/dev/null
