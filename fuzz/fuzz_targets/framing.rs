@@ -18,7 +18,10 @@
 //!   request, and only for a request that asked for it;
 //! - a refused framer keeps refusing with the same error;
 //! - each byte is examined at most once (`bytes_examined` never exceeds the
-//!   stream length), so a trickled request costs linear time.
+//!   stream length), so a trickled request costs linear time;
+//! - the head grammar (`http/head.rs`, written by hand) accepts the first head
+//!   exactly when `httparse` 1.10 (which it replaced) does, wherever the
+//!   framer's own line rules hold, and reads the same method and target.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -38,7 +41,69 @@ fuzz_target!(|data: &[u8]| {
     let whole = frame_whole(stream, limits);
     let split = frame_in_reads(stream, &reads, limits);
     assert_eq!(whole, split, "reads {reads:?} changed the outcome");
+    agrees_with_httparse(stream, limits, &whole[0]);
 });
+
+/// Errors of the head's line rules and grammar (not of what its fields mean).
+fn is_grammar_error(e: HttpError) -> bool {
+    matches!(
+        e,
+        HttpError::MalformedRequestLine
+            | HttpError::MalformedHeader
+            | HttpError::UnsupportedVersion
+            | HttpError::BareCr
+            | HttpError::BareLf
+            | HttpError::ObsFold
+            | HttpError::HeadTooLarge
+            | HttpError::TooManyHeaders
+    )
+}
+
+/// Compare the framer's verdict on the first head with httparse's, where the
+/// framer's line rules (CRLF only, no obs-fold, no leading blank lines, the
+/// head and header-count limits) hold and the head is complete.
+fn agrees_with_httparse(stream: &[u8], limits: Limits, first: &Outcome) {
+    let Some(end) = stream.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return;
+    };
+    let head = &stream[..end + 4];
+    let crlf_only = head.iter().enumerate().all(|(i, &b)| match b {
+        b'\n' => i > 0 && head[i - 1] == b'\r',
+        b'\r' => head.get(i + 1) == Some(&b'\n'),
+        _ => true,
+    });
+    let lines = head[..end].split(|&b| b == b'\n').count();
+    let folded = head
+        .windows(3)
+        .any(|w| w[0] == b'\n' && matches!(w[1], b' ' | b'\t'));
+    if !crlf_only
+        || folded
+        || head.starts_with(b"\r\n")
+        || head.len() > limits.max_header_bytes
+        || lines - 1 > limits.max_headers
+    {
+        return;
+    }
+    let mut slots = vec![httparse::EMPTY_HEADER; limits.max_headers];
+    let mut req = httparse::Request::new(&mut slots);
+    let theirs = matches!(req.parse(head), Ok(httparse::Status::Complete(_)));
+    match first {
+        Outcome::Request { frame, .. } => {
+            assert!(theirs, "httparse refused a head the framer accepted");
+            let method = req.method.unwrap_or("").as_bytes();
+            assert_eq!(frame.method, pollbox_core::http::Method::from_bytes(method));
+            let target = req.path.unwrap_or("").as_bytes();
+            assert!(target.starts_with(&stream[frame.path.clone()]));
+        }
+        Outcome::Refused(e) => assert_eq!(
+            is_grammar_error(*e),
+            !theirs,
+            "framer refused with {e:?}, httparse said {theirs}"
+        ),
+        // Waiting for a body: the head was accepted.
+        Outcome::NeedMore => assert!(theirs, "httparse refused a head the framer accepted"),
+    }
+}
 
 fn split_input(data: &[u8]) -> Option<(Limits, Vec<usize>, &[u8])> {
     let (&[b0, b1, b2], rest) = data.split_first_chunk::<3>()?;

@@ -2,19 +2,18 @@
 //!
 //! The head is found by a resumable scan that also enforces the line rules the
 //! module doc lists (CRLF only, no obs-fold, header count, head size); only a
-//! complete head is handed to `httparse`, once. The body is then framed by
+//! complete head is parsed, once, by the grammar in `head.rs`. The body is then framed by
 //! `Content-Length` or by the chunked decoder in `chunked.rs`.
 
-use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use super::chunked::Dechunk;
+use super::head::{self, Malformed};
 use super::{Frame, FramerState, HttpError, Limits, Method, Progress, Version};
 use crate::bytes::{find_lf, parse_decimal};
 
 /// The most header lines a head may have, whatever `Limits::max_headers` says
-/// (the config refuses more than this). `httparse` needs a slot per header and
-/// the slots live on the stack, uninitialised, so a parse costs no allocation.
+/// (the config refuses more than this).
 pub const MAX_HEADERS: usize = 1024;
 
 /// Frames the requests of one connection, one at a time. Holds no buffer: the
@@ -177,7 +176,7 @@ impl Framer {
     }
 
     /// Bytes examined over the framer's life (head scan and chunk decoding; the
-    /// one `httparse` pass over each complete head is not counted). For tests
+    /// one parse of each complete head is not counted). For tests
     /// that check progress is kept between calls.
     pub fn bytes_examined(&self) -> u64 {
         self.examined
@@ -202,7 +201,7 @@ impl Framer {
 /// Only LFs are searched for (a word at a time); each must follow a CR. The
 /// first byte of each line is judged once it has arrived: whitespace there is
 /// obs-fold, and a line starting with CR must be the blank line. A bare CR
-/// inside a line is left to httparse, which refuses it (see `bare_cr_error`).
+/// inside a line is left to the head grammar, which refuses it (see `bare_cr_error`).
 /// Only the first `max_header_bytes` bytes are looked at: past them the head
 /// is too large whatever follows.
 fn scan_head(s: &mut HeadScan, buf: &[u8], limits: &Limits) -> Result<Option<usize>, HttpError> {
@@ -251,7 +250,7 @@ fn scan_head(s: &mut HeadScan, buf: &[u8], limits: &Limits) -> Result<Option<usi
     Ok(None)
 }
 
-/// httparse refuses a CR not followed by LF wherever it is; say so precisely
+/// The head grammar refuses a CR not followed by LF wherever it is; say so precisely
 /// instead of "malformed".
 fn bare_cr_error(head: &[u8], otherwise: HttpError) -> HttpError {
     let bare = head.windows(2).any(|w| w[0] == b'\r' && w[1] != b'\n');
@@ -264,35 +263,29 @@ fn bare_cr_error(head: &[u8], otherwise: HttpError) -> HttpError {
 
 /// Parse a complete head, `buf[start..]` (bytes before `start` are empty
 /// lines). Every range in the frame indexes `buf`.
-// The header slots take 32 KiB of stack; keep them out of `advance`'s frame.
-#[inline(never)]
 fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpError> {
-    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut []);
-    let parsed = req.parse_with_uninit_headers(&buf[start..], &mut slots[..limits.max_headers]);
-    let refused = match parsed {
-        Ok(httparse::Status::Complete(_)) => None,
-        // The scan found the blank line, so httparse cannot want more.
-        Ok(httparse::Status::Partial) => Some(HttpError::MalformedRequestLine),
-        Err(httparse::Error::TooManyHeaders) => Some(HttpError::TooManyHeaders),
-        Err(httparse::Error::HeaderName | httparse::Error::HeaderValue) => {
-            Some(HttpError::MalformedHeader)
+    let refuse = |why: Malformed| {
+        let e = match why {
+            Malformed::RequestLine => HttpError::MalformedRequestLine,
+            Malformed::Header => HttpError::MalformedHeader,
+            Malformed::Version => version_error(&buf[start..]),
+        };
+        bare_cr_error(&buf[start..], e)
+    };
+    let line = head::request_line(buf, start).map_err(refuse)?;
+    let version = line.version;
+    let method = Method::from_bytes(&buf[line.method.clone()]);
+    let (path, query) = match (buf[line.target.start], line.question, line.hash) {
+        // Origin-form, the norm: split where the line scan saw `?` and `#`.
+        (b'/', question, hash) => {
+            let end = hash.unwrap_or(line.target.end);
+            match question.filter(|&q| q < end) {
+                Some(q) => (line.target.start..q, q + 1..end),
+                None => (line.target.start..end, end..end),
+            }
         }
-        Err(httparse::Error::Version) => Some(version_error(&buf[start..])),
-        Err(_) => Some(HttpError::MalformedRequestLine),
+        _ => split_target(buf, line.target.clone()),
     };
-    if let Some(e) = refused {
-        return Err(bare_cr_error(&buf[start..], e));
-    }
-
-    let version = match req.version {
-        Some(0) => Version::Http10,
-        Some(1) => Version::Http11,
-        _ => return Err(HttpError::UnsupportedVersion),
-    };
-    let method = Method::from_bytes(req.method.unwrap_or("").as_bytes());
-    let target = range_of(buf, req.path.unwrap_or("").as_bytes());
-    let (path, query) = split_target(buf, target);
 
     let mut content_length: Option<u64> = None;
     let mut te = TransferCodings::default();
@@ -306,20 +299,23 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
     let mut origin = None;
     let mut accept = None;
     let mut last_event_id = None;
+    // A field's meaning is refused only once the whole head has passed the
+    // grammar: a malformed line anywhere is reported first.
+    let mut refused: Option<HttpError> = None;
 
-    for h in req.headers.iter() {
-        let name = h.name.as_bytes();
-        let value = trim_ows(h.value);
+    let mut fields = head::Fields::new(buf, line.end);
+    while let Some((name, range)) = fields.next_field().map_err(refuse)? {
+        let value = &buf[range.clone()];
         match name.len() {
             4 if name.eq_ignore_ascii_case(b"host") => hosts = hosts.saturating_add(1),
             6 if name.eq_ignore_ascii_case(b"expect") => {
                 expect |= value.eq_ignore_ascii_case(b"100-continue");
             }
             6 if name.eq_ignore_ascii_case(b"origin") => {
-                origin.get_or_insert_with(|| range_of(buf, value));
+                origin.get_or_insert(range);
             }
             6 if name.eq_ignore_ascii_case(b"accept") => {
-                accept = accept.or_else(|| range32(range_of(buf, value)));
+                accept = accept.or_else(|| range32(range));
             }
             10 if name.eq_ignore_ascii_case(b"connection") => {
                 for token in list_elements(value) {
@@ -328,30 +324,36 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
                 }
             }
             12 if name.eq_ignore_ascii_case(b"content-type") => {
-                content_type.get_or_insert_with(|| range_of(buf, value));
+                content_type.get_or_insert(range);
             }
             13 if name.eq_ignore_ascii_case(b"if-none-match") => {
-                if_none_match.get_or_insert_with(|| range_of(buf, value));
+                if_none_match.get_or_insert(range);
             }
             13 if name.eq_ignore_ascii_case(b"authorization") => {
-                authorization.get_or_insert_with(|| range_of(buf, value));
+                authorization.get_or_insert(range);
             }
             13 if name.eq_ignore_ascii_case(b"last-event-id") => {
-                last_event_id = last_event_id.or_else(|| range32(range_of(buf, value)));
+                last_event_id = last_event_id.or_else(|| range32(range));
             }
             14 if name.eq_ignore_ascii_case(b"content-length") => {
                 // `1*DIGIT`: no sign, no list, no overflow.
-                let n = parse_decimal(value).map_err(|_| HttpError::InvalidContentLength)?;
-                if content_length.is_some_and(|seen| seen != n) {
-                    return Err(HttpError::ConflictingContentLength);
+                match parse_decimal(value) {
+                    Ok(n) if content_length.is_some_and(|seen| seen != n) => {
+                        refused.get_or_insert(HttpError::ConflictingContentLength);
+                    }
+                    Ok(n) => content_length = Some(n),
+                    Err(_) => {
+                        refused.get_or_insert(HttpError::InvalidContentLength);
+                    }
                 }
-                content_length = Some(n);
             }
             17 if name.eq_ignore_ascii_case(b"transfer-encoding") => te.add(value),
             _ => {}
         }
     }
-
+    if let Some(e) = refused {
+        return Err(e);
+    }
     let body = match (te.present, content_length) {
         (true, Some(_)) => return Err(HttpError::ContentLengthAndTransferEncoding),
         (true, None) => {
@@ -397,7 +399,7 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
     })
 }
 
-/// httparse says "bad version" both for `HTTP/2.0` (a version we do not
+/// The grammar says "bad version" both for `HTTP/2.0` (a version we do not
 /// support: 505) and for junk where the version should be (400).
 fn version_error(head: &[u8]) -> HttpError {
     let line_end = head.iter().position(|&b| b == b'\r').unwrap_or(head.len());
@@ -463,17 +465,6 @@ fn trim_ows(mut v: &[u8]) -> &[u8] {
         v = rest;
     }
     v
-}
-
-/// Where `part` (a subslice of `buf`, as httparse hands them out) lies in
-/// `buf`. An empty part may point anywhere, so anything outside `buf` becomes
-/// an empty range at its end.
-fn range_of(buf: &[u8], part: &[u8]) -> Range<usize> {
-    let start = (part.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize);
-    match start.checked_add(part.len()) {
-        Some(end) if start <= buf.len() && end <= buf.len() => start..end,
-        _ => buf.len()..buf.len(),
-    }
 }
 
 /// A head's range with `u32` positions (`None` past 4 GiB, which no head

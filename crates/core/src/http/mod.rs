@@ -3,7 +3,7 @@
 //!
 //! What this module owns:
 //! - [`Framer`] (in `framer.rs`, with `chunked.rs`): finds one complete request
-//!   at the front of a connection's buffer: the head (parsed with `httparse`),
+//!   at the front of a connection's buffer: the head (its grammar by hand in `head.rs`),
 //!   then its body by `Content-Length` or `Transfer-Encoding: chunked`, decoded
 //!   in place. It keeps its progress between calls, so a request trickling in
 //!   byte by byte costs time linear in its size.
@@ -72,6 +72,7 @@
 mod chunked;
 mod date;
 mod framer;
+mod head;
 mod response;
 mod route;
 

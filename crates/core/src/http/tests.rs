@@ -861,7 +861,7 @@ fn chunked_body_trickled_in_small_reads_is_linear() {
     let frame = frame.unwrap();
     assert_eq!(frame.consumed, req.len());
     assert_eq!(&buf[frame.body], &expected[..]);
-    // Every byte examined once (httparse's pass over the head aside).
+    // Every byte examined once (the one parse of the head aside).
     assert!(
         f.bytes_examined() <= req.len() as u64,
         "{} > {}",
@@ -1174,4 +1174,141 @@ fn limits_from_config() {
     let cfg = crate::config::LimitsConfig::default();
     let l = Limits::from(&cfg);
     assert_eq!(l, Limits::default());
+}
+
+/// Errors of the head's line rules and grammar (as opposed to what its fields
+/// mean: lengths, codings, limits on the body).
+fn is_grammar_error(e: HttpError) -> bool {
+    matches!(
+        e,
+        HttpError::MalformedRequestLine
+            | HttpError::MalformedHeader
+            | HttpError::UnsupportedVersion
+            | HttpError::BareCr
+            | HttpError::BareLf
+            | HttpError::ObsFold
+            | HttpError::HeadTooLarge
+            | HttpError::TooManyHeaders
+    )
+}
+
+/// What `httparse` (the parser the framer's own head grammar replaced) says of
+/// the first head in `stream`, judged only where the framer's line rules
+/// (CRLF only, no obs-fold, the head and header-count limits) hold: `None`
+/// where they do not, or where the head is incomplete.
+fn httparse_verdict(stream: &[u8], limits: Limits) -> Option<Result<(String, String), ()>> {
+    let end = stream.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let head = &stream[..end];
+    let crlf_only = head.iter().enumerate().all(|(i, &b)| match b {
+        b'\n' => i > 0 && head[i - 1] == b'\r',
+        b'\r' => head.get(i + 1) == Some(&b'\n'),
+        _ => true,
+    });
+    let lines: Vec<&[u8]> = head[..end - 4].split(|&b| b == b'\n').collect();
+    let folded = lines
+        .iter()
+        .skip(1)
+        .any(|l| matches!(l.first(), Some(b' ' | b'\t')));
+    let leading_blank = head.starts_with(b"\r\n");
+    if !crlf_only || folded || leading_blank || end > limits.max_header_bytes {
+        return None;
+    }
+    if lines.len() - 1 > limits.max_headers {
+        return None;
+    }
+    let mut slots = vec![httparse::EMPTY_HEADER; limits.max_headers];
+    let mut req = httparse::Request::new(&mut slots);
+    Some(match req.parse(head) {
+        Ok(httparse::Status::Complete(_)) => Ok((
+            req.method.unwrap_or("").to_string(),
+            req.path.unwrap_or("").to_string(),
+        )),
+        _ => Err(()),
+    })
+}
+
+/// Bytes that sit on the edges of the head grammar.
+const EDGE_BYTES: &[u8] = b"aZ09-_.~!/?#%:; \t\"(),@[]\\{}\x7f\x80\xc3\xa9\xff\x01\x00\r";
+
+const SEP1: &[&[u8]] = &[b" ", b" ", b" ", b"  ", b"\t", b""];
+const SEP2: &[&[u8]] = &[b" ", b" ", b" ", b"  ", b"\t"];
+const VERSIONS: &[&[u8]] = &[
+    b"HTTP/1.1",
+    b"HTTP/1.1",
+    b"HTTP/1.0",
+    b"HTTP/2.0",
+    b"HTTP/1.1 ",
+    b"http/1.1",
+    b"HTTP/1.",
+];
+const COLONS: &[&[u8]] = &[b":", b":", b": ", b" :", b""];
+
+fn edge_bytes(max: usize) -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(proptest::sample::select(EDGE_BYTES), 0..max)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+
+    /// The head grammar accepts exactly what httparse accepts (where the
+    /// framer's own line rules hold), and reads the same method and target.
+    #[test]
+    fn head_grammar_agrees_with_httparse(
+        method in proptest::prop_oneof![
+            proptest::strategy::Just(b"GET".to_vec()),
+            proptest::strategy::Just(b"POST".to_vec()),
+            edge_bytes(5),
+        ],
+        sep1 in proptest::sample::select(SEP1),
+        target in edge_bytes(12),
+        sep2 in proptest::sample::select(SEP2),
+        version in proptest::sample::select(VERSIONS),
+        fields in proptest::collection::vec(
+            (
+                proptest::prop_oneof![
+                    proptest::strategy::Just(b"Host".to_vec()),
+                    proptest::strategy::Just(b"Content-Length".to_vec()),
+                    edge_bytes(4),
+                ],
+                proptest::sample::select(COLONS),
+                edge_bytes(20),
+            ),
+            0..4,
+        ),
+    ) {
+        let mut stream = method.clone();
+        stream.extend_from_slice(sep1);
+        stream.push(b'/');
+        stream.extend_from_slice(&target);
+        stream.extend_from_slice(sep2);
+        stream.extend_from_slice(version);
+        stream.extend_from_slice(b"\r\n");
+        for (name, colon, value) in &fields {
+            stream.extend_from_slice(name);
+            stream.extend_from_slice(colon);
+            stream.extend_from_slice(value);
+            stream.extend_from_slice(b"\r\n");
+        }
+        stream.extend_from_slice(b"\r\n");
+        let limits = limits();
+        let Some(verdict) = httparse_verdict(&stream, limits) else {
+            return Ok(());
+        };
+        let mut buf = stream.clone();
+        let mut framer = Framer::new(limits);
+        let ours = framer.advance(&mut buf);
+        match (&ours, &verdict) {
+            (Ok(Progress::Complete(frame)), Ok((method, target))) => {
+                proptest::prop_assert_eq!(frame.method, Method::from_bytes(method.as_bytes()));
+                let path = &stream[frame.path.clone()];
+                proptest::prop_assert!(target.as_bytes().starts_with(path));
+            }
+            (Ok(Progress::Partial { .. }), Ok(_)) => {
+                proptest::prop_assert_eq!(framer.state(), FramerState::Body);
+            }
+            (Err(e), Ok(_)) => proptest::prop_assert!(!is_grammar_error(*e), "{e:?}"),
+            (Err(e), Err(())) => proptest::prop_assert!(is_grammar_error(*e), "{e:?}"),
+            (Ok(_), Err(())) => proptest::prop_assert!(false, "httparse refused, we accepted"),
+        }
+    }
 }
