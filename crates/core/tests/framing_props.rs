@@ -258,7 +258,9 @@ fn said_by(outcome: &Outcome, stream_req: &[u8]) -> Option<Said> {
             expect_continue: frame.expect_continue,
             path: stream_req[frame.path.clone()].to_vec(),
             query: stream_req[frame.query.clone()].to_vec(),
-            content_type: frame.content_type.clone().map(|r| stream_req[r].to_vec()),
+            content_type: frame
+                .field(&frame.content_type, stream_req)
+                .map(<[u8]>::to_vec),
             body: body.clone(),
         }),
         _ => None,

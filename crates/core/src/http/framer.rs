@@ -312,7 +312,7 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
                 expect |= value.eq_ignore_ascii_case(b"100-continue");
             }
             6 if name.eq_ignore_ascii_case(b"origin") => {
-                origin.get_or_insert(range);
+                origin = origin.or_else(|| range32(range));
             }
             6 if name.eq_ignore_ascii_case(b"accept") => {
                 accept = accept.or_else(|| range32(range));
@@ -324,13 +324,13 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
                 }
             }
             12 if name.eq_ignore_ascii_case(b"content-type") => {
-                content_type.get_or_insert(range);
+                content_type = content_type.or_else(|| range32(range));
             }
             13 if name.eq_ignore_ascii_case(b"if-none-match") => {
-                if_none_match.get_or_insert(range);
+                if_none_match = if_none_match.or_else(|| range32(range));
             }
             13 if name.eq_ignore_ascii_case(b"authorization") => {
-                authorization.get_or_insert(range);
+                authorization = authorization.or_else(|| range32(range));
             }
             13 if name.eq_ignore_ascii_case(b"last-event-id") => {
                 last_event_id = last_event_id.or_else(|| range32(range));

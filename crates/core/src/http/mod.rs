@@ -168,20 +168,20 @@ pub struct Frame {
     pub path: Range<usize>,
     /// After `?`, empty if none.
     pub query: Range<usize>,
-    /// Field values, OWS trimmed; the first field when repeated.
-    pub if_none_match: Option<Range<usize>>,
-    pub authorization: Option<Range<usize>>,
+    /// Field values, OWS trimmed; the first field when repeated. Positions of
+    /// field values are `u32` ([`Frame::field`] reads them): a head is far
+    /// shorter than 4 GiB, and a frame this much smaller is moved without a
+    /// `memcpy` call (with `usize` ranges a pipelined poll cost ~60
+    /// instructions more, callgrind).
+    pub if_none_match: Option<Range<u32>>,
+    pub authorization: Option<Range<u32>>,
     /// How many `Host` fields the head has (saturating); the connection refuses
     /// an HTTP/1.1 request with other than one (RFC 9112 §3.2).
     pub hosts: u8,
-    pub content_type: Option<Range<usize>>,
+    pub content_type: Option<Range<u32>>,
     /// `Origin`: the page's origin on a browser's cross-origin request (CORS).
-    pub origin: Option<Range<usize>>,
-    /// `Accept` (an event stream is asked with `text/event-stream`). Its
-    /// positions, and `last_event_id`'s, are `u32` ([`Frame::field`] reads
-    /// them): a head is far shorter than 4 GiB, and a frame this much smaller
-    /// is moved without a `memcpy` call (with `usize` ranges a pipelined poll
-    /// cost ~60 instructions more, callgrind).
+    pub origin: Option<Range<u32>>,
+    /// `Accept` (an event stream is asked with `text/event-stream`).
     pub accept: Option<Range<u32>>,
     /// `Last-Event-ID`: where an `EventSource` that reconnects resumes from.
     pub last_event_id: Option<Range<u32>>,
@@ -193,8 +193,8 @@ pub struct Frame {
 }
 
 impl Frame {
-    /// The bytes of a field reported with `u32` positions (`accept`,
-    /// `last_event_id`) in `buf`, the slice the frame's ranges index.
+    /// The bytes of a field value (`if_none_match`, `authorization`, ...) in
+    /// `buf`, the slice the frame's ranges index.
     #[inline]
     pub fn field<'b>(&self, range: &Option<Range<u32>>, buf: &'b [u8]) -> Option<&'b [u8]> {
         let r = range.as_ref()?;

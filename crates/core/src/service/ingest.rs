@@ -24,8 +24,8 @@ impl Service {
             KeySource::Body => RouteLabel::Ingest,
         };
         let answer = Answer::json(route, 200, frame.version, keep_alive);
-        let format = match &frame.content_type {
-            Some(r) if is_ndjson(&buf[r.clone()]) => BodyFormat::Ndjson,
+        let format = match frame.field(&frame.content_type, buf) {
+            Some(ct) if is_ndjson(ct) => BodyFormat::Ndjson,
             _ => BodyFormat::Json,
         };
         // Split the service: the batch borrows the arena while answers are written.

@@ -255,7 +255,7 @@ impl Service {
         out: &mut Vec<u8>,
         host: &mut H,
     ) -> Reply {
-        let allowed = self.heads.begin(frame.origin.clone().map(|r| &buf[r]));
+        let allowed = self.heads.begin(frame.field(&frame.origin, buf));
         if frame.method == Method::Options
             && listener == Listener::Main
             && self.heads.cors().enabled()
@@ -307,7 +307,7 @@ impl Service {
             }
             Route::Delete { key } => self.delete(frame, buf, key, keep_alive, out, host),
             Route::Metrics => {
-                let given = frame.authorization.clone().map(|r| &buf[r]);
+                let given = frame.field(&frame.authorization, buf);
                 if !self.node.metrics_tokens.allow(given) {
                     return self.unauthorized(frame, RouteLabel::Metrics, keep_alive, out, host);
                 }
@@ -411,7 +411,7 @@ impl Service {
         out: &mut Vec<u8>,
         host: &mut H,
     ) -> Reply {
-        self.heads.begin(frame.origin.clone().map(|r| &buf[r]));
+        self.heads.begin(frame.field(&frame.origin, buf));
         self.key.clear();
         self.key.extend_from_slice(key);
         let version = self.version(key);
@@ -513,9 +513,8 @@ impl Service {
         let etag = render_etag(version, &mut etag_buf);
         let not_modified = not_modified
             || frame
-                .if_none_match
-                .clone()
-                .is_some_and(|r| etag_matches(&buf[r], etag));
+                .field(&frame.if_none_match, buf)
+                .is_some_and(|v| etag_matches(v, etag));
         // A 304 carries the Content-Length the 200 would have (RFC 9110 §8.6), no body.
         let a = Answer {
             head_only: head || not_modified,
@@ -549,7 +548,7 @@ impl Service {
     fn authorized(&self, frame: &Frame, buf: &[u8]) -> bool {
         self.node
             .tokens
-            .allow(frame.authorization.clone().map(|r| &buf[r]))
+            .allow(frame.field(&frame.authorization, buf))
     }
 
     fn unauthorized<H: Host>(
