@@ -103,18 +103,38 @@ impl Framer {
     pub fn advance(&mut self, buf: &mut [u8]) -> Result<Progress, HttpError> {
         let mut send_continue = false;
         if let Phase::Head(scan) = &mut self.phase {
-            let before = scan.pos;
-            let found = scan_head(scan, buf, &self.limits);
-            self.examined += scan.pos.saturating_sub(before) as u64;
-            let head_end = match found {
-                Ok(Some(end)) => end,
-                Ok(None) => return Ok(Progress::Partial { send_continue }),
-                Err(e) => return Err(self.fail(e)),
+            // The common request: a whole, well-formed head at the front of
+            // `buf`, read in one pass. Anything else (a partial head, a
+            // refusal, empty lines first) is scanned, then parsed.
+            let one_pass = match buf.first() {
+                Some(b) if scan.pos == 0 && *b != b'\r' && *b != b'\n' => {
+                    parse_head(buf, 0, &self.limits, Pass::One)
+                }
+                _ => Err(Failed::Scan),
             };
-            let start = scan.start.unwrap_or(0);
-            let head = match parse_head(&buf[..head_end], start, &self.limits) {
-                Ok(head) => head,
-                Err(e) => return Err(self.fail(e)),
+            let (head, head_end) = match one_pass {
+                Ok((head, end)) => {
+                    self.examined += end as u64;
+                    (head, end)
+                }
+                Err(Failed::Refused(e)) => return Err(self.fail(e)),
+                Err(Failed::Scan) => {
+                    let before = scan.pos;
+                    let found = scan_head(scan, buf, &self.limits);
+                    self.examined += scan.pos.saturating_sub(before) as u64;
+                    let head_end = match found {
+                        Ok(Some(end)) => end,
+                        Ok(None) => return Ok(Progress::Partial { send_continue }),
+                        Err(e) => return Err(self.fail(e)),
+                    };
+                    let start = scan.start.unwrap_or(0);
+                    match parse_head(&buf[..head_end], start, &self.limits, Pass::Scanned) {
+                        Ok(parsed) => parsed,
+                        Err(Failed::Refused(e)) => return Err(self.fail(e)),
+                        // Not returned for a scanned head.
+                        Err(Failed::Scan) => return Err(self.fail(HttpError::MalformedHeader)),
+                    }
+                }
             };
             let body = match head.body {
                 BodyKind::None => {
@@ -261,16 +281,47 @@ fn bare_cr_error(head: &[u8], otherwise: HttpError) -> HttpError {
     }
 }
 
-/// Parse a complete head, `buf[start..]` (bytes before `start` are empty
-/// lines). Every range in the frame indexes `buf`.
-fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpError> {
+/// Why [`parse_head`] gave no head.
+enum Failed {
+    /// The request is refused.
+    Refused(HttpError),
+    /// One pass ([`Pass::One`]) cannot tell: the head is incomplete, breaks a
+    /// rule, or is over a limit. The scan, then a parse of the complete head,
+    /// says which.
+    Scan,
+}
+
+/// How [`parse_head`] is called.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// On a whole head that the scan found: `buf` ends with its blank line.
+    Scanned,
+    /// On a request's bytes from its first byte, before any scan: succeeds
+    /// only where the scan would have found nothing to refuse, so that the
+    /// common request is read in one pass.
+    One,
+}
+
+/// Parse the head at `buf[start..]` (bytes before `start` are empty lines).
+/// Every range in the frame indexes `buf`. Returns the head and where it ends
+/// (just past its blank line).
+#[inline]
+fn parse_head(
+    buf: &[u8],
+    start: usize,
+    limits: &Limits,
+    pass: Pass,
+) -> Result<(Head, usize), Failed> {
     let refuse = |why: Malformed| {
+        if pass == Pass::One {
+            return Failed::Scan;
+        }
         let e = match why {
             Malformed::RequestLine => HttpError::MalformedRequestLine,
             Malformed::Header => HttpError::MalformedHeader,
             Malformed::Version => version_error(&buf[start..]),
         };
-        bare_cr_error(&buf[start..], e)
+        Failed::Refused(bare_cr_error(&buf[start..], e))
     };
     let line = head::request_line(buf, start).map_err(refuse)?;
     let version = line.version;
@@ -304,7 +355,9 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
     let mut refused: Option<HttpError> = None;
 
     let mut fields = head::Fields::new(buf, line.end);
+    let mut lines = 0;
     while let Some((name, range)) = fields.next_field().map_err(refuse)? {
+        lines += 1;
         let value = &buf[range.clone()];
         match name.len() {
             4 if name.eq_ignore_ascii_case(b"host") => hosts = hosts.saturating_add(1),
@@ -351,21 +404,27 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
             _ => {}
         }
     }
+    let head_end = fields.end();
+    if pass == Pass::One && (lines > limits.max_headers || head_end > limits.max_header_bytes) {
+        return Err(Failed::Scan);
+    }
     if let Some(e) = refused {
-        return Err(e);
+        return Err(Failed::Refused(e));
     }
     let body = match (te.present, content_length) {
-        (true, Some(_)) => return Err(HttpError::ContentLengthAndTransferEncoding),
+        (true, Some(_)) => {
+            return Err(Failed::Refused(HttpError::ContentLengthAndTransferEncoding))
+        }
         (true, None) => {
             if version == Version::Http10 {
-                return Err(HttpError::TransferEncodingInHttp10);
+                return Err(Failed::Refused(HttpError::TransferEncodingInHttp10));
             }
-            te.check()?;
+            te.check().map_err(Failed::Refused)?;
             BodyKind::Chunked
         }
         (false, Some(n)) => {
             if n > limits.max_body_bytes as u64 {
-                return Err(HttpError::BodyTooLarge);
+                return Err(Failed::Refused(HttpError::BodyTooLarge));
             }
             // Fits: n <= max_body_bytes, a usize.
             BodyKind::Length(n as usize)
@@ -376,27 +435,29 @@ fn parse_head(buf: &[u8], start: usize, limits: &Limits) -> Result<Head, HttpErr
         Version::Http11 => !close,
         Version::Http10 => keep_alive_token && !close,
     };
-    let head_end = buf.len();
-    Ok(Head {
-        frame: Frame {
-            method,
-            version,
-            keep_alive,
-            expect_continue: expect && version == Version::Http11,
-            path,
-            query,
-            if_none_match,
-            authorization,
-            hosts,
-            content_type,
-            origin,
-            accept,
-            last_event_id,
-            body: head_end..head_end,
-            consumed: head_end,
+    Ok((
+        Head {
+            frame: Frame {
+                method,
+                version,
+                keep_alive,
+                expect_continue: expect && version == Version::Http11,
+                path,
+                query,
+                if_none_match,
+                authorization,
+                hosts,
+                content_type,
+                origin,
+                accept,
+                last_event_id,
+                body: head_end..head_end,
+                consumed: head_end,
+            },
+            body,
         },
-        body,
-    })
+        head_end,
+    ))
 }
 
 /// The grammar says "bad version" both for `HTTP/2.0` (a version we do not

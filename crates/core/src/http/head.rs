@@ -165,6 +165,11 @@ impl<'a> Fields<'a> {
         Fields { buf, at }
     }
 
+    /// Just past the blank line, once [`Fields::next_field`] has said `None`.
+    pub(super) fn end(&self) -> usize {
+        self.at
+    }
+
     /// The next header line, `None` at the blank line.
     #[inline]
     pub(super) fn next_field(&mut self) -> Result<Option<Field<'a>>, Malformed> {
@@ -173,6 +178,7 @@ impl<'a> Fields<'a> {
         match buf.get(name_start) {
             Some(b'\r') => {
                 return if buf.get(name_start + 1) == Some(&b'\n') {
+                    self.at = name_start + 2;
                     Ok(None)
                 } else {
                     Err(Malformed::Header)
