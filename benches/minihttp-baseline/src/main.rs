@@ -458,6 +458,41 @@ fn content_length(req: &Request) -> Option<usize> {
     }
 }
 
+/// Decodes a path segment's `%XX` escapes into `out` (SPEC §2: keys are
+/// percent-decoded); false for a bad escape, invalid UTF-8, or a key that is empty or
+/// longer than 128 bytes once decoded.
+fn percent_decode(segment: &str, out: &mut String) -> bool {
+    out.clear();
+    if !segment.contains('%') {
+        out.push_str(segment);
+    } else {
+        let bytes = segment.as_bytes();
+        let mut decoded = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i] == b'%' {
+                let hex = bytes
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok())
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                let Some(byte) = hex else {
+                    return false;
+                };
+                decoded.push(byte);
+                i += 3;
+            } else {
+                decoded.push(bytes[i]);
+                i += 1;
+            }
+        }
+        match std::str::from_utf8(&decoded) {
+            Ok(text) => out.push_str(text),
+            Err(_) => return false,
+        }
+    }
+    !out.is_empty() && out.len() <= MAX_KEY_BYTES
+}
+
 /// One service per connection: the shared table and this connection's buffers.
 struct Service {
     table: Shared,
@@ -487,11 +522,9 @@ impl HttpService for Service {
             let get = req.method() == "GET";
             let post = req.method() == "POST";
             if let Some(key) = path.strip_prefix("/v1/boxes/") {
-                if key.is_empty() || key.len() > MAX_KEY_BYTES || key.contains('/') {
+                if key.is_empty() || key.contains('/') || !percent_decode(key, &mut self.key) {
                     Route::NotFound
                 } else {
-                    self.key.clear();
-                    self.key.push_str(key);
                     match (get, post) {
                         (true, _) => Route::Poll,
                         (_, true) => Route::IngestOne,
@@ -982,6 +1015,22 @@ mod tests {
         assert!(accepted.nodelay().unwrap());
         assert!(!client.nodelay().unwrap());
         assert!(set_nodelay(usize::MAX).is_err());
+    }
+
+    #[test]
+    fn keys_are_percent_decoded() {
+        let mut out = String::new();
+        assert!(percent_decode("lg-1", &mut out) && out == "lg-1");
+        assert!(percent_decode("a%20b%C3%A9", &mut out) && out == "a bé");
+        for bad in ["%", "%2", "%zz", "%FF", "%C3"] {
+            assert!(!percent_decode(bad, &mut out), "{bad}");
+        }
+        assert!(!percent_decode(&"k".repeat(129), &mut out));
+        let a = exchange(&post("/v1/boxes/t%2Dpct", "{\"value\":1}"), 1);
+        assert_eq!(
+            a[0].body,
+            b"{\"k\":\"t-pct\",\"ver\":1,\"v\":1,\"sum\":1,\"n\":1}"
+        );
     }
 
     #[test]
