@@ -20,6 +20,8 @@
 # "poll-closed poll-open ingest-open ingest-closed poll-pipelined poll-wrk
 # ingest-pipelined ingest-batch"), PERF_BATCH_SIZE (messages per batch in ingest-batch,
 # 100), PERF_BATCH_PIPELINE (batches in flight per connection there, 4),
+# PERF_FRESH (1: a fresh server process for every measurement, so that its user/system
+# split is its own, see cpu_fields; 0: one process per server for all tests),
 # PERF_RESULTS (report path), PERF_WORK (raw data folder).
 #
 # Server CPU per request is reported as user and system time apart (utime and stime of
@@ -40,6 +42,7 @@ CONNS=${PERF_CONNECTIONS:-32}
 DEPTH=${PERF_PIPELINE:-16}
 BODY=${PERF_BODY_BYTES:-512}
 KEYS=${PERF_KEYS:-1000}
+FRESH=${PERF_FRESH:-1}
 BATCH_SIZE=${PERF_BATCH_SIZE:-100}
 BATCH_DEPTH=${PERF_BATCH_PIPELINE:-4}
 SERVER_CPU=${PERF_SERVER_CPU:-0}
@@ -176,6 +179,13 @@ start_server() {
     SERVER_PIDS[$name]=$pids
 }
 
+# restart_server NAME: a fresh, pre-seeded process in NAME's place (see cpu_fields).
+restart_server() {
+    stop_server "$1"
+    start_server "$1" "$SERVER_CPU" 1
+    [[ $1 == nginx* ]] || preseed "$1" "$KEYS"
+}
+
 # use_server NAME: the server the next measurement talks to.
 use_server() {
     URL=${SERVER_URL[$1]}
@@ -214,8 +224,8 @@ EOF
 }
 
 # "utime stime": ticks of the given processes (all their threads), user and system
-# apart. The kernel scales the pair so that their sum is the precise run time; the split
-# between them is sampled at each scheduler tick (see docs/perf-method.md).
+# apart, as /proc/PID/stat has them: the kernel scales the tick samples so that their
+# sum is the precise run time, and keeps each of the two from ever going down.
 ticks() {
     local user=0 sys=0 p f
     for p in "$@"; do
@@ -227,12 +237,25 @@ ticks() {
 }
 
 # cpu_fields "U0 S0" "U1 S1": the JSON fields of the CPU spent between two samples.
+# The total is the difference of the sums (precise). The user/system split is NOT the
+# difference of each: the kernel derives utime and stime from the process's whole
+# lifetime (run time × the lifetime share of user ticks) and never lets either go down,
+# so after a system-heavy test a user-heavy one shows its system time as 0. Each
+# measurement therefore gets a fresh server (PERF_FRESH=1, the default; see
+# restart_server), whose lifetime is the pre-seed plus this run, and the run's total is
+# split by the lifetime shares at its end. With PERF_FRESH=0 the differences are used,
+# and the split is only right when the previous tests had the same split.
 cpu_fields() {
     local u0 s0 u1 s1
     read -r u0 s0 <<<"$1"
     read -r u1 s1 <<<"$2"
-    printf '"ticks":%d,"user_ticks":%d,"sys_ticks":%d' \
-        $((u1 + s1 - u0 - s0)) $((u1 - u0)) $((s1 - s0))
+    awk -v u0="$u0" -v s0="$s0" -v u1="$u1" -v s1="$s1" -v fresh="$FRESH" 'BEGIN {
+        d = u1 + s1 - u0 - s0
+        if (fresh == 1) { user = (u1 + s1 > 0) ? d * u1 / (u1 + s1) : 0; how = "lifetime" }
+        else { user = u1 - u0; how = "delta" }
+        printf "\"ticks\":%d,\"user_ticks\":%.3f,\"sys_ticks\":%.3f,\"life_user_ticks\":%d,\"life_sys_ticks\":%d,\"split\":\"%s\"",
+            d, user, d - user, u1, s1, how
+    }'
 }
 
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
@@ -364,7 +387,11 @@ side_by_side() {
     for test in "${tests[@]}"; do
         for ((rep = 1; rep <= REPS; rep++)); do
             for ((i = 0; i < ${#servers[@]}; i++)); do
-                measure "${servers[(i + rep - 1) % ${#servers[@]}]}" "$test" "$rep"
+                n=${servers[(i + rep - 1) % ${#servers[@]}]}
+                # nginx's fixed answer has no batch endpoint to stand in for.
+                [[ $test == ingest-batch && $n == nginx* ]] && continue
+                [[ $FRESH == 1 ]] && restart_server "$n"
+                measure "$n" "$test" "$rep"
             done
         done
     done
@@ -481,7 +508,7 @@ print(json.dumps({"kind": "meta", "date": "$(date '+%Y-%m-%d %H:%M %Z')",
   "server_cpu": "$SERVER_CPU", "load_cpu": "$LOAD_CPU", "nice": "$NICE",
   "duration": $DUR, "reps": $REPS, "syscall_duration": $SYSCALL_DUR, "warmup": $WARMUP, "rate": $RATE, "connections": $CONNS,
   "pipeline": $DEPTH, "body_bytes": $BODY, "keys": $KEYS, "work": "$WORK",
-  "batch_size": $BATCH_SIZE, "batch_pipeline": $BATCH_DEPTH, "hz": "$(kernel_hz)",
+  "batch_size": $BATCH_SIZE, "batch_pipeline": $BATCH_DEPTH, "hz": "$(kernel_hz)", "fresh": $FRESH,
   "uptime_before": "$(uptime | sed 's/.*load average/load average/')",
   "busy_before": "${busy//\"/}"}))
 EOF

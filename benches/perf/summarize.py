@@ -293,20 +293,29 @@ def table(records):
         "requests answered. Latency is `pollbox load` open-loop (from intended send time)."
     )
     w("")
-    head = "| measure | " + " | ".join(SERVER_TITLES[s] for s in SERVERS)
-    w(head + " | pollbox / nginx | axum / nginx | target | pollbox |")
-    w("|---|" + "---:|" * len(SERVERS) + "---:|---:|---|---|")
+    # Columns for the servers measured only; `vals` below still holds every server of
+    # SERVERS in order (the checks read pollbox, nginx, axum by index).
+    shown = [i for i, s in enumerate(SERVERS) if any(k[0] == s for k in runs)]
+    ratios = [
+        (SERVERS.index(a), SERVERS.index(b))
+        for a, b in (("pollbox", "nginx"), ("axum", "nginx"), ("pollbox", "minihttp"))
+        if SERVERS.index(a) in shown and SERVERS.index(b) in shown
+    ]
+    head = "| measure | " + " | ".join(SERVER_TITLES[SERVERS[i]] for i in shown)
+    head += "".join(f" | {SERVERS[a]} / {SERVERS[b]}" for a, b in ratios)
+    w(head + " | target | pollbox |")
+    w("|---|" + "---:|" * (len(shown) + len(ratios)) + "---|---|")
+
+    def cells_of(vals, digits):
+        cells = [fmt(vals[i], digits) for i in shown]
+        cells += [fmt_ratio(vals[a], vals[b]) for a, b in ratios]
+        return " | ".join(cells)
 
     def row(label, test, field, digits=1, target=None, check=None, scale=1.0):
         vals = [get(s, test, field) for s in SERVERS]
         vals = [None if v is None else v * scale for v in vals]
         ok = check(vals) if check and None not in (vals[0],) else None
-        cells = [fmt(v, digits) for v in vals]
-        w(
-            f"| {label} | "
-            + " | ".join(cells)
-            + f" | {fmt_ratio(vals[0], vals[1])} | {fmt_ratio(vals[2], vals[1])} | {target or ''} | {verdict(ok) if check else ''} |"
-        )
+        w(f"| {label} | {cells_of(vals, digits)} | {target or ''} | {verdict(ok) if check else ''} |")
 
     def le_nginx(factor):
         return lambda v: v[1] is not None and v[0] <= factor * v[1]
@@ -337,8 +346,8 @@ def table(records):
                 f"| {label} @ {rate}: {name} ms ({how}; median of runs pollbox / nginx "
                 f"{' / '.join(fmt(m, 3) for m in medians)}; single runs {spread}; "
                 f"pollbox ≤ nginx in {wins} of {len(reps)} reps) | "
-                + " | ".join(fmt(v, 3) for v in vals)
-                + f" | {fmt_ratio(vals[0], vals[1])} | {fmt_ratio(vals[2], vals[1])} | {target} | {verdict(ok) if target else ''} |"
+                + cells_of(vals, 3)
+                + f" | {target} | {verdict(ok) if target else ''} |"
             )
 
     rate = f"{meta.get('rate', '?')}/s"
