@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Side-by-side benchmark of pollbox, nginx and a straightforward axum server (issue 6).
+# Side-by-side benchmark of pollbox, nginx, a straightforward axum server (issue 6) and
+# a typed-serde may_minihttp server (issue 15).
 #
 # One server core, one load core, everything in one run; the ratios against nginx are
 # written down with the command that produced them. How and why: docs/perf-method.md.
@@ -12,13 +13,22 @@
 # PERF_RATE (open-loop req/s, 20000), PERF_CONNECTIONS (32), PERF_PIPELINE (16),
 # PERF_BODY_BYTES (512), PERF_KEYS (1000), PERF_SERVER_CPU (0), PERF_LOAD_CPU (1),
 # PERF_NICE (-10 as root, else 0), PERF_SKIP_BUILD=1, PERF_SKIP="syscalls mem scaling profile",
-# PERF_SERVERS (default "pollbox nginx axum pollbox-ring"; pollbox-ring is pollbox with
-# io_uring = true; pollbox-before is the binary PERF_POLLBOX_BEFORE, e.g. a build of an
-# earlier commit, for before/after rows), PERF_TESTS (the side-by-side tests, default "poll-closed poll-open ingest-open
-# poll-pipelined poll-wrk ingest-pipelined"),
+# PERF_SERVERS (default "pollbox nginx axum minihttp pollbox-ring"; pollbox-ring is pollbox
+# with io_uring = true; minihttp is benches/minihttp-baseline, may_minihttp + serde into a
+# typed struct; pollbox-before is the binary PERF_POLLBOX_BEFORE, e.g. a build of an
+# earlier commit, for before/after rows), PERF_TESTS (the side-by-side tests, default
+# "poll-closed poll-open ingest-open ingest-closed poll-pipelined poll-wrk
+# ingest-pipelined ingest-batch"), PERF_BATCH_SIZE (messages per batch in ingest-batch,
+# 100), PERF_BATCH_PIPELINE (batches in flight per connection there, 4),
+# PERF_FRESH (1: a fresh server process for every measurement, so that its user/system
+# split is its own, see cpu_fields; 0: one process per server for all tests),
 # PERF_RESULTS (report path), PERF_WORK (raw data folder).
 #
-# Needs: nginx (Debian: nginx-light), wrk, perf (linux-perf), taskset, curl, python3.
+# Server CPU per request is reported as user and system time apart (utime and stime of
+# /proc/PID/stat, all threads), beside their sum.
+#
+# Needs: nginx (Debian: nginx-light), wrk, perf (linux-perf), taskset, curl, python3;
+# installed with apt-get when missing and run as root.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -32,6 +42,9 @@ CONNS=${PERF_CONNECTIONS:-32}
 DEPTH=${PERF_PIPELINE:-16}
 BODY=${PERF_BODY_BYTES:-512}
 KEYS=${PERF_KEYS:-1000}
+FRESH=${PERF_FRESH:-1}
+BATCH_SIZE=${PERF_BATCH_SIZE:-100}
+BATCH_DEPTH=${PERF_BATCH_PIPELINE:-4}
 SERVER_CPU=${PERF_SERVER_CPU:-0}
 LOAD_CPU=${PERF_LOAD_CPU:-1}
 if [[ $(id -u) == 0 ]]; then NICE=${PERF_NICE:--10}; else NICE=${PERF_NICE:-0}; fi
@@ -45,6 +58,7 @@ JSONL=$WORK/results.jsonl
 CLK_TCK=$(getconf CLK_TCK)
 POLLBOX=$ROOT/target/release/pollbox
 AXUM=$ROOT/benches/axum-baseline/target/release/axum-baseline
+MINIHTTP=$ROOT/benches/minihttp-baseline/target/release/minihttp-baseline
 
 say() { printf '%s\n' "$*" >&2; }
 die() { say "run.sh: $*"; exit 1; }
@@ -79,9 +93,10 @@ need_tools() {
 
 build() {
     if [[ ${PERF_SKIP_BUILD:-0} == 1 ]]; then return; fi
-    say "building pollbox and axum-baseline (release)"
+    say "building pollbox, axum-baseline and minihttp-baseline (release)"
     (cd "$ROOT" && cargo build --release -q -p pollbox)
     (cd "$ROOT" && cargo build --release -q --manifest-path benches/axum-baseline/Cargo.toml)
+    (cd "$ROOT" && cargo build --release -q --manifest-path benches/minihttp-baseline/Cargo.toml)
 }
 
 # ---------------------------------------------------------------- servers
@@ -106,7 +121,7 @@ wait_up() {
     die "server on port $port did not answer within 10 s"
 }
 
-# start_server NAME CPUS [WORKERS]; NAME starts with pollbox, nginx or axum.
+# start_server NAME CPUS [WORKERS]; NAME starts with pollbox, nginx, axum or minihttp.
 start_server() {
     local name=$1 cpus=$2 workers=${3:-1} port main pids
     port=$(free_port)
@@ -149,10 +164,26 @@ start_server() {
             wait_up "$port" "$main"
             pids=$main
             ;;
+        minihttp*)
+            # may's worker threads (set_workers); its date updater is a coroutine.
+            taskset -c "$cpus" nice -n "$NICE" "$MINIHTTP" --listen "127.0.0.1:$port" \
+                --threads "$workers" 2>"$WORK/$name-$port.log" &
+            main=$!
+            wait_up "$port" "$main"
+            pids=$main
+            ;;
+        *) die "unknown server $name" ;;
     esac
     SERVER_URL[$name]=http://127.0.0.1:$port
     SERVER_MAIN[$name]=$main
     SERVER_PIDS[$name]=$pids
+}
+
+# restart_server NAME: a fresh, pre-seeded process in NAME's place (see cpu_fields).
+restart_server() {
+    stop_server "$1"
+    start_server "$1" "$SERVER_CPU" 1
+    [[ $1 == nginx* ]] || preseed "$1" "$KEYS"
 }
 
 # use_server NAME: the server the next measurement talks to.
@@ -192,14 +223,39 @@ sys.exit(0 if data.count(b"HTTP/1.1 200") == 2 and b"close" not in data.lower() 
 EOF
 }
 
-# utime+stime ticks of the given processes (all their threads).
+# "utime stime": ticks of the given processes (all their threads), user and system
+# apart, as /proc/PID/stat has them: the kernel scales the tick samples so that their
+# sum is the precise run time, and keeps each of the two from ever going down.
 ticks() {
-    local total=0 p f
+    local user=0 sys=0 p f
     for p in "$@"; do
         read -ra f <<<"$(sed 's/^.*) //' "/proc/$p/stat")"
-        total=$((total + f[11] + f[12]))
+        user=$((user + f[11]))
+        sys=$((sys + f[12]))
     done
-    echo "$total"
+    echo "$user $sys"
+}
+
+# cpu_fields "U0 S0" "U1 S1": the JSON fields of the CPU spent between two samples.
+# The total is the difference of the sums (precise). The user/system split is NOT the
+# difference of each: the kernel derives utime and stime from the process's whole
+# lifetime (run time × the lifetime share of user ticks) and never lets either go down,
+# so after a system-heavy test a user-heavy one shows its system time as 0. Each
+# measurement therefore gets a fresh server (PERF_FRESH=1, the default; see
+# restart_server), whose lifetime is the pre-seed plus this run, and the run's total is
+# split by the lifetime shares at its end. With PERF_FRESH=0 the differences are used,
+# and the split is only right when the previous tests had the same split.
+cpu_fields() {
+    local u0 s0 u1 s1
+    read -r u0 s0 <<<"$1"
+    read -r u1 s1 <<<"$2"
+    awk -v u0="$u0" -v s0="$s0" -v u1="$u1" -v s1="$s1" -v fresh="$FRESH" 'BEGIN {
+        d = u1 + s1 - u0 - s0
+        if (fresh == 1) { user = (u1 + s1 > 0) ? d * u1 / (u1 + s1) : 0; how = "lifetime" }
+        else { user = u1 - u0; how = "delta" }
+        printf "\"ticks\":%d,\"user_ticks\":%.3f,\"sys_ticks\":%.3f,\"life_user_ticks\":%d,\"life_sys_ticks\":%d,\"split\":\"%s\"",
+            d, user, d - user, u1, s1, how
+    }'
 }
 
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
@@ -244,7 +300,7 @@ run_load() {
     fi
     local gen_u gen_s
     read -r gen_u gen_s < <(tail -n1 "$tfile")
-    record "{\"kind\":\"load\",\"server\":\"$server\",\"test\":\"$test\",\"rep\":$rep,\"json\":\"$json\",\"ticks\":$((t1 - t0)),\"clk_tck\":$CLK_TCK,\"gen_user_s\":${gen_u:-0},\"gen_sys_s\":${gen_s:-0},\"wall_s\":$(awk "BEGIN {print $end - $start}"),\"syscalls\":$syscalls,\"breakdown\":$breakdown}"
+    record "{\"kind\":\"load\",\"server\":\"$server\",\"test\":\"$test\",\"rep\":$rep,\"json\":\"$json\",$(cpu_fields "$t0" "$t1"),\"clk_tck\":$CLK_TCK,\"gen_user_s\":${gen_u:-0},\"gen_sys_s\":${gen_s:-0},\"wall_s\":$(awk "BEGIN {print $end - $start}"),\"syscalls\":$syscalls,\"breakdown\":$breakdown}"
 }
 
 # run_wrk SERVER TEST REP WRK_ARGS... (the URL is appended)
@@ -261,7 +317,7 @@ run_wrk() {
     t1=$(ticks "${PIDS[@]}")
     local gen_u gen_s
     read -r gen_u gen_s < <(tail -n1 "$base.time")
-    record "{\"kind\":\"wrk\",\"server\":\"$server\",\"test\":\"$test\",\"rep\":$rep,\"out\":\"$base.wrk\",\"ticks\":$((t1 - t0)),\"clk_tck\":$CLK_TCK,\"gen_user_s\":${gen_u:-0},\"gen_sys_s\":${gen_s:-0},\"wall_s\":$(awk "BEGIN {print $end - $start}")}"
+    record "{\"kind\":\"wrk\",\"server\":\"$server\",\"test\":\"$test\",\"rep\":$rep,\"out\":\"$base.wrk\",$(cpu_fields "$t0" "$t1"),\"clk_tck\":$CLK_TCK,\"gen_user_s\":${gen_u:-0},\"gen_sys_s\":${gen_s:-0},\"wall_s\":$(awk "BEGIN {print $end - $start}")}"
 }
 
 # preseed SERVER N: one message into each of keys lg-0..lg-(N-1), so polls find a box.
@@ -283,6 +339,16 @@ measure() {
         ingest-open)
             run_load "$server" "$test" "$rep" plain "${common[@]}" --mix ingest:100 \
                 --body-bytes "$BODY" --rate "$RATE"
+            ;;
+        ingest-closed)
+            # One message per request, not pipelined: the single-message ingest of issue 15.
+            run_load "$server" "$test" "$rep" plain "${common[@]}" --mix ingest:100 \
+                --body-bytes "$BODY"
+            ;;
+        ingest-batch)
+            # Batches (POST /v1/ingest, a JSON array), pipelined: messages/s end to end.
+            run_load "$server" "$test" "$rep" plain "${common[@]}" --mix batch:100 \
+                --batch-size "$BATCH_SIZE" --body-bytes "$BODY" --pipeline "$BATCH_DEPTH"
             ;;
         poll-pipelined)
             run_load "$server" "$test" "$rep" plain "${common[@]}" --mix poll:100 --pipeline "$DEPTH"
@@ -312,16 +378,20 @@ measure() {
 # servers in a rotating order within each repetition.
 side_by_side() {
     local servers test rep i n
-    read -ra servers <<<"${PERF_SERVERS:-pollbox nginx axum pollbox-ring}"
+    read -ra servers <<<"${PERF_SERVERS:-pollbox nginx axum minihttp pollbox-ring}"
     say "== side by side: ${servers[*]} on core $SERVER_CPU, generator on core $LOAD_CPU"
     for n in "${servers[@]}"; do start_server "$n" "$SERVER_CPU" 1; done
     for n in "${servers[@]}"; do [[ $n == nginx ]] || preseed "$n" "$KEYS"; done
     local tests
-    read -ra tests <<<"${PERF_TESTS:-poll-closed poll-open ingest-open poll-pipelined poll-wrk ingest-pipelined}"
+    read -ra tests <<<"${PERF_TESTS:-poll-closed poll-open ingest-open ingest-closed poll-pipelined poll-wrk ingest-pipelined ingest-batch}"
     for test in "${tests[@]}"; do
         for ((rep = 1; rep <= REPS; rep++)); do
             for ((i = 0; i < ${#servers[@]}; i++)); do
-                measure "${servers[(i + rep - 1) % ${#servers[@]}]}" "$test" "$rep"
+                n=${servers[(i + rep - 1) % ${#servers[@]}]}
+                # nginx's fixed answer has no batch endpoint to stand in for.
+                [[ $test == ingest-batch && $n == nginx* ]] && continue
+                [[ $FRESH == 1 ]] && restart_server "$n"
+                measure "$n" "$test" "$rep"
             done
         done
     done
@@ -362,7 +432,7 @@ profile() {
 memory() {
     local server n boxes r0 r1 r2 main
     say "== memory"
-    for server in pollbox axum; do
+    for server in pollbox axum minihttp; do
         for n in 100000 1000000; do
             start_server "$server" "$SERVER_CPU" 1
             use_server "$server"
@@ -411,15 +481,25 @@ scaling() {
 # Processes other than ours using more than 5% CPU (ps's %CPU is over each one's
 # lifetime): neighbours that may have disturbed the run.
 busy_processes() {
+    # shellcheck disable=SC2009 # pgrep cannot print %CPU; ps's lines are filtered.
     ps -eo pcpu=,args= --sort=-pcpu | grep -v -e "$WORK" -e 'nginx: ' -e 'ps -eo' |
         awk '$1 > 5 {c = $2; for (i = 3; i <= NF && i <= 6; i++) c = c " " $i; printf "%s%s `%s`", sep, $1, c; sep="; "}'
+}
+
+# The scheduler tick rate (CONFIG_HZ), which samples the user/system split; "?" if the
+# kernel's config is not readable.
+kernel_hz() {
+    local hz
+    hz=$({ zcat /proc/config.gz 2>/dev/null || cat "/boot/config-$(uname -r)" 2>/dev/null; } |
+        awk -F= '$1 == "CONFIG_HZ" {print $2}')
+    echo "${hz:-?}"
 }
 
 meta() {
     local busy model
     busy=$(busy_processes)
     model=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
-    python3 - "$@" <<EOF >>"$JSONL"
+    python3 - <<EOF >>"$JSONL"
 import json
 print(json.dumps({"kind": "meta", "date": "$(date '+%Y-%m-%d %H:%M %Z')",
   "command": "benches/perf/run.sh${PERF_ENV_SHOWN:+ (with $PERF_ENV_SHOWN)}",
@@ -428,6 +508,7 @@ print(json.dumps({"kind": "meta", "date": "$(date '+%Y-%m-%d %H:%M %Z')",
   "server_cpu": "$SERVER_CPU", "load_cpu": "$LOAD_CPU", "nice": "$NICE",
   "duration": $DUR, "reps": $REPS, "syscall_duration": $SYSCALL_DUR, "warmup": $WARMUP, "rate": $RATE, "connections": $CONNS,
   "pipeline": $DEPTH, "body_bytes": $BODY, "keys": $KEYS, "work": "$WORK",
+  "batch_size": $BATCH_SIZE, "batch_pipeline": $BATCH_DEPTH, "hz": "$(kernel_hz)", "fresh": $FRESH,
   "uptime_before": "$(uptime | sed 's/.*load average/load average/')",
   "busy_before": "${busy//\"/}"}))
 EOF
@@ -439,13 +520,16 @@ main() {
     build
     [[ -x $POLLBOX ]] || die "pollbox binary missing"
     [[ " ${PERF_SERVERS:-axum} " != *" axum "* || -x $AXUM ]] || die "axum-baseline binary missing"
+    [[ " ${PERF_SERVERS:-minihttp} " != *" minihttp "* || -x $MINIHTTP ]] || die "minihttp-baseline binary missing"
     # Run copies: a rebuild in the shared target folder during the run must neither
     # change the server under test nor take perf's symbols away.
     mkdir -p "$WORK/bin"
     cp "$POLLBOX" "$WORK/bin/"
     if [[ -x $AXUM ]]; then cp "$AXUM" "$WORK/bin/"; fi
+    if [[ -x $MINIHTTP ]]; then cp "$MINIHTTP" "$WORK/bin/"; fi
     POLLBOX=$WORK/bin/pollbox
     AXUM=$WORK/bin/axum-baseline
+    MINIHTTP=$WORK/bin/minihttp-baseline
     ulimit -n 65536 2>/dev/null || true
     meta
     say "raw data in $WORK; $(uptime)"

@@ -5,6 +5,7 @@ run.sh appends one JSON object per measurement to results.jsonl in its work fold
 
   {"kind": "load", "server", "test", "json": <pollbox load --json file>,
    "ticks": server CPU ticks (utime+stime) over the run, "clk_tck",
+   "user_ticks", "sys_ticks": the same apart (utime, stime; absent in older runs),
    "gen_user_s", "gen_sys_s", "wall_s",            # the generator, from /usr/bin/time
    "syscalls": total or null, "breakdown": file of `perf stat -x,` or null}
   {"kind": "wrk", "server", "test", "out": wrk's stdout file, "ticks", "clk_tck", "gen_...", "wall_s"}
@@ -20,7 +21,8 @@ import json
 import re
 import sys
 
-SERVERS = ["pollbox", "nginx", "axum", "pollbox-ring", "pollbox-send", "pollbox-before"]
+# The first three keep their places: the main table's ratio columns read them by index.
+SERVERS = ["pollbox", "nginx", "axum", "minihttp", "pollbox-ring", "pollbox-send", "pollbox-before"]
 SERVER_TITLES = {
     "pollbox": "pollbox (1 worker)",
     "pollbox-ring": "pollbox, io_uring = true",
@@ -28,6 +30,8 @@ SERVER_TITLES = {
     "pollbox-send": "pollbox, io_uring = false",
     "nginx": "nginx-light (1 worker)",
     "axum": "axum-baseline (1 thread)",
+    # may_minihttp + serde into a typed struct of borrowed strings (issue 15).
+    "minihttp": "minihttp-baseline (1 may worker)",
     # Another build, for before/after rows (PERF_POLLBOX_BEFORE).
     "pollbox-before": "pollbox, before (PERF_POLLBOX_BEFORE)",
 }
@@ -54,6 +58,18 @@ def answered(report):
     return sum(op["requests"] + op.get("warmup_requests", 0) for op in report["ops"])
 
 
+def answered_messages(report):
+    """Messages the server took in the run, warm-up included (the CPU window covers it):
+    the accepted ones of the window, plus the warm-up's requests times their messages
+    (the warm-up's answers are not checked one by one, so their messages are assumed
+    accepted)."""
+    total = 0
+    for op in report["ops"]:
+        per = {"batch": report.get("batch_size", 1), "ingest": 1}.get(op["op"], 0)
+        total += op.get("messages_accepted", 0) + per * op.get("warmup_requests", 0)
+    return total
+
+
 def real_errors(server, report):
     errors = dict(report.get("errors", {}))
     if server == "nginx":
@@ -70,6 +86,11 @@ def derive(rec):
     out["gen_cores"] = gen_cpu / wall if wall > 0 else None
     server_s = rec["ticks"] / rec["clk_tck"] if rec.get("ticks") is not None else None
     out["server_cores"] = server_s / wall if server_s is not None and wall > 0 else None
+    user_s = rec["user_ticks"] / rec["clk_tck"] if rec.get("user_ticks") is not None else None
+    sys_s = rec["sys_ticks"] / rec["clk_tck"] if rec.get("sys_ticks") is not None else None
+
+    def per(n, seconds):
+        return seconds * 1e6 / n if seconds is not None and n else None
     if rec["kind"] == "load":
         report = read_json(rec["json"])
         if report is None:
@@ -83,7 +104,16 @@ def derive(rec):
         out["errors"] = real_errors(rec["server"], report)
         out["error_kinds"] = report.get("errors", {})
         out["offered"] = report.get("offered_rate")
-        out["cpu_us"] = server_s * 1e6 / n if server_s is not None and n else None
+        out["cpu_us"] = per(n, server_s)
+        out["user_us"] = per(n, user_s)
+        out["sys_us"] = per(n, sys_s)
+        m = answered_messages(report)
+        if m:
+            out["messages"] = m
+            out["msg_rate"] = report.get("messages_per_s")
+            out["cpu_us_msg"] = per(m, server_s)
+            out["user_us_msg"] = per(m, user_s)
+            out["sys_us_msg"] = per(m, sys_s)
         if rec.get("syscalls") is not None and n:
             out["syscalls_per_req"] = rec["syscalls"] / n
             switches = parse_perf_stat(rec["breakdown"], "context-switches").get("context-switches")
@@ -100,7 +130,9 @@ def derive(rec):
         out["requests"] = n
         out["errors"] = int(bad.group(1)) if bad else 0
         out["socket_errors"] = errs.group(0) if errs else ""
-        out["cpu_us"] = server_s * 1e6 / n if server_s is not None and n else None
+        out["cpu_us"] = per(n, server_s)
+        out["user_us"] = per(n, user_s)
+        out["sys_us"] = per(n, sys_s)
     return out
 
 
@@ -145,7 +177,10 @@ def aggregate(ds):
     if not ds:
         return {"missing": True}
     out = {"server": ds[0]["server"], "test": ds[0]["test"], "reps": len(ds)}
-    for field in ("rate", "cpu_us", "gen_cores", "server_cores", "syscalls_per_req", "switches_per_req", "requests"):
+    for field in (
+        "rate", "cpu_us", "user_us", "sys_us", "msg_rate", "cpu_us_msg", "user_us_msg", "sys_us_msg",
+        "gen_cores", "server_cores", "syscalls_per_req", "switches_per_req", "requests",
+    ):
         out[field] = median([d.get(field) for d in ds])
     if all("lat" in d for d in ds):
         out["lat"] = {p: median([d["lat"][p] for d in ds]) for p in ds[0]["lat"]}
@@ -184,6 +219,10 @@ def line(records):
         parts = [f"  {d['server']:10} {d['test']:23} #{rec.get('rep', 1)} {fmt(d.get('rate'))} req/s"]
         if d.get("cpu_us") is not None:
             parts.append(f"server {d['cpu_us']:.2f} µs/req")
+        if d.get("user_us") is not None and d.get("sys_us") is not None:
+            parts.append(f"(user {d['user_us']:.2f} sys {d['sys_us']:.2f})")
+        if d.get("msg_rate") and d["test"].startswith("ingest-batch"):
+            parts.append(f"{fmt(d['msg_rate'])} msg/s")
         if "lat" in d:
             lat = d["lat"]
             parts.append(f"p50 {lat['p50']:.3f} p99 {lat['p99']:.3f} p99.9 {lat['p999']:.3f} ms")
@@ -254,20 +293,29 @@ def table(records):
         "requests answered. Latency is `pollbox load` open-loop (from intended send time)."
     )
     w("")
-    head = "| measure | " + " | ".join(SERVER_TITLES[s] for s in SERVERS)
-    w(head + " | pollbox / nginx | axum / nginx | target | pollbox |")
-    w("|---|" + "---:|" * len(SERVERS) + "---:|---:|---|---|")
+    # Columns for the servers measured only; `vals` below still holds every server of
+    # SERVERS in order (the checks read pollbox, nginx, axum by index).
+    shown = [i for i, s in enumerate(SERVERS) if any(k[0] == s for k in runs)]
+    ratios = [
+        (SERVERS.index(a), SERVERS.index(b))
+        for a, b in (("pollbox", "nginx"), ("axum", "nginx"), ("pollbox", "minihttp"))
+        if SERVERS.index(a) in shown and SERVERS.index(b) in shown
+    ]
+    head = "| measure | " + " | ".join(SERVER_TITLES[SERVERS[i]] for i in shown)
+    head += "".join(f" | {SERVERS[a]} / {SERVERS[b]}" for a, b in ratios)
+    w(head + " | target | pollbox |")
+    w("|---|" + "---:|" * (len(shown) + len(ratios)) + "---|---|")
+
+    def cells_of(vals, digits):
+        cells = [fmt(vals[i], digits) for i in shown]
+        cells += [fmt_ratio(vals[a], vals[b]) for a, b in ratios]
+        return " | ".join(cells)
 
     def row(label, test, field, digits=1, target=None, check=None, scale=1.0):
         vals = [get(s, test, field) for s in SERVERS]
         vals = [None if v is None else v * scale for v in vals]
         ok = check(vals) if check and None not in (vals[0],) else None
-        cells = [fmt(v, digits) for v in vals]
-        w(
-            f"| {label} | "
-            + " | ".join(cells)
-            + f" | {fmt_ratio(vals[0], vals[1])} | {fmt_ratio(vals[2], vals[1])} | {target or ''} | {verdict(ok) if check else ''} |"
-        )
+        w(f"| {label} | {cells_of(vals, digits)} | {target or ''} | {verdict(ok) if check else ''} |")
 
     def le_nginx(factor):
         return lambda v: v[1] is not None and v[0] <= factor * v[1]
@@ -298,8 +346,8 @@ def table(records):
                 f"| {label} @ {rate}: {name} ms ({how}; median of runs pollbox / nginx "
                 f"{' / '.join(fmt(m, 3) for m in medians)}; single runs {spread}; "
                 f"pollbox ≤ nginx in {wins} of {len(reps)} reps) | "
-                + " | ".join(fmt(v, 3) for v in vals)
-                + f" | {fmt_ratio(vals[0], vals[1])} | {fmt_ratio(vals[2], vals[1])} | {target} | {verdict(ok) if target else ''} |"
+                + cells_of(vals, 3)
+                + f" | {target} | {verdict(ok) if target else ''} |"
             )
 
     rate = f"{meta.get('rate', '?')}/s"
@@ -334,6 +382,13 @@ def table(records):
     row(f"pipelined ingest ×{depth} ({meta.get('body_bytes')} B), req/s", "ingest-pipelined", "rate", 0)
     row("  server CPU µs/req", "ingest-pipelined", "cpu_us", 3)
     row("  generator CPU, % of its core", "ingest-pipelined", "gen_cores", 0, scale=100)
+    row(f"ingest {meta.get('body_bytes')} B closed loop, not pipelined, req/s", "ingest-closed", "rate", 0)
+    row("  server CPU µs/req", "ingest-closed", "cpu_us", 3)
+    batch = f"×{meta.get('batch_size', 100)} messages, pipeline {meta.get('batch_pipeline', 4)}"
+    row(f"batch ingest ({batch}, {meta.get('body_bytes')} B), messages/s", "ingest-batch", "msg_rate", 0)
+    row("  server CPU µs/message", "ingest-batch", "cpu_us_msg", 3)
+    row("  server CPU, % of its core", "ingest-batch", "server_cores", 0, scale=100)
+    row("  generator CPU, % of its core", "ingest-batch", "gen_cores", 0, scale=100)
     row(
         f"syscalls/req, poll @ {rate}",
         "poll-open-syscalls",
@@ -379,6 +434,8 @@ def table(records):
             "design, a fixed body cannot name the polled key; those are not counted)."
         )
     w("")
+
+    cpu_split(w, meta, runs)
 
     # Syscall breakdown.
     breakdowns = [r for r in records if r["kind"] == "load" and r.get("breakdown")]
@@ -455,13 +512,17 @@ def table(records):
 
     w("## Every run (the spread behind the medians)")
     w("")
-    w("| server | test | run | req/s | server CPU µs/req | p50 ms | p99 ms | p99.9 ms | server % core | generator % core |")
-    w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    w(
+        "| server | test | run | req/s | server CPU µs/req | user µs/req | system µs/req | p50 ms | p99 ms "
+        "| p99.9 ms | server % core | generator % core |"
+    )
+    w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for (server, test), ds in every.items():
         for d in ds:
             lat = d.get("lat") or {}
             w(
                 f"| {server} | {test} | {d['rep']} | {fmt(d.get('rate'), 0)} | {fmt(d.get('cpu_us'), 2)} "
+                f"| {fmt(d.get('user_us'), 3)} | {fmt(d.get('sys_us'), 3)} "
                 f"| {fmt(lat.get('p50'), 3)} | {fmt(lat.get('p99'), 3)} | {fmt(lat.get('p999'), 3)} "
                 f"| {fmt(None if d.get('server_cores') is None else 100 * d['server_cores'], 0)} "
                 f"| {fmt(None if d.get('gen_cores') is None else 100 * d['gen_cores'], 0)} |"
@@ -480,6 +541,99 @@ def table(records):
         w("```")
         w("")
     return "\n".join(out)
+
+
+# The tests behind issue 15's ratios: what each one stands for in the summary line.
+ISSUE15 = [
+    ("ingest-closed", "single-message ingest, closed loop"),
+    ("ingest-open", "single-message ingest at the fixed rate"),
+    ("poll-closed", "poll, not pipelined (closed loop)"),
+    ("poll-open", "poll, not pipelined, at the fixed rate"),
+    ("poll-pipelined", "poll, pipelined"),
+    ("ingest-pipelined", "single-message ingest, pipelined"),
+    ("ingest-batch", "batch ingest, per message"),
+]
+
+
+def cpu_split(w, meta, runs):
+    """User and system CPU per request, every server and test, with ratios against
+    minihttp (issue 15 states its figures as user CPU relative to may_minihttp's)."""
+    tests = []
+    for (_, test) in runs:
+        if test not in tests and not test.endswith("-syscalls") and not test.endswith("-2cores"):
+            tests.append(test)
+    if not any(runs.get((s, t), {}).get("user_us") is not None for s in SERVERS for t in tests):
+        return
+    servers = [s for s in SERVERS if any((s, t) in runs for t in tests)]
+    w("## User and system CPU per request, against minihttp (issue 15)")
+    w("")
+    w(
+        "User and system time are the utime and stime of /proc/PID/stat (all threads) over the "
+        "run, divided by the requests answered (warm-up included); for `ingest-batch` by the "
+        "messages instead. Their sum is the kernel's precise run time, but the split between them "
+        f"is sampled once per scheduler tick (CONFIG_HZ = {meta.get('hz', '?')}): over a run of "
+        "n ticks the user share is known to about ±√(p(1−p)/n), some ±2 % of it for a 5 s run "
+        "at full load. Loopback TCP work done in the server's system calls counts as its system "
+        "time. Median of the runs; the ratios are of the medians."
+    )
+    w("")
+    has_mini = "minihttp" in servers
+    head = "| test | server | req/s | messages/s | user µs | system µs | user + system µs |"
+    if has_mini:
+        head += " user / minihttp | system / minihttp | total / minihttp |"
+    w(head)
+    w("|---|---|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if has_mini else ""))
+    for test in tests:
+        per_msg = test.startswith("ingest-batch")
+        suffix = "_msg" if per_msg else ""
+        base = runs.get(("minihttp", test)) or {}
+        for server in servers:
+            d = runs.get((server, test))
+            if d is None or d.get("missing"):
+                continue
+            u, s_ = d.get("user_us" + suffix), d.get("sys_us" + suffix)
+            tot = d.get("cpu_us" + suffix)
+            label = f"{test} (per message)" if per_msg else test
+            cells = [
+                label,
+                server,
+                fmt(d.get("rate"), 0),
+                fmt(d.get("msg_rate"), 0) if d.get("msg_rate") else "—",
+                fmt(u, 3),
+                fmt(s_, 3),
+                fmt(tot, 3),
+            ]
+            if has_mini:
+                cells += [
+                    fmt_ratio(u, base.get("user_us" + suffix)),
+                    fmt_ratio(s_, base.get("sys_us" + suffix)),
+                    fmt_ratio(tot, base.get("cpu_us" + suffix)),
+                ]
+            w("| " + " | ".join(cells) + " |")
+    w("")
+    if has_mini and "pollbox" in servers:
+        parts = []
+        for test, what in ISSUE15:
+            p, m = runs.get(("pollbox", test)), runs.get(("minihttp", test))
+            if not p or not m:
+                continue
+            suffix = "_msg" if test.startswith("ingest-batch") else ""
+            parts.append(
+                f"{what} (`{test}`): user {fmt_ratio(p.get('user_us' + suffix), m.get('user_us' + suffix))}, "
+                f"system {fmt_ratio(p.get('sys_us' + suffix), m.get('sys_us' + suffix))}"
+            )
+        pb, mb = runs.get(("pollbox", "ingest-batch")), runs.get(("minihttp", "ingest-batch"))
+        if pb and mb and pb.get("msg_rate") and mb.get("msg_rate"):
+            parts.append(
+                f"batch ingest messages/s: pollbox {fmt(pb['msg_rate'], 0)}, minihttp "
+                f"{fmt(mb['msg_rate'], 0)} ({fmt_ratio(pb['msg_rate'], mb['msg_rate'])})"
+            )
+        if parts:
+            w("pollbox / minihttp, CPU per request:")
+            w("")
+            for part in parts:
+                w(f"- {part}")
+            w("")
 
 
 def parse_perf_stat(path, prefix="syscalls:sys_enter_"):

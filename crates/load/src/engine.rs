@@ -534,6 +534,7 @@ impl Driver<'_> {
                 stats.requests += 1;
                 if now <= plan.end_ns {
                     stats.answered_in_window += 1;
+                    stats.accepted_in_window += verdict.accepted;
                 }
                 stats.latency.saturating_record(latency);
                 stats.count_status(status);

@@ -60,6 +60,10 @@ pub struct OpReport {
     pub rate: f64,
     /// Messages the server accepted (ingest: one per 200; batch: its `accepted`).
     pub messages_accepted: u64,
+    /// Messages accepted in answers that came before the window closed, per second of
+    /// it: for `batch`, `batch_size` times its request rate when every message is
+    /// accepted.
+    pub messages_per_s: f64,
     /// 404 answers to polls and long-polls: the key has no box yet. Expected, not errors.
     pub not_found: u64,
     /// 304 answers to long-polls (nothing newer within `wait_ms`). Expected.
@@ -131,6 +135,9 @@ pub struct Report {
     pub scheduled_requests: Option<u64>,
     /// Requests answered before the measured window closed, per second of it.
     pub achieved_rate: f64,
+    /// Messages accepted (ingest and batch together) in answers that came before the
+    /// window closed, per second of it.
+    pub messages_per_s: f64,
     /// Answered requests of the measured window, all operations (including those
     /// answered after it closed, while draining).
     pub requests: u64,
@@ -220,6 +227,7 @@ impl Report {
                 requests: s.requests,
                 rate: s.answered_in_window as f64 / duration,
                 messages_accepted: s.accepted,
+                messages_per_s: s.accepted_in_window as f64 / duration,
                 not_found: s.not_found,
                 not_modified: s.not_modified,
                 warmup_requests: s.warmup,
@@ -236,6 +244,12 @@ impl Report {
             .entries()
             .iter()
             .map(|&(op, _)| stats.ops[op.index()].answered_in_window)
+            .sum();
+        let messages_in_window: u64 = shape
+            .mix
+            .entries()
+            .iter()
+            .map(|&(op, _)| stats.ops[op.index()].accepted_in_window)
             .sum();
         let errors_total: u64 = errors_by_kind.iter().sum();
         // A failed reconnect is an attempt that failed too, so the rate stays within 1.
@@ -276,6 +290,7 @@ impl Report {
             offered_rate: shape.open_loop_rate,
             scheduled_requests: shape.open_loop_rate.map(|_| stats.scheduled),
             achieved_rate: answered_in_window as f64 / duration,
+            messages_per_s: messages_in_window as f64 / duration,
             requests,
             errors_total,
             error_rate,
@@ -523,6 +538,14 @@ pub fn print_report(report: &Report, out: &mut impl Write) -> io::Result<()> {
         )?,
         _ => writeln!(out, "achieved {:.1} req/s", report.achieved_rate)?,
     }
+    if report
+        .ops
+        .iter()
+        .any(|o| o.op == "batch" || o.op == "ingest")
+    {
+        // Batches carry many messages per request: the ingest rate is in messages.
+        writeln!(out, "achieved {:.1} messages/s", report.messages_per_s)?;
+    }
     if let Some(l) = &report.send_lateness_ms {
         writeln!(
             out,
@@ -552,7 +575,12 @@ pub fn print_report(report: &Report, out: &mut impl Write) -> io::Result<()> {
         .ops
         .iter()
         .filter(|o| o.messages_accepted > 0)
-        .map(|o| format!("{} {}", o.op, o.messages_accepted))
+        .map(|o| {
+            format!(
+                "{} {} ({:.1}/s in the window)",
+                o.op, o.messages_accepted, o.messages_per_s
+            )
+        })
         .collect();
     if !accepted.is_empty() {
         writeln!(out, "messages accepted: {}", accepted.join(", "))?;
@@ -617,6 +645,7 @@ mod tests {
             ingest.requests += 1;
             ingest.answered_in_window += 1;
             ingest.accepted += 1;
+            ingest.accepted_in_window += 1;
             ingest.latency.record(80_000).unwrap();
             ingest.count_status(200);
         }
@@ -672,6 +701,11 @@ mod tests {
         assert!(table.contains("status: 200=990 404=10"), "{table}");
         assert!(table.contains("poll 404 (no box yet) 10"), "{table}");
         assert!(table.contains("errors: timeout=1"), "{table}");
+        assert!(table.contains("achieved 100.0 messages/s"), "{table}");
+        assert!(
+            table.contains("messages accepted: ingest 100 (100.0/s in the window)"),
+            "{table}"
+        );
         assert!(table
             .lines()
             .any(|l| l.starts_with("poll ") && l.contains(" 900 ")));
@@ -684,6 +718,9 @@ mod tests {
         assert_eq!(json["ops"][0]["op"], "poll");
         assert_eq!(json["ops"][0]["requests"], 900);
         assert_eq!(json["ops"][0]["not_found"], 10);
+        assert_eq!(json["ops"][0]["messages_per_s"], 0.0);
+        assert_eq!(json["ops"][1]["messages_per_s"], 100.0);
+        assert_eq!(json["messages_per_s"], 100.0);
         assert_eq!(json["status"]["404"], 10);
         assert_eq!(json["errors"]["timeout"], 1);
         assert!(json["latency_ms"]["p99"].as_f64().unwrap() > 0.0);

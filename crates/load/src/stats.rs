@@ -98,6 +98,9 @@ pub struct OpStats {
     pub not_modified: u64,
     /// Messages the server accepted (ingest and batch).
     pub accepted: u64,
+    /// Of those, the ones in answers that came before the window closed (messages/s
+    /// counts these, as the achieved rate counts requests).
+    pub accepted_in_window: u64,
     pub errors: [u64; ErrorKind::COUNT],
     /// Answers by status code (measured window).
     pub status: Vec<u64>,
@@ -114,6 +117,7 @@ impl OpStats {
             not_found: 0,
             not_modified: 0,
             accepted: 0,
+            accepted_in_window: 0,
             errors: [0; ErrorKind::COUNT],
             status: vec![0; STATUS_SLOTS],
         }
@@ -142,6 +146,7 @@ impl OpStats {
         self.not_found += other.not_found;
         self.not_modified += other.not_modified;
         self.accepted += other.accepted;
+        self.accepted_in_window += other.accepted_in_window;
         for (a, b) in self.errors.iter_mut().zip(other.errors) {
             *a += b;
         }

@@ -63,6 +63,65 @@ fn request_counts_per_kind_equal_the_servers() {
     assert_eq!(server.counts.get("connections"), 4);
 }
 
+/// Messages per second: every batch message the server took, counted over the same
+/// window as requests per second, in the report, its JSON and its table.
+#[test]
+fn messages_per_second_count_what_the_server_accepted() {
+    let server = TestServer::start(Behaviour::default());
+    let dir = std::env::temp_dir().join(format!("pollbox-load-msgs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut a = args(&server);
+    a.mix = Mix::parse("batch:3,ingest:1").unwrap();
+    a.batch_size = 7;
+    a.pipeline = 2;
+    a.json = Some(dir.join("report.json"));
+    let report = run(&a).unwrap();
+    assert_eq!(report.errors_total, 0, "{:?}", report.errors);
+
+    let batch = report.op("batch").unwrap();
+    let ingest = report.op("ingest").unwrap();
+    assert!(batch.requests > 0 && ingest.requests > 0);
+    // No warm-up and nothing lost: the server saw exactly the messages counted.
+    assert_eq!(batch.unanswered + ingest.unanswered, 0);
+    assert_eq!(batch.messages_accepted, server.counts.get("batch_messages"));
+    assert_eq!(batch.messages_accepted, 7 * batch.requests);
+    assert_eq!(ingest.messages_accepted, server.counts.get("ingest"));
+    // Per second of the window, like the request rate: 7 messages per batch answered.
+    let close = |x: f64, y: f64| (x - y).abs() <= 1e-9 * y.max(1.0);
+    assert!(batch.messages_per_s > 0.0);
+    assert!(
+        close(batch.messages_per_s, 7.0 * batch.rate),
+        "{} vs 7 × {}",
+        batch.messages_per_s,
+        batch.rate
+    );
+    assert!(close(ingest.messages_per_s, ingest.rate));
+    assert!(close(
+        report.messages_per_s,
+        batch.messages_per_s + ingest.messages_per_s
+    ));
+    let in_window = report.messages_per_s * report.duration_s;
+    let at_server = (server.counts.get("batch_messages") + server.counts.get("ingest")) as f64;
+    assert!(in_window <= at_server + 1e-6, "{in_window} > {at_server}");
+
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(json["messages_per_s"].as_f64(), Some(report.messages_per_s));
+    assert_eq!(json["ops"][0]["op"], "batch");
+    assert_eq!(
+        json["ops"][0]["messages_per_s"].as_f64(),
+        Some(batch.messages_per_s)
+    );
+    let mut table = Vec::new();
+    pollbox_load::print_report(&report, &mut table).unwrap();
+    let table = String::from_utf8(table).unwrap();
+    assert!(
+        table.contains(&format!("achieved {:.1} messages/s", report.messages_per_s)),
+        "{table}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn open_loop_delivers_the_offered_rate() {
     let server = TestServer::start(Behaviour::default());
