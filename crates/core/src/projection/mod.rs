@@ -47,11 +47,13 @@
 
 mod error;
 mod paths;
+mod scan;
 
 #[cfg(test)]
 mod tests;
 
 pub use error::BodyError;
+pub use scan::{validate, MAX_DEPTH};
 
 use crate::bytes::find_lf;
 use crate::config::FieldType;
