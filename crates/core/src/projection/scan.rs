@@ -45,7 +45,11 @@ pub(super) enum Found {
     Null,
     Bool(bool),
     /// The number's text; `int` when written without fraction or exponent.
-    Num { start: usize, end: usize, int: bool },
+    Num {
+        start: usize,
+        end: usize,
+        int: bool,
+    },
     /// The string's contents between the quotes, still escaped; `escaped`
     /// when there is at least one `\`.
     Str {
@@ -98,10 +102,6 @@ impl<'b> Scanner<'b> {
     /// The document being scanned.
     pub(super) fn buf(&self) -> &'b [u8] {
         self.buf
-    }
-
-    pub(super) fn pos(&self) -> usize {
-        self.pos
     }
 
     /// Step over whitespace; the next byte, if any.
@@ -388,11 +388,7 @@ impl<'b> Scanner<'b> {
             return Err((start, OUT_OF_RANGE));
         }
         self.pos = i;
-        Ok(Found::Num {
-            start,
-            end: i,
-            int,
-        })
+        Ok(Found::Num { start, end: i, int })
     }
 }
 
@@ -436,7 +432,8 @@ fn hex4(buf: &[u8], at: usize) -> Option<u32> {
 /// overlong forms, no surrogates, nothing past U+10FFFF); the offset after it.
 #[inline]
 fn utf8(buf: &[u8], i: usize) -> Result<usize, Fail> {
-    let cont = |at: usize, lo: u8, hi: u8| matches!(buf.get(at), Some(&b) if (lo..=hi).contains(&b));
+    let cont =
+        |at: usize, lo: u8, hi: u8| matches!(buf.get(at), Some(&b) if (lo..=hi).contains(&b));
     let ok = match buf[i] {
         0xC2..=0xDF => cont(i + 1, 0x80, 0xBF).then_some(2),
         0xE0 => (cont(i + 1, 0xA0, 0xBF) && cont(i + 2, 0x80, 0xBF)).then_some(3),
@@ -446,10 +443,10 @@ fn utf8(buf: &[u8], i: usize) -> Result<usize, Fail> {
         0xED => (cont(i + 1, 0x80, 0x9F) && cont(i + 2, 0x80, 0xBF)).then_some(3),
         0xF0 => (cont(i + 1, 0x90, 0xBF) && cont(i + 2, 0x80, 0xBF) && cont(i + 3, 0x80, 0xBF))
             .then_some(4),
-        0xF1..=0xF3 => (cont(i + 1, 0x80, 0xBF)
-            && cont(i + 2, 0x80, 0xBF)
-            && cont(i + 3, 0x80, 0xBF))
-        .then_some(4),
+        0xF1..=0xF3 => {
+            (cont(i + 1, 0x80, 0xBF) && cont(i + 2, 0x80, 0xBF) && cont(i + 3, 0x80, 0xBF))
+                .then_some(4)
+        }
         0xF4 => (cont(i + 1, 0x80, 0x8F) && cont(i + 2, 0x80, 0xBF) && cont(i + 3, 0x80, 0xBF))
             .then_some(4),
         _ => None,
@@ -548,7 +545,9 @@ pub(super) fn parse_i64(text: &[u8]) -> Option<i64> {
     // Accumulate negatively so that i64::MIN fits.
     let mut n: i64 = 0;
     for &d in digits {
-        n = n.checked_mul(10)?.checked_sub(i64::from(d.wrapping_sub(b'0')))?;
+        n = n
+            .checked_mul(10)?
+            .checked_sub(i64::from(d.wrapping_sub(b'0')))?;
     }
     if negative {
         Some(n)
