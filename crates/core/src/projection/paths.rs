@@ -127,9 +127,7 @@ impl PathTree {
                         sc.value()?
                     };
                 }
-                None => {
-                    sc.value()?;
-                }
+                None => sc.skip()?,
             }
             if !sc.next_member()? {
                 return Ok(());

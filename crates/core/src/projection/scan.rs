@@ -107,12 +107,8 @@ impl<'b> Scanner<'b> {
     /// Step over whitespace; the next byte, if any.
     #[inline(always)]
     pub(super) fn skip_ws(&mut self) -> Option<u8> {
-        loop {
-            match self.buf.get(self.pos) {
-                Some(b' ' | b'\n' | b'\r' | b'\t') => self.pos += 1,
-                other => return other.copied(),
-            }
-        }
+        self.pos = ws(self.buf, self.pos);
+        self.buf.get(self.pos).copied()
     }
 
     /// After the top-level value: only whitespace may follow.
@@ -235,26 +231,11 @@ impl<'b> Scanner<'b> {
                 })
             }
             Some(b'{') => {
-                if self.object_start()? {
-                    loop {
-                        self.member_name()?;
-                        self.value()?;
-                        if !self.next_member()? {
-                            break;
-                        }
-                    }
-                }
+                self.skip()?;
                 Ok(Found::Object)
             }
             Some(b'[') => {
-                if self.array_start()? {
-                    loop {
-                        self.value()?;
-                        if !self.next_element()? {
-                            break;
-                        }
-                    }
-                }
+                self.skip()?;
                 Ok(Found::Array)
             }
             Some(b't') => self.literal(b"true", Found::Bool(true)),
@@ -263,6 +244,90 @@ impl<'b> Scanner<'b> {
             Some(b'-' | b'0'..=b'9') => self.number(),
             Some(_) => Err((self.pos, UNEXPECTED)),
             None => Err((self.pos, EOF)),
+        }
+    }
+
+    /// Validate and step over one value (after optional whitespace), keeping
+    /// nothing: the cargo path. One loop over the bytes, containers tracked
+    /// on a bit stack (one bit per open container: object or array), so
+    /// nesting costs no recursion.
+    pub(super) fn skip(&mut self) -> Result<(), Fail> {
+        let buf = self.buf;
+        let mut i = self.pos;
+        let mut depth = self.depth;
+        // Bit k set: the container opened k levels up is an object.
+        let mut stack: u128 = 0;
+        let mut level: u32 = 0;
+        'value: loop {
+            i = ws(buf, i);
+            let Some(&c) = buf.get(i) else {
+                return Err((i, EOF));
+            };
+            match c {
+                b'"' => i = string_end(buf, i)?,
+                b'{' | b'[' => {
+                    if depth >= MAX_DEPTH {
+                        return Err((i, "nesting too deep"));
+                    }
+                    let object = c == b'{';
+                    i = ws(buf, i + 1);
+                    match (buf.get(i), object) {
+                        (Some(b'}'), true) | (Some(b']'), false) => i += 1,
+                        (Some(b'"'), true) => {
+                            depth += 1;
+                            level += 1;
+                            stack = stack << 1 | 1;
+                            i = name_end(buf, i)?;
+                            continue 'value;
+                        }
+                        (Some(_), true) => return Err((i, "expected a string member name")),
+                        (Some(_), false) => {
+                            depth += 1;
+                            level += 1;
+                            stack <<= 1;
+                            continue 'value;
+                        }
+                        (None, _) => return Err((i, EOF)),
+                    }
+                }
+                b't' => i = literal_end(buf, i, b"true")?,
+                b'f' => i = literal_end(buf, i, b"false")?,
+                b'n' => i = literal_end(buf, i, b"null")?,
+                b'-' | b'0'..=b'9' => i = number_end(buf, i)?.0,
+                _ => return Err((i, UNEXPECTED)),
+            }
+            // After a value: close containers until one goes on.
+            loop {
+                if level == 0 {
+                    self.pos = i;
+                    return Ok(());
+                }
+                i = ws(buf, i);
+                let object = stack & 1 != 0;
+                match (buf.get(i), object) {
+                    (Some(b','), true) => {
+                        i = ws(buf, i + 1);
+                        if buf.get(i) != Some(&b'"') {
+                            return Err((i, "expected a string member name"));
+                        }
+                        i = name_end(buf, i)?;
+                        continue 'value;
+                    }
+                    (Some(b','), false) => {
+                        i += 1;
+                        continue 'value;
+                    }
+                    (Some(b'}'), true) | (Some(b']'), false) => {
+                        i += 1;
+                        stack >>= 1;
+                        level -= 1;
+                        depth -= 1;
+                    }
+                    (None, _) => return Err((i, EOF)),
+                    (Some(_), true) => return Err((i, "expected ',' or '}'")),
+                    (Some(_), false) => return Err((i, "expected ',' or ']'")),
+                }
+            }
         }
     }
 
@@ -282,114 +347,210 @@ impl<'b> Scanner<'b> {
     pub(super) fn string(&mut self) -> Result<(usize, usize, bool), Fail> {
         let buf = self.buf;
         let open = self.pos;
-        let start = open + 1;
-        let mut i = start;
-        let mut escaped = false;
-        loop {
-            // Eight plain ASCII bytes at a time.
-            while let Some(chunk) = buf.get(i..i + 8) {
-                let Ok(word) = <[u8; 8]>::try_from(chunk) else {
-                    break;
-                };
-                let stops = string_stops(u64::from_le_bytes(word));
-                if stops != 0 {
-                    i += (stops.trailing_zeros() / 8) as usize;
-                    break;
-                }
-                i += 8;
-            }
-            let Some(&b) = buf.get(i) else {
-                return Err((open, "unterminated string"));
+        let mut i = open + 1;
+        while let Some(chunk) = buf.get(i..i + 8) {
+            let Ok(word) = <[u8; 8]>::try_from(chunk) else {
+                break;
             };
-            match b {
-                b'"' => {
+            let stops = string_stops(u64::from_le_bytes(word));
+            if stops != 0 {
+                i += (stops.trailing_zeros() / 8) as usize;
+                if buf.get(i) == Some(&b'"') {
                     self.pos = i + 1;
-                    return Ok((start, i, escaped));
+                    return Ok((open + 1, i, false));
                 }
-                b'\\' => {
-                    escaped = true;
-                    i = escape(buf, i)?;
-                }
-                0x00..=0x1F => return Err((i, "control character in string")),
-                0x80..=0xFF => i = utf8(buf, i)?,
-                _ => i += 1,
+                break;
             }
+            i += 8;
         }
+        let (end, escaped) = string_rest(buf, open, i)?;
+        self.pos = end;
+        Ok((open + 1, end - 1, escaped))
     }
 
     /// At `-` or a digit: scan a number.
     fn number(&mut self) -> Result<Found, Fail> {
-        let buf = self.buf;
         let start = self.pos;
-        let digit = |i: usize| matches!(buf.get(i), Some(b'0'..=b'9'));
-        let mut i = start;
-        if buf.get(i) == Some(&b'-') {
-            i += 1;
+        let (end, int) = number_end(self.buf, start)?;
+        self.pos = end;
+        Ok(Found::Num { start, end, int })
+    }
+}
+
+/// Step over whitespace from `i`.
+#[inline(always)]
+fn ws(buf: &[u8], mut i: usize) -> usize {
+    while let Some(&b) = buf.get(i) {
+        if b > b' ' || !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
+            break;
         }
-        let int_start = i;
-        match buf.get(i) {
-            Some(b'0') => {
-                i += 1;
-                if digit(i) {
-                    return Err((i, BAD_NUMBER));
-                }
+        i += 1;
+    }
+    i
+}
+
+#[inline(always)]
+fn literal_end(buf: &[u8], i: usize, word: &[u8]) -> Result<usize, Fail> {
+    if buf.get(i..i + word.len()) == Some(word) {
+        Ok(i + word.len())
+    } else {
+        Err((i, UNEXPECTED))
+    }
+}
+
+/// At a member name's `"`: the offset after the name and its `:`.
+#[inline(always)]
+fn name_end(buf: &[u8], i: usize) -> Result<usize, Fail> {
+    let i = ws(buf, string_end(buf, i)?);
+    match buf.get(i) {
+        Some(b':') => Ok(i + 1),
+        Some(_) => Err((i, "expected ':'")),
+        None => Err((i, EOF)),
+    }
+}
+
+/// At a `"`: the offset after the string's closing quote, validating it.
+/// Plain ASCII is checked eight bytes at a time here; escapes and non-ASCII
+/// go to [`string_rest`].
+#[inline(always)]
+fn string_end(buf: &[u8], open: usize) -> Result<usize, Fail> {
+    let mut i = open + 1;
+    while let Some(chunk) = buf.get(i..i + 8) {
+        let Ok(word) = <[u8; 8]>::try_from(chunk) else {
+            break;
+        };
+        let stops = string_stops(u64::from_le_bytes(word));
+        if stops != 0 {
+            i += (stops.trailing_zeros() / 8) as usize;
+            if buf.get(i) == Some(&b'"') {
+                return Ok(i + 1);
             }
-            Some(b'1'..=b'9') => {
-                i += 1;
-                while digit(i) {
-                    i += 1;
-                }
-            }
-            _ => return Err((i, BAD_NUMBER)),
+            break;
         }
-        let int_digits = i - int_start;
-        let mut int = true;
-        if buf.get(i) == Some(&b'.') {
+        i += 8;
+    }
+    string_rest(buf, open, i).map(|(end, _)| end)
+}
+
+/// The string opened at `open`, from `i` on: the offset after its closing
+/// quote and whether it has escapes.
+#[inline(never)]
+fn string_rest(buf: &[u8], open: usize, mut i: usize) -> Result<(usize, bool), Fail> {
+    let mut escaped = false;
+    loop {
+        while let Some(chunk) = buf.get(i..i + 8) {
+            let Ok(word) = <[u8; 8]>::try_from(chunk) else {
+                break;
+            };
+            let stops = string_stops(u64::from_le_bytes(word));
+            if stops != 0 {
+                i += (stops.trailing_zeros() / 8) as usize;
+                break;
+            }
+            i += 8;
+        }
+        let Some(&b) = buf.get(i) else {
+            return Err((open, "unterminated string"));
+        };
+        match b {
+            b'"' => return Ok((i + 1, escaped)),
+            b'\\' => {
+                escaped = true;
+                i = escape(buf, i)?;
+            }
+            0x00..=0x1F => return Err((i, "control character in string")),
+            0x80..=0xFF => i = utf8(buf, i)?,
+            _ => i += 1,
+        }
+    }
+}
+
+/// At `-` or a digit: the offset after the number, and whether it is an
+/// integer (no fraction, no exponent).
+#[inline(always)]
+fn number_end(buf: &[u8], start: usize) -> Result<(usize, bool), Fail> {
+    let digit = |i: usize| matches!(buf.get(i), Some(b'0'..=b'9'));
+    let mut i = start;
+    if buf.get(i) == Some(&b'-') {
+        i += 1;
+    }
+    let int_start = i;
+    match buf.get(i) {
+        Some(b'0') => {
             i += 1;
-            if !digit(i) {
+            if digit(i) {
                 return Err((i, BAD_NUMBER));
             }
+        }
+        Some(b'1'..=b'9') => {
+            i += 1;
             while digit(i) {
                 i += 1;
             }
-            int = false;
         }
-        // An upper bound of the number's decimal magnitude: |value| <
-        // 10^magnitude.
-        let mut magnitude = int_digits as i64;
-        if let Some(b'e' | b'E') = buf.get(i) {
-            int = false;
-            i += 1;
-            let negative = match buf.get(i) {
-                Some(b'-') => {
-                    i += 1;
-                    true
-                }
-                Some(b'+') => {
-                    i += 1;
-                    false
-                }
-                _ => false,
-            };
-            if !digit(i) {
-                return Err((i, BAD_NUMBER));
-            }
-            let mut exp: i64 = 0;
-            while let Some(&d) = buf.get(i).filter(|d| d.is_ascii_digit()) {
-                exp = (exp * 10 + i64::from(d - b'0')).min(1 << 40);
-                i += 1;
-            }
-            if !negative {
-                magnitude += exp;
-            }
-        }
-        // Below 10^308 every number is finite; past it, round it to see.
-        if magnitude > 308 && !parse_f64(&buf[start..i]).is_finite() {
-            return Err((start, OUT_OF_RANGE));
-        }
-        self.pos = i;
-        Ok(Found::Num { start, end: i, int })
+        _ => return Err((i, BAD_NUMBER)),
     }
+    match buf.get(i) {
+        Some(b'.' | b'e' | b'E') => number_rest(buf, start, i, i - int_start),
+        _ if i - int_start > 308 => number_rest(buf, start, i, i - int_start),
+        _ => Ok((i, true)),
+    }
+}
+
+/// A number's fraction and exponent, from `i`, and its range.
+#[inline(never)]
+fn number_rest(
+    buf: &[u8],
+    start: usize,
+    mut i: usize,
+    int_digits: usize,
+) -> Result<(usize, bool), Fail> {
+    let digit = |i: usize| matches!(buf.get(i), Some(b'0'..=b'9'));
+    let mut int = true;
+    if buf.get(i) == Some(&b'.') {
+        i += 1;
+        if !digit(i) {
+            return Err((i, BAD_NUMBER));
+        }
+        while digit(i) {
+            i += 1;
+        }
+        int = false;
+    }
+    // An upper bound of the number's decimal magnitude: |value| <
+    // 10^magnitude.
+    let mut magnitude = int_digits as i64;
+    if let Some(b'e' | b'E') = buf.get(i) {
+        int = false;
+        i += 1;
+        let negative = match buf.get(i) {
+            Some(b'-') => {
+                i += 1;
+                true
+            }
+            Some(b'+') => {
+                i += 1;
+                false
+            }
+            _ => false,
+        };
+        if !digit(i) {
+            return Err((i, BAD_NUMBER));
+        }
+        let mut exp: i64 = 0;
+        while let Some(&d) = buf.get(i).filter(|d| d.is_ascii_digit()) {
+            exp = (exp * 10 + i64::from(d - b'0')).min(1 << 40);
+            i += 1;
+        }
+        if !negative {
+            magnitude += exp;
+        }
+    }
+    // Below 10^308 every number is finite; past it, round it to see.
+    if magnitude > 308 && !parse_f64(&buf[start..i]).is_finite() {
+        return Err((start, OUT_OF_RANGE));
+    }
+    Ok((i, int))
 }
 
 /// At `buf[i] == b'\\'`: check one escape; the offset after it.
