@@ -1011,3 +1011,20 @@ mod props {
         }
     }
 }
+
+#[test]
+fn newlines_are_counted_exactly() {
+    for body in [
+        &b""[..],
+        b"\n",
+        b"abc",
+        b"\n\n\n\n\n\n\n\n\n",
+        b"\x0b\n\x09\x0a\x00\x01\n\xff\x8a\n\n",
+        b"{\"a\":1}\n{\"b\":2}\r\n\n{}",
+    ] {
+        let want = body.iter().filter(|&&b| b == b'\n').count();
+        assert_eq!(count_newlines(body), want, "{body:?}");
+    }
+    let all: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
+    assert_eq!(count_newlines(&all), 16);
+}
