@@ -1,29 +1,44 @@
-//! The projection (simd-json tape in the worker's arena, only configured paths
-//! read) beside the common ways: a serde_json `Value` DOM, and sonic-rs's
-//! checked `get_many` of the same three paths.
+//! The projection (issue 15): candidates for reading the key and two fields
+//! of an ingest message while validating the whole body, side by side.
 //!
-//! Groups:
-//! - `projection_msgs`: throughput in messages (512 B and 8 KiB single
-//!   messages, and a 32 × 512 B NDJSON batch);
-//!   `8KiB_fields_last` puts the three read members after the cargo: sonic-rs
-//!   stops reading once it has found every path, so with the members first it
-//!   never looks at (or validates) the cargo, while the projection always
-//!   validates the whole body (invalid JSON must be refused whole, SPEC §5);
-//! - `projection_bytes`: the same single messages, throughput in bytes;
-//! - `arena_reset`: `Epoch::reset` after 100 projected 512 B messages.
+//! Candidates (the bench first feeds each one messages with a fault in the
+//! cargo: the pollbox projectors and `serde_json_value` must refuse them all,
+//! SPEC §5; what `serde_typed` and `sonic_rs_iter` let through is printed):
+//! - `scanner`: today's [`Projector`], the validating single-pass scanner
+//!   (`crates/core/src/projection/scan.rs`);
+//! - `simd_json_tape`: the projector before issue 15 (copy in
+//!   `projection/tape.rs`): the body copied into the arena, simd-json's tape of
+//!   the whole message, the tape walked for the paths;
+//! - `sonic_rs_iter`: sonic-rs's checked object iterator over the message
+//!   (`to_object_iter`, each skipped value validated by `skip_one`), the
+//!   three members decoded;
+//! - `serde_json_value`: a serde_json `Value` DOM;
+//! - `serde_typed`: serde_json into a struct with borrowed strings, the cargo
+//!   skipped by serde's `IgnoredAny`.
 //!
-//! The projection benches reset the epoch every 100 messages, as the timer
-//! wheel would, so the arena stays warm and its reset is amortised in.
+//! Bodies: 512 B and 8 KiB messages with the three read members first or
+//! last, and a 32 × 512 B NDJSON batch (throughput in messages).
+//!
+//! The pollbox benches reset the epoch every 100 messages, as the timer wheel
+//! would, so the arena stays warm and its reset is amortised in.
+//! `arena_reset` times `Epoch::reset` after 100 projected 512 B messages.
+
+#[path = "projection/tape.rs"]
+mod tape;
 
 use bumpalo::Bump;
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use pollbox_core::epoch::Epoch;
 use pollbox_core::plan::{Plan, Value};
 use pollbox_core::projection::{BodyFormat, KeySource, Projector};
-use sonic_rs::{JsonValueTrait, PointerTree};
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+use sonic_rs::JsonValueTrait;
+use std::borrow::Cow;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tape::TapeProjector;
 
 /// Messages projected between two epoch resets.
 const MESSAGES_PER_EPOCH: usize = 100;
@@ -79,23 +94,56 @@ fn message(size: usize, layout: Layout) -> Vec<u8> {
     s.into_bytes()
 }
 
-struct Projection {
-    projector: Projector,
+/// Either projector, with its own warm epoch.
+struct Projection<P> {
+    projector: P,
     epoch: Epoch,
     since_reset: usize,
 }
 
-impl Projection {
-    fn new() -> Projection {
+trait Project {
+    fn project<'a>(
+        &mut self,
+        arena: &'a Bump,
+        body: &[u8],
+        format: BodyFormat,
+    ) -> Result<pollbox_core::projection::Batch<'a>, pollbox_core::projection::BodyError>;
+}
+
+impl Project for Projector {
+    fn project<'a>(
+        &mut self,
+        arena: &'a Bump,
+        body: &[u8],
+        format: BodyFormat,
+    ) -> Result<pollbox_core::projection::Batch<'a>, pollbox_core::projection::BodyError> {
+        Projector::project(self, arena, body, format, KeySource::Body)
+    }
+}
+
+impl Project for TapeProjector {
+    fn project<'a>(
+        &mut self,
+        arena: &'a Bump,
+        body: &[u8],
+        format: BodyFormat,
+    ) -> Result<pollbox_core::projection::Batch<'a>, pollbox_core::projection::BodyError> {
+        TapeProjector::project(self, arena, body, format, KeySource::Body)
+    }
+}
+
+impl<P: Project> Projection<P> {
+    fn new(projector: P) -> Projection<P> {
         Projection {
-            projector: Projector::new(Arc::new(Plan::default_plan())),
+            projector,
             epoch: Epoch::new(4 << 20, 64 << 20),
             since_reset: 0,
         }
     }
 
-    /// Project one body and read what it found; returns a checksum.
-    fn run(&mut self, body: &[u8], format: BodyFormat) -> i64 {
+    /// Project one body and read what it found; a checksum, or `None` when
+    /// the body was refused.
+    fn try_run(&mut self, body: &[u8], format: BodyFormat) -> Option<i64> {
         if self.since_reset == MESSAGES_PER_EPOCH {
             self.epoch.reset();
             self.since_reset = 0;
@@ -103,8 +151,8 @@ impl Projection {
         self.since_reset += 1;
         let batch = self
             .projector
-            .project(self.epoch.arena(), body, format, KeySource::Body)
-            .expect("bench body is valid");
+            .project(self.epoch.arena(), body, format)
+            .ok()?;
         let mut sum = 0;
         for m in batch.items.iter().flatten() {
             sum += m.key.len() as i64;
@@ -115,109 +163,202 @@ impl Projection {
                 sum += s.len() as i64;
             }
         }
-        sum
+        Some(sum)
+    }
+
+    fn run(&mut self, body: &[u8], format: BodyFormat) -> i64 {
+        self.try_run(body, format).expect("bench body is valid")
     }
 }
 
-fn serde_json_value(body: &[u8]) -> i64 {
-    let v: serde_json::Value = serde_json::from_slice(body).expect("bench body is valid");
-    v["key"].as_str().map_or(0, str::len) as i64
-        + v["value"].as_i64().unwrap_or(0)
-        + v["player"].as_str().map_or(0, str::len) as i64
+fn scanner() -> Projection<Projector> {
+    Projection::new(Projector::new(Arc::new(Plan::default_plan())))
 }
 
-fn sonic_tree() -> PointerTree {
-    let mut tree = PointerTree::new();
-    tree.add_path(&["key"]);
-    tree.add_path(&["value"]);
-    tree.add_path(&["player"]);
-    tree
+fn simd_json_tape() -> Projection<TapeProjector> {
+    Projection::new(TapeProjector::new(Arc::new(Plan::default_plan())))
 }
 
-fn sonic_get_many(body: &[u8], tree: &PointerTree) -> i64 {
-    let found = sonic_rs::get_many(body, tree).expect("bench body is valid");
-    let str_len = |i: usize| {
-        found[i]
-            .as_ref()
-            .and_then(|v| v.as_str().map(str::len))
-            .unwrap_or(0) as i64
-    };
-    str_len(0) + found[1].as_ref().and_then(|v| v.as_i64()).unwrap_or(0) + str_len(2)
+fn try_serde_json_value(body: &[u8]) -> Option<i64> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    Some(
+        v["key"].as_str().map_or(0, str::len) as i64
+            + v["value"].as_i64().unwrap_or(0)
+            + v["player"].as_str().map_or(0, str::len) as i64,
+    )
 }
 
-fn single_messages(c: &mut Criterion, group_name: &str, bytes: bool) {
-    let tree = sonic_tree();
-    let mut group = c.benchmark_group(group_name);
-    for (label, size, layout) in [
-        ("512B", 512, Layout::FieldsFirst),
-        ("8KiB", 8192, Layout::FieldsFirst),
-        ("8KiB_fields_last", 8192, Layout::FieldsLast),
+/// The ordinary typed way: borrowed strings (owned only when escaped), the
+/// cargo skipped by `IgnoredAny` (serde's default for unknown members).
+#[derive(Deserialize)]
+struct Typed<'a> {
+    #[serde(borrow)]
+    key: Option<Cow<'a, str>>,
+    value: Option<i64>,
+    #[serde(borrow)]
+    player: Option<Cow<'a, str>>,
+}
+
+fn try_serde_typed(body: &[u8]) -> Option<i64> {
+    let m: Typed<'_> = serde_json::from_slice(body).ok()?;
+    Some(
+        m.key.map_or(0, |k| k.len()) as i64
+            + m.value.unwrap_or(0)
+            + m.player.map_or(0, |p| p.len()) as i64,
+    )
+}
+
+// `IgnoredAny` is what serde uses for unknown members; named so the intent
+// shows.
+#[allow(dead_code)]
+type Cargo = IgnoredAny;
+
+fn try_sonic_rs_iter(body: &[u8]) -> Option<i64> {
+    let mut sum = 0;
+    for member in sonic_rs::to_object_iter(body) {
+        let (name, value) = member.ok()?;
+        match &*name {
+            "key" | "player" => sum += value.as_str().map_or(0, str::len) as i64,
+            "value" => sum += value.as_i64().unwrap_or(0),
+            _ => {}
+        }
+    }
+    Some(sum)
+}
+
+fn per_line(body: &[u8], f: fn(&[u8]) -> Option<i64>) -> i64 {
+    body.split(|&c| c == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| f(l).expect("bench body is valid"))
+        .sum()
+}
+
+/// The pollbox projectors and serde_json's `Value` refuse a message whose
+/// only fault is in the cargo (the others are noted when they do not), and
+/// every candidate reads the valid one alike.
+fn check_candidates(valid: &[u8]) {
+    let text = String::from_utf8(valid.to_vec()).expect("ASCII bench body");
+    let cargo = r#""c0":{"id":0,"#;
+    assert!(text.contains(cargo));
+    for fault in [
+        r#""c0":{"id":01,"#,
+        r#""c0":{"id":[1,],"#,
+        r#""c0":{"id":"a\qb","#,
+        r#""c0":{"id":"\ud800","#,
+        "\"c0\":{\"id\":\"a\u{1}b\",",
+        r#""c0":{"id":tru,"#,
     ] {
+        let bad = text.replacen(cargo, fault, 1).into_bytes();
+        let mut bytes = vec![bad.clone()];
+        // Invalid UTF-8 in a cargo string.
+        let mut utf8 = text.replacen(cargo, r#""c0":{"id":"ab","#, 1).into_bytes();
+        if let Some(at) = utf8.windows(4).position(|w| w == b"\"ab\"") {
+            utf8[at + 1] = 0xFF;
+            bytes.push(utf8);
+        }
+        for bad in bytes {
+            let show = String::from_utf8_lossy(&bad[..60.min(bad.len())]).into_owned();
+            assert!(
+                scanner().try_run(&bad, BodyFormat::Json).is_none(),
+                "scanner {show}"
+            );
+            assert!(
+                simd_json_tape().try_run(&bad, BodyFormat::Json).is_none(),
+                "tape {show}"
+            );
+            assert!(try_serde_json_value(&bad).is_none(), "serde_json {show}");
+            // The typed and sonic-rs ways skip cargo more loosely: say what
+            // they let through (recorded in BENCHMARKS.md §9).
+            if try_serde_typed(&bad).is_some() {
+                eprintln!("note: serde_typed accepts {show:?}");
+            }
+            if try_sonic_rs_iter(&bad).is_some() {
+                eprintln!("note: sonic_rs_iter accepts {show:?}");
+            }
+        }
+    }
+    let sum = scanner().run(valid, BodyFormat::Json);
+    assert_eq!(simd_json_tape().run(valid, BodyFormat::Json), sum);
+    assert_eq!(try_serde_json_value(valid), Some(sum));
+    assert_eq!(try_serde_typed(valid), Some(sum));
+    assert_eq!(try_sonic_rs_iter(valid), Some(sum));
+}
+
+const BODIES: [(&str, usize, Layout); 4] = [
+    ("512B", 512, Layout::FieldsFirst),
+    ("512B_fields_last", 512, Layout::FieldsLast),
+    ("8KiB", 8192, Layout::FieldsFirst),
+    ("8KiB_fields_last", 8192, Layout::FieldsLast),
+];
+
+fn projection_msgs(c: &mut Criterion) {
+    let mut group = c.benchmark_group("projection_msgs");
+    for (label, size, layout) in BODIES {
         let body = message(size, layout);
-        group.throughput(if bytes {
-            Throughput::Bytes(body.len() as u64)
-        } else {
-            Throughput::Elements(1)
+        check_candidates(&body);
+        group.throughput(Throughput::Elements(1));
+        let mut p = scanner();
+        group.bench_with_input(BenchmarkId::new("scanner", label), &body, |b, body| {
+            b.iter(|| p.run(black_box(body), BodyFormat::Json))
         });
-        let mut projection = Projection::new();
+        let mut p = simd_json_tape();
         group.bench_with_input(
-            BenchmarkId::new("pollbox_project", label),
+            BenchmarkId::new("simd_json_tape", label),
             &body,
-            |b, body| b.iter(|| projection.run(black_box(body), BodyFormat::Json)),
+            |b, body| b.iter(|| p.run(black_box(body), BodyFormat::Json)),
+        );
+        group.bench_with_input(
+            BenchmarkId::new("sonic_rs_iter", label),
+            &body,
+            |b, body| b.iter(|| try_sonic_rs_iter(black_box(body))),
         );
         group.bench_with_input(
             BenchmarkId::new("serde_json_value", label),
             &body,
-            |b, body| b.iter(|| serde_json_value(black_box(body))),
+            |b, body| b.iter(|| try_serde_json_value(black_box(body))),
         );
-        group.bench_with_input(
-            BenchmarkId::new("sonic_rs_get_many", label),
-            &body,
-            |b, body| b.iter(|| sonic_get_many(black_box(body), &tree)),
-        );
+        group.bench_with_input(BenchmarkId::new("serde_typed", label), &body, |b, body| {
+            b.iter(|| try_serde_typed(black_box(body)))
+        });
     }
-    group.finish();
-}
 
-fn projection_msgs(c: &mut Criterion) {
-    single_messages(c, "projection_msgs", false);
-
-    // A 32-message NDJSON batch, against serde_json line by line.
+    // A 32-message NDJSON batch; the serde and sonic candidates line by line.
     let line = message(512, Layout::FieldsFirst);
     let mut batch = Vec::new();
     for _ in 0..32 {
         batch.extend_from_slice(&line);
         batch.push(b'\n');
     }
-    let mut group = c.benchmark_group("projection_msgs");
+    let label = "ndjson_32x512B";
     group.throughput(Throughput::Elements(32));
-    let mut projection = Projection::new();
+    let mut p = scanner();
+    group.bench_with_input(BenchmarkId::new("scanner", label), &batch, |b, body| {
+        b.iter(|| p.run(black_box(body), BodyFormat::Ndjson))
+    });
+    let mut p = simd_json_tape();
     group.bench_with_input(
-        BenchmarkId::new("pollbox_project", "ndjson_32x512B"),
+        BenchmarkId::new("simd_json_tape", label),
         &batch,
-        |b, body| b.iter(|| projection.run(black_box(body), BodyFormat::Ndjson)),
+        |b, body| b.iter(|| p.run(black_box(body), BodyFormat::Ndjson)),
     );
     group.bench_with_input(
-        BenchmarkId::new("serde_json_value", "ndjson_32x512B"),
+        BenchmarkId::new("sonic_rs_iter", label),
         &batch,
-        |b, body| {
-            b.iter(|| {
-                body.split(|&c| c == b'\n')
-                    .filter(|l| !l.is_empty())
-                    .map(serde_json_value)
-                    .sum::<i64>()
-            })
-        },
+        |b, body| b.iter(|| per_line(black_box(body), try_sonic_rs_iter)),
     );
+    group.bench_with_input(
+        BenchmarkId::new("serde_json_value", label),
+        &batch,
+        |b, body| b.iter(|| per_line(black_box(body), try_serde_json_value)),
+    );
+    group.bench_with_input(BenchmarkId::new("serde_typed", label), &batch, |b, body| {
+        b.iter(|| per_line(black_box(body), try_serde_typed))
+    });
     group.finish();
 }
 
-fn projection_bytes(c: &mut Criterion) {
-    single_messages(c, "projection_bytes", true);
-}
-
-/// The cost of ending an epoch that held 100 parsed 512 B messages: only the
-/// reset is timed.
+/// The cost of ending an epoch that held 100 projected 512 B messages: only
+/// the reset is timed.
 fn arena_reset(c: &mut Criterion) {
     let body = message(512, Layout::FieldsFirst);
     let mut projector = Projector::new(Arc::new(Plan::default_plan()));
@@ -246,5 +387,67 @@ fn arena_reset(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, projection_msgs, projection_bytes, arena_reset);
-criterion_main!(benches);
+criterion_group!(benches, projection_msgs, arena_reset);
+
+/// One candidate on one body, `iters` times, outside criterion: for
+/// `callgrind` instruction counts (`benches/projection-callgrind.sh` runs it
+/// with two counts and takes the difference per message).
+fn run_one(spec: &str) {
+    type Runner = Box<dyn FnMut(&[u8]) -> i64>;
+    let mut parts = spec.split(':');
+    let (Some(candidate), Some(label), Some(iters)) = (parts.next(), parts.next(), parts.next())
+    else {
+        panic!("PROJECTION_CALLGRIND=candidate:body:iterations, got {spec:?}");
+    };
+    let iters: usize = iters.parse().expect("iterations");
+    let (body, format) = if label == "ndjson_32x512B" {
+        let line = message(512, Layout::FieldsFirst);
+        let mut batch = Vec::new();
+        for _ in 0..32 {
+            batch.extend_from_slice(&line);
+            batch.push(b'\n');
+        }
+        (batch, BodyFormat::Ndjson)
+    } else {
+        let (_, size, layout) = BODIES
+            .into_iter()
+            .find(|b| b.0 == label)
+            .expect("body label");
+        (message(size, layout), BodyFormat::Json)
+    };
+    let lines = |f: fn(&[u8]) -> Option<i64>| -> Runner {
+        if format == BodyFormat::Ndjson {
+            Box::new(move |b| per_line(b, f))
+        } else {
+            Box::new(move |b| f(b).expect("valid"))
+        }
+    };
+    let mut run: Runner = match candidate {
+        "scanner" => {
+            let mut p = scanner();
+            Box::new(move |b| p.run(b, format))
+        }
+        "simd_json_tape" => {
+            let mut p = simd_json_tape();
+            Box::new(move |b| p.run(b, format))
+        }
+        "sonic_rs_iter" => lines(try_sonic_rs_iter),
+        "serde_json_value" => lines(try_serde_json_value),
+        "serde_typed" => lines(try_serde_typed),
+        _ => panic!("unknown candidate {candidate}"),
+    };
+    let mut sum = 0;
+    for _ in 0..iters {
+        sum += run(black_box(&body));
+    }
+    println!("{candidate} {label} {iters}: checksum {sum}");
+}
+
+fn main() {
+    if let Ok(spec) = std::env::var("PROJECTION_CALLGRIND") {
+        run_one(&spec);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

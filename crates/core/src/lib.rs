@@ -9,8 +9,8 @@
 //!   pipelining, limits) and response heads, the cached `Date`.
 //! - [`config`]: the TOML configuration (SPEC §10).
 //! - [`plan`]: the configured fields compiled once.
-//! - [`projection`]: a body parsed with simd-json into a worker's arena, only the
-//!   configured paths read.
+//! - [`projection`]: a body validated by a single-pass JSON scanner, only the
+//!   configured paths read, into a worker's arena.
 //! - [`boxes`]: the box table shared by all workers; where a box is updated.
 //! - [`snapshot`]: the snapshot format, written to any `Write` and read from
 //!   any `Read` (files are the server's).

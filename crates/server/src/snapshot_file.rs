@@ -93,7 +93,10 @@ pub(crate) fn writer_loop(shared: Arc<Shared>, stop: Arc<(Mutex<bool>, Condvar)>
     let Ok(mut stopped) = lock.lock() else {
         return;
     };
-    loop {
+    // `stop` may have been set before this thread first took the lock (a
+    // quick shutdown on a busy machine): check before every wait, or the
+    // notification is lost and shutdown waits a whole interval to join.
+    while !*stopped {
         let (guard, _) = match cv.wait_timeout(stopped, every) {
             Ok(r) => r,
             Err(_) => return,

@@ -1,5 +1,5 @@
 //! One worker: a thread with its own `mio::Poll`, listener(s), connections,
-//! [`Service`] (arena, simd-json buffers, pre-rendered heads) and timer wheel.
+//! [`Service`] (arena, projector, pre-rendered heads) and timer wheel.
 //! Workers share only the [`Shared`] state.
 //!
 //! This is the loop and nothing else: wait for readiness (or the next tick),
@@ -162,7 +162,7 @@ impl Worker {
     }
 
     /// Connection read buffers, pooled buffers, the service's scratch and
-    /// simd-json's working memory, the slab and the writer.
+    /// the projector's slots, the slab and the writer.
     fn buffer_total(&self) -> usize {
         self.buffers.read_held()
             + self.buffers.pooled_bytes()

@@ -1,23 +1,29 @@
-//! The projection (SPEC §3, §4): an ingest body parsed with simd-json inside
-//! the worker's arena, and from each message only the key and the configured
-//! fields read; every other member is cargo, stepped over on the tape and never
-//! materialised.
+//! The projection (SPEC §3, §4): an ingest body scanned once by a validating
+//! JSON scanner of our own, and from each message only the key and the
+//! configured fields read; every other member is cargo, validated and stepped
+//! over, never materialised.
 //!
-//! What it owns: the [`Projector`], one per worker, holding simd-json's working
-//! memory ([`simd_json::Buffers`] and the [`simd_json::Tape`]), which cannot
-//! live in a bump arena, so it is kept and reused from request to request; and
+//! What it owns: the [`Projector`], one per worker, holding the plan's
+//! pointers merged into a tree (see `paths`) and one slot per tree node; and
 //! the rules that turn a body into a [`Batch`] of messages or a [`BodyError`].
 //!
-//! How a body goes through:
-//! 1. It is copied into the arena with [`simd_json::INPUT_PADDING`] bytes
-//!    after it (a failed arena allocation is [`BodyError::ArenaFull`], never a
-//!    panic), and parsed there in place with `fill_tape_padded`: strings are
-//!    unescaped inside the arena copy, so every extracted `&str` borrows from
-//!    the arena and lives exactly as long as the epoch.
-//! 2. The tape is walked: for each message object, member names are compared
-//!    with the configured pointers (merged in a small tree, see `paths`);
-//!    other values are skipped by their tape node count. No DOM is built.
-//! 3. Each found value is type-checked against the plan.
+//! How a body goes through (`scan` and `paths`):
+//! 1. The scanner walks the body once, in place (the body is not copied). It
+//!    checks the whole JSON grammar and the UTF-8 of every string, and accepts
+//!    exactly what `serde_json::from_slice::<serde_json::Value>` accepts (see
+//!    `scan` for the details: serde_json's depth limit, numbers whose value is
+//!    finite).
+//! 2. In each message object, member names are compared with the configured
+//!    pointers (escaped names are compared by their unescaped form, without
+//!    materialising them); a match records where its value is (a byte range
+//!    of the body for strings and numbers). Other values are validated and
+//!    stepped over.
+//! 3. When the message object is closed, each found value is type-checked
+//!    against the plan and only then decoded: numbers are parsed (f64
+//!    correctly rounded), the key and `str` values unescaped into the arena,
+//!    so every extracted `&str` borrows from the arena and lives exactly as
+//!    long as the epoch. A failed arena allocation is [`BodyError::ArenaFull`],
+//!    never a panic.
 //!
 //! Steady state (a warm arena and a warm projector) allocates nothing outside
 //! the arena: `tests/alloc_projection.rs` counts.
@@ -31,35 +37,40 @@
 //!   intermediate objects too (`{"a":{"b":1},"a":{}}` has no `/a/b`).
 //! - `i64` accepts JSON integers within the i64 range; a number written with a
 //!   fraction or exponent (`5.0`, `1e3`) or an integer past i64 is the wrong
-//!   type. `f64` accepts any number. simd-json itself refuses integers past
-//!   u64 (`18446744073709551616`) and numbers past f64 (`1e400`) as invalid
-//!   numbers, so such a body is 400 (serde_json refuses `1e400` too).
+//!   type. `f64` accepts any number: an integer within i64 is converted
+//!   (`-0` is `0.0`), anything else is the correctly rounded nearest f64.
+//! - Validity follows serde_json: an integer past u64 (`18446744073709551616`)
+//!   is a valid number (an f64); a number whose nearest f64 is infinite
+//!   (`1e400`) is refused ("number out of range", 400); `1e-400` is `0.0`;
+//!   more than [`MAX_DEPTH`] nested arrays/objects are refused.
 //! - `str` limits (`max_len`) count bytes of the unescaped UTF-8 string.
 //! - The first problem in a message is reported: the key first, then fields in
-//!   plan order.
+//!   plan order. The first problem in the body's bytes is the one an invalid
+//!   body is refused for.
 //! - A body with no JSON value in it (empty, whitespace only, only blank NDJSON
 //!   lines) is invalid JSON.
 //! - With [`KeySource::Path`] the body is always one JSON document holding one
 //!   object, whatever its format; the body's key member is not read.
 //! - NDJSON lines are split on `\n`; a `\r` before it is whitespace. Lines are
-//!   parsed one by one, so simd-json's working memory is sized by the longest
-//!   line, not the whole body.
+//!   scanned one by one, each one JSON document.
 
 mod error;
 mod paths;
+mod scan;
 
 #[cfg(test)]
 mod tests;
 
 pub use error::BodyError;
+pub use scan::MAX_DEPTH;
 
 use crate::bytes::find_lf;
 use crate::config::FieldType;
 use crate::plan::{FieldPlan, MessageError, Plan, Value};
 use bumpalo::collections::Vec as BumpVec;
 use bumpalo::Bump;
-use paths::{PathTree, ABSENT};
-use simd_json::{Buffers, Node, StaticNode, Tape, INPUT_PADDING};
+use paths::PathTree;
+use scan::{Found, Scanner};
 use std::sync::Arc;
 
 /// How the body is framed, from its `Content-Type`.
@@ -110,27 +121,36 @@ pub struct Batch<'a> {
     pub items: BumpVec<'a, Result<Message<'a>, MessageError>>,
 }
 
-/// Documents longer than this make the projector give back simd-json's working
-/// memory after the request, so one large body does not pin megabytes per
-/// worker. Bodies up to it reuse the memory and allocate nothing.
-pub const DEFAULT_RETAIN_DOCUMENT_BYTES: usize = 256 * 1024;
+/// Check that `doc` is one valid JSON text (any value, not only an object):
+/// the projection's grammar without its shape rules. `Err` is
+/// [`BodyError::InvalidJson`] with the offset of the first problem.
+pub fn validate(doc: &[u8]) -> Result<(), BodyError> {
+    scan::validate(doc).map_err(|f| error::invalid_json(f, 0))
+}
 
-/// Parses bodies for one worker. Keeps simd-json's buffers and tape between
-/// requests; everything a [`Batch`] borrows is in the caller's arena.
+/// Why a message was not read: the message alone is rejected, or the whole
+/// body is (the arena is full).
+enum Reject {
+    Message(MessageError),
+    Body(BodyError),
+}
+
+impl From<MessageError> for Reject {
+    fn from(e: MessageError) -> Reject {
+        Reject::Message(e)
+    }
+}
+
+/// Parses bodies for one worker. Everything a [`Batch`] borrows is in the
+/// caller's arena; the projector itself keeps only the path tree and its
+/// slots.
 pub struct Projector {
     plan: Arc<Plan>,
     paths: PathTree,
-    /// Per path-tree node: tape index of its value in the current message, or
-    /// `ABSENT`.
-    slots: Vec<usize>,
+    /// Per path-tree node: what the current message holds there.
+    slots: Vec<Found>,
     /// Each plan field's index as carried by `MessageError`.
     field_ids: Vec<u16>,
-    buffers: Buffers,
-    /// Always empty between calls, so its `'static` lifetime borrows nothing.
-    tape: Tape<'static>,
-    retain_document_bytes: usize,
-    /// Longest document parsed since the buffers were last given back.
-    longest_document: usize,
 }
 
 impl Projector {
@@ -140,41 +160,25 @@ impl Projector {
             .map(|i| u16::try_from(i).unwrap_or(u16::MAX))
             .collect();
         Projector {
-            slots: vec![ABSENT; paths.len()],
+            slots: vec![Found::Absent; paths.len()],
             paths,
             field_ids,
             plan,
-            // The padded parse never uses the input copy `Buffers::new(n)`
-            // sizes; the rest grows on first use.
-            buffers: Buffers::new(0),
-            tape: Tape(Vec::new()),
-            retain_document_bytes: DEFAULT_RETAIN_DOCUMENT_BYTES,
-            longest_document: 0,
         }
-    }
-
-    /// Give back simd-json's working memory after any document longer than
-    /// `bytes` (default [`DEFAULT_RETAIN_DOCUMENT_BYTES`]).
-    pub fn with_retain_limit(mut self, bytes: usize) -> Projector {
-        self.retain_document_bytes = bytes;
-        self
     }
 
     pub fn plan(&self) -> &Plan {
         &self.plan
     }
 
-    /// An estimate of the heap this projector holds outside the arena (tape
-    /// plus simd-json's string and index buffers), for
-    /// `pollbox_accounted_bytes{part="buffers"}`. simd-json does not expose its
-    /// buffers' capacities, so those are estimated from the longest document.
+    /// The heap this projector holds outside the arena (its slots), for
+    /// `pollbox_accounted_bytes{part="buffers"}`. It does not grow with the
+    /// body: the scanner works in place.
     pub fn working_bytes(&self) -> usize {
-        self.tape.0.capacity() * std::mem::size_of::<Node<'static>>()
-            + self.longest_document * 2
-            + self.slots.capacity() * std::mem::size_of::<usize>()
+        self.slots.capacity() * std::mem::size_of::<Found>()
     }
 
-    /// Parse `body` into `arena` and read every message in it.
+    /// Scan `body` and read every message in it into `arena`.
     ///
     /// `Err` refuses the whole body (nothing may be applied); `Ok` holds one
     /// item per message, each accepted or rejected on its own.
@@ -216,39 +220,10 @@ impl Projector {
         format: BodyFormat,
         keys: KeySource,
     ) -> Result<Batch<'a>, BodyError> {
-        // The kept tape is empty; give it the arena's lifetime for this call.
-        let mut tape: Tape<'a> = std::mem::replace(&mut self.tape, Tape(Vec::new())).reset();
-        let result = match (format, keys) {
-            (BodyFormat::Ndjson, KeySource::Body) => self.project_ndjson(arena, body, &mut tape),
-            _ => self.project_document(arena, body, keys, &mut tape),
-        };
-        // Emptied again before it is kept, so it holds no arena borrow.
-        self.tape = tape.reset();
-        if self.longest_document > self.retain_document_bytes {
-            self.give_back_working_memory();
+        match (format, keys) {
+            (BodyFormat::Ndjson, KeySource::Body) => self.project_ndjson(arena, body),
+            _ => self.project_document(arena, body, keys),
         }
-        result
-    }
-
-    #[cold]
-    fn give_back_working_memory(&mut self) {
-        self.buffers = Buffers::new(0);
-        self.tape = Tape(Vec::new());
-        self.longest_document = 0;
-    }
-
-    /// Copy `doc` into the arena and parse it onto `tape`.
-    fn parse<'a>(
-        &mut self,
-        arena: &'a Bump,
-        doc: &[u8],
-        base: usize,
-        tape: &mut Tape<'a>,
-    ) -> Result<(), BodyError> {
-        let copy = copy_padded(arena, doc)?;
-        self.longest_document = self.longest_document.max(doc.len());
-        simd_json::fill_tape_padded(copy, doc.len(), &mut self.buffers, tape)
-            .map_err(|e| error::invalid_json(&e, doc, base))
     }
 
     fn project_document<'a>(
@@ -256,53 +231,59 @@ impl Projector {
         arena: &'a Bump,
         body: &[u8],
         keys: KeySource,
-        tape: &mut Tape<'a>,
     ) -> Result<Batch<'a>, BodyError> {
+        let invalid = |f| error::invalid_json(f, 0);
         if body.is_empty() {
             return Err(BodyError::InvalidJson {
                 at: 0,
                 what: "empty body",
             });
         }
-        self.parse(arena, body, 0, tape)?;
-        let nodes = tape.0.as_slice();
+        let mut sc = Scanner::new(body);
         let mut items = BumpVec::new_in(arena);
-        match nodes.first() {
-            Some(Node::Object { .. }) => {
+        let shape = match sc.skip_ws() {
+            None => {
+                return Err(BodyError::InvalidJson {
+                    at: body.len(),
+                    what: "no JSON value",
+                })
+            }
+            Some(b'{') => {
                 reserve(&mut items, 1)?;
-                items.push(self.message(arena, nodes, 0, keys)?);
-                Ok(Batch {
-                    shape: Shape::Object,
-                    items,
-                })
+                items.push(self.message(arena, &mut sc, keys, 0)?);
+                Shape::Object
             }
-            Some(&Node::Array { len, .. }) if keys == KeySource::Body => {
-                reserve(&mut items, len)?;
-                let mut at = 1;
-                for _ in 0..len {
-                    let Some(node) = nodes.get(at) else { break };
-                    let item = match node {
-                        Node::Object { .. } => self.message(arena, nodes, at, keys)?,
-                        _ => Err(MessageError::NotAnObject),
-                    };
-                    items.push(item);
-                    at += paths::span(node);
+            Some(b'[') if keys == KeySource::Body => {
+                if sc.array_start().map_err(invalid)? {
+                    loop {
+                        let item = if sc.skip_ws() == Some(b'{') {
+                            self.message(arena, &mut sc, keys, 0)?
+                        } else {
+                            sc.value().map_err(invalid)?;
+                            Err(MessageError::NotAnObject)
+                        };
+                        reserve(&mut items, 1)?;
+                        items.push(item);
+                        if !sc.next_element().map_err(invalid)? {
+                            break;
+                        }
+                    }
                 }
-                Ok(Batch {
-                    shape: Shape::Array,
-                    items,
-                })
+                Shape::Array
             }
-            _ => Err(BodyError::NotObjectOrArray),
-        }
+            Some(_) => {
+                // Valid JSON of the wrong shape is 400 too, but invalid JSON
+                // is reported as such.
+                sc.value().map_err(invalid)?;
+                sc.finish().map_err(invalid)?;
+                return Err(BodyError::NotObjectOrArray);
+            }
+        };
+        sc.finish().map_err(invalid)?;
+        Ok(Batch { shape, items })
     }
 
-    fn project_ndjson<'a>(
-        &mut self,
-        arena: &'a Bump,
-        body: &[u8],
-        tape: &mut Tape<'a>,
-    ) -> Result<Batch<'a>, BodyError> {
+    fn project_ndjson<'a>(&mut self, arena: &'a Bump, body: &[u8]) -> Result<Batch<'a>, BodyError> {
         let mut items = BumpVec::new_in(arena);
         // An upper bound on the number of messages, so the batch never moves.
         reserve(&mut items, count_newlines(body) + 1)?;
@@ -310,15 +291,22 @@ impl Projector {
         while start < body.len() {
             let end = find_lf(&body[start..]).map_or(body.len(), |n| start + n);
             let line = &body[start..end];
-            if !is_blank(line) {
-                self.parse(arena, line, start, tape)?;
-                let nodes = tape.0.as_slice();
-                let item = match nodes.first() {
-                    Some(Node::Object { .. }) => self.message(arena, nodes, 0, KeySource::Body)?,
-                    _ => Err(MessageError::NotAnObject),
-                };
-                reserve(&mut items, 1)?;
-                items.push(item);
+            let mut sc = Scanner::new(line);
+            let invalid = |f| error::invalid_json(f, start);
+            match sc.skip_ws() {
+                None => {}
+                Some(b'{') => {
+                    let item = self.message(arena, &mut sc, KeySource::Body, start)?;
+                    sc.finish().map_err(invalid)?;
+                    reserve(&mut items, 1)?;
+                    items.push(item);
+                }
+                Some(_) => {
+                    sc.value().map_err(invalid)?;
+                    sc.finish().map_err(invalid)?;
+                    reserve(&mut items, 1)?;
+                    items.push(Err(MessageError::NotAnObject));
+                }
             }
             start = end + 1;
         }
@@ -334,88 +322,153 @@ impl Projector {
         })
     }
 
-    /// Read one message from the object at `tape[object]`. The outer `Err` is
-    /// an arena failure (the whole body is refused); the inner one rejects
-    /// only this message.
+    /// Scan the message object at the scanner's `{` (its document starting at
+    /// byte `base` of the body) and read it. The outer `Err` refuses the whole
+    /// body (invalid JSON, or the arena is full); the inner one rejects only
+    /// this message.
     fn message<'a>(
         &mut self,
         arena: &'a Bump,
-        tape: &[Node<'a>],
-        object: usize,
+        sc: &mut Scanner<'_>,
         keys: KeySource,
+        base: usize,
     ) -> Result<Result<Message<'a>, MessageError>, BodyError> {
-        self.slots.fill(ABSENT);
-        self.paths.find(tape, object, &mut self.slots);
+        self.slots.fill(Found::Absent);
+        self.paths
+            .find(sc, &mut self.slots)
+            .map_err(|f| error::invalid_json(f, base))?;
+        match self.read(arena, sc.buf(), keys) {
+            Ok(m) => Ok(Ok(m)),
+            Err(Reject::Message(e)) => Ok(Err(e)),
+            Err(Reject::Body(e)) => Err(e),
+        }
+    }
+
+    /// Type-check and decode what the scan found, key first, then the fields
+    /// in plan order.
+    fn read<'a>(
+        &self,
+        arena: &'a Bump,
+        doc: &[u8],
+        keys: KeySource,
+    ) -> Result<Message<'a>, Reject> {
         let key = match keys {
             KeySource::Path => "",
-            KeySource::Body => match self.check_key(tape) {
-                Ok(key) => key,
-                Err(e) => return Ok(Err(e)),
-            },
+            KeySource::Body => self.read_key(arena, doc)?,
         };
         let values = arena
             .try_alloc_slice_fill_copy(self.plan.fields.len(), None)
-            .map_err(|_| BodyError::ArenaFull)?;
+            .map_err(|_| Reject::Body(BodyError::ArenaFull))?;
         for (i, (field, slot)) in self.plan.fields.iter().zip(values.iter_mut()).enumerate() {
             let Some(node) = self.paths.field_node(i) else {
                 continue;
             };
-            let Some(found) = self.slots.get(node).and_then(|&s| tape.get(s)) else {
+            let Some(&found) = self.slots.get(node) else {
                 continue;
             };
-            match read_field(found, field, self.field_ids[i]) {
-                Ok(v) => *slot = v,
-                Err(e) => return Ok(Err(e)),
-            }
+            *slot = read_field(arena, doc, found, field, self.field_ids[i])?;
         }
-        Ok(Ok(Message { key, values }))
+        Ok(Message { key, values })
     }
 
-    fn check_key<'a>(&self, tape: &[Node<'a>]) -> Result<&'a str, MessageError> {
-        let slot = self.slots[self.paths.key_node()];
-        match tape.get(slot) {
-            None => Err(MessageError::MissingKey),
-            Some(&Node::String(key)) => {
+    fn read_key<'a>(&self, arena: &'a Bump, doc: &[u8]) -> Result<&'a str, Reject> {
+        match self.slots[self.paths.key_node()] {
+            Found::Absent => Err(MessageError::MissingKey.into()),
+            Found::Str {
+                start,
+                end,
+                escaped,
+            } => {
+                let raw = &doc[start..end];
+                if !escaped && raw.len() > self.plan.max_key_bytes {
+                    return Err(MessageError::KeyTooLong.into());
+                }
+                let key = arena_str(arena, raw, escaped)?;
                 if key.is_empty() {
-                    Err(MessageError::EmptyKey)
+                    Err(MessageError::EmptyKey.into())
                 } else if key.len() > self.plan.max_key_bytes {
-                    Err(MessageError::KeyTooLong)
+                    Err(MessageError::KeyTooLong.into())
                 } else {
                     Ok(key)
                 }
             }
-            Some(_) => Err(MessageError::KeyNotString),
+            _ => Err(MessageError::KeyNotString.into()),
         }
     }
 }
 
-/// Type-check one found value against its field. `Ok(None)` for `null`.
+/// Type-check one found value against its field and decode it. `Ok(None)`
+/// for absent and `null`.
 #[inline]
 fn read_field<'a>(
-    node: &Node<'a>,
+    arena: &'a Bump,
+    doc: &[u8],
+    found: Found,
     field: &FieldPlan,
     id: u16,
-) -> Result<Option<Value<'a>>, MessageError> {
-    let value = match (field.ty, *node) {
-        (_, Node::Static(StaticNode::Null)) => return Ok(None),
-        (FieldType::I64, Node::Static(StaticNode::I64(n))) => Value::I64(n),
-        (FieldType::I64, Node::Static(StaticNode::U64(n))) => match i64::try_from(n) {
-            Ok(n) => Value::I64(n),
-            Err(_) => return Err(MessageError::WrongType { field: id }),
-        },
-        (FieldType::F64, Node::Static(StaticNode::I64(n))) => Value::F64(n as f64),
-        (FieldType::F64, Node::Static(StaticNode::U64(n))) => Value::F64(n as f64),
-        (FieldType::F64, Node::Static(StaticNode::F64(x))) => Value::F64(x),
-        (FieldType::Bool, Node::Static(StaticNode::Bool(b))) => Value::Bool(b),
-        (FieldType::Str, Node::String(s)) => {
+) -> Result<Option<Value<'a>>, Reject> {
+    let wrong = || Reject::Message(MessageError::WrongType { field: id });
+    let value = match (field.ty, found) {
+        (_, Found::Absent | Found::Null) => return Ok(None),
+        (FieldType::I64, Found::Num { start, end, int }) => {
+            let n = int
+                .then(|| scan::parse_i64(&doc[start..end]))
+                .flatten()
+                .ok_or_else(wrong)?;
+            Value::I64(n)
+        }
+        (FieldType::F64, Found::Num { start, end, int }) => {
+            let text = &doc[start..end];
+            match int.then(|| scan::parse_i64(text)).flatten() {
+                Some(n) => Value::F64(n as f64),
+                None => Value::F64(scan::parse_f64(text)),
+            }
+        }
+        (FieldType::Bool, Found::Bool(b)) => Value::Bool(b),
+        (
+            FieldType::Str,
+            Found::Str {
+                start,
+                end,
+                escaped,
+            },
+        ) => {
+            let raw = &doc[start..end];
+            // Unescaping never lengthens a string.
+            if !escaped && raw.len() > field.max_len {
+                return Err(MessageError::StringTooLong { field: id }.into());
+            }
+            let s = arena_str(arena, raw, escaped)?;
             if s.len() > field.max_len {
-                return Err(MessageError::StringTooLong { field: id });
+                return Err(MessageError::StringTooLong { field: id }.into());
             }
             Value::Str(s)
         }
-        _ => return Err(MessageError::WrongType { field: id }),
+        _ => return Err(wrong()),
     };
     Ok(Some(value))
+}
+
+/// The validated string contents `raw`, unescaped into the arena.
+fn arena_str<'a>(arena: &'a Bump, raw: &[u8], escaped: bool) -> Result<&'a str, Reject> {
+    let full = || Reject::Body(BodyError::ArenaFull);
+    let copy: &'a [u8] = if escaped {
+        let out = arena
+            .try_alloc_slice_fill_copy(raw.len(), 0u8)
+            .map_err(|_| full())?;
+        let n = scan::unescape_into(raw, out);
+        &out[..n]
+    } else {
+        arena.try_alloc_slice_copy(raw).map_err(|_| full())?
+    };
+    // The scanner checked the UTF-8 (and unescaping writes whole characters),
+    // so this cannot fail; it is checked rather than assumed.
+    std::str::from_utf8(copy).map_err(|e| {
+        Reject::Body(BodyError::InvalidJson {
+            at: e.valid_up_to(),
+            what: "invalid UTF-8",
+        })
+    })
 }
 
 fn reserve<T>(items: &mut BumpVec<'_, T>, additional: usize) -> Result<(), BodyError> {
@@ -424,27 +477,20 @@ fn reserve<T>(items: &mut BumpVec<'_, T>, additional: usize) -> Result<(), BodyE
         .map_err(|_| BodyError::ArenaFull)
 }
 
-/// Copy `src` into the arena followed by `INPUT_PADDING` spaces, as
-/// `fill_tape_padded` requires. (Filling first and copying over costs a
-/// memset of the body; it keeps this module free of `unsafe`.)
-fn copy_padded<'a>(arena: &'a Bump, src: &[u8]) -> Result<&'a mut [u8], BodyError> {
-    let total = src
-        .len()
-        .checked_add(INPUT_PADDING)
-        .ok_or(BodyError::ArenaFull)?;
-    let copy = arena
-        .try_alloc_slice_fill_copy(total, b' ')
-        .map_err(|_| BodyError::ArenaFull)?;
-    copy[..src.len()].copy_from_slice(src);
-    Ok(copy)
-}
-
-/// JSON whitespace only (or nothing): a blank NDJSON line.
-fn is_blank(line: &[u8]) -> bool {
-    line.iter()
-        .all(|&b| matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
-}
-
+/// LFs in `body`, eight bytes at a time (SWAR; the exact zero-byte test, so
+/// every flagged byte is an LF and the flags can be counted).
 fn count_newlines(body: &[u8]) -> usize {
-    body.iter().filter(|&&b| b == b'\n').count()
+    const LOWS: u64 = 0x7F7F_7F7F_7F7F_7F7F;
+    const LFS: u64 = 0x0A0A_0A0A_0A0A_0A0A;
+    let mut words = body.chunks_exact(8);
+    let mut n = 0;
+    for word in words.by_ref() {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(word);
+        let x = u64::from_le_bytes(bytes) ^ LFS;
+        // High bit set in each byte of x that is not zero.
+        let nonzero = ((x & LOWS) + LOWS) | x;
+        n += (!nonzero & !LOWS).count_ones() as usize;
+    }
+    n + words.remainder().iter().filter(|&&b| b == b'\n').count()
 }

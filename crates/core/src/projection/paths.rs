@@ -1,11 +1,9 @@
-//! The configured JSON pointers merged into one tree, and the tape walk that
-//! finds them in a message while stepping over everything else.
+//! The configured JSON pointers merged into one tree, and the walk that finds
+//! them in a message while the scanner validates and steps over everything
+//! else.
 
+use super::scan::{unescaped_eq, Fail, Found, Scanner};
 use crate::plan::Plan;
-use simd_json::Node;
-
-/// No member found for this tree node in the current message.
-pub(super) const ABSENT: usize = usize::MAX;
 
 /// Index of the tree node standing for the message object itself.
 const ROOT: usize = 0;
@@ -13,7 +11,7 @@ const ROOT: usize = 0;
 /// One member name on the way to a configured field (or the key member).
 #[derive(Debug)]
 struct PathNode {
-    /// Unescaped member name, compared with the unescaped names on the tape.
+    /// Unescaped member name, compared with the (unescaped) names in the body.
     name: Box<str>,
     /// Tree nodes for members of this member's value, when it is an object.
     children: Vec<usize>,
@@ -86,50 +84,63 @@ impl PathTree {
         self.fields.get(i).copied().flatten()
     }
 
-    /// Record in `slots[node]` the tape index of the value of every configured
-    /// member present in the object at `tape[object]`; other slots are left
-    /// [`ABSENT`]. `slots` must be all `ABSENT` on entry.
+    /// With the scanner at a message object's `{`: scan the whole object,
+    /// validating it, and record in `slots[node]` what each configured member
+    /// holds; other slots stay [`Found::Absent`]. `slots` must be all
+    /// `Absent` on entry.
     ///
-    /// Members not in the tree are stepped over by their node count, so cargo
-    /// costs one comparison per member name whatever its size or depth. A
-    /// member that appears twice is recorded twice, the last one winning, and
-    /// nested members are looked up only in the winning value.
-    pub(super) fn find(&self, tape: &[Node<'_>], object: usize, slots: &mut [usize]) {
-        self.find_in(tape, object, ROOT, slots);
+    /// Members not in the tree are validated and stepped over. A member that
+    /// appears twice is recorded twice, the last one winning: what an earlier
+    /// one recorded below it is cleared first, so nested members are found
+    /// only in the winning value.
+    pub(super) fn find(&self, scanner: &mut Scanner<'_>, slots: &mut [Found]) -> Result<(), Fail> {
+        self.find_in(scanner, ROOT, slots)
     }
 
-    fn find_in(&self, tape: &[Node<'_>], object: usize, node: usize, slots: &mut [usize]) {
+    fn find_in(&self, sc: &mut Scanner<'_>, node: usize, slots: &mut [Found]) -> Result<(), Fail> {
         let children = &self.nodes[node].children;
-        let Some(&Node::Object { len, .. }) = tape.get(object) else {
-            return;
-        };
-        let mut i = object + 1;
-        for _ in 0..len {
-            // The tape always holds a member name, then its value.
-            let Some(&Node::String(name)) = tape.get(i) else {
-                return;
-            };
-            let value = i + 1;
-            if let Some(&c) = children.iter().find(|&&c| *self.nodes[c].name == *name) {
-                slots[c] = value;
-            }
-            i = value + tape.get(value).map_or(1, span);
+        if !sc.object_start()? {
+            return Ok(());
         }
-        // Descend only after the whole object is read, so a duplicate member's
-        // last value is the one searched.
-        for &c in children {
-            if slots[c] != ABSENT && !self.nodes[c].children.is_empty() {
-                self.find_in(tape, slots[c], c, slots);
+        let buf = sc.buf();
+        loop {
+            let (start, end, escaped) = sc.member_name()?;
+            let name = &buf[start..end];
+            let hit = if escaped {
+                children
+                    .iter()
+                    .find(|&&c| unescaped_eq(name, self.nodes[c].name.as_bytes()))
+            } else {
+                children
+                    .iter()
+                    .find(|&&c| self.nodes[c].name.as_bytes() == name)
+            };
+            match hit {
+                Some(&c) => {
+                    if slots[c] != Found::Absent {
+                        self.clear_below(c, slots);
+                    }
+                    slots[c] = if !self.nodes[c].children.is_empty() && sc.skip_ws() == Some(b'{') {
+                        self.find_in(sc, c, slots)?;
+                        Found::Object
+                    } else {
+                        sc.value()?
+                    };
+                }
+                None => sc.skip()?,
+            }
+            if !sc.next_member()? {
+                return Ok(());
             }
         }
     }
-}
 
-/// Tape nodes taken by the value starting with `node` (itself included).
-#[inline]
-pub(super) fn span(node: &Node<'_>) -> usize {
-    match *node {
-        Node::Object { count, .. } | Node::Array { count, .. } => count + 1,
-        _ => 1,
+    /// Forget what an earlier duplicate of member `node` recorded below it.
+    #[cold]
+    fn clear_below(&self, node: usize, slots: &mut [Found]) {
+        for &c in &self.nodes[node].children {
+            slots[c] = Found::Absent;
+            self.clear_below(c, slots);
+        }
     }
 }

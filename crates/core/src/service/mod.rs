@@ -6,7 +6,7 @@
 //! server can do (wake the workers waiting on a box, render `/metrics`).
 //!
 //! One [`Service`] per worker: it owns the worker's arena (a parsed body lives
-//! there only while its request is answered), simd-json's working memory, the
+//! there only while its request is answered), the projector's slots, the
 //! pre-rendered heads and scratch buffers. All workers share one [`Node`]: the
 //! config, the box table and the ingest tokens.
 //!
@@ -225,7 +225,7 @@ impl Service {
         self.heads.refresh(now);
     }
 
-    /// Heap bytes of the service's scratch and simd-json's working memory (the
+    /// Heap bytes of the service's scratch and the projector's slots (the
     /// arena is counted on its own).
     pub fn working_bytes(&self) -> usize {
         self.key.capacity()

@@ -1,0 +1,893 @@
+//! A validating single-pass JSON scanner (RFC 8259, with serde_json's limits).
+//!
+//! The [`Scanner`] is a cursor over one document. It checks the whole grammar
+//! and the UTF-8 of every string as it goes, but materialises nothing: a
+//! string is reported as the byte range of its (still escaped) contents, a
+//! number as the range of its text. The projection decides which of those it
+//! needs and decodes only them (see [`unescape_into`], [`parse_i64`],
+//! [`parse_f64`]); everything else is stepped over once, validated, and
+//! forgotten.
+//!
+//! What is accepted is exactly what `serde_json::from_slice::<Value>` accepts
+//! (with its `float_roundtrip` rounding):
+//! - whitespace is space, tab, CR and LF only;
+//! - strings: no raw control characters (`< 0x20`), valid UTF-8, the escapes
+//!   `\" \\ \/ \b \f \n \r \t \uXXXX`, and `\u` escapes of surrogates only as
+//!   a high-low pair;
+//! - numbers: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?` whose value,
+//!   correctly rounded to f64, is finite (`1e400` is out of range; `1e-400` is
+//!   0; an integer past u64 is a valid number);
+//! - at most [`MAX_DEPTH`] arrays and objects nested (serde_json's recursion
+//!   limit of 128 refuses the 128th).
+//!
+//! Errors carry the byte offset in the document of the first problem.
+
+/// A problem at a byte offset of the scanned document.
+pub(super) type Fail = (usize, &'static str);
+
+/// Most arrays/objects open at once: serde_json refuses the 128th.
+pub const MAX_DEPTH: u32 = 127;
+
+pub(super) const UNEXPECTED: &str = "unexpected character";
+pub(super) const EOF: &str = "unexpected end of input";
+const BAD_NUMBER: &str = "invalid number";
+const OUT_OF_RANGE: &str = "number out of range";
+const BAD_ESCAPE: &str = "invalid escape in string";
+const BAD_UNICODE: &str = "invalid unicode escape in string";
+const BAD_UTF8: &str = "invalid UTF-8";
+
+/// What a scanned value was. Strings and numbers are byte ranges of the
+/// document; containers were validated and stepped over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Found {
+    /// Not in the message (a slot's initial state).
+    Absent,
+    Null,
+    Bool(bool),
+    /// The number's text; `int` when written without fraction or exponent.
+    Num {
+        start: usize,
+        end: usize,
+        int: bool,
+    },
+    /// The string's contents between the quotes, still escaped; `escaped`
+    /// when there is at least one `\`.
+    Str {
+        start: usize,
+        end: usize,
+        escaped: bool,
+    },
+    Object,
+    Array,
+}
+
+/// A cursor over one JSON document.
+pub(super) struct Scanner<'b> {
+    buf: &'b [u8],
+    pos: usize,
+    /// Arrays and objects open now.
+    depth: u32,
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+/// Bytes of `x` equal to zero, marked by their high bit. Only the lowest
+/// marked byte is exact (a borrow can mark bytes above it), which is all the
+/// string scan uses.
+#[inline(always)]
+fn zero_bytes(x: u64) -> u64 {
+    x.wrapping_sub(ONES) & !x & HIGHS
+}
+
+/// SWAR: the bytes of an 8-byte little-endian word that end the fast path of
+/// a string: `"`, `\`, a control character, or any non-ASCII byte.
+#[inline(always)]
+fn string_stops(x: u64) -> u64 {
+    let quote = zero_bytes(x ^ (ONES * u64::from(b'"')));
+    let backslash = zero_bytes(x ^ (ONES * u64::from(b'\\')));
+    let control = x.wrapping_sub(ONES * 0x20) & !x & HIGHS;
+    quote | backslash | control | (x & HIGHS)
+}
+
+impl<'b> Scanner<'b> {
+    pub(super) fn new(buf: &'b [u8]) -> Scanner<'b> {
+        Scanner {
+            buf,
+            pos: 0,
+            depth: 0,
+        }
+    }
+
+    /// The document being scanned.
+    pub(super) fn buf(&self) -> &'b [u8] {
+        self.buf
+    }
+
+    /// Step over whitespace; the next byte, if any.
+    #[inline(always)]
+    pub(super) fn skip_ws(&mut self) -> Option<u8> {
+        self.pos = ws(self.buf, self.pos);
+        self.buf.get(self.pos).copied()
+    }
+
+    /// After the top-level value: only whitespace may follow.
+    pub(super) fn finish(&mut self) -> Result<(), Fail> {
+        match self.skip_ws() {
+            None => Ok(()),
+            Some(_) => Err((self.pos, "trailing characters after the value")),
+        }
+    }
+
+    #[inline]
+    fn enter(&mut self) -> Result<(), Fail> {
+        if self.depth >= MAX_DEPTH {
+            return Err((self.pos, "nesting too deep"));
+        }
+        self.depth += 1;
+        Ok(())
+    }
+
+    /// At `{`: open the object. `Ok(true)` when it has a first member (the
+    /// cursor is then at its name's `"`), `Ok(false)` when it was `{}`.
+    #[inline]
+    pub(super) fn object_start(&mut self) -> Result<bool, Fail> {
+        self.enter()?;
+        self.pos += 1;
+        match self.skip_ws() {
+            Some(b'}') => {
+                self.pos += 1;
+                self.depth -= 1;
+                Ok(false)
+            }
+            Some(b'"') => Ok(true),
+            Some(_) => Err((self.pos, "expected a string member name")),
+            None => Err((self.pos, EOF)),
+        }
+    }
+
+    /// At a member name's `"`: read it and the `:` after it; the cursor is
+    /// left before the member's value.
+    #[inline]
+    pub(super) fn member_name(&mut self) -> Result<(usize, usize, bool), Fail> {
+        let name = self.string()?;
+        match self.skip_ws() {
+            Some(b':') => {
+                self.pos += 1;
+                Ok(name)
+            }
+            Some(_) => Err((self.pos, "expected ':'")),
+            None => Err((self.pos, EOF)),
+        }
+    }
+
+    /// After a member's value: `Ok(true)` at the next member's name,
+    /// `Ok(false)` when the object closed.
+    #[inline]
+    pub(super) fn next_member(&mut self) -> Result<bool, Fail> {
+        match self.skip_ws() {
+            Some(b',') => {
+                self.pos += 1;
+                match self.skip_ws() {
+                    Some(b'"') => Ok(true),
+                    Some(_) => Err((self.pos, "expected a string member name")),
+                    None => Err((self.pos, EOF)),
+                }
+            }
+            Some(b'}') => {
+                self.pos += 1;
+                self.depth -= 1;
+                Ok(false)
+            }
+            Some(_) => Err((self.pos, "expected ',' or '}'")),
+            None => Err((self.pos, EOF)),
+        }
+    }
+
+    /// At `[`: open the array. `Ok(true)` when it has a first element.
+    #[inline]
+    pub(super) fn array_start(&mut self) -> Result<bool, Fail> {
+        self.enter()?;
+        self.pos += 1;
+        match self.skip_ws() {
+            Some(b']') => {
+                self.pos += 1;
+                self.depth -= 1;
+                Ok(false)
+            }
+            Some(_) => Ok(true),
+            None => Err((self.pos, EOF)),
+        }
+    }
+
+    /// After an element: `Ok(true)` before the next one, `Ok(false)` when the
+    /// array closed.
+    #[inline]
+    pub(super) fn next_element(&mut self) -> Result<bool, Fail> {
+        match self.skip_ws() {
+            Some(b',') => {
+                self.pos += 1;
+                Ok(true)
+            }
+            Some(b']') => {
+                self.pos += 1;
+                self.depth -= 1;
+                Ok(false)
+            }
+            Some(_) => Err((self.pos, "expected ',' or ']'")),
+            None => Err((self.pos, EOF)),
+        }
+    }
+
+    /// Scan any value (after optional whitespace), validating all of it.
+    pub(super) fn value(&mut self) -> Result<Found, Fail> {
+        match self.skip_ws() {
+            Some(b'"') => {
+                let (start, end, escaped) = self.string()?;
+                Ok(Found::Str {
+                    start,
+                    end,
+                    escaped,
+                })
+            }
+            Some(b'{') => {
+                self.skip()?;
+                Ok(Found::Object)
+            }
+            Some(b'[') => {
+                self.skip()?;
+                Ok(Found::Array)
+            }
+            Some(b't') => self.literal(b"true", Found::Bool(true)),
+            Some(b'f') => self.literal(b"false", Found::Bool(false)),
+            Some(b'n') => self.literal(b"null", Found::Null),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            Some(_) => Err((self.pos, UNEXPECTED)),
+            None => Err((self.pos, EOF)),
+        }
+    }
+
+    /// Validate and step over one value (after optional whitespace), keeping
+    /// nothing: the cargo path. One loop over the bytes, containers tracked
+    /// on a bit stack (one bit per open container: object or array), so
+    /// nesting costs no recursion.
+    pub(super) fn skip(&mut self) -> Result<(), Fail> {
+        let buf = self.buf;
+        let mut i = self.pos;
+        let mut depth = self.depth;
+        // Bit k set: the container opened k levels up is an object.
+        let mut stack: u128 = 0;
+        let mut level: u32 = 0;
+        'value: loop {
+            i = ws(buf, i);
+            let Some(&c) = buf.get(i) else {
+                return Err((i, EOF));
+            };
+            match c {
+                b'"' => i = string_end(buf, i)?,
+                b'{' | b'[' => {
+                    if depth >= MAX_DEPTH {
+                        return Err((i, "nesting too deep"));
+                    }
+                    let object = c == b'{';
+                    i = ws(buf, i + 1);
+                    match (buf.get(i), object) {
+                        (Some(b'}'), true) | (Some(b']'), false) => i += 1,
+                        (Some(b'"'), true) => {
+                            depth += 1;
+                            level += 1;
+                            stack = stack << 1 | 1;
+                            i = name_end(buf, i)?;
+                            continue 'value;
+                        }
+                        (Some(_), true) => return Err((i, "expected a string member name")),
+                        (Some(_), false) => {
+                            depth += 1;
+                            level += 1;
+                            stack <<= 1;
+                            continue 'value;
+                        }
+                        (None, _) => return Err((i, EOF)),
+                    }
+                }
+                b't' => i = literal_end(buf, i, b"true")?,
+                b'f' => i = literal_end(buf, i, b"false")?,
+                b'n' => i = literal_end(buf, i, b"null")?,
+                b'-' | b'0'..=b'9' => i = number_end(buf, i)?.0,
+                _ => return Err((i, UNEXPECTED)),
+            }
+            // After a value: close containers until one goes on.
+            loop {
+                if level == 0 {
+                    self.pos = i;
+                    return Ok(());
+                }
+                i = ws(buf, i);
+                let object = stack & 1 != 0;
+                match (buf.get(i), object) {
+                    (Some(b','), true) => {
+                        i = ws(buf, i + 1);
+                        if buf.get(i) != Some(&b'"') {
+                            return Err((i, "expected a string member name"));
+                        }
+                        i = name_end(buf, i)?;
+                        continue 'value;
+                    }
+                    (Some(b','), false) => {
+                        i += 1;
+                        continue 'value;
+                    }
+                    (Some(b'}'), true) | (Some(b']'), false) => {
+                        i += 1;
+                        stack >>= 1;
+                        level -= 1;
+                        depth -= 1;
+                    }
+                    (None, _) => return Err((i, EOF)),
+                    (Some(_), true) => return Err((i, "expected ',' or '}'")),
+                    (Some(_), false) => return Err((i, "expected ',' or ']'")),
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn literal(&mut self, word: &[u8], found: Found) -> Result<Found, Fail> {
+        if self.buf.get(self.pos..self.pos + word.len()) == Some(word) {
+            self.pos += word.len();
+            Ok(found)
+        } else {
+            Err((self.pos, UNEXPECTED))
+        }
+    }
+
+    /// At a `"`: scan the string, validating escapes, control characters and
+    /// UTF-8. Returns its contents' range and whether it has escapes.
+    #[inline]
+    pub(super) fn string(&mut self) -> Result<(usize, usize, bool), Fail> {
+        let buf = self.buf;
+        let open = self.pos;
+        let mut i = open + 1;
+        while let Some(chunk) = buf.get(i..i + 8) {
+            let Ok(word) = <[u8; 8]>::try_from(chunk) else {
+                break;
+            };
+            let stops = string_stops(u64::from_le_bytes(word));
+            if stops != 0 {
+                i += (stops.trailing_zeros() / 8) as usize;
+                if buf.get(i) == Some(&b'"') {
+                    self.pos = i + 1;
+                    return Ok((open + 1, i, false));
+                }
+                break;
+            }
+            i += 8;
+        }
+        let (end, escaped) = string_rest(buf, open, i)?;
+        self.pos = end;
+        Ok((open + 1, end - 1, escaped))
+    }
+
+    /// At `-` or a digit: scan a number.
+    fn number(&mut self) -> Result<Found, Fail> {
+        let start = self.pos;
+        let (end, int) = number_end(self.buf, start)?;
+        self.pos = end;
+        Ok(Found::Num { start, end, int })
+    }
+}
+
+/// Step over whitespace from `i`.
+#[inline(always)]
+fn ws(buf: &[u8], mut i: usize) -> usize {
+    while let Some(&b) = buf.get(i) {
+        if b > b' ' || !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
+            break;
+        }
+        i += 1;
+    }
+    i
+}
+
+#[inline(always)]
+fn literal_end(buf: &[u8], i: usize, word: &[u8]) -> Result<usize, Fail> {
+    if buf.get(i..i + word.len()) == Some(word) {
+        Ok(i + word.len())
+    } else {
+        Err((i, UNEXPECTED))
+    }
+}
+
+/// At a member name's `"`: the offset after the name and its `:`.
+#[inline(always)]
+fn name_end(buf: &[u8], i: usize) -> Result<usize, Fail> {
+    let i = ws(buf, string_end(buf, i)?);
+    match buf.get(i) {
+        Some(b':') => Ok(i + 1),
+        Some(_) => Err((i, "expected ':'")),
+        None => Err((i, EOF)),
+    }
+}
+
+/// At a `"`: the offset after the string's closing quote, validating it.
+/// Plain ASCII is checked eight bytes at a time here; escapes and non-ASCII
+/// go to [`string_rest`].
+#[inline(always)]
+fn string_end(buf: &[u8], open: usize) -> Result<usize, Fail> {
+    let mut i = open + 1;
+    while let Some(chunk) = buf.get(i..i + 8) {
+        let Ok(word) = <[u8; 8]>::try_from(chunk) else {
+            break;
+        };
+        let stops = string_stops(u64::from_le_bytes(word));
+        if stops != 0 {
+            i += (stops.trailing_zeros() / 8) as usize;
+            if buf.get(i) == Some(&b'"') {
+                return Ok(i + 1);
+            }
+            break;
+        }
+        i += 8;
+    }
+    string_rest(buf, open, i).map(|(end, _)| end)
+}
+
+/// The string opened at `open`, from `i` on: the offset after its closing
+/// quote and whether it has escapes.
+#[inline(never)]
+fn string_rest(buf: &[u8], open: usize, mut i: usize) -> Result<(usize, bool), Fail> {
+    let mut escaped = false;
+    loop {
+        while let Some(chunk) = buf.get(i..i + 8) {
+            let Ok(word) = <[u8; 8]>::try_from(chunk) else {
+                break;
+            };
+            let stops = string_stops(u64::from_le_bytes(word));
+            if stops != 0 {
+                i += (stops.trailing_zeros() / 8) as usize;
+                break;
+            }
+            i += 8;
+        }
+        let Some(&b) = buf.get(i) else {
+            return Err((open, "unterminated string"));
+        };
+        match b {
+            b'"' => return Ok((i + 1, escaped)),
+            b'\\' => {
+                escaped = true;
+                i = escape(buf, i)?;
+            }
+            0x00..=0x1F => return Err((i, "control character in string")),
+            0x80..=0xFF => i = utf8(buf, i)?,
+            _ => i += 1,
+        }
+    }
+}
+
+/// At `-` or a digit: the offset after the number, and whether it is an
+/// integer (no fraction, no exponent).
+#[inline(always)]
+fn number_end(buf: &[u8], start: usize) -> Result<(usize, bool), Fail> {
+    let digit = |i: usize| matches!(buf.get(i), Some(b'0'..=b'9'));
+    let mut i = start;
+    if buf.get(i) == Some(&b'-') {
+        i += 1;
+    }
+    let int_start = i;
+    match buf.get(i) {
+        Some(b'0') => {
+            i += 1;
+            if digit(i) {
+                return Err((i, BAD_NUMBER));
+            }
+        }
+        Some(b'1'..=b'9') => {
+            i += 1;
+            while digit(i) {
+                i += 1;
+            }
+        }
+        _ => return Err((i, BAD_NUMBER)),
+    }
+    match buf.get(i) {
+        Some(b'.' | b'e' | b'E') => number_rest(buf, start, i, i - int_start),
+        _ if i - int_start > 308 => number_rest(buf, start, i, i - int_start),
+        _ => Ok((i, true)),
+    }
+}
+
+/// A number's fraction and exponent, from `i`, and its range.
+#[inline(never)]
+fn number_rest(
+    buf: &[u8],
+    start: usize,
+    mut i: usize,
+    int_digits: usize,
+) -> Result<(usize, bool), Fail> {
+    let digit = |i: usize| matches!(buf.get(i), Some(b'0'..=b'9'));
+    let mut int = true;
+    if buf.get(i) == Some(&b'.') {
+        i += 1;
+        if !digit(i) {
+            return Err((i, BAD_NUMBER));
+        }
+        while digit(i) {
+            i += 1;
+        }
+        int = false;
+    }
+    // An upper bound of the number's decimal magnitude: |value| <
+    // 10^magnitude.
+    let mut magnitude = int_digits as i64;
+    if let Some(b'e' | b'E') = buf.get(i) {
+        int = false;
+        i += 1;
+        let negative = match buf.get(i) {
+            Some(b'-') => {
+                i += 1;
+                true
+            }
+            Some(b'+') => {
+                i += 1;
+                false
+            }
+            _ => false,
+        };
+        if !digit(i) {
+            return Err((i, BAD_NUMBER));
+        }
+        let mut exp: i64 = 0;
+        while let Some(&d) = buf.get(i).filter(|d| d.is_ascii_digit()) {
+            exp = (exp * 10 + i64::from(d - b'0')).min(1 << 40);
+            i += 1;
+        }
+        if !negative {
+            magnitude += exp;
+        }
+    }
+    // Below 10^308 every number is finite; past it, round it to see.
+    if magnitude > 308 && !parse_f64(&buf[start..i]).is_finite() {
+        return Err((start, OUT_OF_RANGE));
+    }
+    Ok((i, int))
+}
+
+/// At `buf[i] == b'\\'`: check one escape; the offset after it.
+#[inline]
+fn escape(buf: &[u8], i: usize) -> Result<usize, Fail> {
+    match buf.get(i + 1) {
+        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => Ok(i + 2),
+        Some(b'u') => {
+            let unit = hex4(buf, i + 2).ok_or((i, BAD_UNICODE))?;
+            match unit {
+                0xD800..=0xDBFF => {
+                    // A high surrogate must be followed by an escaped low one.
+                    let low = (buf.get(i + 6) == Some(&b'\\') && buf.get(i + 7) == Some(&b'u'))
+                        .then(|| hex4(buf, i + 8))
+                        .flatten();
+                    if matches!(low, Some(0xDC00..=0xDFFF)) {
+                        Ok(i + 12)
+                    } else {
+                        Err((i, BAD_UNICODE))
+                    }
+                }
+                0xDC00..=0xDFFF => Err((i, BAD_UNICODE)),
+                _ => Ok(i + 6),
+            }
+        }
+        Some(_) => Err((i, BAD_ESCAPE)),
+        None => Err((i, EOF)),
+    }
+}
+
+fn hex4(buf: &[u8], at: usize) -> Option<u32> {
+    let digits = buf.get(at..at + 4)?;
+    digits.iter().try_fold(0u32, |acc, &d| {
+        let v = (d as char).to_digit(16)?;
+        Some(acc * 16 + v)
+    })
+}
+
+/// At a non-ASCII byte `buf[i]`: check one UTF-8 sequence (RFC 3629: no
+/// overlong forms, no surrogates, nothing past U+10FFFF); the offset after it.
+#[inline]
+fn utf8(buf: &[u8], i: usize) -> Result<usize, Fail> {
+    let cont =
+        |at: usize, lo: u8, hi: u8| matches!(buf.get(at), Some(&b) if (lo..=hi).contains(&b));
+    let ok = match buf[i] {
+        0xC2..=0xDF => cont(i + 1, 0x80, 0xBF).then_some(2),
+        0xE0 => (cont(i + 1, 0xA0, 0xBF) && cont(i + 2, 0x80, 0xBF)).then_some(3),
+        0xE1..=0xEC | 0xEE..=0xEF => {
+            (cont(i + 1, 0x80, 0xBF) && cont(i + 2, 0x80, 0xBF)).then_some(3)
+        }
+        0xED => (cont(i + 1, 0x80, 0x9F) && cont(i + 2, 0x80, 0xBF)).then_some(3),
+        0xF0 => (cont(i + 1, 0x90, 0xBF) && cont(i + 2, 0x80, 0xBF) && cont(i + 3, 0x80, 0xBF))
+            .then_some(4),
+        0xF1..=0xF3 => {
+            (cont(i + 1, 0x80, 0xBF) && cont(i + 2, 0x80, 0xBF) && cont(i + 3, 0x80, 0xBF))
+                .then_some(4)
+        }
+        0xF4 => (cont(i + 1, 0x80, 0x8F) && cont(i + 2, 0x80, 0xBF) && cont(i + 3, 0x80, 0xBF))
+            .then_some(4),
+        _ => None,
+    };
+    ok.map(|n| i + n).ok_or((i, BAD_UTF8))
+}
+
+/// One decoded unit of an escaped string: the UTF-8 bytes of an escape, or
+/// one raw byte. `raw` must have passed [`Scanner::string`].
+#[inline]
+fn next_unit<'r>(raw: &'r [u8], i: &mut usize, tmp: &'r mut [u8; 4]) -> &'r [u8] {
+    let at = *i;
+    if raw[at] != b'\\' {
+        *i += 1;
+        return &raw[at..at + 1];
+    }
+    let byte = match raw.get(at + 1) {
+        Some(b'b') => 0x08,
+        Some(b'f') => 0x0C,
+        Some(b'n') => b'\n',
+        Some(b'r') => b'\r',
+        Some(b't') => b'\t',
+        Some(b'u') => {
+            let unit = hex4(raw, at + 2).unwrap_or(0xFFFD);
+            let c = if (0xD800..=0xDBFF).contains(&unit) {
+                let low = hex4(raw, at + 8).unwrap_or(0xDC00);
+                *i += 12;
+                0x10000 + ((unit - 0xD800) << 10) + (low.wrapping_sub(0xDC00) & 0x3FF)
+            } else {
+                *i += 6;
+                unit
+            };
+            let c = char::from_u32(c).unwrap_or('\u{FFFD}');
+            return c.encode_utf8(tmp).as_bytes();
+        }
+        Some(&other) => other,
+        None => b'\\',
+    };
+    *i += 2;
+    tmp[0] = byte;
+    &tmp[..1]
+}
+
+/// Write the unescaped form of the validated string contents `raw` into
+/// `out` (at least `raw.len()` bytes: unescaping never grows a string); the
+/// number of bytes written.
+pub(super) fn unescape_into(raw: &[u8], out: &mut [u8]) -> usize {
+    let mut i = 0;
+    let mut n = 0;
+    let mut tmp = [0u8; 4];
+    while i < raw.len() {
+        // Copy the run up to the next escape in one go.
+        let run = raw[i..]
+            .iter()
+            .position(|&b| b == b'\\')
+            .unwrap_or(raw.len() - i);
+        if let (Some(dst), Some(src)) = (out.get_mut(n..n + run), raw.get(i..i + run)) {
+            dst.copy_from_slice(src);
+        }
+        n += run;
+        i += run;
+        if i < raw.len() {
+            let unit = next_unit(raw, &mut i, &mut tmp);
+            if let Some(dst) = out.get_mut(n..n + unit.len()) {
+                dst.copy_from_slice(unit);
+            }
+            n += unit.len();
+        }
+    }
+    n.min(out.len())
+}
+
+/// Whether the validated, escaped string contents `raw` unescape to `name`,
+/// without materialising them.
+pub(super) fn unescaped_eq(raw: &[u8], name: &[u8]) -> bool {
+    let mut i = 0;
+    let mut at = 0;
+    let mut tmp = [0u8; 4];
+    while i < raw.len() {
+        let unit = next_unit(raw, &mut i, &mut tmp);
+        if name.get(at..at + unit.len()) != Some(unit) {
+            return false;
+        }
+        at += unit.len();
+    }
+    at == name.len()
+}
+
+/// An integer's text (`-?[0-9]+`, validated) as i64; `None` past i64.
+#[inline]
+pub(super) fn parse_i64(text: &[u8]) -> Option<i64> {
+    let (negative, digits) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    // Accumulate negatively so that i64::MIN fits.
+    let mut n: i64 = 0;
+    for &d in digits {
+        n = n
+            .checked_mul(10)?
+            .checked_sub(i64::from(d.wrapping_sub(b'0')))?;
+    }
+    if negative {
+        Some(n)
+    } else {
+        n.checked_neg()
+    }
+}
+
+/// A validated number's text as the nearest f64 (correctly rounded).
+#[inline]
+pub(super) fn parse_f64(text: &[u8]) -> f64 {
+    // Validated number text is ASCII, so this cannot fail.
+    std::str::from_utf8(text)
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .unwrap_or(f64::NAN)
+}
+
+/// Validate `doc` as one JSON text: `Ok` for any valid JSON value.
+pub fn validate(doc: &[u8]) -> Result<(), (usize, &'static str)> {
+    let mut s = Scanner::new(doc);
+    if s.skip_ws().is_none() {
+        return Err((doc.len(), "no JSON value"));
+    }
+    s.value()?;
+    s.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(doc: &str) {
+        assert_eq!(validate(doc.as_bytes()), Ok(()), "{doc:?}");
+        assert!(
+            serde_json::from_str::<serde_json::Value>(doc).is_ok(),
+            "serde_json refuses {doc:?}"
+        );
+    }
+
+    fn bad(doc: &[u8]) -> (usize, &'static str) {
+        let got = validate(doc).expect_err(&String::from_utf8_lossy(doc));
+        assert!(
+            serde_json::from_slice::<serde_json::Value>(doc).is_err(),
+            "serde_json accepts {:?}",
+            String::from_utf8_lossy(doc)
+        );
+        got
+    }
+
+    #[test]
+    fn accepts_the_grammar() {
+        for doc in [
+            "0",
+            "-0",
+            "1.5e-3",
+            "1E+2",
+            "-0.0e0",
+            " true ",
+            "null",
+            "\"\"",
+            r#""a\"\\\/\b\f\n\r\t\u00e9\ud83d\ude00""#,
+            "\"\u{e9}\u{20ac}\u{10348}\"",
+            "[]",
+            "{}",
+            r#"{"a":[1,{"b":null}],"c":"d"}"#,
+            "18446744073709551616",
+            "1e-400",
+            "0e99999999999999999999",
+            "1.7976931348623157e308",
+            "123456789012345678901234567890",
+            "\t\r\n[ 1 , 2 ]\n",
+        ] {
+            ok(doc);
+        }
+    }
+
+    #[test]
+    fn refuses_with_the_offset() {
+        assert_eq!(bad(b"01"), (1, BAD_NUMBER));
+        assert_eq!(bad(b"-"), (1, BAD_NUMBER));
+        assert_eq!(bad(b"1."), (2, BAD_NUMBER));
+        assert_eq!(bad(b"1e"), (2, BAD_NUMBER));
+        assert_eq!(bad(b".5"), (0, UNEXPECTED));
+        assert_eq!(bad(b"1e400"), (0, OUT_OF_RANGE));
+        assert_eq!(bad(b"-1.8e308"), (0, OUT_OF_RANGE));
+        assert_eq!(bad(&[b'1'; 400]), (0, OUT_OF_RANGE));
+        assert_eq!(bad(b"[1,]"), (3, UNEXPECTED));
+        assert_eq!(bad(b"[1 2]"), (3, "expected ',' or ']'"));
+        assert_eq!(bad(b"{\"a\" 1}"), (5, "expected ':'"));
+        assert_eq!(bad(b"{\"a\":1,}"), (7, "expected a string member name"));
+        assert_eq!(bad(b"{1:1}"), (1, "expected a string member name"));
+        assert_eq!(bad(b"\"a\\x\""), (2, BAD_ESCAPE));
+        assert_eq!(bad(b"\"\\ud800\""), (1, BAD_UNICODE));
+        assert_eq!(bad(b"\"\\ud800\\u0041\""), (1, BAD_UNICODE));
+        assert_eq!(bad(b"\"\\udc00\""), (1, BAD_UNICODE));
+        assert_eq!(bad(b"\"\\u12\""), (1, BAD_UNICODE));
+        assert_eq!(bad(b"\"ab\x1f\""), (3, "control character in string"));
+        assert_eq!(bad(b"\"abcdefghij\x7f\xff\""), (12, BAD_UTF8));
+        assert_eq!(bad(b"\"\xed\xa0\x80\""), (1, BAD_UTF8)); // a surrogate
+        assert_eq!(bad(b"\"\xc0\xaf\""), (1, BAD_UTF8)); // overlong
+        assert_eq!(bad(b"\"\xf4\x90\x80\x80\""), (1, BAD_UTF8)); // past U+10FFFF
+        assert_eq!(bad(b"\"abc"), (0, "unterminated string"));
+        assert_eq!(bad(b"tru"), (0, UNEXPECTED));
+        assert_eq!(bad(b"[] x"), (3, "trailing characters after the value"));
+        assert_eq!(bad(b"\xef\xbb\xbf{}"), (0, UNEXPECTED)); // no BOM
+        assert_eq!(bad(b"\x0c1"), (0, UNEXPECTED)); // form feed is not whitespace
+        assert_eq!(bad(b"[").1, EOF);
+        assert_eq!(bad(b" ").1, "no JSON value");
+    }
+
+    #[test]
+    fn depth_limit_is_serde_jsons() {
+        let nest = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        ok(&nest(MAX_DEPTH as usize));
+        assert_eq!(
+            bad(nest(MAX_DEPTH as usize + 1).as_bytes()),
+            (MAX_DEPTH as usize, "nesting too deep")
+        );
+        let objects = |n: usize| format!("{}1{}", r#"{"a":"#.repeat(n), "}".repeat(n));
+        ok(&objects(MAX_DEPTH as usize));
+        bad(objects(MAX_DEPTH as usize + 1).as_bytes());
+    }
+
+    #[test]
+    fn swar_finds_the_first_stop() {
+        for at in 0..8 {
+            for stop in [b'"', b'\\', 0x00, 0x1F, 0x80, 0xFF] {
+                let mut w = [b'a'; 8];
+                w[at] = stop;
+                if at < 7 {
+                    w[7] = b'"'; // a later stop must not hide the first
+                }
+                let stops = string_stops(u64::from_le_bytes(w));
+                assert_eq!((stops.trailing_zeros() / 8) as usize, at, "{w:?}");
+            }
+        }
+        for plain in [b' ', b'!', b'#', b'[', b']', b'~', 0x7F, b'a'] {
+            assert_eq!(string_stops(u64::from_le_bytes([plain; 8])), 0);
+        }
+    }
+
+    #[test]
+    fn unescapes_and_compares() {
+        let raw = br#"a\"\\\/\b\f\n\r\t\u00e9\ud83d\ude00z"#;
+        let want = "a\"\\/\u{8}\u{c}\n\r\t\u{e9}\u{1f600}z";
+        let mut out = [0u8; 64];
+        let n = unescape_into(raw, &mut out);
+        assert_eq!(&out[..n], want.as_bytes());
+        assert!(unescaped_eq(raw, want.as_bytes()));
+        assert!(!unescaped_eq(raw, &want.as_bytes()[..want.len() - 1]));
+        assert!(!unescaped_eq(br"\u0041", b"AB"));
+        assert!(unescaped_eq(br"\u0041B", b"AB"));
+    }
+
+    #[test]
+    fn integers_at_the_edges() {
+        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(parse_i64(b"9223372036854775808"), None);
+        assert_eq!(parse_i64(b"-9223372036854775809"), None);
+        assert_eq!(parse_i64(b"-0"), Some(0));
+        assert_eq!(parse_i64(b"18446744073709551616"), None);
+    }
+
+    #[test]
+    fn floats_are_correctly_rounded() {
+        // Halfway and near-halfway cases that naive multiplication gets wrong.
+        for text in [
+            "9007199254740993",
+            "2.2250738585072011e-308",
+            "1.7976931348623158e308",
+            "0.1",
+            "4.9406564584124654e-324",
+        ] {
+            assert_eq!(
+                parse_f64(text.as_bytes()).to_bits(),
+                text.parse::<f64>().map(f64::to_bits).unwrap_or(0)
+            );
+        }
+    }
+}

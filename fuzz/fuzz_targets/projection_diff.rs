@@ -1,0 +1,670 @@
+//! Fuzz target `projection_diff`: the projection's validating scanner against
+//! serde_json, on arbitrary bytes and on JSON-like text built from the fuzz
+//! bytes.
+//!
+//! Input layout: byte 0 picks how the body is made:
+//! - even: the rest of the input is the body, as is;
+//! - odd: the rest drives a generator of JSON text that leans on the edges:
+//!   strings with every escape, surrogate pairs and lone surrogates, raw
+//!   UTF-8, control characters and invalid bytes; numbers at every edge of
+//!   i64, u64 and f64 (and malformed ones); nesting around serde_json's
+//!   recursion limit; member names from a small pool, escaped or not, so
+//!   duplicates and configured paths are frequent; stray whitespace and
+//!   single-byte corruptions.
+//!
+//! Properties, for each of three plans and for JSON, NDJSON and path-key
+//! projection:
+//! - `projection::validate` accepts exactly what `serde_json::from_slice::<
+//!   Value>` accepts (serde_json without `arbitrary_precision`, rounding as
+//!   with `float_roundtrip`: this crate turns `arbitrary_precision` on for
+//!   the number texts, so the out-of-range refusal it drops is put back by
+//!   parsing every number's text with `str::parse::<f64>`, which is correctly
+//!   rounded);
+//! - the projection agrees with a model built on serde_json plus a JSON
+//!   pointer lookup with the projection's rules (null is absent, pointers go
+//!   through objects only, the last duplicate wins): same verdict (invalid,
+//!   not an object/array, or a batch), same shape and number of messages,
+//!   same key and values (floats by their bits) or the same first error;
+//! - nothing panics; error offsets lie within the body.
+#![no_main]
+
+use std::sync::{Arc, OnceLock};
+
+use libfuzzer_sys::fuzz_target;
+use pollbox_core::config::{FieldType, Reduce};
+use pollbox_core::epoch::Epoch;
+use pollbox_core::plan::{FieldPlan, MessageError, Plan, Value};
+use pollbox_core::projection::{self, BodyError, BodyFormat, KeySource, Projector, Shape};
+use serde_json::Value as Json;
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
+    let generated;
+    let body: &[u8] = if mode & 1 == 0 {
+        rest
+    } else {
+        generated = Gen::new(rest).body();
+        &generated
+    };
+    check(body);
+});
+
+fn plans() -> &'static [Arc<Plan>] {
+    static PLANS: OnceLock<Vec<Arc<Plan>>> = OnceLock::new();
+    PLANS.get_or_init(|| {
+        let f = |name: &str, path: &[&str], ty, max_len| FieldPlan {
+            name: name.into(),
+            path: path.iter().map(|s| s.to_string()).collect(),
+            ty,
+            reduce: Reduce::Last,
+            max_len,
+        };
+        let plan = |key: &str, max_key: usize, fields| {
+            Arc::new(Plan {
+                key_field: key.into(),
+                max_key_bytes: max_key,
+                max_payload_bytes: 256,
+                max_boxes: 1000,
+                ttl_s: 0,
+                fields,
+            })
+        };
+        vec![
+            Arc::new(Plan::default_plan()),
+            plan(
+                "k",
+                8,
+                vec![
+                    f("f", &["value"], FieldType::F64, 0),
+                    f("i", &["a", "b"], FieldType::I64, 0),
+                    f("s", &["a", "c"], FieldType::Str, 4),
+                    f("t", &["b"], FieldType::Bool, 0),
+                ],
+            ),
+            plan(
+                "a/b",
+                128,
+                vec![
+                    f("x", &["a/b"], FieldType::F64, 0),
+                    f("y", &["key", "value"], FieldType::Str, 64),
+                    f("z", &["value"], FieldType::I64, 0),
+                    f("w", &["\u{e9}", "a"], FieldType::Str, 2),
+                ],
+            ),
+        ]
+    })
+}
+
+fn check(body: &[u8]) {
+    let show = || String::from_utf8_lossy(body).into_owned();
+    // Validity of the whole text, whatever its top-level value.
+    let serde_ok = matches!(parse(body), Parsed::Doc(_));
+    let ours = projection::validate(body);
+    assert_eq!(
+        ours.is_ok(),
+        serde_ok,
+        "validate says {ours:?}, serde_json says {serde_ok} for {:?}",
+        show()
+    );
+    if let Err(BodyError::InvalidJson { at, .. }) = ours {
+        assert!(at <= body.len());
+    }
+    let mut epoch = Epoch::new(1 << 16, 16 << 20);
+    for plan in plans() {
+        let mut projector = Projector::new(plan.clone());
+        for (format, keys) in [
+            (BodyFormat::Json, KeySource::Body),
+            (BodyFormat::Ndjson, KeySource::Body),
+            (BodyFormat::Json, KeySource::Path),
+        ] {
+            {
+                let got = projector.project(epoch.arena(), body, format, keys);
+                let expected = model_body(plan, body, format, keys);
+                compare(body, &got, &expected, (format, keys));
+            }
+            epoch.reset();
+        }
+    }
+}
+
+// ---- the model: serde_json and a pointer lookup ----
+
+#[derive(Debug, Clone, PartialEq)]
+enum MVal {
+    I64(i64),
+    F64(f64),
+    Bool(bool),
+    Str(String),
+}
+
+type ModelMessage = Result<(Option<String>, Vec<Option<MVal>>), MessageError>;
+
+#[derive(Debug)]
+enum ModelBody {
+    Invalid,
+    NotObjectOrArray,
+    Ok {
+        shape: Shape,
+        items: Vec<ModelMessage>,
+    },
+}
+
+enum Parsed {
+    Doc(Json),
+    Invalid,
+}
+
+/// serde_json's verdict as without `arbitrary_precision`: numbers whose
+/// nearest f64 is infinite are refused.
+fn parse(doc: &[u8]) -> Parsed {
+    match serde_json::from_slice::<Json>(doc) {
+        Ok(_) if has_out_of_range_number(doc) => Parsed::Invalid,
+        Ok(v) => Parsed::Doc(v),
+        Err(_) => Parsed::Invalid,
+    }
+}
+
+/// In a valid JSON text, whether some number's nearest f64 is infinite. Scans
+/// the text: a duplicate member's earlier value is gone from the parsed value
+/// but must still be valid.
+fn has_out_of_range_number(doc: &[u8]) -> bool {
+    let mut i = 0;
+    while i < doc.len() {
+        match doc[i] {
+            b'"' => {
+                i += 1;
+                while i < doc.len() && doc[i] != b'"' {
+                    i += if doc[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                while i < doc.len()
+                    && matches!(doc[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                {
+                    i += 1;
+                }
+                let text = std::str::from_utf8(&doc[start..i]).unwrap_or("x");
+                if !text.parse::<f64>().is_ok_and(f64::is_finite) {
+                    return true;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    false
+}
+
+fn is_integer_text(text: &str) -> bool {
+    !text.bytes().any(|b| matches!(b, b'.' | b'e' | b'E'))
+}
+
+fn model_body(plan: &Plan, body: &[u8], format: BodyFormat, keys: KeySource) -> ModelBody {
+    if format == BodyFormat::Ndjson && keys == KeySource::Body {
+        let mut items = Vec::new();
+        for line in body.split(|&b| b == b'\n') {
+            if line.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r')) {
+                continue;
+            }
+            match parse(line) {
+                Parsed::Invalid => return ModelBody::Invalid,
+                Parsed::Doc(Json::Object(o)) => items.push(model_message(plan, &o, keys)),
+                Parsed::Doc(_) => items.push(Err(MessageError::NotAnObject)),
+            }
+        }
+        if items.is_empty() {
+            return ModelBody::Invalid;
+        }
+        return ModelBody::Ok {
+            shape: Shape::Ndjson,
+            items,
+        };
+    }
+    match parse(body) {
+        Parsed::Invalid => ModelBody::Invalid,
+        Parsed::Doc(Json::Object(o)) => ModelBody::Ok {
+            shape: Shape::Object,
+            items: vec![model_message(plan, &o, keys)],
+        },
+        Parsed::Doc(Json::Array(a)) if keys == KeySource::Body => ModelBody::Ok {
+            shape: Shape::Array,
+            items: a
+                .iter()
+                .map(|e| match e {
+                    Json::Object(o) => model_message(plan, o, keys),
+                    _ => Err(MessageError::NotAnObject),
+                })
+                .collect(),
+        },
+        Parsed::Doc(_) => ModelBody::NotObjectOrArray,
+    }
+}
+
+type Object = serde_json::Map<String, Json>;
+
+/// The key first, then the fields in plan order; the first problem rejects
+/// the message; `null` and a pointer through a non-object are absent;
+/// serde_json's map keeps the last duplicate.
+fn model_message(plan: &Plan, o: &Object, keys: KeySource) -> ModelMessage {
+    let key = match keys {
+        KeySource::Path => None,
+        KeySource::Body => match o.get(&plan.key_field) {
+            None => return Err(MessageError::MissingKey),
+            Some(Json::String(s)) if s.is_empty() => return Err(MessageError::EmptyKey),
+            Some(Json::String(s)) if s.len() > plan.max_key_bytes => {
+                return Err(MessageError::KeyTooLong)
+            }
+            Some(Json::String(s)) => Some(s.clone()),
+            Some(_) => return Err(MessageError::KeyNotString),
+        },
+    };
+    let mut values = Vec::with_capacity(plan.fields.len());
+    for (i, f) in plan.fields.iter().enumerate() {
+        let field = u16::try_from(i).unwrap_or(u16::MAX);
+        if f.path.is_empty() {
+            values.push(None);
+            continue;
+        }
+        let mut at = Some(o);
+        let mut found = None;
+        for (depth, token) in f.path.iter().enumerate() {
+            let Some(obj) = at else { break };
+            match obj.get(token) {
+                Some(v) if depth + 1 == f.path.len() => found = Some(v),
+                Some(Json::Object(inner)) => at = Some(inner),
+                _ => at = None,
+            }
+        }
+        let value = match (f.ty, found) {
+            (_, None | Some(Json::Null)) => None,
+            (FieldType::I64, Some(Json::Number(n))) => {
+                let text = n.to_string();
+                match text.parse::<i64>() {
+                    Ok(v) if is_integer_text(&text) => Some(MVal::I64(v)),
+                    _ => return Err(MessageError::WrongType { field }),
+                }
+            }
+            (FieldType::F64, Some(Json::Number(n))) => {
+                let text = n.to_string();
+                let v = match text.parse::<i64>() {
+                    Ok(v) if is_integer_text(&text) => v as f64,
+                    _ => text
+                        .parse::<f64>()
+                        .map_err(|_| MessageError::WrongType { field })?,
+                };
+                Some(MVal::F64(v))
+            }
+            (FieldType::Bool, Some(Json::Bool(b))) => Some(MVal::Bool(*b)),
+            (FieldType::Str, Some(Json::String(s))) if s.len() > f.max_len => {
+                return Err(MessageError::StringTooLong { field })
+            }
+            (FieldType::Str, Some(Json::String(s))) => Some(MVal::Str(s.clone())),
+            _ => return Err(MessageError::WrongType { field }),
+        };
+        values.push(value);
+    }
+    Ok((key, values))
+}
+
+fn to_model(v: &Option<Value<'_>>) -> Option<MVal> {
+    v.map(|v| match v {
+        Value::I64(n) => MVal::I64(n),
+        Value::F64(x) => MVal::F64(x),
+        Value::Bool(b) => MVal::Bool(b),
+        Value::Str(s) => MVal::Str(s.to_owned()),
+    })
+}
+
+/// Floats compare by bits: `-0.0` and `0.0` differ.
+fn same_values(a: &[Option<MVal>], b: &[Option<MVal>]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| match (x, y) {
+            (Some(MVal::F64(x)), Some(MVal::F64(y))) => x.to_bits() == y.to_bits(),
+            _ => x == y,
+        })
+}
+
+fn compare(
+    body: &[u8],
+    got: &Result<projection::Batch<'_>, BodyError>,
+    expected: &ModelBody,
+    how: (BodyFormat, KeySource),
+) {
+    let show = || String::from_utf8_lossy(body).into_owned();
+    match (got, expected) {
+        (Err(BodyError::InvalidJson { at, .. }), ModelBody::Invalid) => {
+            assert!(*at <= body.len(), "error offset {at} past the body");
+        }
+        (Err(BodyError::NotObjectOrArray), ModelBody::NotObjectOrArray) => {}
+        (Ok(batch), ModelBody::Ok { shape, items }) => {
+            assert_eq!(batch.shape, *shape, "{how:?} {:?}", show());
+            assert_eq!(batch.items.len(), items.len(), "{how:?} {:?}", show());
+            for (i, (g, m)) in batch.items.iter().zip(items).enumerate() {
+                match (g, m) {
+                    (Ok(msg), Ok((key, values))) => {
+                        if let Some(key) = key {
+                            assert_eq!(msg.key, key, "{how:?} item {i} of {:?}", show());
+                        }
+                        let got_values: Vec<_> = msg.values.iter().map(to_model).collect();
+                        assert!(
+                            same_values(&got_values, values),
+                            "{how:?} item {i} of {:?}: projection {got_values:?}, model {values:?}",
+                            show()
+                        );
+                    }
+                    (Err(g), Err(m)) => assert_eq!(g, m, "{how:?} item {i} of {:?}", show()),
+                    _ => panic!(
+                        "{how:?} item {i} of {:?}: projection {g:?}, model {m:?}",
+                        show()
+                    ),
+                }
+            }
+        }
+        _ => panic!(
+            "{how:?}: projection says {:?}, serde_json model says {expected:?} for {:?}",
+            got.as_ref().map(|b| b.shape),
+            show()
+        ),
+    }
+}
+
+// ---- the generator ----
+
+/// Member names as they appear in the text: plain, escaped, and the names
+/// the plans look for.
+const NAMES: [&str; 16] = [
+    r#""key""#,
+    r#""k""#,
+    r#""value""#,
+    r#""player""#,
+    r#""a""#,
+    r#""b""#,
+    r#""c""#,
+    r#""a/b""#,
+    r#""a\/b""#,
+    r#""k\u0065y""#,
+    r#""\u0076alue""#,
+    r#""\u00e9""#,
+    "\"\u{e9}\"",
+    r#""pl\u0061yer""#,
+    r#""""#,
+    r#""\ud83d\ude00""#,
+];
+
+const NUMBERS: [&str; 40] = [
+    "0",
+    "-0",
+    "1",
+    "-1",
+    "5",
+    "9223372036854775807",
+    "9223372036854775808",
+    "-9223372036854775808",
+    "-9223372036854775809",
+    "18446744073709551615",
+    "18446744073709551616",
+    "-18446744073709551616",
+    "123456789012345678901234567890",
+    "1e308",
+    "1.7976931348623157e308",
+    "1.7976931348623158e308",
+    "1.7976931348623159e308",
+    "-1.7976931348623159e308",
+    "1e309",
+    "2.2250738585072014e-308",
+    "2.2250738585072011e-308",
+    "4.9406564584124654e-324",
+    "2.4703282292062327e-324",
+    "2.4703282292062328e-324",
+    "1e-400",
+    "0e999999999999999999",
+    "1e-999999999999999999",
+    "0.1",
+    "1.5",
+    "5.0",
+    "-0.0",
+    "1e3",
+    "-1E+2",
+    "9007199254740993",
+    "0.30000000000000004",
+    "01",
+    "1.",
+    "-",
+    "1e",
+    ".5",
+];
+
+const STRING_PIECES: [&str; 24] = [
+    "a",
+    "box-42",
+    "p-7",
+    "\\n",
+    "\\\"",
+    "\\\\",
+    "\\/",
+    "\\b\\f\\r\\t",
+    "\\u0041",
+    "\\u00e9",
+    "\\u20ac",
+    "\\ud83d\\ude00",
+    "\\uD834\\uDD1E",
+    "\\ud800",
+    "\\udc00",
+    "\\ud800\\u0041",
+    "\\u12",
+    "\\x",
+    "\u{e9}",
+    "\u{20ac}",
+    "\u{1f600}",
+    "\u{7f}",
+    "\t",
+    "0123456789abcdef",
+];
+
+struct Gen<'a> {
+    data: &'a [u8],
+    at: usize,
+    out: Vec<u8>,
+}
+
+impl<'a> Gen<'a> {
+    fn new(data: &'a [u8]) -> Gen<'a> {
+        Gen {
+            data,
+            at: 0,
+            out: Vec::new(),
+        }
+    }
+
+    fn byte(&mut self) -> u8 {
+        let b = self.data.get(self.at).copied().unwrap_or(0);
+        self.at += 1;
+        b
+    }
+
+    fn done(&self) -> bool {
+        self.at >= self.data.len()
+    }
+
+    fn body(mut self) -> Vec<u8> {
+        let top = self.byte();
+        match top % 4 {
+            // NDJSON-ish: several lines.
+            0 => {
+                let lines = 1 + self.byte() % 4;
+                for _ in 0..lines {
+                    self.value(0);
+                    if self.byte() % 4 == 0 {
+                        self.out.push(b'\r');
+                    }
+                    self.out.push(b'\n');
+                }
+            }
+            // A batch array of objects.
+            1 => {
+                self.out.push(b'[');
+                let n = self.byte() % 4;
+                for i in 0..n {
+                    if i > 0 {
+                        self.out.push(b',');
+                    }
+                    self.object(1);
+                }
+                self.out.push(b']');
+            }
+            // Deep nesting around the recursion limit.
+            2 => {
+                let depth = 120 + usize::from(self.byte() % 16);
+                let array = self.byte() % 2 == 0;
+                for _ in 0..depth {
+                    self.out
+                        .extend_from_slice(if array { b"[" } else { b"{\"a\":" });
+                }
+                self.value(depth);
+                for _ in 0..depth {
+                    self.out.push(if array { b']' } else { b'}' });
+                }
+            }
+            _ => self.object(0),
+        }
+        // One corruption now and then: change, drop or insert a byte.
+        let how = self.byte();
+        if how % 4 == 0 && !self.out.is_empty() {
+            let pos = usize::from(self.byte()) * 7 % self.out.len();
+            let b = self.byte();
+            match how / 4 % 3 {
+                0 => self.out[pos] = b,
+                1 => {
+                    self.out.remove(pos);
+                }
+                _ => self.out.insert(pos, b),
+            }
+        }
+        self.out
+    }
+
+    fn ws(&mut self) {
+        if self.byte() % 8 == 0 {
+            let w = [b' ', b'\t', b'\n', b'\r', 0x0c, b' ', b' ', 0xa0];
+            let pick = usize::from(self.byte() % 8);
+            self.out.push(w[pick]);
+        }
+    }
+
+    fn object(&mut self, depth: usize) {
+        self.out.push(b'{');
+        let n = self.byte() % 6;
+        for i in 0..n {
+            if i > 0 {
+                self.out.push(b',');
+            }
+            self.ws();
+            let b = self.byte();
+            if b == 255 {
+                self.string();
+            } else {
+                self.out
+                    .extend_from_slice(NAMES[usize::from(b) % NAMES.len()].as_bytes());
+            }
+            self.ws();
+            self.out.push(b':');
+            self.value(depth + 1);
+        }
+        self.ws();
+        self.out.push(b'}');
+    }
+
+    fn value(&mut self, depth: usize) {
+        self.ws();
+        let kind = if self.done() || depth > 140 {
+            6
+        } else {
+            self.byte() % 10
+        };
+        match kind {
+            0 | 1 => self.object(depth),
+            2 => {
+                self.out.push(b'[');
+                let n = self.byte() % 4;
+                for i in 0..n {
+                    if i > 0 {
+                        self.out.push(b',');
+                    }
+                    self.value(depth + 1);
+                }
+                self.out.push(b']');
+            }
+            3 | 4 => self.string(),
+            5 => self.number(),
+            6 => {
+                let n = NUMBERS[usize::from(self.byte()) % NUMBERS.len()];
+                self.out.extend_from_slice(n.as_bytes());
+            }
+            _ => {
+                let lits = ["true", "false", "null", "tru", "nul", "True"];
+                let l = lits[usize::from(self.byte()) % lits.len()];
+                self.out.extend_from_slice(l.as_bytes());
+            }
+        }
+        self.ws();
+    }
+
+    /// A number from parts: sign, integer digits, fraction, exponent.
+    fn number(&mut self) {
+        let shape = self.byte();
+        if shape & 1 != 0 {
+            self.out.push(b'-');
+        }
+        let digits = 1 + usize::from(self.byte() % 24);
+        for i in 0..digits {
+            let d = self.byte() % 10;
+            self.out.push(if i == 0 && digits > 1 { b'1' + d % 9 } else { b'0' + d });
+        }
+        if shape & 2 != 0 {
+            self.out.push(b'.');
+            for _ in 0..1 + self.byte() % 20 {
+                let d = self.byte() % 10;
+                self.out.push(b'0' + d);
+            }
+        }
+        if shape & 4 != 0 {
+            self.out.push(if shape & 8 != 0 { b'e' } else { b'E' });
+            match shape >> 4 & 3 {
+                0 => self.out.push(b'-'),
+                1 => self.out.push(b'+'),
+                _ => {}
+            }
+            let e = u32::from(self.byte()) * u32::from(self.byte() % 4 + 1);
+            self.out.extend_from_slice(e.to_string().as_bytes());
+        }
+    }
+
+    fn string(&mut self) {
+        self.out.push(b'"');
+        let n = self.byte() % 6;
+        for _ in 0..n {
+            let b = self.byte();
+            match b {
+                0..=239 => {
+                    let p = STRING_PIECES[usize::from(b) % STRING_PIECES.len()];
+                    self.out.extend_from_slice(p.as_bytes());
+                }
+                240..=247 => {
+                    let u = u16::from_le_bytes([self.byte(), self.byte()]);
+                    self.out
+                        .extend_from_slice(format!("\\u{u:04x}").as_bytes());
+                }
+                // Raw bytes: control characters, stray continuation and
+                // lead bytes, 0xFF.
+                _ => {
+                    let raw = [0x00, 0x1f, 0x80, 0xc3, 0xed, 0xf4, 0xff, b'"'];
+                    self.out.push(raw[usize::from(b - 248)]);
+                }
+            }
+        }
+        self.out.push(b'"');
+    }
+}
