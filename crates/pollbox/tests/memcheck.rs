@@ -118,6 +118,11 @@ fn expired_boxes_give_their_memory_back_as_memcheck_shows() {
         }
         assert!(String::from_utf8_lossy(&got).contains("\"accepted\":100"));
     }
+    // jemalloc's figures are refreshed at most every 200 ms
+    // (`alloc_stats::MIN_EPOCH_INTERVAL`): a scrape sooner after the last one
+    // reads the previous figures.
+    let fresh = std::time::Duration::from_millis(300);
+    std::thread::sleep(fresh);
     let text = scrape();
     let full = memory(&text);
     let full_boxes = boxes(&text);
@@ -127,6 +132,7 @@ fn expired_boxes_give_their_memory_back_as_memcheck_shows() {
         assert!(std::time::Instant::now() < give_up, "boxes never expired");
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+    std::thread::sleep(fresh);
     let text = scrape();
     let after = memory(&text);
     let table_after = memcheck_table(&url);
