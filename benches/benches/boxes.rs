@@ -79,6 +79,29 @@ fn render(c: &mut Criterion) {
     });
 }
 
+/// The keyed hash of a box key: std's SipHash-1-3 (`RandomState`, what the
+/// table used before issue 15) against foldhash (quality, what it uses now;
+/// fast, for reference). All three randomly seeded.
+fn hash(c: &mut Criterion) {
+    use std::hash::BuildHasher;
+    let sip = std::collections::hash_map::RandomState::new();
+    let quality = foldhash::quality::RandomState::default();
+    let fast = foldhash::fast::RandomState::default();
+    let mut group = c.benchmark_group("hash");
+    for key in ["box-42", "device-0123456789abcdef"] {
+        group.bench_function(format!("siphash13/{}B", key.len()), |b| {
+            b.iter(|| sip.hash_one(black_box(key.as_bytes())))
+        });
+        group.bench_function(format!("foldhash_quality/{}B", key.len()), |b| {
+            b.iter(|| quality.hash_one(black_box(key.as_bytes())))
+        });
+        group.bench_function(format!("foldhash_fast/{}B", key.len()), |b| {
+            b.iter(|| fast.hash_one(black_box(key.as_bytes())))
+        });
+    }
+    group.finish();
+}
+
 fn poll(c: &mut Criterion) {
     let keys = keys();
     let (table, map) = tables(&keys);
@@ -171,6 +194,6 @@ criterion_group! {
     config = Criterion::default()
         .measurement_time(Duration::from_secs(3))
         .warm_up_time(Duration::from_secs(1));
-    targets = render, poll, apply
+    targets = render, hash, poll, apply
 }
 criterion_main!(benches);
