@@ -94,6 +94,12 @@ pub(crate) fn writer_loop(shared: Arc<Shared>, stop: Arc<(Mutex<bool>, Condvar)>
         return;
     };
     loop {
+        // A stop set before this thread first took the lock (a server stopped
+        // right after it started, this thread being at nice 19) was notified
+        // to no one: waiting now would wait a whole interval.
+        if *stopped {
+            return;
+        }
         let (guard, _) = match cv.wait_timeout(stopped, every) {
             Ok(r) => r,
             Err(_) => return,
