@@ -419,14 +419,14 @@ fn look(slot: &Slot, key: &[u8], mut out: Option<&mut Vec<u8>>) -> Option<Seen> 
         let head = slot.head();
         let key_len = record::key_len(&head);
         let mark = out.as_ref().map_or(0, |o| o.len());
-        let seen = if key_len != key.len() || !slot.eq_at(record::HEADER, key) {
+        let seen = if key_len != key.len() || !slot.eq_padded(record::HEADER, key) {
             None
         } else {
             match out.as_deref_mut() {
                 None => Some(Seen::At(record::version(&head))),
                 Some(_) if !record::rendered(&head) => Some(Seen::Unrendered),
                 Some(o) => slot
-                    .copy_to(record::HEADER + key_len, record::payload_len(&head), o)
+                    .copy_to(record::payload_at(key_len), record::payload_len(&head), o)
                     .then(|| Seen::At(record::version(&head))),
             }
         };
@@ -866,7 +866,7 @@ impl BoxTable {
         let state = plan.max_payload_bytes + 16 * plan.fields.len();
         let key = plan.max_key_bytes.min(record::MAX_KEY);
         image.reserve(size_class(
-            record::HEADER + key + plan.max_payload_bytes + state,
+            record::payload_at(key) + plan.max_payload_bytes + state,
         ));
     }
 
@@ -1106,7 +1106,7 @@ impl BoxTable {
         self.reserve_box()?;
         if let Some(out) = out.as_deref_mut() {
             // Rendered into the record, which no one else sees yet.
-            slot.copy_to(record::HEADER + key.len(), len, out);
+            slot.copy_to(record::payload_at(key.len()), len, out);
         }
         self.insert(shard, &mut table, hash, slot, expires);
         Ok(version)

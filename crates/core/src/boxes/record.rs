@@ -1,7 +1,10 @@
 //! A box's record: header, key, payload, encoded state, unused slack, in one
-//! allocation (the layout is in the [module doc](super)).
+//! allocation (the layout is in the [module doc](super)). The key starts at
+//! byte 16 and is padded with zeros to a whole word, so the payload starts on
+//! a word too: a reader compares the key and copies the payload a word at a
+//! time (`slot.rs`).
 
-pub(super) const HEADER: usize = 14;
+pub(super) const HEADER: usize = 16;
 /// Set in the stored payload length while the payload is not rendered yet
 /// (lazy rendering: an update stores the state and the length its payload
 /// will have; the first read renders it).
@@ -41,19 +44,31 @@ pub(super) fn key(r: &[u8]) -> &[u8] {
     r.get(HEADER..HEADER + key_len(r)).unwrap_or(&[])
 }
 
+/// Where the payload of a record with a key of `key_len` bytes starts: past
+/// the key's whole words.
+#[inline]
+pub(super) fn payload_at(key_len: usize) -> usize {
+    HEADER + key_len.next_multiple_of(8)
+}
+
+/// Where the payload of `r` starts.
+pub(super) fn payload_start(r: &[u8]) -> usize {
+    payload_at(key_len(r))
+}
+
 pub(super) fn payload(r: &[u8]) -> &[u8] {
-    let start = HEADER + key_len(r);
+    let start = payload_start(r);
     r.get(start..start + payload_len(r)).unwrap_or(&[])
 }
 
 /// The encoded state and the slack after it (the state decoder reads one
 /// entry per field and never looks further).
 pub(super) fn state(r: &[u8]) -> &[u8] {
-    r.get(HEADER + key_len(r) + payload_len(r)..).unwrap_or(&[])
+    r.get(payload_start(r) + payload_len(r)..).unwrap_or(&[])
 }
 
 pub(super) fn size(key: &str, state: &[u8], payload_len: usize) -> usize {
-    HEADER + key.len() + payload_len + state.len()
+    payload_at(key.len()) + payload_len + state.len()
 }
 
 /// The payload of a record, rendered or to be rendered.
@@ -71,11 +86,6 @@ impl Payload<'_> {
             Payload::Later(n) => n,
         }
     }
-}
-
-/// Where the payload of `r` starts.
-pub(super) fn payload_start(r: &[u8]) -> usize {
-    HEADER + key_len(r)
 }
 
 /// Fill in the payload of a record whose payload was left for later (its
@@ -115,11 +125,14 @@ pub(super) fn write(
         Payload::Later(_) => p as u32 | STALE,
     };
     r[10..14].copy_from_slice(&stored.to_le_bytes());
-    let body = &mut r[HEADER..];
-    body[..k].copy_from_slice(key.as_bytes());
+    r[14..16].fill(0);
+    let at = payload_at(k);
+    // The key's last word is padded with zeros: readers compare whole words.
+    r[HEADER..at].fill(0);
+    r[HEADER..HEADER + k].copy_from_slice(key.as_bytes());
     if let Payload::Rendered(bytes) = payload {
-        body[k..k + p].copy_from_slice(bytes);
+        r[at..at + p].copy_from_slice(bytes);
     }
-    body[k + p..k + p + state.len()].copy_from_slice(state);
-    HEADER + k + p + state.len()
+    r[at + p..at + p + state.len()].copy_from_slice(state);
+    at + p + state.len()
 }
