@@ -18,9 +18,10 @@ args=(--warm-up-time 1 --measurement-time 3)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 git archive "$base" | tar -x -C "$tmp"
+tree="$(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty')"
 {
   echo "# $(date -u +%FT%TZ) $(nproc) CPUs, load: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "# base $base (git archive), then this tree $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty')"
+  echo "# base $base (git archive), then this tree $tree"
   echo "## base $base"
   (cd "$tmp" && CARGO_TARGET_DIR="$root/target" cargo bench -q -p pollbox-benches --bench boxes -- "${args[@]}" 2>&1)
   echo "## this tree"

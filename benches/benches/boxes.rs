@@ -17,7 +17,8 @@
 //!   lazy rendering (render on the first poll of a version) against rendering
 //!   every update (issue 15, goal 3);
 //! - `hot_box_contended`: two threads polling one box while a third updates
-//!   it without pause, wall time per poll per polling thread. `seqlock_*` is
+//!   it without pause (and `1_poller/`: one thread polling), wall time per
+//!   poll per polling thread. `seqlock_*` is
 //!   the table (updates lazy, or rendered at once); `rwlock_reference` is a
 //!   minimal copy of the design before issue 15 (shard `RwLock`, SipHash
 //!   index, slot `RwLock` around the record, re-rendered on every update);
@@ -392,15 +393,20 @@ fn hot_box_contended(c: &mut Criterion) {
         reference.apply(&format!("box-{k}"), k, "p-1");
     }
     let mut group = c.benchmark_group("hot_box_contended");
-    for (name, which) in [
-        ("seqlock_lazy_updates", Which::Lazy),
-        ("seqlock_rendered_updates", Which::Eager),
-        ("rwlock_reference", Which::Reference),
+    // Two pollers and an updater (the issue's shape), and one poller and an
+    // updater (one thread a core on a 2-core machine).
+    for (pollers, name, which) in [
+        (2, "seqlock_lazy_updates", Which::Lazy),
+        (2, "seqlock_rendered_updates", Which::Eager),
+        (2, "rwlock_reference", Which::Reference),
+        (1, "1_poller/seqlock_lazy_updates", Which::Lazy),
+        (1, "1_poller/seqlock_rendered_updates", Which::Eager),
+        (1, "1_poller/rwlock_reference", Which::Reference),
     ] {
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let stop = Arc::new(AtomicBool::new(false));
-                let start = Arc::new(Barrier::new(3));
+                let start = Arc::new(Barrier::new(pollers + 1));
                 let updater = {
                     let (table, reference) = (Arc::clone(&table), Arc::clone(&reference));
                     let (stop, start) = (Arc::clone(&stop), Arc::clone(&start));
@@ -429,7 +435,7 @@ fn hot_box_contended(c: &mut Criterion) {
                         n
                     })
                 };
-                let pollers: Vec<_> = (0..2)
+                let pollers: Vec<_> = (0..pollers)
                     .map(|_| {
                         let (table, reference) = (Arc::clone(&table), Arc::clone(&reference));
                         let start = Arc::clone(&start);

@@ -8,12 +8,13 @@
 //! foldhash with a random seed per table). A shard is an `RwLock` around an
 //! index (a `hashbrown::HashTable` of 8-byte entries: a 32-bit fingerprint of
 //! the key's hash and a slot number) and the slots themselves, in fixed chunks
-//! so they never move. A slot (`slot.rs`, 24 bytes) is a seqlock: a sequence
+//! so they never move. A slot (`slot.rs`, 32 bytes) is a seqlock: a sequence
 //! counter and one record holding everything about the box, stored as
 //! `AtomicU64` words so readers can copy it while a writer stores:
 //!
 //! ```text
-//! record = version u64 | key_len u16 | payload_len u32 | key | payload | state | slack
+//! record = version u64 | key_len u16 | payload_len u32 | 0 u16 | key, zeros to a word
+//!          | payload | state | slack
 //! state  = per plan field: tag byte, then a varint / 8 bytes / length + UTF-8
 //! ```
 //!
@@ -82,8 +83,9 @@
 //!
 //! # Memory
 //!
-//! Per box: its record (header 14 + key + payload + state, rounded to a size
-//! class: 112 bytes for the default config's ~65-byte payloads), a 24-byte slot,
+//! Per box: its record (header 16 + key padded to a word + payload + state,
+//! rounded to a size class: 96 to 112 bytes for the default config's 55 to
+//! 65-byte payloads), a 32-byte slot,
 //! a 4-byte expiry stamp and 9 bytes of index per bucket (hashbrown keeps
 //! buckets 44% to 87% full). [`BoxTable::accounted_bytes`] adds these up with
 //! allocator size classes as they change; it matches jemalloc's
@@ -1833,7 +1835,7 @@ mod tests {
         apply(&t, "a", &[i(1), i(1), None, None]).expect("ok");
         let one = t.accounted_bytes();
         // A chunk of slots, a record of at least header + key + payload, an index.
-        assert!(one - empty >= 1536 + 14 + 1 + 23 + 16, "{}", one - empty);
+        assert!(one - empty >= 2048 + 16 + 8 + 23 + 16, "{}", one - empty);
         apply(&t, "a", &[i(2), i(2), None, None]).expect("ok");
         assert_eq!(t.accounted_bytes(), one, "same size class: no change");
         let long = Some(Value::Str("0123456789abcdef"));
@@ -2168,6 +2170,6 @@ mod tests {
         fn shareable<T: Send + Sync>() {}
         shareable::<BoxTable>();
         assert_eq!(std::mem::size_of::<Shard>() % 64, 0);
-        assert_eq!(std::mem::size_of::<Slot>(), 24);
+        assert_eq!(std::mem::size_of::<Slot>(), 32);
     }
 }
