@@ -26,7 +26,10 @@ sleep 4
 python3 benches/callgrind/pipelined_client.py $port "$n" "$depth"
 kill -INT $vg
 wait $vg || true
-callgrind_annotate --inclusive=yes "$out/cg.out" 2>/dev/null |
+# Annotated from the profile's directory: file names stay absolute, so each
+# function is one line (from the repository root, inlined parts of one function
+# are split between relative and absolute names).
+(cd "$out" && callgrind_annotate --inclusive=yes cg.out 2>/dev/null) |
   grep -E "Worker::run \[|Connection::received \[|Worker::serve \[|dispatch::handle \[|write_answer \[|Connection::serve \[|Service::answer \[|Framer::advance \[|Heads::write \[|BoxTable::poll \[|BoxTable::version \[|BuildHasher::hash_one \[" |
-  awk -v n="$n" '{gsub(",", "", $1); printf "%8.0f instructions/request  %s\n", $1 / n, $NF == "" ? $0 : $3}'
+  awk -v n="$n" '{c = $1; gsub(",", "", c); f = $0; sub(/^ *[0-9,]+ +\( *[0-9.]+%\) +/, "", f); sub(/ \[.*$/, "", f); printf "%8.0f instructions/request  %s\n", c / n, f}'
 echo "raw profile: $out/cg.out"
