@@ -13,8 +13,8 @@
 //! `AtomicU64` words so readers can copy it while a writer stores:
 //!
 //! ```text
-//! record = version u64 | key_len u16 | payload_len u32 | 0 u16 | key, zeros to a word
-//!          | payload | state | slack
+//! record = version u64 | key_len u16 | payload_len u32 | 0 u16 | payload | key
+//!          | state | slack
 //! state  = per plan field: tag byte, then a varint / 8 bytes / length + UTF-8
 //! ```
 //!
@@ -83,9 +83,10 @@
 //!
 //! # Memory
 //!
-//! Per box: its record (header 16 + key padded to a word + payload + state,
-//! rounded to a size class: 96 to 112 bytes for the default config's 55 to
-//! 65-byte payloads), a 32-byte slot,
+//! Per box: its record (header 16 + payload + key + state, rounded to a size
+//! class: 96 to 112 bytes for the default config's 55 to 65-byte payloads; the
+//! payload first, on a word, so readers copy it a word at a time), a 32-byte
+//! slot,
 //! a 4-byte expiry stamp and 9 bytes of index per bucket (hashbrown keeps
 //! buckets 44% to 87% full). [`BoxTable::accounted_bytes`] adds these up with
 //! allocator size classes as they change; it matches jemalloc's
@@ -385,18 +386,20 @@ fn rehash(hasher: &KeyHasher, chunks: &[Box<[Slot]>], entry: u64) -> u64 {
 }
 
 /// The hash of the key a slot holds. Called under the shard's write lock (or
-/// on a slot out of the table), where the key cannot change; a slot's key
-/// never changes while the slot is shared anyway, only its version, payload
-/// and state do.
+/// on a slot out of the table), where no one stores into the slot.
 fn key_hash(hasher: &KeyHasher, slot: &Slot) -> u64 {
-    let len = record::key_len(&slot.head());
+    let head = slot.head();
+    let (len, at) = (
+        record::key_len(&head),
+        record::key_at(record::payload_len(&head)),
+    );
     let mut short = [0u8; 64];
     if let Some(buf) = short.get_mut(..len) {
-        slot.read_into(record::HEADER, buf);
+        slot.read_into(at, buf);
         hasher.hash_one(&*buf)
     } else {
         let mut long = vec![0u8; len];
-        slot.read_into(record::HEADER, &mut long);
+        slot.read_into(at, &mut long);
         hasher.hash_one(&long[..])
     }
 }
@@ -419,16 +422,16 @@ fn look(slot: &Slot, key: &[u8], mut out: Option<&mut Vec<u8>>) -> Option<Seen> 
     loop {
         let s = slot.begin();
         let head = slot.head();
-        let key_len = record::key_len(&head);
+        let (key_len, payload_len) = (record::key_len(&head), record::payload_len(&head));
         let mark = out.as_ref().map_or(0, |o| o.len());
-        let seen = if key_len != key.len() || !slot.eq_padded(record::HEADER, key) {
+        let seen = if key_len != key.len() || !slot.eq_at(record::key_at(payload_len), key) {
             None
         } else {
             match out.as_deref_mut() {
                 None => Some(Seen::At(record::version(&head))),
                 Some(_) if !record::rendered(&head) => Some(Seen::Unrendered),
                 Some(o) => slot
-                    .copy_to(record::payload_at(key_len), record::payload_len(&head), o)
+                    .copy_to(record::HEADER, payload_len, o)
                     .then(|| Seen::At(record::version(&head))),
             }
         };
@@ -868,7 +871,7 @@ impl BoxTable {
         let state = plan.max_payload_bytes + 16 * plan.fields.len();
         let key = plan.max_key_bytes.min(record::MAX_KEY);
         image.reserve(size_class(
-            record::payload_at(key) + plan.max_payload_bytes + state,
+            record::HEADER + key + plan.max_payload_bytes + state,
         ));
     }
 
@@ -1050,7 +1053,7 @@ impl BoxTable {
                 render_fields(&self.plan, key, version, state, out);
                 let rendered = out.get(start..).unwrap_or_default();
                 if record::set_rendered(image, rendered) && slot.claim(s) {
-                    let used = record::payload_start(image) + rendered.len();
+                    let used = record::HEADER + rendered.len();
                     slot.store(whole_words(image, used));
                     slot.release(s);
                 }
@@ -1108,7 +1111,7 @@ impl BoxTable {
         self.reserve_box()?;
         if let Some(out) = out.as_deref_mut() {
             // Rendered into the record, which no one else sees yet.
-            slot.copy_to(record::payload_at(key.len()), len, out);
+            slot.copy_to(record::HEADER, len, out);
         }
         self.insert(shard, &mut table, hash, slot, expires);
         Ok(version)
@@ -1835,7 +1838,7 @@ mod tests {
         apply(&t, "a", &[i(1), i(1), None, None]).expect("ok");
         let one = t.accounted_bytes();
         // A chunk of slots, a record of at least header + key + payload, an index.
-        assert!(one - empty >= 2048 + 16 + 8 + 23 + 16, "{}", one - empty);
+        assert!(one - empty >= 2048 + 16 + 1 + 23 + 16, "{}", one - empty);
         apply(&t, "a", &[i(2), i(2), None, None]).expect("ok");
         assert_eq!(t.accounted_bytes(), one, "same size class: no change");
         let long = Some(Value::Str("0123456789abcdef"));

@@ -1,8 +1,7 @@
 //! A box's record: header, key, payload, encoded state, unused slack, in one
-//! allocation (the layout is in the [module doc](super)). The key starts at
-//! byte 16 and is padded with zeros to a whole word, so the payload starts on
-//! a word too: a reader compares the key and copies the payload a word at a
-//! time (`slot.rs`).
+//! allocation (the layout is in the [module doc](super)). The payload starts
+//! at byte 16, on a word, so a reader copies it a word at a time (`slot.rs`);
+//! the key follows it.
 
 pub(super) const HEADER: usize = 16;
 /// Set in the stored payload length while the payload is not rendered yet
@@ -40,35 +39,29 @@ pub(super) fn version(r: &[u8]) -> u64 {
         .map_or(0, u64::from_le_bytes)
 }
 
-pub(super) fn key(r: &[u8]) -> &[u8] {
-    r.get(HEADER..HEADER + key_len(r)).unwrap_or(&[])
-}
-
-/// Where the payload of a record with a key of `key_len` bytes starts: past
-/// the key's whole words.
+/// Where the key of a record whose payload takes `payload_len` bytes starts.
 #[inline]
-pub(super) fn payload_at(key_len: usize) -> usize {
-    HEADER + key_len.next_multiple_of(8)
+pub(super) fn key_at(payload_len: usize) -> usize {
+    HEADER + payload_len
 }
 
-/// Where the payload of `r` starts.
-pub(super) fn payload_start(r: &[u8]) -> usize {
-    payload_at(key_len(r))
+pub(super) fn key(r: &[u8]) -> &[u8] {
+    let start = key_at(payload_len(r));
+    r.get(start..start + key_len(r)).unwrap_or(&[])
 }
 
 pub(super) fn payload(r: &[u8]) -> &[u8] {
-    let start = payload_start(r);
-    r.get(start..start + payload_len(r)).unwrap_or(&[])
+    r.get(HEADER..HEADER + payload_len(r)).unwrap_or(&[])
 }
 
 /// The encoded state and the slack after it (the state decoder reads one
 /// entry per field and never looks further).
 pub(super) fn state(r: &[u8]) -> &[u8] {
-    r.get(payload_start(r) + payload_len(r)..).unwrap_or(&[])
+    r.get(key_at(payload_len(r)) + key_len(r)..).unwrap_or(&[])
 }
 
 pub(super) fn size(key: &str, state: &[u8], payload_len: usize) -> usize {
-    payload_at(key.len()) + payload_len + state.len()
+    HEADER + payload_len + key.len() + state.len()
 }
 
 /// The payload of a record, rendered or to be rendered.
@@ -92,7 +85,7 @@ impl Payload<'_> {
 /// length must be the one stored) and mark it rendered. False (and `r`
 /// untouched) when the length differs.
 pub(super) fn set_rendered(r: &mut [u8], payload: &[u8]) -> bool {
-    let start = payload_start(r);
+    let start = HEADER;
     if payload.len() != payload_len(r) {
         return false;
     }
@@ -126,13 +119,11 @@ pub(super) fn write(
     };
     r[10..14].copy_from_slice(&stored.to_le_bytes());
     r[14..16].fill(0);
-    let at = payload_at(k);
-    // The key's last word is padded with zeros: readers compare whole words.
-    r[HEADER..at].fill(0);
-    r[HEADER..HEADER + k].copy_from_slice(key.as_bytes());
     if let Payload::Rendered(bytes) = payload {
-        r[at..at + p].copy_from_slice(bytes);
+        r[HEADER..HEADER + p].copy_from_slice(bytes);
     }
-    r[at + p..at + p + state.len()].copy_from_slice(state);
-    at + p + state.len()
+    let at = key_at(p);
+    r[at..at + k].copy_from_slice(key.as_bytes());
+    r[at + k..at + k + state.len()].copy_from_slice(state);
+    at + k + state.len()
 }

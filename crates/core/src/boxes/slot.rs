@@ -112,33 +112,41 @@ impl Slot {
         h
     }
 
-    /// Whether the `key.len()` bytes from `start` (a multiple of 8) are `key`
-    /// followed by zeros to the end of their last word, racy. Whole words are
-    /// compared.
+    /// Whether the bytes from `start` are `key`, racy. Eight bytes at a time,
+    /// each taken from the two words it spans by shifts.
     #[inline]
-    pub(super) fn eq_padded(&self, start: usize, key: &[u8]) -> bool {
-        let first = start / 8;
-        let Some(words) = self.words.get(first..first + key.len().div_ceil(8)) else {
+    pub(super) fn eq_at(&self, start: usize, key: &[u8]) -> bool {
+        if start + key.len() > self.words.len() * 8 {
             return false;
-        };
-        let mut chunks = key.chunks_exact(8);
-        for (w, c) in words.iter().zip(&mut chunks) {
-            let want = u64::from_le_bytes(c.try_into().unwrap_or_default());
-            if w.load(Ordering::Relaxed) != want {
+        }
+        let word = |i: usize| self.words.get(i).map_or(0, |w| w.load(Ordering::Relaxed));
+        let shift = (start % 8) as u32 * 8;
+        let mut at = start / 8;
+        let mut lo = word(at);
+        for chunk in key.chunks(8) {
+            let next = word(at + 1);
+            let v = if shift == 0 {
+                lo
+            } else {
+                (lo >> shift) | (next << (64 - shift))
+            };
+            let (want, mask) = match <[u8; 8]>::try_from(chunk) {
+                Ok(c) => (u64::from_le_bytes(c), u64::MAX),
+                Err(_) => {
+                    let mut c = [0u8; 8];
+                    for (d, b) in c.iter_mut().zip(chunk) {
+                        *d = *b;
+                    }
+                    (u64::from_le_bytes(c), (1u64 << (chunk.len() * 8)) - 1)
+                }
+            };
+            if v & mask != want {
                 return false;
             }
+            lo = next;
+            at += 1;
         }
-        let rest = chunks.remainder();
-        if rest.is_empty() {
-            return true;
-        }
-        let mut last = [0u8; 8];
-        for (d, b) in last.iter_mut().zip(rest) {
-            *d = *b;
-        }
-        words
-            .last()
-            .is_some_and(|w| w.load(Ordering::Relaxed) == u64::from_le_bytes(last))
+        true
     }
 
     /// Append `len` bytes from `start` to `out`, racy; false (nothing
@@ -284,29 +292,25 @@ mod tests {
                 let mut out = vec![9];
                 assert!(s.copy_to(start, len, &mut out));
                 assert_eq!(out[1..], image[start..start + len]);
+                assert!(s.eq_at(start, &image[start..start + len]));
+                if len > 0 {
+                    let mut other = image[start..start + len].to_vec();
+                    other[len - 1] ^= 1;
+                    assert!(!s.eq_at(start, &other), "{start} {len}");
+                    other[len - 1] ^= 1;
+                    other[0] ^= 0x80;
+                    assert!(!s.eq_at(start, &other), "{start} {len}");
+                }
             }
         }
         assert!(!s.copy_to(39, 2, &mut Vec::new()));
         assert!(!s.copy_to(40, 1, &mut Vec::new()));
+        assert!(!s.eq_at(39, &[39, 40]));
+        assert!(!s.eq_at(3, &[3, 5]));
         assert_eq!(s.head()[..], image[..16]);
         let mut whole = Vec::new();
         s.load_whole(&mut whole);
         assert_eq!(whole, image);
-    }
-
-    #[test]
-    fn padded_keys_compare_by_whole_words() {
-        let mut image = vec![0u8; 48];
-        image[16..27].copy_from_slice(b"hello world");
-        image[32..40].copy_from_slice(b"12345678");
-        let s = Slot::new(&image);
-        assert!(s.eq_padded(16, b"hello world"));
-        assert!(!s.eq_padded(16, b"hello worle"));
-        assert!(!s.eq_padded(16, b"hello wor"), "padding must be zeros");
-        assert!(!s.eq_padded(16, b"hello world\0x"));
-        assert!(s.eq_padded(32, b"12345678"));
-        assert!(!s.eq_padded(40, b"123456789"), "out of bounds");
-        assert!(s.eq_padded(40, b""));
     }
 
     #[test]
