@@ -1076,7 +1076,7 @@ impl BoxTable {
         values: &[Option<Value<'_>>],
         floor: u64,
         expires: u32,
-        mut out: Option<&mut Vec<u8>>,
+        out: Option<&mut Vec<u8>>,
     ) -> Result<u64, MessageError> {
         let render = out.is_some();
         let build = |floor: u64| {
@@ -1109,7 +1109,7 @@ impl BoxTable {
             (version, len, slot) = build(table.floor)?;
         }
         self.reserve_box()?;
-        if let Some(out) = out.as_deref_mut() {
+        if let Some(out) = out {
             // Rendered into the record, which no one else sees yet.
             slot.copy_to(record::HEADER, len, out);
         }

@@ -121,9 +121,8 @@ impl Slot {
         }
         let word = |i: usize| self.words.get(i).map_or(0, |w| w.load(Ordering::Relaxed));
         let shift = (start % 8) as u32 * 8;
-        let mut at = start / 8;
-        let mut lo = word(at);
-        for chunk in key.chunks(8) {
+        let mut lo = word(start / 8);
+        for (at, chunk) in (start / 8..).zip(key.chunks(8)) {
             let next = word(at + 1);
             let v = if shift == 0 {
                 lo
@@ -144,7 +143,6 @@ impl Slot {
                 return false;
             }
             lo = next;
-            at += 1;
         }
         true
     }
