@@ -10,7 +10,19 @@
 //!   everything in cache, so the ratio is the work itself;
 //! - `apply`: one message to an existing box (reduce, render, write the record
 //!   in place), and one message creating a new box (a fresh table per sample,
-//!   keys prepared outside the timing).
+//!   keys prepared outside the timing). `existing_box` asks for the payload
+//!   (single-message ingest answers with it: rendered at once);
+//!   `existing_box_lazy` does not (batch ingest: rendered by the next poll);
+//! - `apply_per_poll`: N messages to one box then one poll of it, per message:
+//!   lazy rendering (render on the first poll of a version) against rendering
+//!   every update (issue 15, goal 3);
+//! - `hot_box_contended`: two threads polling one box while a third updates
+//!   it without pause (and `1_poller/`: one thread polling), wall time per
+//!   poll per polling thread. `seqlock_*` is
+//!   the table (updates lazy, or rendered at once); `rwlock_reference` is a
+//!   minimal copy of the design before issue 15 (shard `RwLock`, SipHash
+//!   index, slot `RwLock` around the record, re-rendered on every update);
+//! - `reference`: the same minimal copy, one thread: poll and apply.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use pollbox_core::boxes::BoxTable;
@@ -61,6 +73,105 @@ fn tables(keys: &[String]) -> (BoxTable, RwLock<HashMap<String, serde_json::Valu
     (table, RwLock::new(map))
 }
 
+/// A minimal copy of the box table before issue 15: a shard `RwLock` around a
+/// SipHash index of slot numbers, each slot an `RwLock` around the record
+/// (here: version, payload, state), the payload re-rendered on every update.
+/// Polls take two read/unlock pairs, updates a read and a write pair.
+struct Reference {
+    plan: Plan,
+    shards: Vec<RwLock<RefShard>>,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+struct RefShard {
+    index: HashMap<Vec<u8>, usize>,
+    slots: Vec<RwLock<RefRecord>>,
+}
+
+struct RefRecord {
+    version: u64,
+    payload: Vec<u8>,
+    state: Vec<FieldState>,
+}
+
+impl Reference {
+    fn new() -> Reference {
+        Reference {
+            plan: Plan::default_plan(),
+            shards: (0..256)
+                .map(|_| {
+                    RwLock::new(RefShard {
+                        index: HashMap::new(),
+                        slots: Vec::new(),
+                    })
+                })
+                .collect(),
+            hasher: std::collections::hash_map::RandomState::new(),
+        }
+    }
+
+    fn shard(&self, key: &[u8]) -> &RwLock<RefShard> {
+        use std::hash::BuildHasher;
+        let h = self.hasher.hash_one(key);
+        &self.shards[(h >> 40) as usize & 255]
+    }
+
+    fn poll(&self, key: &[u8], out: &mut Vec<u8>) -> Option<u64> {
+        let shard = self.shard(key).read().unwrap_or_else(|e| e.into_inner());
+        let n = *shard.index.get(key)?;
+        let record = shard.slots[n].read().unwrap_or_else(|e| e.into_inner());
+        out.extend_from_slice(&record.payload);
+        Some(record.version)
+    }
+
+    /// `last` for `v`, `sum` for the second, `count`, `last` for `by`.
+    fn apply(&self, key: &str, v: i64, by: &str) -> u64 {
+        let lock = self.shard(key.as_bytes());
+        {
+            let shard = lock.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(&n) = shard.index.get(key.as_bytes()) {
+                let mut r = shard.slots[n].write().unwrap_or_else(|e| e.into_inner());
+                let r = &mut *r;
+                r.version += 1;
+                let sum = match r.state[1] {
+                    FieldState::I64(s) => s + v,
+                    _ => v,
+                };
+                let count = match r.state[2] {
+                    FieldState::Count(c) => c + 1,
+                    _ => 1,
+                };
+                r.state[0] = FieldState::I64(v);
+                r.state[1] = FieldState::I64(sum);
+                r.state[2] = FieldState::Count(count);
+                if !matches!(&r.state[3], FieldState::Str(s) if &**s == by) {
+                    r.state[3] = FieldState::Str(by.into());
+                }
+                r.payload.clear();
+                render_payload(&self.plan, key, r.version, &r.state, &mut r.payload);
+                return r.version;
+            }
+        }
+        let mut shard = lock.write().unwrap_or_else(|e| e.into_inner());
+        let state = vec![
+            FieldState::I64(v),
+            FieldState::I64(v),
+            FieldState::Count(1),
+            FieldState::Str(by.into()),
+        ];
+        let mut payload = Vec::new();
+        render_payload(&self.plan, key, 1, &state, &mut payload);
+        let n = shard.slots.len();
+        shard.slots.push(RwLock::new(RefRecord {
+            version: 1,
+            payload,
+            state,
+        }));
+        shard.index.insert(key.as_bytes().to_vec(), n);
+        1
+    }
+}
+
 fn render(c: &mut Criterion) {
     let plan = Plan::default_plan();
     let state = [
@@ -77,6 +188,29 @@ fn render(c: &mut Criterion) {
             black_box(out.len())
         })
     });
+}
+
+/// The keyed hash of a box key: std's SipHash-1-3 (`RandomState`, what the
+/// table used before issue 15) against foldhash (quality, what it uses now;
+/// fast, for reference). All three randomly seeded.
+fn hash(c: &mut Criterion) {
+    use std::hash::BuildHasher;
+    let sip = std::collections::hash_map::RandomState::new();
+    let quality = foldhash::quality::RandomState::default();
+    let fast = foldhash::fast::RandomState::default();
+    let mut group = c.benchmark_group("hash");
+    for key in ["box-42", "device-0123456789abcdef"] {
+        group.bench_function(format!("siphash13/{}B", key.len()), |b| {
+            b.iter(|| sip.hash_one(black_box(key.as_bytes())))
+        });
+        group.bench_function(format!("foldhash_quality/{}B", key.len()), |b| {
+            b.iter(|| quality.hash_one(black_box(key.as_bytes())))
+        });
+        group.bench_function(format!("foldhash_fast/{}B", key.len()), |b| {
+            b.iter(|| fast.hash_one(black_box(key.as_bytes())))
+        });
+    }
+    group.finish();
 }
 
 fn poll(c: &mut Criterion) {
@@ -144,6 +278,17 @@ fn apply(c: &mut Criterion) {
             )
         })
     });
+    group.bench_function("existing_box_lazy", |b| {
+        b.iter(|| {
+            n += 1;
+            let by = if n % 2 == 0 { "p-3" } else { "p-4" };
+            black_box(
+                table
+                    .apply("box-42", &message(n & 7, by), 0, None)
+                    .expect("applies"),
+            )
+        })
+    });
     group.bench_function("new_box", |b| {
         b.iter_custom(|iters| {
             let mut plan = Plan::default_plan();
@@ -166,11 +311,169 @@ fn apply(c: &mut Criterion) {
     group.finish();
 }
 
+/// N messages to one box, then one poll of it; time per message. `lazy`:
+/// applies store the state only, the poll renders. `render_every_update`:
+/// each apply renders (asked for the payload, as before issue 15).
+fn apply_per_poll(c: &mut Criterion) {
+    let keys = keys();
+    let (table, _) = tables(&keys);
+    let mut group = c.benchmark_group("apply_per_poll");
+    let mut out = Vec::with_capacity(512);
+    let mut answer = Vec::with_capacity(512);
+    let mut m = 0i64;
+    for n in [1u64, 10, 100] {
+        for lazy in [true, false] {
+            let name = if lazy { "lazy" } else { "render_every_update" };
+            group.bench_function(format!("{name}/{n}_updates_per_poll"), |b| {
+                b.iter_custom(|iters| {
+                    let start = Instant::now();
+                    for i in 0..iters {
+                        m += 1;
+                        let by = if m % 2 == 0 { "p-3" } else { "p-4" };
+                        answer.clear();
+                        let into = (!lazy).then_some(&mut answer);
+                        black_box(table.apply("box-42", &message(m & 7, by), 0, into))
+                            .expect("applies");
+                        if (i + 1) % n == 0 {
+                            out.clear();
+                            black_box(table.poll(b"box-42", &mut out));
+                        }
+                    }
+                    start.elapsed()
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+/// One thread, the design before issue 15 (see [`Reference`]).
+fn reference(c: &mut Criterion) {
+    let r = Reference::new();
+    for k in 0..BOXES {
+        for m in 0..3 {
+            r.apply(&format!("box-{k}"), k as i64 + m, "p-1");
+        }
+    }
+    let mut group = c.benchmark_group("reference");
+    let mut out = Vec::with_capacity(512);
+    group.bench_function("rwlock_poll_one_hot_box", |b| {
+        b.iter(|| {
+            out.clear();
+            black_box(r.poll(black_box(b"box-42"), &mut out));
+            black_box(out.len())
+        })
+    });
+    let mut n = 0i64;
+    group.bench_function("rwlock_apply_existing_box", |b| {
+        b.iter(|| {
+            n += 1;
+            let by = if n % 2 == 0 { "p-3" } else { "p-4" };
+            black_box(r.apply(black_box("box-42"), n & 7, by))
+        })
+    });
+    group.finish();
+}
+
+/// Two threads poll one box while a third updates it without pause: wall
+/// time per poll per polling thread (each polling thread does `iters` polls).
+fn hot_box_contended(c: &mut Criterion) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Barrier;
+    #[derive(Clone, Copy)]
+    enum Which {
+        Lazy,
+        Eager,
+        Reference,
+    }
+    let keys = keys();
+    let table = Arc::new(tables(&keys).0);
+    let reference = Arc::new(Reference::new());
+    for k in 0..1000 {
+        reference.apply(&format!("box-{k}"), k, "p-1");
+    }
+    let mut group = c.benchmark_group("hot_box_contended");
+    // Two pollers and an updater (the issue's shape), and one poller and an
+    // updater (one thread a core on a 2-core machine).
+    for (pollers, name, which) in [
+        (2, "seqlock_lazy_updates", Which::Lazy),
+        (2, "seqlock_rendered_updates", Which::Eager),
+        (2, "rwlock_reference", Which::Reference),
+        (1, "1_poller/seqlock_lazy_updates", Which::Lazy),
+        (1, "1_poller/seqlock_rendered_updates", Which::Eager),
+        (1, "1_poller/rwlock_reference", Which::Reference),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let stop = Arc::new(AtomicBool::new(false));
+                let start = Arc::new(Barrier::new(pollers + 1));
+                let updater = {
+                    let (table, reference) = (Arc::clone(&table), Arc::clone(&reference));
+                    let (stop, start) = (Arc::clone(&stop), Arc::clone(&start));
+                    std::thread::spawn(move || {
+                        let mut out = Vec::with_capacity(512);
+                        let mut n = 0i64;
+                        start.wait();
+                        while !stop.load(Ordering::Relaxed) {
+                            n += 1;
+                            let by = if n % 2 == 0 { "p-3" } else { "p-4" };
+                            out.clear();
+                            match which {
+                                Which::Lazy => {
+                                    table.apply("box-42", &message(n & 7, by), 0, None).ok();
+                                }
+                                Which::Eager => {
+                                    table
+                                        .apply("box-42", &message(n & 7, by), 0, Some(&mut out))
+                                        .ok();
+                                }
+                                Which::Reference => {
+                                    reference.apply("box-42", n & 7, by);
+                                }
+                            }
+                        }
+                        n
+                    })
+                };
+                let pollers: Vec<_> = (0..pollers)
+                    .map(|_| {
+                        let (table, reference) = (Arc::clone(&table), Arc::clone(&reference));
+                        let start = Arc::clone(&start);
+                        std::thread::spawn(move || {
+                            let mut out = Vec::with_capacity(512);
+                            start.wait();
+                            let t0 = Instant::now();
+                            for _ in 0..iters {
+                                out.clear();
+                                match which {
+                                    Which::Reference => reference.poll(b"box-42", &mut out),
+                                    _ => table.poll(b"box-42", &mut out),
+                                };
+                                black_box(out.len());
+                            }
+                            t0.elapsed()
+                        })
+                    })
+                    .collect();
+                let times: Vec<Duration> = pollers
+                    .into_iter()
+                    .map(|p| p.join().expect("poller"))
+                    .collect();
+                stop.store(true, Ordering::Relaxed);
+                black_box(updater.join().expect("updater"));
+                // The slower poller's time: both did `iters` polls.
+                times.into_iter().max().unwrap_or_default()
+            })
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .measurement_time(Duration::from_secs(3))
         .warm_up_time(Duration::from_secs(1));
-    targets = render, poll, apply
+    targets = render, hash, poll, apply, apply_per_poll, reference, hot_box_contended
 }
 criterion_main!(benches);

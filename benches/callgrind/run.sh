@@ -4,23 +4,32 @@
 # then the inclusive cost of the request path per request.
 #
 #   benches/callgrind/run.sh [REQUESTS=32000] [DEPTH=16]
+#   POLLBOX_BIN=path/to/pollbox benches/callgrind/run.sh ...   # a binary built
+#       elsewhere (e.g. main's, for a before/after), instead of building this tree
 # Worker::run is the whole loop (reads, writes, epoll) per request; the rest is
 # the request path inside it (names before and after the 2026-11-22 redesign).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 n=${1:-32000}
 depth=${2:-16}
-cargo build --release -q -p pollbox
+bin=${POLLBOX_BIN:-target/release/pollbox}
+if [ -z "${POLLBOX_BIN:-}" ]; then
+  cargo build --release -q -p pollbox
+fi
+command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind; }
 out=$(mktemp -d)
-port=18650
+port=${PORT:-18650}
 valgrind --tool=callgrind --callgrind-out-file="$out/cg.out" \
-  target/release/pollbox serve --listen 127.0.0.1:$port --workers 1 2>"$out/vg.log" &
+  "$bin" serve --listen 127.0.0.1:$port --workers 1 2>"$out/vg.log" &
 vg=$!
 sleep 4
 python3 benches/callgrind/pipelined_client.py $port "$n" "$depth"
 kill -INT $vg
 wait $vg || true
-callgrind_annotate --inclusive=yes "$out/cg.out" 2>/dev/null |
-  grep -E "Worker::run \[|Connection::received \[|Worker::serve \[|dispatch::handle \[|write_answer \[|Connection::serve \[|Service::answer \[|Framer::advance \[|Heads::write \[|BoxTable::poll \[" |
-  awk -v n="$n" '{gsub(",", "", $1); printf "%8.0f instructions/request  %s\n", $1 / n, $NF == "" ? $0 : $3}'
+# Annotated from the profile's directory: file names stay absolute, so each
+# function is one line (from the repository root, inlined parts of one function
+# are split between relative and absolute names).
+(cd "$out" && callgrind_annotate --inclusive=yes cg.out 2>/dev/null) |
+  grep -E "Worker::run \[|Connection::received \[|Worker::serve \[|dispatch::handle \[|write_answer \[|Connection::serve \[|Service::answer \[|Framer::advance \[|Heads::write \[|BoxTable::poll \[|BoxTable::version \[|BuildHasher::hash_one \[" |
+  awk -v n="$n" '{c = $1; gsub(",", "", c); f = $0; sub(/^ *[0-9,]+ +\( *[0-9.]+%\) +/, "", f); sub(/ \[.*$/, "", f); printf "%8.0f instructions/request  %s\n", c / n, f}'
 echo "raw profile: $out/cg.out"

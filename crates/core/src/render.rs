@@ -127,6 +127,59 @@ pub fn render_fields<'a>(
     out.push(b'}');
 }
 
+/// The length of what [`render_fields`] would append, computed without
+/// writing it (lazy rendering checks max_payload_bytes and sizes the record
+/// with it; only an `f64` is formatted, into a buffer on the stack).
+pub fn rendered_len<'a>(
+    plan: &Plan,
+    key: &str,
+    version: u64,
+    state: impl IntoIterator<Item = FieldView<'a>>,
+) -> usize {
+    // {"k": key ,"ver": version }
+    let mut n = 5 + json_str_len(key) + 7 + dec_len(version) + 1;
+    for (field, value) in plan.fields.iter().zip(state) {
+        if value == FieldView::Unset {
+            continue;
+        }
+        // , name : value
+        n += 1 + json_str_len(&field.name) + 1 + value_len(value);
+    }
+    n
+}
+
+/// Decimal digits of `v`.
+#[inline]
+fn dec_len(v: u64) -> usize {
+    v.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+fn value_len(value: FieldView<'_>) -> usize {
+    match value {
+        FieldView::Unset => 4,
+        FieldView::I64(v) => usize::from(v < 0) + dec_len(v.unsigned_abs()),
+        FieldView::Count(n) => dec_len(n),
+        FieldView::F64(v) if v.is_finite() => ryu::Buffer::new().format_finite(v).len(),
+        FieldView::F64(_) => 4,
+        FieldView::Bool(true) => 4,
+        FieldView::Bool(false) => 5,
+        FieldView::Str(s) => json_str_len(s),
+    }
+}
+
+/// What [`write_json_str`] appends for `s`, in bytes.
+fn json_str_len(s: &str) -> usize {
+    let escaped: usize = s
+        .bytes()
+        .map(|b| match ESCAPE[b as usize] {
+            0 => 0,
+            b'u' => 5,
+            _ => 1,
+        })
+        .sum();
+    2 + s.len() + escaped
+}
+
 fn write_value(value: FieldView<'_>, out: &mut Vec<u8>) {
     match value {
         FieldView::Unset => out.extend_from_slice(b"null"),
@@ -375,5 +428,66 @@ mod tests {
         assert!(!FieldState::F64(f64::INFINITY).fits(FieldType::F64, false));
         assert!(FieldState::Bool(true).fits(FieldType::Bool, false));
         assert!(FieldState::Str("a".into()).fits(FieldType::Str, false));
+    }
+
+    fn arb_view() -> impl proptest::strategy::Strategy<Value = FieldState> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just(FieldState::Unset),
+            any::<i64>().prop_map(FieldState::I64),
+            prop_oneof![
+                any::<f64>(),
+                Just(0.0),
+                Just(-0.0),
+                Just(f64::MAX),
+                Just(f64::MIN_POSITIVE),
+                Just(5e-324),
+                Just(1e21),
+                Just(1e-7),
+            ]
+            .prop_map(FieldState::F64),
+            any::<bool>().prop_map(FieldState::Bool),
+            any::<String>().prop_map(|s| FieldState::Str(s.into())),
+            any::<u64>().prop_map(FieldState::Count),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Lazy rendering sizes records by `rendered_len`: it must be exact.
+        #[test]
+        fn rendered_len_is_the_rendered_length(
+            key in proptest::prelude::any::<String>(),
+            version in proptest::prelude::any::<u64>(),
+            state in proptest::collection::vec(arb_view(), 0..6),
+        ) {
+            let fields = (0..state.len())
+                .map(|i| field(&format!("f\"{i}\u{1}"), FieldType::I64, Reduce::Last))
+                .collect();
+            let plan = plan_of(fields);
+            let mut out = Vec::new();
+            render_payload(&plan, &key, version, &state, &mut out);
+            let len = rendered_len(&plan, &key, version, state.iter().map(FieldState::view));
+            proptest::prop_assert_eq!(len, out.len());
+        }
+    }
+
+    #[test]
+    fn rendered_len_at_the_edges() {
+        let plan = Plan::default_plan();
+        for (v, n) in [(0u64, 1), (9, 1), (10, 2), (u64::MAX, 20)] {
+            for i in [i64::MIN, -1, 0, 1, i64::MAX] {
+                let state = [
+                    FieldState::I64(i),
+                    FieldState::Unset,
+                    FieldState::Count(v),
+                    FieldState::Str("\u{0}é\"".into()),
+                ];
+                let mut out = Vec::new();
+                render_payload(&plan, "k\n", v, &state, &mut out);
+                let len = rendered_len(&plan, "k\n", v, state.iter().map(FieldState::view));
+                assert_eq!(len, out.len(), "{v} {i}");
+                assert_eq!(dec_len(v), n);
+            }
+        }
     }
 }

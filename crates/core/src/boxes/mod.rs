@@ -4,14 +4,17 @@
 //!
 //! # Layout
 //!
-//! The table is split into [`SHARDS`] shards chosen by key hash. A shard is an
-//! `RwLock` around an index (a `hashbrown::HashTable` of 8-byte entries: a
-//! 32-bit fingerprint of the key's hash and a slot number) and the slots
-//! themselves, in fixed chunks so they never move. A slot is an `RwLock`
-//! around one byte record holding everything about the box:
+//! The table is split into [`SHARDS`] shards chosen by the key's hash (a keyed
+//! foldhash with a random seed per table). A shard is an `RwLock` around an
+//! index (a `hashbrown::HashTable` of 8-byte entries: a 32-bit fingerprint of
+//! the key's hash and a slot number) and the slots themselves, in fixed chunks
+//! so they never move. A slot (`slot.rs`, 32 bytes) is a seqlock: a sequence
+//! counter and one record holding everything about the box, stored as
+//! `AtomicU64` words so readers can copy it while a writer stores:
 //!
 //! ```text
-//! record = version u64 | key_len u16 | payload_len u32 | key | payload | state | slack
+//! record = version u64 | key_len u16 | payload_len u32 | 0 u16 | payload | key
+//!          | state | slack
 //! state  = per plan field: tag byte, then a varint / 8 bytes / length + UTF-8
 //! ```
 //!
@@ -19,21 +22,44 @@
 //! payload that grows by a digit usually still fits and an update writes in
 //! place without allocating.
 //!
+//! Payloads are rendered lazily: an update that is not asked for its payload
+//! (batch ingest) stores the new state and the length the payload will have
+//! (computed without rendering, so `max_payload_bytes` is still checked before
+//! anything is written), with bit 31 of `payload_len` set: not rendered yet.
+//! The first poll of that version renders it from its copy of the record and
+//! stores it back (if no update came meanwhile), so when updates outnumber
+//! polls most of them are never rendered. An update asked for its payload
+//! (single-message ingest answers with it) renders at once. Every reader gets
+//! the payload of exactly the version it reports: both come from one copy of
+//! one record.
+//!
 //! Beside each chunk of slots is a chunk of expiry stamps (one `AtomicU32` per
 //! slot: the second, on the caller's clock, at which the box expires), so the
 //! expiry sweep reads a shard's stamps in a row without locking any box.
 //!
 //! # Locking
 //!
-//! - poll: shard read lock, then the read lock of the slot whose fingerprint
-//!   matches, compare the key, copy the payload. Polls never wait on each other
-//!   nor on updates of other boxes (other boxes' slots are not locked unless
-//!   their 32-bit fingerprint and hashbrown's 7-bit tag both collide); only the
-//!   creation or removal of a box in the same shard (shard write lock: lookup,
-//!   count, insert or remove, everything else prepared before or freed after)
-//!   makes them wait.
-//! - update of an existing box: shard read lock, slot write lock (and a store
-//!   to its expiry stamp when the second changed).
+//! - poll: shard read lock, then a seqlock read of the slot whose fingerprint
+//!   matches: load the sequence (even), compare the key and copy the payload
+//!   with relaxed atomic loads, and keep the copy only if the sequence did not
+//!   move (else copy again). A poll writes nothing to the slot's cache line, so
+//!   polls of one hot box do not bounce it between cores, and never waits for
+//!   an update beyond the few dozen stores that write a record. Only the
+//!   creation or removal of a box in the same shard, or an update that moves a
+//!   record to another size class (shard write lock: lookup, count, insert,
+//!   remove or reallocate, everything else prepared before or freed after)
+//!   makes it wait. The shard's read lock is still one atomic read-modify-write
+//!   pair per poll (on the shard's line, shared by the shard's boxes): making
+//!   the index itself lock-free is not done (see BENCHMARKS §10).
+//! - update of an existing box: shard read lock, then optimistically: copy the
+//!   record (a seqlock read), build the next one from the copy, claim the
+//!   sequence with a compare-and-swap from the value read (fails if any
+//!   writer stored meanwhile: start again), store the words, release. Writers
+//!   never wait for each other while computing, only for a claim's stores.
+//!   Then a store to its expiry stamp when the second changed.
+//! - A record's allocation is replaced only under the shard's write lock
+//!   (which no reader or writer holds then), so a reader holding the read lock
+//!   never sees its record freed: the shard lock is the memory reclamation.
 //! - Locks are always taken shard first, slot second.
 //!
 //! # Lifecycle (SPEC §3a)
@@ -57,8 +83,10 @@
 //!
 //! # Memory
 //!
-//! Per box: its record (header 14 + key + payload + state, rounded to a size
-//! class: 112 bytes for the default config's ~65-byte payloads), a 32-byte slot,
+//! Per box: its record (header 16 + payload + key + state, rounded to a size
+//! class: 96 to 112 bytes for the default config's 55 to 65-byte payloads; the
+//! payload first, on a word, so readers copy it a word at a time), a 32-byte
+//! slot,
 //! a 4-byte expiry stamp and 9 bytes of index per bucket (hashbrown keeps
 //! buckets 44% to 87% full). [`BoxTable::accounted_bytes`] adds these up with
 //! allocator size classes as they change; it matches jemalloc's
@@ -68,7 +96,8 @@
 //!
 //! This file is the table, its locking and the lifecycle. The rest, one job a
 //! file: `reduce.rs` (the reducers: one message applied to a box's state),
-//! `record.rs` (the byte layout of a record), `codec.rs` (the compact field
+//! `record.rs` (the byte layout of a record), `slot.rs` (the seqlock around a
+//! record, and its atomic word copies), `codec.rs` (the compact field
 //! state encoding), `size.rs` (the allocator size-class model the accounting
 //! uses).
 
@@ -76,10 +105,10 @@ pub(crate) mod codec;
 mod record;
 mod reduce;
 mod size;
+mod slot;
 
 pub use size::size_class;
 
-use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -90,8 +119,10 @@ use hashbrown::HashTable;
 use crate::config::Reduce;
 use crate::plan::{MessageError, Plan, Value};
 use crate::render::{render_fields, FieldState, FieldView};
+use record::Payload;
 use reduce::{next_record, with_scratch, Scratch};
 use size::index_bytes;
+use slot::Slot;
 
 /// Number of shards. A power of two; 256 keeps shard-lock contention low on
 /// any core count we run on while costing 32 KiB.
@@ -113,8 +144,11 @@ pub const REMOVE_PER_LOCK: usize = 128;
 /// The sweep's cursor at the start of a pass: shard 0, from its end.
 const SWEEP_START: u64 = u32::MAX as u64;
 
-/// One box: the lock around its record.
-type Slot = RwLock<Box<[u8]>>;
+/// The keyed hash of box keys: foldhash's quality variant with a random
+/// per-table seed (keys are chosen by clients, so the hash stays keyed: an
+/// attacker who cannot see the seed cannot aim keys at one probe chain). About
+/// 4x cheaper than std's SipHash-1-3 for short keys (BENCHMARKS §10).
+type KeyHasher = foldhash::quality::RandomState;
 
 /// What a shard's lock guards.
 struct ShardTable {
@@ -141,7 +175,7 @@ struct Shard {
 /// Every box, shared by all workers (`Arc<BoxTable>`).
 pub struct BoxTable {
     plan: Arc<Plan>,
-    hasher: RandomState,
+    hasher: KeyHasher,
     shards: Box<[Shard]>,
     /// Boxes created; never above `plan.max_boxes` (reserved under the shard
     /// write lock with a compare-and-swap, after the key is known to be new).
@@ -183,8 +217,9 @@ pub struct Swept {
     pub removed: usize,
 }
 
-/// A box taken out of the table (expired): its record, freed when dropped.
-pub struct Removed(Box<[u8]>);
+/// A box taken out of the table (expired): a copy of its record, freed when
+/// dropped.
+pub struct Removed(Vec<u8>);
 
 impl Removed {
     pub fn key(&self) -> &[u8] {
@@ -271,15 +306,15 @@ impl ShardTable {
         }
     }
 
-    /// The slot of `key` and its record locked with `lock`. Only slots whose
-    /// fingerprint matches are locked.
+    /// The slot number of the box `visit` recognises, and what it made of
+    /// it: `visit` is called on each slot whose fingerprint matches and says
+    /// `None` for a slot holding another key. Only those slots are read.
     #[inline]
-    fn find<'a, G: std::ops::Deref<Target = Box<[u8]>>>(
+    fn find<'a, R>(
         &'a self,
         hash: u64,
-        key: &[u8],
-        lock: impl Fn(&'a Slot) -> G,
-    ) -> Option<(u32, G)> {
+        mut visit: impl FnMut(&'a Slot) -> Option<R>,
+    ) -> Option<(u32, R)> {
         let fp = fingerprint(hash);
         for &entry in self.index.iter_hash(hash) {
             if (entry >> 32) as u32 != fp {
@@ -289,30 +324,22 @@ impl ShardTable {
             let Some(slot) = self.slot(n) else {
                 continue;
             };
-            let record = lock(slot);
-            if record::key(&record) == key {
-                return Some((n, record));
+            if let Some(r) = visit(slot) {
+                return Some((n, r));
             }
         }
         None
     }
 
-    /// The slot number of `key`; used under the shard's write lock, where no
-    /// slot lock is held by anyone else.
+    /// The slot number of `key`.
     fn slot_number(&self, hash: u64, key: &[u8]) -> Option<u32> {
-        let fp = fingerprint(hash);
-        self.index
-            .iter_hash(hash)
-            .copied()
-            .filter(|&e| (e >> 32) as u32 == fp)
-            .map(|e| e as u32)
-            .find(|&n| self.slot(n).is_some_and(|s| record::key(&read(s)) == key))
+        self.find(hash, |slot| look(slot, key, None))
+            .map(|(n, _)| n)
     }
 
-    fn slot_mut(&mut self, n: u32) -> Option<&mut Box<[u8]>> {
+    fn slot_mut(&mut self, n: u32) -> Option<&mut Slot> {
         let n = n as usize;
-        let slot = self.chunks.get_mut(n / CHUNK)?.get_mut(n % CHUNK)?;
-        Some(slot.get_mut().unwrap_or_else(PoisonError::into_inner))
+        self.chunks.get_mut(n / CHUNK)?.get_mut(n % CHUNK)
     }
 
     /// Heap bytes of the index, chunks and stamps (records are counted apart).
@@ -327,7 +354,7 @@ impl ShardTable {
     /// Give back what a table this much smaller no longer needs: the index
     /// shrinks once under a quarter full (to half full, so a table that grows
     /// again does not reallocate at once), the chunk lists likewise.
-    fn shrink(&mut self, hasher: &RandomState) {
+    fn shrink(&mut self, hasher: &KeyHasher) {
         let len = self.index.len();
         if self.index.capacity() >= 4 * len.max(8) || (len == 0 && self.index.capacity() > 0) {
             let ShardTable { index, chunks, .. } = self;
@@ -350,12 +377,96 @@ fn for_both(t: &mut ShardTable, shrink: impl Fn(usize, usize) -> bool) {
 
 /// The hash of the key in the slot an index entry names (for hashbrown's
 /// rehashing; the key is in the slot's record).
-fn rehash(hasher: &RandomState, chunks: &[Box<[Slot]>], entry: u64) -> u64 {
+fn rehash(hasher: &KeyHasher, chunks: &[Box<[Slot]>], entry: u64) -> u64 {
     let n = entry as u32 as usize;
     chunks
         .get(n / CHUNK)
         .and_then(|c| c.get(n % CHUNK))
-        .map_or(0, |s| hasher.hash_one(record::key(&read(s))))
+        .map_or(0, |s| key_hash(hasher, s))
+}
+
+/// The hash of the key a slot holds. Called under the shard's write lock (or
+/// on a slot out of the table), where no one stores into the slot.
+fn key_hash(hasher: &KeyHasher, slot: &Slot) -> u64 {
+    let head = slot.head();
+    let (len, at) = (
+        record::key_len(&head),
+        record::key_at(record::payload_len(&head)),
+    );
+    let mut short = [0u8; 64];
+    if let Some(buf) = short.get_mut(..len) {
+        slot.read_into(at, buf);
+        hasher.hash_one(&*buf)
+    } else {
+        let mut long = vec![0u8; len];
+        slot.read_into(at, &mut long);
+        hasher.hash_one(&long[..])
+    }
+}
+
+/// What a read of a slot found for the key looked up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// The box's version (its payload copied, when asked for).
+    At(u64),
+    /// The payload was asked for and is not rendered yet: render it from a
+    /// whole copy of the record.
+    Unrendered,
+}
+
+/// Read `slot` if it holds `key`: its version, and with `out` its payload
+/// appended to `out`. `None` for a slot of another key. Never blocks a writer
+/// nor writes anything; retries while a writer stores (a few dozen stores).
+#[inline]
+fn look(slot: &Slot, key: &[u8], mut out: Option<&mut Vec<u8>>) -> Option<Seen> {
+    loop {
+        let s = slot.begin();
+        let head = slot.head();
+        let (key_len, payload_len) = (record::key_len(&head), record::payload_len(&head));
+        let mark = out.as_ref().map_or(0, |o| o.len());
+        let seen = if key_len != key.len() || !slot.eq_at(record::key_at(payload_len), key) {
+            None
+        } else {
+            match out.as_deref_mut() {
+                None => Some(Seen::At(record::version(&head))),
+                Some(_) if !record::rendered(&head) => Some(Seen::Unrendered),
+                Some(o) => slot
+                    .copy_to(record::HEADER, payload_len, o)
+                    .then(|| Seen::At(record::version(&head))),
+            }
+        };
+        if slot.valid(s) {
+            return seen;
+        }
+        if let Some(o) = out.as_deref_mut() {
+            o.truncate(mark);
+        }
+    }
+}
+
+/// The first `used` bytes of a record image, rounded up to whole words (an
+/// image is always whole words: its size class).
+fn whole_words(image: &[u8], used: usize) -> &[u8] {
+    &image[..used.next_multiple_of(8).min(image.len())]
+}
+
+/// The size class a record of `key`, `state` and a payload of `payload_len`
+/// bytes moves to from a record of `now` bytes, `None` to stay. It grows when
+/// it does not fit; it shrinks only when a class half the size would do, so a
+/// payload wavering around a class edge does not reallocate on every message.
+fn resize(key: &str, state: &[u8], payload_len: usize, now: usize) -> Option<usize> {
+    let need = record::size(key, state, payload_len);
+    let class = size_class(need);
+    (need > now || class <= now / 2).then_some(class)
+}
+
+/// A slot holding a new record (built in `image`, a scratch buffer, so the
+/// record's words are the only allocation).
+fn new_slot(image: &mut Vec<u8>, version: u64, key: &str, state: &[u8], p: Payload<'_>) -> Slot {
+    image.clear();
+    image.resize(size_class(record::size(key, state, p.len())), 0);
+    record::write(image, version, key, state, p);
+    Slot::new(image)
 }
 
 impl BoxTable {
@@ -368,7 +479,7 @@ impl BoxTable {
             .collect();
         BoxTable {
             plan,
-            hasher: RandomState::new(),
+            hasher: KeyHasher::default(),
             shards,
             boxes: AtomicUsize::new(0),
             sweep: AtomicU64::new(SWEEP_START),
@@ -397,50 +508,69 @@ impl BoxTable {
     /// Apply one message that the projection accepted at `now_ms` (the
     /// caller's monotonic clock, which expiry counts on): `values` holds one
     /// entry per plan field (`None`: absent, the field keeps its state; a
-    /// `count` field counts anyway). Reducers are checked and the new payload
-    /// rendered before anything is written, so a rejected message changes
+    /// `count` field counts anyway). Reducers and the payload's length are
+    /// checked before anything is written, so a rejected message changes
     /// nothing. A new box starts at version 1, or past every version a removed
-    /// box of its shard served. If `out` is given, the new payload is appended
-    /// to it. Returns the box's new version.
+    /// box of its shard served. If `out` is given, the new payload is rendered
+    /// and appended to it; otherwise it is rendered by the first read that
+    /// wants it (lazy rendering: updates that no poll sees are never
+    /// rendered). Returns the box's new version.
     pub fn apply(
         &self,
         key: &str,
         values: &[Option<Value<'_>>],
         now_ms: u64,
-        out: Option<&mut Vec<u8>>,
+        mut out: Option<&mut Vec<u8>>,
     ) -> Result<u64, MessageError> {
         self.check_key(key)?;
         let hash = self.hasher.hash_one(key.as_bytes());
         let shard = self.shard(hash);
         let expires = self.expires_at(now_ms);
-        let floor = {
+        let (found, floor) = {
             let table = read(&shard.table);
-            if let Some((n, mut record)) = table.find(hash, key.as_bytes(), write) {
-                let version = self.update(shard, key, &mut record, values, out)?;
-                table.touch(n, expires);
-                return Ok(version);
-            };
-            table.floor
+            match table.find(hash, |slot| look(slot, key.as_bytes(), None).map(|_| slot)) {
+                Some((n, slot)) => {
+                    if let Some(version) = self.update(slot, key, values, out.as_deref_mut())? {
+                        table.touch(n, expires);
+                        return Ok(version);
+                    }
+                    // The record must change size: done under the write lock.
+                    (true, table.floor)
+                }
+                None => (false, table.floor),
+            }
         };
+        if found {
+            return self.update_resized(shard, hash, key, values, expires, out);
+        }
         self.create(shard, hash, key, values, floor, expires, out)
     }
 
     /// Append the payload of `key` to `out` and return its version; `None` (and
-    /// `out` untouched) for an unknown key. Allocates nothing when `out` has room.
+    /// `out` untouched) for an unknown key. Allocates nothing when `out` has
+    /// room (after this thread's first render of a payload left for later).
+    /// Writes nothing shared, except when it renders a payload left for later
+    /// (once per version) and stores it in the record.
     pub fn poll(&self, key: &[u8], out: &mut Vec<u8>) -> Option<u64> {
         let hash = self.hasher.hash_one(key);
         let table = read(&self.shard(hash).table);
-        let (_, record) = table.find(hash, key, read)?;
-        out.extend_from_slice(record::payload(&record));
-        Some(record::version(&record))
+        let (_, (slot, seen)) = table.find(hash, |slot| {
+            look(slot, key, Some(&mut *out)).map(|seen| (slot, seen))
+        })?;
+        match seen {
+            Seen::At(version) => Some(version),
+            Seen::Unrendered => Some(self.render_later(slot, out)),
+        }
     }
 
     /// The version of `key`, or `None` if unknown (for long-polls and ETags).
     pub fn version(&self, key: &[u8]) -> Option<u64> {
         let hash = self.hasher.hash_one(key);
         let table = read(&self.shard(hash).table);
-        let version = record::version(&table.find(hash, key, read)?.1);
-        Some(version)
+        match table.find(hash, |slot| look(slot, key, None))?.1 {
+            Seen::At(version) => Some(version),
+            Seen::Unrendered => None,
+        }
     }
 
     /// Remove the box of `key` now (`DELETE`); returns the last version it
@@ -449,12 +579,12 @@ impl BoxTable {
     pub fn remove(&self, key: &[u8]) -> Option<u64> {
         let hash = self.hasher.hash_one(key);
         let shard = self.shard(hash);
-        let record = {
+        let removed = {
             let mut table = write(&shard.table);
             let n = table.slot_number(hash, key)?;
             self.remove_slot(shard, &mut table, n)?
         };
-        Some(record::version(&record))
+        Some(record::version(&removed.head()))
     }
 
     /// One step of the expiry sweep at `now_ms`: go on from where the last step
@@ -530,9 +660,11 @@ impl BoxTable {
                 if table.expires(i) > now {
                     continue;
                 }
-                let Some(record) = self.remove_slot(shard, &mut table, i as u32) else {
+                let Some(slot) = self.remove_slot(shard, &mut table, i as u32) else {
                     break;
                 };
+                let mut record = Vec::new();
+                slot.load(&mut record);
                 removed.push(Removed(record));
                 taken += 1;
             }
@@ -614,7 +746,14 @@ impl BoxTable {
                     let stop = table.index.len().min(next + WALK_BATCH);
                     for i in next..stop {
                         if let Some(slot) = u32::try_from(i).ok().and_then(|i| table.slot(i)) {
-                            copied.extend_from_slice(&read(slot));
+                            loop {
+                                let (s, mark) = (slot.begin(), copied.len());
+                                slot.copy_to(0, slot.bytes(), &mut copied);
+                                if slot.valid(s) {
+                                    break;
+                                }
+                                copied.truncate(mark);
+                            }
                             let idle = match table.expires(i) {
                                 NEVER => 0,
                                 at => fresh.saturating_sub(at),
@@ -687,14 +826,24 @@ impl BoxTable {
             for s in state {
                 codec::encode(s.view(), &mut scratch.state);
             }
-            let Scratch { state: st, payload } = scratch;
+            let Scratch {
+                state: st,
+                payload,
+                image,
+            } = scratch;
             render_fields(&self.plan, key, version, codec::Decoder::new(st), payload);
             if payload.len() > self.plan.max_payload_bytes {
                 return Err(RestoreError::PayloadTooLarge {
                     max: self.plan.max_payload_bytes,
                 });
             }
-            Ok(record::build(version, key, st, payload))
+            Ok(new_slot(
+                image,
+                version,
+                key,
+                st,
+                Payload::Rendered(payload),
+            ))
         })?;
         let expires = match self.expires_at(now_ms) {
             NEVER => NEVER,
@@ -713,6 +862,19 @@ impl BoxTable {
         Ok(())
     }
 
+    /// Size a scratch record image once per thread for the largest record the
+    /// plan allows (header, key, payload, state), so that reading a record and
+    /// building the next one never allocates on the steady path, not even when
+    /// a record moves to a larger size class (then only its words are new).
+    fn reserve_image(&self, image: &mut Vec<u8>) {
+        let plan = &self.plan;
+        let state = plan.max_payload_bytes + 16 * plan.fields.len();
+        let key = plan.max_key_bytes.min(record::MAX_KEY);
+        image.reserve(size_class(
+            record::HEADER + key + plan.max_payload_bytes + state,
+        ));
+    }
+
     fn check_key(&self, key: &str) -> Result<(), MessageError> {
         if key.is_empty() {
             Err(MessageError::EmptyKey)
@@ -728,43 +890,175 @@ impl BoxTable {
         &self.shards[(hash >> SHARD_SHIFT) as usize & (SHARDS - 1)]
     }
 
-    /// Apply to an existing box whose record lock (or exclusive access) we hold.
+    /// Apply to an existing box, shared with readers and other writers (the
+    /// shard's read lock held): read the record, build the next one from that
+    /// copy, and store it if nothing was stored meanwhile (else start again
+    /// from a fresh copy). `Ok(None)` when the next record needs another size
+    /// class: that takes the shard's write lock ([`BoxTable::update_resized`]).
     fn update(
         &self,
-        shard: &Shard,
+        slot: &Slot,
         key: &str,
-        record: &mut Box<[u8]>,
+        values: &[Option<Value<'_>>],
+        out: Option<&mut Vec<u8>>,
+    ) -> Result<Option<u64>, MessageError> {
+        with_scratch(|scratch| {
+            let Scratch {
+                state,
+                payload,
+                image,
+            } = scratch;
+            self.reserve_image(image);
+            loop {
+                let s = slot.begin();
+                slot.load(image);
+                if !slot.valid(s) {
+                    continue;
+                }
+                let (version, len) = next_record(
+                    &self.plan,
+                    key,
+                    record::state(image),
+                    record::version(image),
+                    values,
+                    state,
+                    payload,
+                    out.is_some(),
+                )?;
+                if resize(key, state, len, image.len()).is_some() {
+                    return Ok(None);
+                }
+                let next = match out {
+                    Some(_) => Payload::Rendered(payload),
+                    None => Payload::Later(len),
+                };
+                let used = record::write(image, version, key, state, next);
+                if !slot.claim(s) {
+                    continue;
+                }
+                slot.store(whole_words(image, used));
+                slot.release(s);
+                if let Some(out) = out {
+                    out.extend_from_slice(payload);
+                }
+                return Ok(Some(version));
+            }
+        })
+    }
+
+    /// Apply to an existing box whose next record needs another size class:
+    /// under the shard's write lock, with the slot to ourselves. A box removed
+    /// meanwhile is created again.
+    fn update_resized(
+        &self,
+        shard: &Shard,
+        hash: u64,
+        key: &str,
+        values: &[Option<Value<'_>>],
+        expires: u32,
+        out: Option<&mut Vec<u8>>,
+    ) -> Result<u64, MessageError> {
+        let floor = {
+            let mut table = write(&shard.table);
+            if let Some(n) = table.slot_number(hash, key.as_bytes()) {
+                if let Some(slot) = table.slot_mut(n) {
+                    let version = self.update_alone(shard, slot, key, values, out)?;
+                    table.touch(n, expires);
+                    return Ok(version);
+                }
+            }
+            table.floor
+        };
+        self.create(shard, hash, key, values, floor, expires, out)
+    }
+
+    /// Apply to an existing box we have to ourselves (the shard's write lock
+    /// held): the record is replaced when its size class must change.
+    fn update_alone(
+        &self,
+        shard: &Shard,
+        slot: &mut Slot,
+        key: &str,
         values: &[Option<Value<'_>>],
         out: Option<&mut Vec<u8>>,
     ) -> Result<u64, MessageError> {
         with_scratch(|scratch| {
-            let version = next_record(
+            let Scratch {
+                state,
+                payload,
+                image,
+            } = scratch;
+            self.reserve_image(image);
+            slot.load(image);
+            let (version, len) = next_record(
                 &self.plan,
                 key,
-                record::state(record),
-                record::version(record),
+                record::state(image),
+                record::version(image),
                 values,
-                scratch,
+                state,
+                payload,
+                out.is_some(),
             )?;
-            let need = record::size(key, &scratch.state, &scratch.payload);
-            // Grow when it does not fit; shrink only when a class half the size
-            // would do, so a payload wavering around a class edge does not
-            // reallocate on every message.
-            let class = size_class(need);
-            if need > record.len() || class <= record.len() / 2 {
-                let old = record.len();
-                *record = vec![0u8; class].into_boxed_slice();
+            let next = match out {
+                Some(_) => Payload::Rendered(payload),
+                None => Payload::Later(len),
+            };
+            let old = slot.bytes();
+            if let Some(class) = resize(key, state, len, old) {
+                image.clear();
+                image.resize(class, 0);
+                record::write(image, version, key, state, next);
+                drop(slot.replace(image));
                 if class >= old {
                     shard.bytes.fetch_add(class - old, Ordering::Relaxed);
                 } else {
                     shard.bytes.fetch_sub(old - class, Ordering::Relaxed);
                 }
+            } else {
+                let used = record::write(image, version, key, state, next);
+                slot.store(whole_words(image, used));
             }
-            record::write(record, version, key, &scratch.state, &scratch.payload);
             if let Some(out) = out {
-                out.extend_from_slice(&scratch.payload);
+                out.extend_from_slice(payload);
             }
             Ok(version)
+        })
+    }
+
+    /// A poll found the payload left for later: render it into `out` from a
+    /// whole copy of the record, and store it in the record so the next polls
+    /// copy it (unless a writer stored meanwhile: then this version is no
+    /// longer the newest and is not kept). Returns the version rendered.
+    #[cold]
+    fn render_later(&self, slot: &Slot, out: &mut Vec<u8>) -> u64 {
+        with_scratch(|scratch| {
+            let image = &mut scratch.image;
+            self.reserve_image(image);
+            loop {
+                let s = slot.begin();
+                slot.load(image);
+                if !slot.valid(s) {
+                    continue;
+                }
+                let version = record::version(image);
+                if record::rendered(image) {
+                    out.extend_from_slice(record::payload(image));
+                    return version;
+                }
+                let start = out.len();
+                // Keys are stored from a `&str`.
+                let key = std::str::from_utf8(record::key(image)).unwrap_or_default();
+                let state = codec::Decoder::new(record::state(image));
+                render_fields(&self.plan, key, version, state, out);
+                let rendered = out.get(start..).unwrap_or_default();
+                if record::set_rendered(image, rendered) && slot.claim(s) {
+                    let used = record::HEADER + rendered.len();
+                    slot.store(whole_words(image, used));
+                    slot.release(s);
+                }
+                return version;
+            }
         })
     }
 
@@ -784,30 +1078,42 @@ impl BoxTable {
         expires: u32,
         out: Option<&mut Vec<u8>>,
     ) -> Result<u64, MessageError> {
+        let render = out.is_some();
         let build = |floor: u64| {
             with_scratch(|scratch| {
-                let version = next_record(&self.plan, key, &[], floor, values, scratch)?;
-                let record = record::build(version, key, &scratch.state, &scratch.payload);
-                Ok::<_, MessageError>((version, record))
+                let Scratch {
+                    state,
+                    payload,
+                    image,
+                } = scratch;
+                self.reserve_image(image);
+                let (version, len) =
+                    next_record(&self.plan, key, &[], floor, values, state, payload, render)?;
+                let next = match render {
+                    true => Payload::Rendered(payload),
+                    false => Payload::Later(len),
+                };
+                Ok::<_, MessageError>((version, len, new_slot(image, version, key, state, next)))
             })
         };
-        let (mut version, mut record) = build(floor)?;
+        let (mut version, mut len, mut slot) = build(floor)?;
         let mut table = write(&shard.table);
         if let Some(n) = table.slot_number(hash, key.as_bytes()) {
             if let Some(existing) = table.slot_mut(n) {
-                let version = self.update(shard, key, existing, values, out)?;
+                let version = self.update_alone(shard, existing, key, values, out)?;
                 table.touch(n, expires);
                 return Ok(version);
             }
         }
         if table.floor != floor {
-            (version, record) = build(table.floor)?;
+            (version, len, slot) = build(table.floor)?;
         }
         self.reserve_box()?;
         if let Some(out) = out {
-            out.extend_from_slice(record::payload(&record));
+            // Rendered into the record, which no one else sees yet.
+            slot.copy_to(record::HEADER, len, out);
         }
-        self.insert(shard, &mut table, hash, record, expires);
+        self.insert(shard, &mut table, hash, slot, expires);
         Ok(version)
     }
 
@@ -823,16 +1129,9 @@ impl BoxTable {
     }
 
     /// Store a counted, new box under the shard write lock and account for it.
-    fn insert(
-        &self,
-        shard: &Shard,
-        table: &mut ShardTable,
-        hash: u64,
-        record: Box<[u8]>,
-        expires: u32,
-    ) {
+    fn insert(&self, shard: &Shard, table: &mut ShardTable, hash: u64, slot: Slot, expires: u32) {
         let before = table.bytes();
-        let added = record.len();
+        let added = slot.bytes();
         // Shards hold far fewer than 2^32 boxes: max_boxes is a usize, but the
         // index spreads boxes over 256 shards and 2^32 records would not fit
         // in memory anyway.
@@ -840,7 +1139,7 @@ impl BoxTable {
         if n.is_multiple_of(CHUNK) {
             table
                 .chunks
-                .push((0..CHUNK).map(|_| RwLock::new(Box::default())).collect());
+                .push((0..CHUNK).map(|_| Slot::default()).collect());
             table
                 .expiry
                 .push((0..CHUNK).map(|_| AtomicU32::new(NEVER)).collect());
@@ -851,8 +1150,8 @@ impl BoxTable {
             expiry,
             ..
         } = table;
-        if let Some(slot) = chunks.get_mut(n / CHUNK).and_then(|c| c.get_mut(n % CHUNK)) {
-            *slot.get_mut().unwrap_or_else(PoisonError::into_inner) = record;
+        if let Some(free) = chunks.get_mut(n / CHUNK).and_then(|c| c.get_mut(n % CHUNK)) {
+            *free = slot;
         }
         if let Some(stamp) = expiry.get(n / CHUNK).and_then(|c| c.get(n % CHUNK)) {
             stamp.store(expires, Ordering::Relaxed);
@@ -866,23 +1165,23 @@ impl BoxTable {
     }
 
     /// Take the box in slot `n` out, under the shard's write lock, and return
-    /// its record (the caller frees it after the lock). The shard's last slot
+    /// its slot (the caller frees it after the lock). The shard's last slot
     /// moves into the hole so slots `0..len` stay used; an emptied chunk is
     /// freed, a mostly empty index shrinks, the floor rises to the box's version.
-    fn remove_slot(&self, shard: &Shard, table: &mut ShardTable, n: u32) -> Option<Box<[u8]>> {
+    fn remove_slot(&self, shard: &Shard, table: &mut ShardTable, n: u32) -> Option<Slot> {
         let last = u32::try_from(table.index.len().checked_sub(1)?).ok()?;
         if n > last {
             return None;
         }
         let before = table.bytes();
-        let record = std::mem::take(table.slot_mut(n)?);
-        let hash = self.hasher.hash_one(record::key(&record));
+        let record = table.slot_mut(n)?.take();
+        let hash = key_hash(&self.hasher, &record);
         if let Ok(entry) = table.index.find_entry(hash, |&e| e as u32 == n) {
             entry.remove();
         }
         if n != last {
-            let moved = std::mem::take(table.slot_mut(last)?);
-            let moved_hash = self.hasher.hash_one(record::key(&moved));
+            let moved = table.slot_mut(last)?.take();
+            let moved_hash = key_hash(&self.hasher, &moved);
             if let Some(e) = table.index.find_mut(moved_hash, |&e| e as u32 == last) {
                 *e = (*e & !0xffff_ffff) | u64::from(n);
             }
@@ -896,8 +1195,8 @@ impl BoxTable {
             table.expiry.pop();
         }
         table.shrink(&self.hasher);
-        table.floor = table.floor.max(record::version(&record));
-        let (was, is) = (before + record.len(), table.bytes());
+        table.floor = table.floor.max(record::version(&record.head()));
+        let (was, is) = (before + record.bytes(), table.bytes());
         if was >= is {
             shard.bytes.fetch_sub(was - is, Ordering::Relaxed);
         } else {
@@ -1184,6 +1483,10 @@ mod tests {
                         // sum counts the messages after the first, n all of them.
                         assert_eq!(v["n"], version);
                         assert_eq!(v["sum"], version - 1);
+                        // `v` and `s` come from one message.
+                        let n = v["v"].as_u64().expect("v");
+                        let s = v["s"].as_str().expect("s");
+                        assert_eq!(s.len() as u64, n % 17, "{v}");
                         assert!(version >= last, "versions go forward");
                         last = version;
                     }
@@ -1194,6 +1497,177 @@ mod tests {
             h.join().expect("thread");
         }
         assert_eq!(t.version(b"hot"), Some(1 + 2 * PER_WRITER as u64));
+    }
+
+    /// Whether the record of `key` holds its payload rendered.
+    fn is_rendered(t: &BoxTable, key: &str) -> bool {
+        let hash = t.hasher.hash_one(key.as_bytes());
+        let table = read(&t.shard(hash).table);
+        let (_, rendered) = table
+            .find(hash, |s| {
+                look(s, key.as_bytes(), None)?;
+                let mut image = Vec::new();
+                s.load_whole(&mut image);
+                Some(record::rendered(&image))
+            })
+            .expect("box exists");
+        rendered
+    }
+
+    #[test]
+    fn payloads_are_rendered_by_the_first_poll_and_kept() {
+        let t = BoxTable::new(Arc::new(Plan::default_plan()));
+        let by = Some(Value::Str("p\"1"));
+        apply(&t, "a", &[i(7), i(7), None, by]).expect("ok");
+        assert!(
+            !is_rendered(&t, "a"),
+            "an apply without `out` renders nothing"
+        );
+        // The version needs no payload.
+        assert_eq!(t.version(b"a"), Some(1));
+        assert!(!is_rendered(&t, "a"));
+        let first = r#"{"k":"a","ver":1,"v":7,"sum":7,"n":1,"by":"p\"1"}"#;
+        let mut out = b"x".to_vec();
+        assert_eq!(t.poll(b"a", &mut out), Some(1));
+        assert_eq!(out, [b"x".as_slice(), first.as_bytes()].concat());
+        assert!(
+            is_rendered(&t, "a"),
+            "the first poll keeps what it rendered"
+        );
+        assert_eq!(payload(&t, "a"), first);
+        // Updates that no poll sees are never rendered; the next poll renders
+        // the newest.
+        for v in 0..50 {
+            apply(&t, "a", &[i(v), i(1), None, None]).expect("ok");
+            assert!(!is_rendered(&t, "a"));
+        }
+        let want = r#"{"k":"a","ver":51,"v":49,"sum":57,"n":51,"by":"p\"1"}"#;
+        assert_eq!(payload(&t, "a"), want);
+        assert!(is_rendered(&t, "a"));
+        // An apply with `out` renders at once, and the record keeps it.
+        let mut out = Vec::new();
+        t.apply("a", &[i(1), i(1), None, None], 0, Some(&mut out))
+            .expect("ok");
+        let want = r#"{"k":"a","ver":52,"v":1,"sum":58,"n":52,"by":"p\"1"}"#;
+        assert_eq!(out, want.as_bytes());
+        assert!(is_rendered(&t, "a"));
+        assert_eq!(payload(&t, "a"), want);
+        // A new box, created without `out`, renders on its first poll too.
+        apply(&t, "b", &[]).expect("ok");
+        assert!(!is_rendered(&t, "b"));
+        assert_eq!(payload(&t, "b"), r#"{"k":"b","ver":1,"n":1}"#);
+        // Snapshots read the state, rendered or not.
+        apply(&t, "b", &[i(3)]).expect("ok");
+        let mut seen = Vec::new();
+        t.for_each(0, |k, v, _, s| seen.push((k.to_string(), v, s.to_vec())));
+        seen.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(seen[1].1, 2);
+        assert_eq!(seen[1].2[0], FieldState::I64(3));
+        assert_eq!(seen[0].1, 52);
+    }
+
+    #[test]
+    fn a_lazy_payload_over_the_limit_is_refused_like_a_rendered_one() {
+        let mut plan = Plan::default_plan();
+        // {"k":"a","ver":2,"n":2,"by":"0123456789"} is 41 bytes.
+        plan.max_payload_bytes = 41;
+        let t = BoxTable::new(Arc::new(plan));
+        apply(&t, "a", &[]).expect("ok");
+        let ten = Some(Value::Str("0123456789"));
+        let eleven = Some(Value::Str("0123456789a"));
+        assert_eq!(
+            apply(&t, "a", &[None, None, None, eleven]),
+            Err(MessageError::PayloadTooLarge)
+        );
+        assert_eq!(apply(&t, "a", &[None, None, None, ten]), Ok(2));
+        assert_eq!(payload(&t, "a").len(), 41);
+    }
+
+    /// Writers update boxes (lazily and with `out`, growing and shrinking
+    /// records), pollers poll them and check every payload against the one
+    /// rendered from the version it came with: each writer's message `n` to a
+    /// box sets `v` to `n` and `s` to `n % 17` characters, so a payload is
+    /// whole exactly when its `s` fits its `v` and its `n` its version.
+    #[test]
+    fn polls_see_exactly_the_payload_of_the_version_they_report() {
+        let t = Arc::new(table_with(vec![
+            field("v", FieldType::I64, Reduce::Last),
+            field("n", FieldType::I64, Reduce::Count),
+            field("s", FieldType::Str, Reduce::Last),
+        ]));
+        const KEYS: [&str; 3] = ["a", "b", "c"];
+        const PER_WRITER: i64 = 4000;
+        for key in KEYS {
+            apply(&t, key, &[i(0), None, Some(Value::Str(""))]).expect("ok");
+        }
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writers: Vec<_> = (0..2)
+            .map(|w| {
+                let t = Arc::clone(&t);
+                std::thread::spawn(move || {
+                    let mut out = Vec::new();
+                    for n in 1..=PER_WRITER {
+                        let s = "y".repeat((n % 17) as usize);
+                        let key = KEYS[(n as usize + w) % KEYS.len()];
+                        let values = [i(n), None, Some(Value::Str(&s))];
+                        out.clear();
+                        let eager = (n + w as i64) % 5 == 0;
+                        let version = t
+                            .apply(key, &values, 0, eager.then_some(&mut out))
+                            .expect("ok");
+                        if eager {
+                            let v: serde_json::Value = serde_json::from_slice(&out).expect("JSON");
+                            assert_eq!(v["ver"], version);
+                            assert_eq!(v["v"], n);
+                        }
+                    }
+                })
+            })
+            .collect();
+        let pollers: Vec<_> = (0..2)
+            .map(|p| {
+                let (t, stop) = (Arc::clone(&t), Arc::clone(&stop));
+                std::thread::spawn(move || {
+                    let mut out = Vec::with_capacity(256);
+                    let mut last = [0u64; 3];
+                    let mut polls = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        for (k, key) in KEYS.iter().enumerate() {
+                            out.clear();
+                            let version = t.poll(key.as_bytes(), &mut out).expect("exists");
+                            let v: serde_json::Value =
+                                serde_json::from_slice(&out).expect("whole JSON");
+                            assert_eq!(v["k"], *key);
+                            assert_eq!(v["ver"], version);
+                            assert_eq!(v["n"], version);
+                            let n = v["v"].as_u64().expect("v");
+                            assert_eq!(v["s"].as_str().expect("s").len() as u64, n % 17);
+                            assert!(version >= last[k], "versions go forward");
+                            last[k] = version;
+                            if p == 0 {
+                                let now = t.version(key.as_bytes()).expect("exists");
+                                assert!(now >= version);
+                            }
+                            polls += 1;
+                        }
+                    }
+                    polls
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().expect("writer");
+        }
+        stop.store(true, Ordering::Relaxed);
+        for p in pollers {
+            assert!(p.join().expect("poller") > 0);
+        }
+        let total: u64 = KEYS
+            .iter()
+            .map(|k| t.version(k.as_bytes()).expect("k"))
+            .sum();
+        assert_eq!(total, 3 + 2 * PER_WRITER as u64, "no update was lost");
+        check_consistent(&t);
     }
 
     #[test]
@@ -1333,18 +1807,27 @@ mod tests {
         let hash = 0x1234_5678_9abc_def0;
         let shard = t.shard(hash);
         for (key, version) in [("first", 3), ("second", 5)] {
-            let record = record::build(version, key, &[], b"{}");
+            let slot = new_slot(&mut Vec::new(), version, key, &[], Payload::Rendered(b"{}"));
             let mut table = write(&shard.table);
-            t.insert(shard, &mut table, hash, record, NEVER);
+            t.insert(shard, &mut table, hash, slot, NEVER);
         }
         let table = read(&shard.table);
-        let (_, first) = table.find(hash, b"first", read).expect("first");
-        assert_eq!(record::version(&first), 3);
-        drop(first);
-        let (_, second) = table.find(hash, b"second", read).expect("second");
-        assert_eq!(record::version(&second), 5);
-        drop(second);
-        assert!(table.find(hash, b"third", read).is_none());
+        let (_, first) = table
+            .find(hash, |s| look(s, b"first", None))
+            .expect("first");
+        assert_eq!(first, Seen::At(3));
+        let (_, second) = table
+            .find(hash, |s| look(s, b"second", None))
+            .expect("second");
+        assert_eq!(second, Seen::At(5));
+        assert!(table.find(hash, |s| look(s, b"third", None)).is_none());
+        assert!(table.find(hash, |s| look(s, b"firs", None)).is_none());
+        let mut out = Vec::new();
+        assert_eq!(
+            table.find(hash, |s| look(s, b"second", Some(&mut out))),
+            Some((1, Seen::At(5)))
+        );
+        assert_eq!(out, b"{}");
     }
 
     #[test]
@@ -1355,7 +1838,7 @@ mod tests {
         apply(&t, "a", &[i(1), i(1), None, None]).expect("ok");
         let one = t.accounted_bytes();
         // A chunk of slots, a record of at least header + key + payload, an index.
-        assert!(one - empty >= 2048 + 14 + 1 + 23 + 16, "{}", one - empty);
+        assert!(one - empty >= 2048 + 16 + 1 + 23 + 16, "{}", one - empty);
         apply(&t, "a", &[i(2), i(2), None, None]).expect("ok");
         assert_eq!(t.accounted_bytes(), one, "same size class: no change");
         let long = Some(Value::Str("0123456789abcdef"));
@@ -1392,14 +1875,19 @@ mod tests {
                 assert!(n < len, "entry names slot {n} of {len}");
                 assert!(!std::mem::replace(&mut seen[n], true), "slot {n} twice");
                 let slot = table.slot(n as u32).expect("slot");
-                let key = record::key(&read(slot)).to_vec();
+                let mut image = Vec::new();
+                slot.load_whole(&mut image);
+                let key = record::key(&image).to_vec();
                 let hash = t.hasher.hash_one(&key);
+                assert_eq!(hash, key_hash(&t.hasher, slot));
                 assert_eq!((e >> 32) as u32, fingerprint(hash));
-                let (m, _guard) = table.find(hash, &key, read).expect("found by key");
+                let (m, _) = table
+                    .find(hash, |s| look(s, &key, None))
+                    .expect("found by key");
                 assert_eq!(m as usize, n);
             }
             let records: usize = (0..len)
-                .map(|n| read(table.slot(n as u32).expect("slot")).len())
+                .map(|n| table.slot(n as u32).expect("slot").bytes())
                 .sum();
             assert_eq!(
                 shard.bytes.load(Ordering::Relaxed),

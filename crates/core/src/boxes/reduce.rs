@@ -7,39 +7,47 @@ use std::cell::Cell;
 use super::codec;
 use crate::config::{FieldType, Reduce};
 use crate::plan::{FieldPlan, MessageError, Plan, Value};
-use crate::render::{render_fields, FieldView};
+use crate::render::{render_fields, rendered_len, FieldView};
 
-/// Compute the next state and payload of a box from its current state (empty
-/// for a new box) into `scratch`. Returns the new version.
+/// Compute the next state of a box from its current state (empty for a new
+/// box) into `st`, and, when `render`, its payload into `payload` (else only
+/// the payload's length is computed: lazy rendering). Returns the new version
+/// and the payload's length.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn next_record(
     plan: &Plan,
     key: &str,
     old_state: &[u8],
     old_version: u64,
     values: &[Option<Value<'_>>],
-    scratch: &mut Scratch,
-) -> Result<u64, MessageError> {
-    scratch.clear();
+    st: &mut Vec<u8>,
+    payload: &mut Vec<u8>,
+    render: bool,
+) -> Result<(u64, usize), MessageError> {
+    st.clear();
+    payload.clear();
     // Sized once per thread for the largest payload, so they never grow on the
     // steady path (reserve is a no-op once the capacity is there).
-    scratch.payload.reserve(plan.max_payload_bytes + 1);
-    scratch
-        .state
-        .reserve(plan.max_payload_bytes + 16 * plan.fields.len());
+    payload.reserve(plan.max_payload_bytes + 1);
+    st.reserve(plan.max_payload_bytes + 16 * plan.fields.len());
     let mut old = codec::Decoder::new(old_state);
     for (i, field) in plan.fields.iter().enumerate() {
         let prev = old.next().unwrap_or_default();
         let value = values.get(i).copied().flatten();
         let next = reduce(field, i, prev, value)?;
-        codec::encode(next, &mut scratch.state);
+        codec::encode(next, st);
     }
     let version = old_version.saturating_add(1);
-    let Scratch { state: st, payload } = scratch;
-    render_fields(plan, key, version, codec::Decoder::new(st), payload);
-    if payload.len() > plan.max_payload_bytes {
+    let len = if render {
+        render_fields(plan, key, version, codec::Decoder::new(st), payload);
+        payload.len()
+    } else {
+        rendered_len(plan, key, version, codec::Decoder::new(st))
+    };
+    if len > plan.max_payload_bytes {
         return Err(MessageError::PayloadTooLarge);
     }
-    Ok(version)
+    Ok((version, len))
 }
 
 fn field_index(i: usize) -> u16 {
@@ -110,6 +118,8 @@ fn typed<'a>(field: &FieldPlan, idx: u16, value: Value<'a>) -> Result<FieldView<
 pub(super) struct Scratch {
     pub(super) state: Vec<u8>,
     pub(super) payload: Vec<u8>,
+    /// A copy of a record read from its slot, and the next record built on it.
+    pub(super) image: Vec<u8>,
 }
 
 impl Scratch {
@@ -117,12 +127,14 @@ impl Scratch {
         Scratch {
             state: Vec::new(),
             payload: Vec::new(),
+            image: Vec::new(),
         }
     }
 
     pub(super) fn clear(&mut self) {
         self.state.clear();
         self.payload.clear();
+        self.image.clear();
     }
 }
 
