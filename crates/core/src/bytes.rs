@@ -41,14 +41,13 @@ pub(crate) enum DecimalError {
 
 /// `1*DIGIT` as a u64: no sign, no spaces, no list, no overflow.
 pub(crate) fn parse_decimal(v: &[u8]) -> Result<u64, DecimalError> {
-    if v.is_empty() {
+    if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
+        // Judged first, so that `20000000000000000000x` is not a number
+        // rather than a number too large.
         return Err(DecimalError::NotDecimal);
     }
     let mut n: u64 = 0;
     for &b in v {
-        if !b.is_ascii_digit() {
-            return Err(DecimalError::NotDecimal);
-        }
         n = n
             .checked_mul(10)
             .and_then(|n| n.checked_add(u64::from(b - b'0')))
