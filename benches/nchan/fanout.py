@@ -268,7 +268,7 @@ def recv_ts(s):
 
 
 class Sub:
-    __slots__ = ("sock", "reader", "key", "state", "events", "last_ts", "closed", "responses")
+    __slots__ = ("sock", "reader", "key", "state", "events", "last_ts", "closed", "responses", "last_data")
 
     def __init__(self, sock, key, stream):
         self.sock = sock
@@ -279,6 +279,7 @@ class Sub:
         self.last_ts = None
         self.closed = False
         self.responses = 0
+        self.last_data = None
 
 
 class Client:
@@ -321,6 +322,7 @@ class Client:
             if item[0] == "event":
                 sub.events += 1
                 sub.last_ts = ts
+                sub.last_data = item[1]
             else:
                 _, status, headers, _body = item
                 sub.responses += 1
@@ -565,9 +567,20 @@ def slow(a, srv):
                    buffered_before=m0.get("buffered_bytes"), buffered_after=m1.get("buffered_bytes"),
                    sse_events=m1.get("sse_events_total", 0) - m0.get("sse_events_total", 0),
                    coalesced=m1.get("sse_coalesced_total", 0) - m0.get("sse_coalesced_total", 0))
-    # Still unread in the subscriber's socket, and still queued at the server's
-    # side of it (Send-Q): kernel memory, not the server's RSS.
+    # Still unread in the subscriber's socket: kernel memory, not the server's RSS.
     res["client_recv_q"] = recv_q(sub.sock)
+    # Now read everything: how many of the 10,000 versions came, and whether the
+    # newest is the last one (a box is state: the newest must arrive).
+    before = sub.events
+    client.sel.register(sub.sock, selectors.EVENT_READ, sub)
+    client.quiet(1.0)
+    res["events_read_after"] = sub.events - before
+    try:
+        last = json.loads(sub.last_data)
+        res["last_version_read"] = last.get("ver", last.get("v"))
+    except (TypeError, ValueError):
+        res["last_version_read"] = None
+    res["newest_version_published"] = 1 + a.updates
     return res
 
 
