@@ -20,7 +20,9 @@
 #  - memory per open stream: 10,000 streams on 1,000 keys (RSS delta / streams),
 #    fresh servers;
 #  - a subscriber that never reads: server RSS (and pollbox's accounted bytes)
-#    before and after 10,000 updates to its key.
+#    before and after 10,000 updates to its key, then how many events it gets
+#    when it reads at last, and whether the newest version is among them;
+#  - benches/sse_memory.sh again (§7's figure, pollbox's own load generator).
 # Raw JSON lines go to the results file (default benches/nchan/results-<date>.txt),
 # the summary table to stdout and the end of that file.
 set -euo pipefail
@@ -156,6 +158,9 @@ for t in nchan-es pollbox-sse pollbox-uring-sse; do
     C slow --label "$name" --server "$server" --port "$port" --pid "$pid" --updates 10000
 done
 stop
+
+echo "## benches/sse_memory.sh (§7's own measure, pollbox load --sse 10000, unpinned), same run" | tee -a "$OUT"
+bash benches/sse_memory.sh 2>&1 | tee -a "$OUT"
 
 echo "## summary (medians over runs)" | tee -a "$OUT"
 python3 benches/nchan/summary.py "$OUT" | tee -a "$OUT"
