@@ -222,6 +222,16 @@ def recv_q(sock):
     return struct.unpack("i", buf)[0]
 
 
+def server_send_q(server_port, client_port):
+    """Bytes queued in the server's side of one connection (ss's Send-Q): kernel
+    memory the server put there and the client has not read."""
+    import subprocess
+    out = subprocess.run(["ss", "-tnH", "state", "established",
+                          f"( sport = :{server_port} and dport = :{client_port} )"],
+                         capture_output=True, text=True).stdout.split()
+    return int(out[1]) if len(out) >= 2 else None
+
+
 def rss(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -551,7 +561,7 @@ def slow(a, srv):
             pub.send(key, 2 + sent + j)
         want = pub.answered + k
         sent += k
-        end = time.monotonic() + 10
+        end = time.monotonic() + 30
         while pub.answered < want:
             if time.monotonic() > end:
                 raise SystemExit("slow: publisher got no answer")
@@ -567,8 +577,10 @@ def slow(a, srv):
                    buffered_before=m0.get("buffered_bytes"), buffered_after=m1.get("buffered_bytes"),
                    sse_events=m1.get("sse_events_total", 0) - m0.get("sse_events_total", 0),
                    coalesced=m1.get("sse_coalesced_total", 0) - m0.get("sse_coalesced_total", 0))
-    # Still unread in the subscriber's socket: kernel memory, not the server's RSS.
+    # Still unread in the subscriber's socket, and queued in the server's socket:
+    # kernel memory, not the server's RSS.
     res["client_recv_q"] = recv_q(sub.sock)
+    res["server_send_q"] = server_send_q(a.port, sub.sock.getsockname()[1])
     # Now read everything: how many of the 10,000 versions came, and whether the
     # newest is the last one (a box is state: the newest must arrive).
     before = sub.events

@@ -10,6 +10,8 @@
 # config, max_connections raised to 20,000 for the 10,000-stream run; a second
 # pollbox with io_uring = true). Every server is pinned to CPU 0, the client
 # (benches/nchan/fanout.py, Python stdlib only, the same for both servers) to CPU 1.
+# A third "server", benches/nchan/floor.py, does nothing per delivery but one
+# send(): its system time is the kernel's share of any server's fan-out.
 #
 # Measures:
 #  - fan-out: one update to 1,000 subscribers of one key, 50 publishes, 3 runs
@@ -20,7 +22,7 @@
 #  - memory per open stream: 10,000 streams on 1,000 keys (RSS delta / streams),
 #    fresh servers;
 #  - a subscriber that never reads: server RSS (and pollbox's accounted bytes)
-#    before and after 10,000 updates to its key, then how many events it gets
+#    and the server socket's Send-Q before and after 100,000 updates to its key, then how many events it gets
 #    when it reads at last, and whether the newest version is among them;
 #  - benches/sse_memory.sh again (§7's figure, pollbox's own load generator).
 # Raw JSON lines go to the results file (default benches/nchan/results-<date>.txt),
@@ -48,8 +50,9 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true   # 10,000 streams on each side (2
 
 D=$(mktemp -d /tmp/nchan-bench.XXXXXX)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-NPORT=$(free_port); PPORT=$(free_port); UPORT=$(free_port)
-NGINX_MASTER=""; PBX=""; PBXU=""
+NPORT=$(free_port); PPORT=$(free_port); UPORT=$(free_port); FPORT=$(free_port)
+NGINX_MASTER=""; PBX=""; PBXU=""; FLOOR=""
+UPDATES=${UPDATES:-100000}
 
 cat >"$D/nginx.conf" <<EOF
 load_module /usr/lib/nginx/modules/ngx_nchan_module.so;
@@ -103,13 +106,16 @@ start() {
     PBX=$!
     taskset -c 0 "$B" serve --config "$D/pollbox-uring.toml" --listen 127.0.0.1:$UPORT --workers 1 >"$D/pollbox-uring.log" 2>&1 &
     PBXU=$!
-    wait_port $NPORT; wait_port $PPORT; wait_port $UPORT
+    # The kernel's floor: a server that does nothing per delivery but one send().
+    taskset -c 0 python3 benches/nchan/floor.py $FPORT >"$D/floor.log" 2>&1 &
+    FLOOR=$!
+    wait_port $NPORT; wait_port $PPORT; wait_port $UPORT; wait_port $FPORT
     NGINX_WORKER=$(pgrep -P $NGINX_MASTER | head -1)
 }
 stop() {
-    for p in $PBX $PBXU; do kill -INT $p 2>/dev/null || true; wait $p 2>/dev/null || true; done
+    for p in $PBX $PBXU $FLOOR; do kill -INT $p 2>/dev/null || true; wait $p 2>/dev/null || true; done
     if [ -n "$NGINX_MASTER" ]; then kill -QUIT $NGINX_MASTER 2>/dev/null || true; wait $NGINX_MASTER 2>/dev/null || true; fi
-    PBX=""; PBXU=""; NGINX_MASTER=""
+    PBX=""; PBXU=""; FLOOR=""; NGINX_MASTER=""
 }
 trap 'stop; rm -rf "$D"' EXIT
 
@@ -122,6 +128,7 @@ targets() {
     echo "pollbox-lp pollbox lp $PPORT $PBX"
     echo "pollbox-uring-sse pollbox sse $UPORT $PBXU"
     echo "pollbox-uring-lp pollbox lp $UPORT $PBXU"
+    echo "floor-send-only pollbox sse $FPORT $FLOOR"
 }
 
 {
@@ -140,7 +147,7 @@ done
 echo "## one subscriber: 200 publishes" | tee -a "$OUT"
 while read -r name server kind port pid; do
     C single --label "$name" --server "$server" --kind "$kind" --port "$port" --pid "$pid" --publishes 200
-done < <(targets)
+done < <(targets | grep -v '^floor')
 stop
 
 echo "## memory per open stream: 10,000 streams on 1,000 keys (fresh servers each)" | tee -a "$OUT"
@@ -151,11 +158,11 @@ for t in nchan-es nchan-lp pollbox-sse pollbox-lp; do
     stop
 done
 
-echo "## a subscriber that never reads: 10,000 updates to its key" | tee -a "$OUT"
+echo "## a subscriber that never reads: $UPDATES updates to its key" | tee -a "$OUT"
 start
 for t in nchan-es pollbox-sse pollbox-uring-sse; do
     read -r name server kind port pid < <(targets | grep "^$t ")
-    C slow --label "$name" --server "$server" --port "$port" --pid "$pid" --updates 10000
+    C slow --label "$name" --server "$server" --port "$port" --pid "$pid" --updates "$UPDATES"
 done
 stop
 
