@@ -113,7 +113,9 @@ start() {
     NGINX_WORKER=$(pgrep -P $NGINX_MASTER | head -1)
 }
 stop() {
-    for p in $PBX $PBXU $FLOOR; do kill -INT $p 2>/dev/null || true; wait $p 2>/dev/null || true; done
+    for p in $PBX $PBXU; do kill -INT $p 2>/dev/null || true; wait $p 2>/dev/null || true; done
+    # (a background job ignores SIGINT, and Python keeps it ignored: TERM)
+    if [ -n "$FLOOR" ]; then kill -TERM $FLOOR 2>/dev/null || true; wait $FLOOR 2>/dev/null || true; fi
     if [ -n "$NGINX_MASTER" ]; then kill -QUIT $NGINX_MASTER 2>/dev/null || true; wait $NGINX_MASTER 2>/dev/null || true; fi
     PBX=""; PBXU=""; FLOOR=""; NGINX_MASTER=""
 }
