@@ -551,11 +551,15 @@ def slow(a, srv):
     time.sleep(0.3)
     r0 = rss(a.pid)
     m0 = metrics(a.port) if srv.name == "pollbox" else None
+    cpu0 = sum(cpu(a.pid))
     t0 = time.monotonic()
     # Pipelined in windows of 64: fast, and the answers are all read.
     window = 64
     sent = 0
-    while sent < a.updates:
+    # Bounded in time too: a server whose work per update grows with the backlog
+    # it holds for the reader stops being published to after --max-seconds.
+    stop_at = t0 + a.max_seconds
+    while sent < a.updates and time.monotonic() < stop_at:
         k = min(window, a.updates - sent)
         for j in range(k):
             pub.send(key, 2 + sent + j)
@@ -569,7 +573,8 @@ def slow(a, srv):
     secs = time.monotonic() - t0
     time.sleep(0.5)
     r1 = rss(a.pid)
-    res = {"op": "slow", "server": srv.name, "updates": a.updates, "publish_s": secs,
+    res = {"op": "slow", "server": srv.name, "updates": sent, "updates_asked": a.updates, "publish_s": secs,
+           "server_cpu_s": sum(cpu(a.pid)) - cpu0,
            "rss_before": r0, "rss_after": r1, "rss_delta": r1 - r0, "reader_open": not sub.closed}
     if m0:
         m1 = metrics(a.port)
@@ -592,7 +597,7 @@ def slow(a, srv):
         res["last_version_read"] = last.get("ver", last.get("v"))
     except (TypeError, ValueError):
         res["last_version_read"] = None
-    res["newest_version_published"] = 1 + a.updates
+    res["newest_version_published"] = 1 + sent
     return res
 
 
@@ -609,6 +614,7 @@ def main():
     p.add_argument("--keys", type=int, default=1000)
     p.add_argument("--updates", type=int, default=10000)
     p.add_argument("--label", default="")
+    p.add_argument("--max-seconds", type=float, default=60.0)
     a = p.parse_args()
     srv = Pollbox() if a.server == "pollbox" else Nchan()
     res = {"fanout": fanout, "single": single, "memory": memory, "slow": slow}[a.op](a, srv)

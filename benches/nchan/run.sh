@@ -3,6 +3,7 @@
 # BENCHMARKS.md §7), in one run:
 #
 #   bash benches/nchan/run.sh [results-file]     # BENCH_NO_BUILD=1: use target/release/pollbox as is
+#   PHASES="slow ssemem" bash benches/nchan/run.sh  # some parts only (fanout single memory slow ssemem)
 #
 # Installs nginx-light and libnginx-mod-nchan (Debian), runs nginx with one worker
 # (an Nchan publisher location, an EventSource subscriber location and a long-poll
@@ -53,6 +54,9 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 NPORT=$(free_port); PPORT=$(free_port); UPORT=$(free_port); FPORT=$(free_port)
 NGINX_MASTER=""; PBX=""; PBXU=""; FLOOR=""
 UPDATES=${UPDATES:-100000}
+# Which parts to run (all by default); the results file is appended to.
+PHASES=${PHASES:-"fanout single memory slow ssemem"}
+has() { [[ " $PHASES " == *" $1 "* ]]; }
 
 cat >"$D/nginx.conf" <<EOF
 load_module /usr/lib/nginx/modules/ngx_nchan_module.so;
@@ -137,20 +141,26 @@ targets() {
     echo "# benches/nchan/run.sh $(date -u +%FT%TZ) on $(hostname): $(nproc) cores, $(uname -r)"
     echo "# $(nginx -v 2>&1); nchan $(dpkg-query -W -f '${Version}' libnginx-mod-nchan); pollbox $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo '+changes')"
     echo "# servers on CPU 0, client on CPU 1; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-} | tee "$OUT"
+} | tee -a "$OUT"
 
 start
+if has fanout; then
 echo "## fan-out: $SUBS subscribers of one key, $PUBLISHES publishes, $RUNS runs" | tee -a "$OUT"
 for r in $(seq "$RUNS"); do
     while read -r name server kind port pid; do
         C fanout --label "$name" --server "$server" --kind "$kind" --port "$port" --pid "$pid" --subs "$SUBS" --publishes "$PUBLISHES"
     done < <(targets)
 done
+fi
+if has single; then
 echo "## one subscriber: 200 publishes" | tee -a "$OUT"
 while read -r name server kind port pid; do
     C single --label "$name" --server "$server" --kind "$kind" --port "$port" --pid "$pid" --publishes 200
 done < <(targets | grep -v '^floor')
+fi
 stop
+
+if has memory; then
 
 echo "## memory per open stream: 10,000 streams on 1,000 keys (fresh servers each)" | tee -a "$OUT"
 for t in nchan-es nchan-lp pollbox-sse pollbox-lp; do
@@ -159,17 +169,24 @@ for t in nchan-es nchan-lp pollbox-sse pollbox-lp; do
     C memory --label "$name" --server "$server" --kind "$kind" --port "$port" --pid "$pid" --streams 10000 --keys 1000
     stop
 done
+fi
 
-echo "## a subscriber that never reads: $UPDATES updates to its key" | tee -a "$OUT"
+if has slow; then
+
+echo "## a subscriber that never reads: $UPDATES updates to its key (at most 60 s of publishing)" | tee -a "$OUT"
 start
 for t in nchan-es pollbox-sse pollbox-uring-sse; do
     read -r name server kind port pid < <(targets | grep "^$t ")
-    C slow --label "$name" --server "$server" --port "$port" --pid "$pid" --updates "$UPDATES"
+    C slow --label "$name" --server "$server" --port "$port" --pid "$pid" --updates "$UPDATES" --max-seconds 60
 done
 stop
+fi
+
+if has ssemem; then
 
 echo "## benches/sse_memory.sh (§7's own measure, pollbox load --sse 10000, unpinned), same run" | tee -a "$OUT"
 bash benches/sse_memory.sh 2>&1 | tee -a "$OUT"
+fi
 
 echo "## summary (medians over runs)" | tee -a "$OUT"
 python3 benches/nchan/summary.py "$OUT" | tee -a "$OUT"

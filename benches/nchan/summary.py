@@ -38,13 +38,13 @@ def main(path):
             print(f"{r['target']:20} {r['streams']:8} {r['rss_per_stream']:13.0f} {'' if acc is None else f'{acc:.0f}':>19}")
     slow = [r for r in rows if r["op"] == "slow"]
     if slow:
-        print(f"\na subscriber that never reads, {slow[0]['updates']:,} updates to its key")
-        print(f"{'target':20} {'RSS before':>11} {'RSS after':>10} {'delta':>8} {'accounted before/after':>23} "
+        print("\na subscriber that never reads: updates to its key (at most 60 s of publishing)")
+        print(f"{'target':20} {'updates':>8} {'publish s':>9} {'server CPU s':>12} {'RSS before':>11} {'RSS after':>10} {'delta':>8} {'accounted before/after':>23} "
               f"{'server Send-Q':>14} {'coalesced':>10} {'read later':>11} {'newest read':>12}")
         for r in slow:
             acc = f"{r['accounted_before']:.0f}/{r['accounted_after']:.0f}" if "accounted_before" in r else ""
             newest = f"{r.get('last_version_read')}/{r.get('newest_version_published')}"
-            print(f"{r['target']:20} {r['rss_before']:11} {r['rss_after']:10} {r['rss_delta']:8} {acc:>23} "
+            print(f"{r['target']:20} {r['updates']:8} {r['publish_s']:9.1f} {r.get('server_cpu_s', 0):12.2f} {r['rss_before']:11} {r['rss_after']:10} {r['rss_delta']:8} {acc:>23} "
                   f"{r.get('server_send_q', ''):>14} {r.get('coalesced', ''):>10} {r.get('events_read_after', ''):>11} {newest:>12}")
 
 
