@@ -4,7 +4,7 @@
 #   apt-get install -y haproxy prometheus   # haproxy -c, promtool (required)
 #   bash deploy/check.sh
 #
-# Required: python3, haproxy (2.6+), promtool. Used when present, skipped otherwise:
+# Required: python3, haproxy (2.6+), openssl, promtool. Used when present, skipped otherwise:
 # systemd-analyze, hadolint, kubernetes-validate (pip). With POLLBOX_BIN=path/to/pollbox
 # it also runs `pollbox check-config` on the production config and checks that a
 # running pollbox exports every metric the alerts and dashboard use.
@@ -54,10 +54,21 @@ run "grafana: dashboard structure (ids, grid, queries, variables)" python3 $D/ch
 run "metrics: alerts and dashboard use SPEC §6 names only" python3 $D/check_static.py metrics
 
 # --- HAProxy -----------------------------------------------------------------------
-if need haproxy; then
-    run "haproxy: haproxy.cfg" haproxy -c -f $D/haproxy/haproxy.cfg
+if need haproxy && need openssl; then
+    # The TLS frontend's certificate does not exist here: check with a self-signed
+    # one in its place (haproxy -c loads it, so a missing file would fail).
+    make_cert() {
+        openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost \
+            -keyout "$TMP/key.pem" -out "$TMP/crt.pem" && cat "$TMP/crt.pem" "$TMP/key.pem" >"$TMP/pollbox.pem"
+    }
+    run "openssl: a self-signed certificate for the TLS frontend" make_cert
+    sed "s#/etc/haproxy/certs/pollbox.pem#$TMP/pollbox.pem#" $D/haproxy/haproxy.cfg >"$TMP/haproxy.cfg"
+    run "haproxy: haproxy.cfg (its certificate: a self-signed one)" haproxy -c -f "$TMP/haproxy.cfg"
     run "haproxy: haproxy.cfg.tmpl with FRONT_PORT/NODE1/NODE2" \
         env FRONT_PORT=8000 NODE1=127.0.0.1:8081 NODE2=127.0.0.1:8082 \
+        haproxy -c -f $D/haproxy/haproxy.cfg.tmpl
+    run "haproxy: haproxy.cfg.tmpl with the TLS frontend (TLS_PORT/TLS_CRT)" \
+        env FRONT_PORT=8000 NODE1=127.0.0.1:8081 NODE2=127.0.0.1:8082 TLS_PORT=8443 TLS_CRT="$TMP/pollbox.pem" \
         haproxy -c -f $D/haproxy/haproxy.cfg.tmpl
     # Outside a cluster the pod names cannot resolve; that warning, and only that
     # one, is expected.

@@ -141,7 +141,10 @@ def check_configs():
     cfg = cfg[cfg.index("global\n"):].split("\nfrontend stats\n", 1)[0].rstrip()
     tmpl = read("deploy/haproxy/haproxy.cfg.tmpl")
     tmpl = tmpl[tmpl.index("global\n"):].rstrip()
-    for var, value in (('"127.0.0.1:${FRONT_PORT}"', ":8000"), ('"${NODE1}"', "127.0.0.1:8081"),
+    # The TLS listener is optional in the template (`.if defined(TLS_PORT)`).
+    tmpl = re.sub(r"^\.(if defined\(TLS_PORT\)|endif)\n", "", tmpl, flags=re.M)
+    for var, value in (('"127.0.0.1:${FRONT_PORT}"', ":8000"), ('"127.0.0.1:${TLS_PORT}"', ":8443"),
+                       ('"${TLS_CRT}"', "/etc/haproxy/certs/pollbox.pem"), ('"${NODE1}"', "127.0.0.1:8081"),
                        ('"${NODE2}"', "127.0.0.1:8082")):
         tmpl = tmpl.replace(var, value)
     if tmpl != cfg:

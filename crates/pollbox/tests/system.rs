@@ -13,9 +13,14 @@
 //!   other node's keys keep answering with the right version;
 //! - restarted fresh on its address, the node gets its keys back (404: it has no
 //!   snapshot here), and Prometheus sees it again, at 0 boxes, next to the
-//!   unchanged survivor.
+//!   unchanged survivor;
+//! - event streams pass through HAProxy with their box's node;
+//! - HAProxy's TLS frontend (ALPN h2,http/1.1, a self-signed certificate the test
+//!   makes) answers polls, ingests and an event stream over HTTP/2 (`curl --http2`)
+//!   while talking HTTP/1.1 to the nodes.
 //!
-//! Needs `haproxy` and `prometheus` on PATH (Debian packages), hence `#[ignore]`.
+//! Needs `haproxy`, `prometheus`, `openssl` and `curl` on PATH (Debian packages),
+//! hence `#[ignore]`.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -152,6 +157,39 @@ fn require_tool(tool: &str, arg: &str) {
         ok,
         "`{tool}` not found on PATH: apt-get install -y haproxy prometheus"
     );
+}
+
+/// A self-signed certificate for `localhost` with its key, one PEM file (what
+/// HAProxy's `crt` takes), made with the openssl CLI in `dir`.
+fn self_signed_cert(dir: &Path) -> PathBuf {
+    let (crt, key, pem) = (
+        dir.join("crt.pem"),
+        dir.join("key.pem"),
+        dir.join("tls.pem"),
+    );
+    let status = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args([
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&crt)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "openssl req -x509: {status}");
+    let mut both = std::fs::read(&crt).unwrap();
+    both.extend(std::fs::read(&key).unwrap());
+    std::fs::write(&pem, both).unwrap();
+    pem
 }
 
 /// Start a node on `listen` and return the address from its start-up line.
@@ -532,12 +570,15 @@ fn wait_for_prometheus(
 // ---------------------------------------------------------------------------------
 
 #[test]
-#[ignore = "needs haproxy and prometheus (Debian packages); .ci/run installs them"]
+#[ignore = "needs haproxy, prometheus, openssl and curl (Debian packages); .ci/run installs them"]
 fn two_nodes_behind_haproxy_scraped_by_prometheus() {
     let started = Instant::now();
     require_tool("haproxy", "-v");
     require_tool("prometheus", "--version");
+    require_tool("openssl", "version");
+    require_tool("curl", "--version");
     let mut kids = Children::new();
+    let cert = self_signed_cert(&kids.dir);
 
     // 1. Two nodes, HAProxy in front of them, Prometheus scraping them.
     let node_names = ["node1", "node2"];
@@ -546,6 +587,7 @@ fn two_nodes_behind_haproxy_scraped_by_prometheus() {
         spawn_node(&mut kids, node_names[1], "127.0.0.1:0"),
     ];
     let front: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let tls: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     spawn_logged(
         &mut kids,
         "haproxy",
@@ -554,6 +596,8 @@ fn two_nodes_behind_haproxy_scraped_by_prometheus() {
             .arg("-f")
             .arg(repo_root().join("deploy/haproxy/haproxy.cfg.tmpl"))
             .env("FRONT_PORT", front.port().to_string())
+            .env("TLS_PORT", tls.port().to_string())
+            .env("TLS_CRT", &cert)
             .env("NODE1", nodes[0].to_string())
             .env("NODE2", nodes[1].to_string()),
     );
@@ -585,7 +629,7 @@ fn two_nodes_behind_haproxy_scraped_by_prometheus() {
         "/lb-healthz",
         Duration::from_secs(10),
     );
-    eprintln!("nodes {nodes:?}, haproxy {front}, prometheus {prom}");
+    eprintln!("nodes {nodes:?}, haproxy {front} (TLS {tls}), prometheus {prom}");
 
     // 2. Ingest and poll 1,000 keys through HAProxy.
     let acked: HashMap<String, Acked> = std::thread::scope(|s| {
@@ -811,6 +855,108 @@ fn two_nodes_behind_haproxy_scraped_by_prometheus() {
         assert_eq!(fill(st, &mut rest).unwrap_or(0), 0, "{key}: {rest:?}");
     }
     eprintln!("event streams through haproxy: 4 keys, their updates and deletions delivered");
+
+    // 6. HTTP/2 at the edge: HAProxy's TLS frontend (ALPN h2,http/1.1) multiplexes
+    //    a browser's requests and streams over one connection and talks HTTP/1.1
+    //    to the nodes. An ingest, a poll and an event stream over h2.
+    let base = format!("https://localhost:{}", tls.port());
+    let key = "sys-h2";
+    let url = format!("{base}/v1/boxes/{key}");
+    let connect_to = format!("localhost:{}:{tls}", tls.port());
+    let curl = |args: &[&str]| -> String {
+        let out = Command::new("curl")
+            .args(["-sS", "-k", "--http2", "-i", "--max-time", "10"])
+            .args(["--connect-to", &connect_to])
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "curl {args:?}: {} {text}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let r = curl(&[
+        "-X",
+        "POST",
+        "-H",
+        "Content-Type: application/json",
+        "--data",
+        r#"{"value":7,"player":"h2"}"#,
+        &url,
+    ]);
+    assert!(r.starts_with("HTTP/2 200"), "ingest over h2: {r}");
+    assert!(r.contains(&format!("{{\"k\":\"{key}\",\"ver\":1,")), "{r}");
+    let r = curl(&[&url]);
+    assert!(r.starts_with("HTTP/2 200"), "poll over h2: {r}");
+    assert!(r.to_ascii_lowercase().contains("etag: \"1\""), "{r}");
+    assert!(
+        r.contains(&format!(
+            "{{\"k\":\"{key}\",\"ver\":1,\"v\":7,\"sum\":7,\"n\":1,\"by\":\"h2\"}}"
+        )),
+        "poll over h2: {r}"
+    );
+    // The stream: curl prints the head and each event as it comes (-N: no buffering).
+    let mut sub = Command::new("curl")
+        .args(["-sS", "-k", "--http2", "-i", "-N", "--max-time", "20"])
+        .args(["--connect-to", &connect_to])
+        .args(["-H", "Accept: text/event-stream", &url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    let mut out = sub.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = out.read(&mut chunk) {
+            if n == 0 || tx.send(chunk[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let mut until = |what: &str| {
+        let end = Instant::now() + Duration::from_secs(10);
+        while !String::from_utf8_lossy(&seen).contains(what) {
+            let left = end.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(bytes) => seen.extend_from_slice(&bytes),
+                Err(_) => panic!(
+                    "h2 stream: no {what:?} within 10 s; got {:?}",
+                    String::from_utf8_lossy(&seen)
+                ),
+            }
+        }
+        String::from_utf8_lossy(&seen).into_owned()
+    };
+    let head = until("id: 1\ndata: ");
+    assert!(head.starts_with("HTTP/2 200"), "stream over h2: {head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/event-stream"),
+        "{head}"
+    );
+    let r = curl(&[
+        "-X",
+        "POST",
+        "-H",
+        "Content-Type: application/json",
+        "--data",
+        r#"{"value":5,"player":"h2"}"#,
+        &url,
+    ]);
+    assert!(r.starts_with("HTTP/2 200"), "second ingest over h2: {r}");
+    let events = until("\"sum\":12,");
+    assert!(
+        events.contains(&format!("id: 2\ndata: {{\"k\":\"{key}\",\"ver\":2,")),
+        "the update over the h2 stream: {events}"
+    );
+    let _ = sub.kill();
+    let _ = sub.wait();
+    eprintln!("TLS frontend: ingest, poll and an event stream over HTTP/2");
 
     kids.assert_running("haproxy");
     eprintln!("system test done in {:?}", started.elapsed());

@@ -33,6 +33,8 @@ pub struct Conn {
     pub accounted: usize,
     /// On the worker's list of connections waiting for buffer budget.
     pub starved: bool,
+    /// Its socket's `TCP_NOTSENT_LOWAT` was set (an event stream's).
+    pub lowat_set: bool,
 }
 
 impl Conn {
@@ -51,6 +53,7 @@ impl Conn {
             write_shut: false,
             accounted: 0,
             starved: false,
+            lowat_set: false,
         }
     }
 }

@@ -32,6 +32,12 @@ pub const WAKER: Token = Token(1);
 const METRICS_LISTENER: Token = Token(2);
 const FIRST_CONN: usize = 3;
 
+/// Unsent bytes the kernel holds for an event stream (`TCP_NOTSENT_LOWAT`): a
+/// subscriber that stops reading is then queued no more than this in its socket
+/// plus one event in the server, and is sent the newest version when it reads
+/// again, not the backlog of a grown send buffer.
+pub const STREAM_NOTSENT_LOWAT: u32 = 16 * 1024;
+
 /// How long a draining worker waits for requests in flight.
 const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
@@ -450,6 +456,16 @@ impl Worker {
             let st = &shared.stats[self.id];
             if c.registered_stream {
                 st.sse_subscribers.inc();
+                if !c.lowat_set {
+                    // A reader that stops reading: the kernel takes at most this
+                    // much unsent data for it (not the 4 MB a send buffer grows
+                    // to), then the stream waits with one event queued and
+                    // coalesces. Bytes in flight are not limited, so a stream over
+                    // a long round trip is not slowed.
+                    let _ = socket2::SockRef::from(&c.stream)
+                        .set_tcp_notsent_lowat(STREAM_NOTSENT_LOWAT);
+                    c.lowat_set = true;
+                }
             } else {
                 st.parked_polls.inc();
             }

@@ -1,7 +1,8 @@
 //! Server-sent events over real sockets (SPEC §2a): the head and the first
 //! event, delivery across workers, `Last-Event-ID`, `event: deleted`, a
 //! paused reader that is sent only the newest payload when it reads again
-//! (the server keeps at most one event queued for it), the connection cap,
+//! (the server keeps at most one event queued for it, and the kernel little
+//! more: `TCP_NOTSENT_LOWAT`), the connection cap,
 //! and shutdown ending streams cleanly. The stream state's every rule is a
 //! unit test in `crates/core/src/conn/tests.rs`.
 
@@ -343,6 +344,72 @@ fn a_paused_reader_is_sent_only_the_newest_payload_when_it_reads_again() {
     );
     eventually("coalesced versions counted", || {
         sum(&s, |w| w.sse_coalesced.get()) >= 299
+    });
+    drop(sub);
+    s.shutdown().unwrap();
+}
+
+#[test]
+fn a_paused_reader_is_queued_little_in_the_kernel_too() {
+    // Small events and many updates. A socket's send buffer grows to tcp_wmem's
+    // maximum (4 MB by default): without a limit on its unsent bytes the kernel
+    // would take hundreds of KB of stale versions for a reader that has stopped,
+    // and the reader would get all of them before the newest. With
+    // TCP_NOTSENT_LOWAT on streams the server stops after about that much and
+    // coalesces the rest, so what the reader gets before the newest is bounded by
+    // that, its own receive window and one event.
+    let s = start(config());
+    let a = s.addr();
+    assert_eq!(ingest(a, "stale", 1), 1);
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect(&a.into()).unwrap();
+    let mut sub = Sub::on(sock.into(), "/v1/boxes/stale", "");
+    assert_eq!(sub.event().id, Some(1));
+    eventually("subscribed", || subscribers(&s) == 1);
+
+    // 5,000 updates (about 375 KB of events), pipelined 50 at a time.
+    let updates = 5000u64;
+    let body = r#"{"value":1}"#;
+    let req = format!(
+        "POST /v1/boxes/stale HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut w = Reader::new(connect(a));
+    for _ in 0..updates / 50 {
+        for _ in 0..50 {
+            w.send(req.as_bytes());
+        }
+        for _ in 0..50 {
+            assert_eq!(w.read(false).status, 200);
+        }
+    }
+    let last = 1 + updates;
+    // Let the last wake-ups land (were some still on their way, the reader would
+    // only find fewer stale bytes; what it must find is bounded either way).
+    std::thread::sleep(Duration::from_millis(100));
+
+    // It reads again: the stale bytes before the newest version.
+    let mut stale = 0;
+    let mut stale_events = 0;
+    loop {
+        let ev = sub.event();
+        let id = ev.id.unwrap();
+        if id == last {
+            break;
+        }
+        stale += format!("id: {id}\ndata: {}\n\n", ev.data.unwrap_or_default()).len();
+        stale_events += 1;
+    }
+    eprintln!("{stale} bytes ({stale_events} events) before the newest");
+    let bound = pollbox_server::worker::STREAM_NOTSENT_LOWAT as usize + 48 * 1024;
+    assert!(
+        stale <= bound,
+        "{stale} bytes ({stale_events} events) of stale versions before the newest; at most {bound}"
+    );
+    // The versions it never got were coalesced (counted as the newest went out).
+    eventually("the rest counted as coalesced", || {
+        sum(&s, |w| w.sse_coalesced.get()) >= updates - stale_events as u64 - 1
     });
     drop(sub);
     s.shutdown().unwrap();
