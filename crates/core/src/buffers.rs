@@ -208,7 +208,15 @@ impl SendQueue {
         let tail = &mut self.bufs[last];
         let before = tail.len();
         let r = render(tail);
-        self.pending += tail.len() - before;
+        let after = tail.len();
+        self.pending += after - before;
+        if after == 0 {
+            // Nothing written (a poll that parked): keep no empty buffer in
+            // the queue, or every parked poll holds one for its whole wait.
+            if let Some(b) = self.bufs.pop_back() {
+                pool.put(b);
+            }
+        }
         r
     }
 
@@ -292,6 +300,20 @@ mod tests {
             q.advance(take, pool);
         }
         out
+    }
+
+    #[test]
+    fn an_append_that_writes_nothing_holds_no_buffer() {
+        let mut pool = BufferPool::new(4);
+        let mut q = SendQueue::default();
+        q.append(&mut pool, |_| ());
+        assert!(q.is_empty());
+        assert_eq!(q.capacity_bytes(), 0);
+        assert_eq!(q.chunks().count(), 0);
+        // And the buffer it took is back in the pool for the next one.
+        assert!(pool.pooled_bytes() > 0);
+        push(&mut q, &mut pool, b"answer");
+        assert_eq!(drain(&mut q, &mut pool, 3), b"answer");
     }
 
     #[test]

@@ -183,3 +183,41 @@ fn parked_polls_whose_clients_hang_up_are_dropped_before_their_deadline() {
     assert_eq!(s.shared().waiters.parked_keys(), 0);
     s.shutdown().unwrap();
 }
+
+/// A parked poll holds no buffer while it waits: 500 of them add less than
+/// 1 KiB each to `pollbox_buffered_bytes` (a send buffer kept per parked poll
+/// was 16 KiB each, and 16,000 of them filled the default budget).
+#[test]
+fn parked_polls_hold_no_buffers() {
+    let s = start(config());
+    let a = s.addr();
+    ingest_on_fresh_connections(a, "held", 1);
+    let buffered = || {
+        get(a, "/metrics")
+            .text()
+            .lines()
+            .find_map(|l| l.strip_prefix("pollbox_buffered_bytes "))
+            .and_then(|v| v.parse::<u64>().ok())
+            .expect("pollbox_buffered_bytes")
+    };
+    let before = buffered();
+    let mut parked: Vec<Reader> = (0..500)
+        .map(|_| {
+            let mut r = Reader::new(connect(a));
+            r.send(b"GET /v1/boxes/held?after=1&wait_ms=30000 HTTP/1.1\r\nHost: t\r\n\r\n");
+            r
+        })
+        .collect();
+    wait_parked(a, 500);
+    let during = buffered();
+    assert!(
+        during.saturating_sub(before) < 500 * 1024,
+        "500 parked polls hold {} bytes of buffers",
+        during - before
+    );
+    ingest_on_fresh_connections(a, "held", 1);
+    for r in &mut parked {
+        assert_eq!(r.read(false).status, 200);
+    }
+    s.shutdown().unwrap();
+}
