@@ -1,5 +1,5 @@
 //! Byte scanning shared by the HTTP framer and the projection: the line-feed
-//! search (request heads, NDJSON lines) and the plain decimal number
+//! search and count (request heads, NDJSON lines) and the plain decimal number
 //! (`Content-Length`, the long-poll query).
 
 /// Index of the first LF in `hay`, eight bytes at a time (SWAR): heads and
@@ -28,6 +28,24 @@ pub(crate) fn find_lf(hay: &[u8]) -> Option<usize> {
         .iter()
         .position(|&b| b == b'\n')
         .map(|p| at + p)
+}
+
+/// LFs in `body`, eight bytes at a time (SWAR; the exact zero-byte test, so
+/// every flagged byte is an LF and the flags can be counted).
+pub(crate) fn count_lf(body: &[u8]) -> usize {
+    const LOWS: u64 = 0x7F7F_7F7F_7F7F_7F7F;
+    const LFS: u64 = 0x0A0A_0A0A_0A0A_0A0A;
+    let mut words = body.chunks_exact(8);
+    let mut n = 0;
+    for word in words.by_ref() {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(word);
+        let x = u64::from_le_bytes(bytes) ^ LFS;
+        // High bit set in each byte of x that is not zero.
+        let nonzero = ((x & LOWS) + LOWS) | x;
+        n += (!nonzero & !LOWS).count_ones() as usize;
+    }
+    n + words.remainder().iter().filter(|&&b| b == b'\n').count()
 }
 
 /// Why [`parse_decimal`] refused its input; each caller maps it to its own error.

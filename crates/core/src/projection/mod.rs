@@ -64,7 +64,7 @@ mod tests;
 pub use error::BodyError;
 pub use scan::MAX_DEPTH;
 
-use crate::bytes::find_lf;
+use crate::bytes::{count_lf, find_lf};
 use crate::config::FieldType;
 use crate::plan::{FieldPlan, MessageError, Plan, Value};
 use bumpalo::collections::Vec as BumpVec;
@@ -286,7 +286,7 @@ impl Projector {
     fn project_ndjson<'a>(&mut self, arena: &'a Bump, body: &[u8]) -> Result<Batch<'a>, BodyError> {
         let mut items = BumpVec::new_in(arena);
         // An upper bound on the number of messages, so the batch never moves.
-        reserve(&mut items, count_newlines(body) + 1)?;
+        reserve(&mut items, count_lf(body) + 1)?;
         let mut start = 0;
         while start < body.len() {
             let end = find_lf(&body[start..]).map_or(body.len(), |n| start + n);
@@ -475,22 +475,4 @@ fn reserve<T>(items: &mut BumpVec<'_, T>, additional: usize) -> Result<(), BodyE
     items
         .try_reserve(additional)
         .map_err(|_| BodyError::ArenaFull)
-}
-
-/// LFs in `body`, eight bytes at a time (SWAR; the exact zero-byte test, so
-/// every flagged byte is an LF and the flags can be counted).
-fn count_newlines(body: &[u8]) -> usize {
-    const LOWS: u64 = 0x7F7F_7F7F_7F7F_7F7F;
-    const LFS: u64 = 0x0A0A_0A0A_0A0A_0A0A;
-    let mut words = body.chunks_exact(8);
-    let mut n = 0;
-    for word in words.by_ref() {
-        let mut bytes = [0u8; 8];
-        bytes.copy_from_slice(word);
-        let x = u64::from_le_bytes(bytes) ^ LFS;
-        // High bit set in each byte of x that is not zero.
-        let nonzero = ((x & LOWS) + LOWS) | x;
-        n += (!nonzero & !LOWS).count_ones() as usize;
-    }
-    n + words.remainder().iter().filter(|&&b| b == b'\n').count()
 }

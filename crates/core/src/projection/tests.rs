@@ -1023,8 +1023,8 @@ fn newlines_are_counted_exactly() {
         b"{\"a\":1}\n{\"b\":2}\r\n\n{}",
     ] {
         let want = body.iter().filter(|&&b| b == b'\n').count();
-        assert_eq!(count_newlines(body), want, "{body:?}");
+        assert_eq!(crate::bytes::count_lf(body), want, "{body:?}");
     }
     let all: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
-    assert_eq!(count_newlines(&all), 16);
+    assert_eq!(crate::bytes::count_lf(&all), 16);
 }
