@@ -915,23 +915,12 @@ impl BoxTable {
                 if !slot.valid(s) {
                     continue;
                 }
-                let (version, len) = next_record(
-                    &self.plan,
-                    key,
-                    record::state(image),
-                    record::version(image),
-                    values,
-                    state,
-                    payload,
-                    out.is_some(),
-                )?;
+                let (version, len) =
+                    self.next_of(image, key, values, state, payload, out.is_some())?;
                 if resize(key, state, len, image.len()).is_some() {
                     return Ok(None);
                 }
-                let next = match out {
-                    Some(_) => Payload::Rendered(payload),
-                    None => Payload::Later(len),
-                };
+                let next = Payload::of(out.is_some(), payload, len);
                 let used = record::write(image, version, key, state, next);
                 if !slot.claim(s) {
                     continue;
@@ -944,6 +933,30 @@ impl BoxTable {
                 return Ok(Some(version));
             }
         })
+    }
+
+    /// The message applied to the box whose record is in `image`: its next
+    /// version and payload length, the next state in `state` and, when
+    /// `render`, the payload in `payload`.
+    fn next_of(
+        &self,
+        image: &[u8],
+        key: &str,
+        values: &[Option<Value<'_>>],
+        state: &mut Vec<u8>,
+        payload: &mut Vec<u8>,
+        render: bool,
+    ) -> Result<(u64, usize), MessageError> {
+        next_record(
+            &self.plan,
+            key,
+            record::state(image),
+            record::version(image),
+            values,
+            state,
+            payload,
+            render,
+        )
     }
 
     /// Apply to an existing box whose next record needs another size class:
@@ -990,20 +1003,8 @@ impl BoxTable {
             } = scratch;
             self.reserve_image(image);
             slot.load(image);
-            let (version, len) = next_record(
-                &self.plan,
-                key,
-                record::state(image),
-                record::version(image),
-                values,
-                state,
-                payload,
-                out.is_some(),
-            )?;
-            let next = match out {
-                Some(_) => Payload::Rendered(payload),
-                None => Payload::Later(len),
-            };
+            let (version, len) = self.next_of(image, key, values, state, payload, out.is_some())?;
+            let next = Payload::of(out.is_some(), payload, len);
             let old = slot.bytes();
             if let Some(class) = resize(key, state, len, old) {
                 image.clear();
@@ -1089,10 +1090,7 @@ impl BoxTable {
                 self.reserve_image(image);
                 let (version, len) =
                     next_record(&self.plan, key, &[], floor, values, state, payload, render)?;
-                let next = match render {
-                    true => Payload::Rendered(payload),
-                    false => Payload::Later(len),
-                };
+                let next = Payload::of(render, payload, len);
                 Ok::<_, MessageError>((version, len, new_slot(image, version, key, state, next)))
             })
         };

@@ -72,7 +72,17 @@ pub(super) enum Payload<'a> {
     Later(usize),
 }
 
-impl Payload<'_> {
+impl<'a> Payload<'a> {
+    /// What `reduce::next_record` left: `payload` itself when it rendered
+    /// it, else the `len` it will take.
+    pub(super) fn of(rendered: bool, payload: &'a [u8], len: usize) -> Payload<'a> {
+        if rendered {
+            Payload::Rendered(payload)
+        } else {
+            Payload::Later(len)
+        }
+    }
+
     pub(super) fn len(self) -> usize {
         match self {
             Payload::Rendered(p) => p.len(),
