@@ -28,14 +28,17 @@
 //! - nothing panics; error offsets lie within the body.
 #![no_main]
 
+#[path = "model.rs"]
+mod model;
+
 use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
+use model::*;
 use pollbox_core::config::{FieldType, Reduce};
 use pollbox_core::epoch::Epoch;
-use pollbox_core::plan::{FieldPlan, MessageError, Plan, Value};
-use pollbox_core::projection::{self, BodyError, BodyFormat, KeySource, Projector, Shape};
-use serde_json::Value as Json;
+use pollbox_core::plan::{FieldPlan, Plan};
+use pollbox_core::projection::{self, BodyError, BodyFormat, KeySource, Projector};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else {
@@ -129,203 +132,7 @@ fn check(body: &[u8]) {
     }
 }
 
-// ---- the model: serde_json and a pointer lookup ----
-
-#[derive(Debug, Clone, PartialEq)]
-enum MVal {
-    I64(i64),
-    F64(f64),
-    Bool(bool),
-    Str(String),
-}
-
-type ModelMessage = Result<(Option<String>, Vec<Option<MVal>>), MessageError>;
-
-#[derive(Debug)]
-enum ModelBody {
-    Invalid,
-    NotObjectOrArray,
-    Ok {
-        shape: Shape,
-        items: Vec<ModelMessage>,
-    },
-}
-
-enum Parsed {
-    Doc(Json),
-    Invalid,
-}
-
-/// serde_json's verdict as without `arbitrary_precision`: numbers whose
-/// nearest f64 is infinite are refused.
-fn parse(doc: &[u8]) -> Parsed {
-    match serde_json::from_slice::<Json>(doc) {
-        Ok(_) if has_out_of_range_number(doc) => Parsed::Invalid,
-        Ok(v) => Parsed::Doc(v),
-        Err(_) => Parsed::Invalid,
-    }
-}
-
-/// In a valid JSON text, whether some number's nearest f64 is infinite. Scans
-/// the text: a duplicate member's earlier value is gone from the parsed value
-/// but must still be valid.
-fn has_out_of_range_number(doc: &[u8]) -> bool {
-    let mut i = 0;
-    while i < doc.len() {
-        match doc[i] {
-            b'"' => {
-                i += 1;
-                while i < doc.len() && doc[i] != b'"' {
-                    i += if doc[i] == b'\\' { 2 } else { 1 };
-                }
-                i += 1;
-            }
-            b'-' | b'0'..=b'9' => {
-                let start = i;
-                while i < doc.len()
-                    && matches!(doc[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
-                {
-                    i += 1;
-                }
-                let text = std::str::from_utf8(&doc[start..i]).unwrap_or("x");
-                if !text.parse::<f64>().is_ok_and(f64::is_finite) {
-                    return true;
-                }
-            }
-            _ => i += 1,
-        }
-    }
-    false
-}
-
-fn is_integer_text(text: &str) -> bool {
-    !text.bytes().any(|b| matches!(b, b'.' | b'e' | b'E'))
-}
-
-fn model_body(plan: &Plan, body: &[u8], format: BodyFormat, keys: KeySource) -> ModelBody {
-    if format == BodyFormat::Ndjson && keys == KeySource::Body {
-        let mut items = Vec::new();
-        for line in body.split(|&b| b == b'\n') {
-            if line.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r')) {
-                continue;
-            }
-            match parse(line) {
-                Parsed::Invalid => return ModelBody::Invalid,
-                Parsed::Doc(Json::Object(o)) => items.push(model_message(plan, &o, keys)),
-                Parsed::Doc(_) => items.push(Err(MessageError::NotAnObject)),
-            }
-        }
-        if items.is_empty() {
-            return ModelBody::Invalid;
-        }
-        return ModelBody::Ok {
-            shape: Shape::Ndjson,
-            items,
-        };
-    }
-    match parse(body) {
-        Parsed::Invalid => ModelBody::Invalid,
-        Parsed::Doc(Json::Object(o)) => ModelBody::Ok {
-            shape: Shape::Object,
-            items: vec![model_message(plan, &o, keys)],
-        },
-        Parsed::Doc(Json::Array(a)) if keys == KeySource::Body => ModelBody::Ok {
-            shape: Shape::Array,
-            items: a
-                .iter()
-                .map(|e| match e {
-                    Json::Object(o) => model_message(plan, o, keys),
-                    _ => Err(MessageError::NotAnObject),
-                })
-                .collect(),
-        },
-        Parsed::Doc(_) => ModelBody::NotObjectOrArray,
-    }
-}
-
-type Object = serde_json::Map<String, Json>;
-
-/// The key first, then the fields in plan order; the first problem rejects
-/// the message; `null` and a pointer through a non-object are absent;
-/// serde_json's map keeps the last duplicate.
-fn model_message(plan: &Plan, o: &Object, keys: KeySource) -> ModelMessage {
-    let key = match keys {
-        KeySource::Path => None,
-        KeySource::Body => match o.get(&plan.key_field) {
-            None => return Err(MessageError::MissingKey),
-            Some(Json::String(s)) if s.is_empty() => return Err(MessageError::EmptyKey),
-            Some(Json::String(s)) if s.len() > plan.max_key_bytes => {
-                return Err(MessageError::KeyTooLong)
-            }
-            Some(Json::String(s)) => Some(s.clone()),
-            Some(_) => return Err(MessageError::KeyNotString),
-        },
-    };
-    let mut values = Vec::with_capacity(plan.fields.len());
-    for (i, f) in plan.fields.iter().enumerate() {
-        let field = u16::try_from(i).unwrap_or(u16::MAX);
-        if f.path.is_empty() {
-            values.push(None);
-            continue;
-        }
-        let mut at = Some(o);
-        let mut found = None;
-        for (depth, token) in f.path.iter().enumerate() {
-            let Some(obj) = at else { break };
-            match obj.get(token) {
-                Some(v) if depth + 1 == f.path.len() => found = Some(v),
-                Some(Json::Object(inner)) => at = Some(inner),
-                _ => at = None,
-            }
-        }
-        let value = match (f.ty, found) {
-            (_, None | Some(Json::Null)) => None,
-            (FieldType::I64, Some(Json::Number(n))) => {
-                let text = n.to_string();
-                match text.parse::<i64>() {
-                    Ok(v) if is_integer_text(&text) => Some(MVal::I64(v)),
-                    _ => return Err(MessageError::WrongType { field }),
-                }
-            }
-            (FieldType::F64, Some(Json::Number(n))) => {
-                let text = n.to_string();
-                let v = match text.parse::<i64>() {
-                    Ok(v) if is_integer_text(&text) => v as f64,
-                    _ => text
-                        .parse::<f64>()
-                        .map_err(|_| MessageError::WrongType { field })?,
-                };
-                Some(MVal::F64(v))
-            }
-            (FieldType::Bool, Some(Json::Bool(b))) => Some(MVal::Bool(*b)),
-            (FieldType::Str, Some(Json::String(s))) if s.len() > f.max_len => {
-                return Err(MessageError::StringTooLong { field })
-            }
-            (FieldType::Str, Some(Json::String(s))) => Some(MVal::Str(s.clone())),
-            _ => return Err(MessageError::WrongType { field }),
-        };
-        values.push(value);
-    }
-    Ok((key, values))
-}
-
-fn to_model(v: &Option<Value<'_>>) -> Option<MVal> {
-    v.map(|v| match v {
-        Value::I64(n) => MVal::I64(n),
-        Value::F64(x) => MVal::F64(x),
-        Value::Bool(b) => MVal::Bool(b),
-        Value::Str(s) => MVal::Str(s.to_owned()),
-    })
-}
-
-/// Floats compare by bits: `-0.0` and `0.0` differ.
-fn same_values(a: &[Option<MVal>], b: &[Option<MVal>]) -> bool {
-    a.len() == b.len()
-        && a.iter().zip(b).all(|(x, y)| match (x, y) {
-            (Some(MVal::F64(x)), Some(MVal::F64(y))) => x.to_bits() == y.to_bits(),
-            _ => x == y,
-        })
-}
+// ---- the projection against the model (model.rs) ----
 
 fn compare(
     body: &[u8],
@@ -621,7 +428,11 @@ impl<'a> Gen<'a> {
         let digits = 1 + usize::from(self.byte() % 24);
         for i in 0..digits {
             let d = self.byte() % 10;
-            self.out.push(if i == 0 && digits > 1 { b'1' + d % 9 } else { b'0' + d });
+            self.out.push(if i == 0 && digits > 1 {
+                b'1' + d % 9
+            } else {
+                b'0' + d
+            });
         }
         if shape & 2 != 0 {
             self.out.push(b'.');
@@ -654,8 +465,7 @@ impl<'a> Gen<'a> {
                 }
                 240..=247 => {
                     let u = u16::from_le_bytes([self.byte(), self.byte()]);
-                    self.out
-                        .extend_from_slice(format!("\\u{u:04x}").as_bytes());
+                    self.out.extend_from_slice(format!("\\u{u:04x}").as_bytes());
                 }
                 // Raw bytes: control characters, stray continuation and
                 // lead bytes, 0xFF.
