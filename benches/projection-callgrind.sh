@@ -34,7 +34,7 @@ instructions() { # candidate body iterations
 {
   echo "# instructions per message (callgrind), $(date -u +%F), $(git rev-parse --short HEAD)"
   printf '%-18s' "candidate"
-  bodies="512B 512B_fields_last 8KiB 8KiB_fields_last ndjson_32x512B"
+  bodies="512B 512B_fields_last 8KiB 8KiB_fields_last load_512B load_8KiB ndjson_32x512B"
   for b in $bodies; do printf '%18s' "$b"; done
   echo
   for c in scanner simd_json_tape sonic_rs_iter serde_json_value serde_typed; do

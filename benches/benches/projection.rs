@@ -52,6 +52,11 @@ enum Layout {
     /// `{cargo..., "key":..,"value":..,"player":..}`: every reader must go
     /// through the cargo.
     FieldsLast,
+    /// `pollbox load`'s messages: the fields, then one `"cargo"` member made
+    /// by [`pollbox_load::cargo_json`] (objects of a number, two strings and
+    /// a nested object, in an array, then a long string): the end-to-end
+    /// ingest benches' shape.
+    Generator,
 }
 
 /// A message of exactly `size` bytes with `"key":"box-42","value":5,
@@ -59,6 +64,16 @@ enum Layout {
 /// nulls and escaped strings, so the skip path does real work.
 fn message(size: usize, layout: Layout) -> Vec<u8> {
     const FIELDS: &str = r#""key":"box-42","value":5,"player":"p-7""#;
+    if let Layout::Generator = layout {
+        let head = format!("{{{FIELDS},\"cargo\":");
+        let mut s = head.into_bytes();
+        let cargo = pollbox_load::cargo_json(size - s.len() - 1);
+        s.extend_from_slice(&cargo);
+        s.push(b'}');
+        assert_eq!(s.len(), size);
+        assert!(serde_json::from_slice::<serde_json::Value>(&s).is_ok());
+        return s;
+    }
     let reserved = FIELDS.len() + 12; // `{`, `,"pad":""`, `}` and a comma
     let mut s = String::from("{");
     if let Layout::FieldsFirst = layout {
@@ -78,7 +93,7 @@ fn message(size: usize, layout: Layout) -> Vec<u8> {
     }
     let tail_len = match layout {
         Layout::FieldsFirst => 9,
-        Layout::FieldsLast => 10 + FIELDS.len(),
+        Layout::FieldsLast | Layout::Generator => 10 + FIELDS.len(),
     };
     let pad = size.saturating_sub(s.len() + tail_len);
     s.push_str(r#""pad":""#);
@@ -284,11 +299,13 @@ fn check_candidates(valid: &[u8]) {
     assert_eq!(try_sonic_rs_iter(valid), Some(sum));
 }
 
-const BODIES: [(&str, usize, Layout); 4] = [
+const BODIES: [(&str, usize, Layout); 6] = [
     ("512B", 512, Layout::FieldsFirst),
     ("512B_fields_last", 512, Layout::FieldsLast),
     ("8KiB", 8192, Layout::FieldsFirst),
     ("8KiB_fields_last", 8192, Layout::FieldsLast),
+    ("load_512B", 512, Layout::Generator),
+    ("load_8KiB", 8192, Layout::Generator),
 ];
 
 fn projection_msgs(c: &mut Criterion) {
