@@ -9,7 +9,7 @@
 //! `k` then `ver` then the fields in plan order, fields never set left out.
 
 use crate::config::FieldType;
-use crate::plan::Plan;
+use crate::plan::{FieldPlan, Plan};
 
 /// The reduced state of one field of one box.
 ///
@@ -109,22 +109,36 @@ pub fn render_fields<'a>(
     state: impl IntoIterator<Item = FieldView<'a>>,
     out: &mut Vec<u8>,
 ) {
+    render_head(key, version, out);
+    for (field, value) in plan.fields.iter().zip(state) {
+        render_field(field, value, out);
+    }
+    out.push(b'}');
+}
+
+/// The start of a payload: `{"k":` key `,"ver":` version. Then each field
+/// ([`render_field`]), then `}`: [`render_fields`] in pieces, for a caller
+/// that makes the values one at a time.
+#[inline]
+pub fn render_head(key: &str, version: u64, out: &mut Vec<u8>) {
     out.extend_from_slice(b"{\"k\":");
     write_json_str(key, out);
     out.extend_from_slice(b",\"ver\":");
     out.extend_from_slice(itoa::Buffer::new().format(version).as_bytes());
-    for (field, value) in plan.fields.iter().zip(state) {
-        if value == FieldView::Unset {
-            continue;
-        }
-        out.extend_from_slice(b",");
-        // Field names are validated as [A-Za-z0-9_-] by the config, but the
-        // renderer does not rely on that for the output to be valid JSON.
-        write_json_str(&field.name, out);
-        out.push(b':');
-        write_value(value, out);
+}
+
+/// One field of a payload: `,` name `:` value, or nothing when it is unset.
+#[inline]
+pub fn render_field(field: &FieldPlan, value: FieldView<'_>, out: &mut Vec<u8>) {
+    if value == FieldView::Unset {
+        return;
     }
-    out.push(b'}');
+    out.extend_from_slice(b",");
+    // Field names are validated as [A-Za-z0-9_-] by the config, but the
+    // renderer does not rely on that for the output to be valid JSON.
+    write_json_str(&field.name, out);
+    out.push(b':');
+    write_value(value, out);
 }
 
 /// The length of what [`render_fields`] would append, computed without
@@ -136,16 +150,30 @@ pub fn rendered_len<'a>(
     version: u64,
     state: impl IntoIterator<Item = FieldView<'a>>,
 ) -> usize {
-    // {"k": key ,"ver": version }
-    let mut n = 5 + json_str_len(key) + 7 + dec_len(version) + 1;
-    for (field, value) in plan.fields.iter().zip(state) {
-        if value == FieldView::Unset {
-            continue;
-        }
-        // , name : value
-        n += 1 + json_str_len(&field.name) + 1 + value_len(value);
+    let fields: usize = plan
+        .fields
+        .iter()
+        .zip(state)
+        .map(|(field, value)| rendered_field_len(field, value))
+        .sum();
+    rendered_head_len(key, version) + fields
+}
+
+/// The part of [`rendered_len`] that is not about fields: `{"k":` key
+/// `,"ver":` version `}`.
+#[inline]
+pub fn rendered_head_len(key: &str, version: u64) -> usize {
+    5 + json_str_len(key) + 7 + dec_len(version) + 1
+}
+
+/// What one field adds to [`rendered_len`]: `,` name `:` value, or nothing
+/// when it is unset.
+#[inline]
+pub fn rendered_field_len(field: &FieldPlan, value: FieldView<'_>) -> usize {
+    if value == FieldView::Unset {
+        return 0;
     }
-    n
+    1 + json_str_len(&field.name) + 1 + value_len(value)
 }
 
 /// Decimal digits of `v`.
@@ -250,7 +278,6 @@ pub fn write_json_str(s: &str, out: &mut Vec<u8>) {
 mod tests {
     use super::*;
     use crate::config::Reduce;
-    use crate::plan::FieldPlan;
 
     fn render(plan: &Plan, key: &str, version: u64, state: &[FieldState]) -> String {
         let mut out = Vec::new();

@@ -7,7 +7,7 @@ use std::cell::Cell;
 use super::codec;
 use crate::config::{FieldType, Reduce};
 use crate::plan::{FieldPlan, MessageError, Plan, Value};
-use crate::render::{render_fields, rendered_len, FieldView};
+use crate::render::{render_field, render_head, rendered_field_len, rendered_head_len, FieldView};
 
 /// Compute the next state of a box from its current state (empty for a new
 /// box) into `st`, and, when `render`, its payload into `payload` (else only
@@ -30,20 +30,31 @@ pub(super) fn next_record(
     // steady path (reserve is a no-op once the capacity is there).
     payload.reserve(plan.max_payload_bytes + 1);
     st.reserve(plan.max_payload_bytes + 16 * plan.fields.len());
+    let version = old_version.saturating_add(1);
+    // The payload is rendered, or only its length added up, from the new
+    // values as they are made: the new state is not decoded again.
+    let mut len = 0;
+    if render {
+        render_head(key, version, payload);
+    } else {
+        len = rendered_head_len(key, version);
+    }
     let mut old = codec::Decoder::new(old_state);
     for (i, field) in plan.fields.iter().enumerate() {
         let prev = old.next().unwrap_or_default();
         let value = values.get(i).copied().flatten();
         let next = reduce(field, i, prev, value)?;
+        if render {
+            render_field(field, next, payload);
+        } else {
+            len += rendered_field_len(field, next);
+        }
         codec::encode(next, st);
     }
-    let version = old_version.saturating_add(1);
-    let len = if render {
-        render_fields(plan, key, version, codec::Decoder::new(st), payload);
-        payload.len()
-    } else {
-        rendered_len(plan, key, version, codec::Decoder::new(st))
-    };
+    if render {
+        payload.push(b'}');
+        len = payload.len();
+    }
     if len > plan.max_payload_bytes {
         return Err(MessageError::PayloadTooLarge);
     }
