@@ -20,8 +20,10 @@ trap 'rm -rf "$tmp"' EXIT
 git archive "$base" | tar -x -C "$tmp/"
 mkdir -p "$tmp/benches/examples"
 cp benches/examples/box_ops.rs "$tmp/benches/examples/"
-(cd "$tmp" && CARGO_TARGET_DIR="$root/target" cargo build -q --release -p pollbox-benches --example box_ops)
-cp target/release/examples/box_ops "$tmp/box_ops_base"
+# A target dir of its own: sharing this tree's lets cargo take the base's
+# sources (older mtimes from `git archive`) for fresh and reuse this tree's build.
+(cd "$tmp" && CARGO_TARGET_DIR="$root/target/box-ops-base" cargo build -q --release -p pollbox-benches --example box_ops)
+cp target/box-ops-base/release/examples/box_ops "$tmp/box_ops_base"
 cargo build -q --release -p pollbox-benches --example box_ops
 cp target/release/examples/box_ops "$tmp/box_ops_new"
 echo "# instructions per operation (callgrind), N=$n; base $base, this tree $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty')"
