@@ -512,6 +512,22 @@ pub struct BoxTable {
     /// the same second would find nothing new).
     next_pass: AtomicU32,
 }
+/// The epoch held pinned on this thread for a batch of table operations (a
+/// worker's ready events of one turn): each poll inside pins again, which
+/// then costs a counter instead of the pin's fence (BENCHMARKS §14). Never
+/// hold one across a wait: memory retired meanwhile is freed only after it
+/// is dropped.
+pub struct ReadBatch {
+    _pinned: Guard,
+}
+
+/// Pin the epoch for a batch of operations (see [`ReadBatch`]).
+pub fn read_batch() -> ReadBatch {
+    ReadBatch {
+        _pinned: epoch::pin(),
+    }
+}
+
 /// How much one [`BoxTable::expire`] step may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SweepBudget {
@@ -904,6 +920,16 @@ impl BoxTable {
             done.removed += taken;
         }
         done
+    }
+
+    /// Whether keys `a` and `b` are in one shard (for benches that make
+    /// writers and readers meet in a shard).
+    #[doc(hidden)]
+    pub fn same_shard(&self, a: &[u8], b: &[u8]) -> bool {
+        std::ptr::eq(
+            self.shard(self.hasher.hash_one(a)),
+            self.shard(self.hasher.hash_one(b)),
+        )
     }
 
     /// Number of boxes.
