@@ -18,7 +18,8 @@
 //!   every update (issue 15, goal 3);
 //! - `hot_box_contended`: two threads polling one box while a third updates
 //!   it without pause (and `1_poller/`: one thread polling), wall time per
-//!   poll per polling thread. `seqlock_*` is
+//!   poll per polling thread; `with_churn/`: a fourth thread creates and
+//!   removes boxes of the hot box's shard meanwhile. `seqlock_*` is
 //!   the table (updates lazy, or rendered at once); `rwlock_reference` is a
 //!   minimal copy of the design before issue 15 (shard `RwLock`, SipHash
 //!   index, slot `RwLock` around the record, re-rendered on every update);
@@ -86,6 +87,8 @@ struct Reference {
 struct RefShard {
     index: HashMap<Vec<u8>, usize>,
     slots: Vec<RwLock<RefRecord>>,
+    /// Slot `n`'s key (to fix the index when a removal moves the last slot).
+    keys: Vec<Vec<u8>>,
 }
 
 struct RefRecord {
@@ -103,6 +106,7 @@ impl Reference {
                     RwLock::new(RefShard {
                         index: HashMap::new(),
                         slots: Vec::new(),
+                        keys: Vec::new(),
                     })
                 })
                 .collect(),
@@ -168,7 +172,25 @@ impl Reference {
             state,
         }));
         shard.index.insert(key.as_bytes().to_vec(), n);
+        shard.keys.push(key.as_bytes().to_vec());
         1
+    }
+
+    /// Remove `key` (shard write lock; the last slot moves into the hole).
+    fn remove(&self, key: &[u8]) -> Option<u64> {
+        let mut shard = self.shard(key).write().unwrap_or_else(|e| e.into_inner());
+        let n = shard.index.remove(key)?;
+        let record = shard.slots.swap_remove(n);
+        shard.keys.swap_remove(n);
+        if let Some(moved) = shard.keys.get(n).cloned() {
+            shard.index.insert(moved, n);
+        }
+        let version = record.read().unwrap_or_else(|e| e.into_inner()).version;
+        Some(version)
+    }
+
+    fn same_shard(&self, a: &[u8], b: &[u8]) -> bool {
+        std::ptr::eq(self.shard(a), self.shard(b))
     }
 }
 
@@ -395,18 +417,76 @@ fn hot_box_contended(c: &mut Criterion) {
     let mut group = c.benchmark_group("hot_box_contended");
     // Two pollers and an updater (the issue's shape), and one poller and an
     // updater (one thread a core on a 2-core machine).
-    for (pollers, name, which) in [
-        (2, "seqlock_lazy_updates", Which::Lazy),
-        (2, "seqlock_rendered_updates", Which::Eager),
-        (2, "rwlock_reference", Which::Reference),
-        (1, "1_poller/seqlock_lazy_updates", Which::Lazy),
-        (1, "1_poller/seqlock_rendered_updates", Which::Eager),
-        (1, "1_poller/rwlock_reference", Which::Reference),
+    // With `churn`, one more thread creates and removes 64 boxes of the hot
+    // box's shard without pause (each removal moves the shard's last box):
+    // the case where the shard `RwLock` made polls wait (issue 15 goal 4).
+    let churn_keys = |same: &dyn Fn(&[u8]) -> bool| -> Vec<String> {
+        (0..)
+            .map(|i| format!("churn-{i}"))
+            .filter(|k| same(k.as_bytes()))
+            .take(64)
+            .collect()
+    };
+    let table_churn = Arc::new(churn_keys(&|k| table.same_shard(k, b"box-42")));
+    let reference_churn = Arc::new(churn_keys(&|k| reference.same_shard(k, b"box-42")));
+    for (pollers, churn, name, which) in [
+        (2, false, "seqlock_lazy_updates", Which::Lazy),
+        (2, false, "seqlock_rendered_updates", Which::Eager),
+        (2, false, "rwlock_reference", Which::Reference),
+        (1, false, "1_poller/seqlock_lazy_updates", Which::Lazy),
+        (1, false, "1_poller/seqlock_rendered_updates", Which::Eager),
+        (1, false, "1_poller/rwlock_reference", Which::Reference),
+        (2, true, "with_churn/seqlock_rendered_updates", Which::Eager),
+        (2, true, "with_churn/rwlock_reference", Which::Reference),
+        (
+            1,
+            true,
+            "1_poller_with_churn/seqlock_rendered_updates",
+            Which::Eager,
+        ),
+        (
+            1,
+            true,
+            "1_poller_with_churn/rwlock_reference",
+            Which::Reference,
+        ),
     ] {
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let stop = Arc::new(AtomicBool::new(false));
-                let start = Arc::new(Barrier::new(pollers + 1));
+                let start = Arc::new(Barrier::new(pollers + 1 + usize::from(churn)));
+                let churner = churn.then(|| {
+                    let (table, reference) = (Arc::clone(&table), Arc::clone(&reference));
+                    let (stop, start) = (Arc::clone(&stop), Arc::clone(&start));
+                    let keys = match which {
+                        Which::Reference => Arc::clone(&reference_churn),
+                        _ => Arc::clone(&table_churn),
+                    };
+                    std::thread::spawn(move || {
+                        let mut n = 0u64;
+                        start.wait();
+                        while !stop.load(Ordering::Relaxed) {
+                            for key in keys.iter() {
+                                match which {
+                                    Which::Reference => {
+                                        reference.apply(key, 1, "p-1");
+                                    }
+                                    _ => {
+                                        table.apply(key, &message(1, "p-1"), 0, None).ok();
+                                    }
+                                }
+                            }
+                            for key in keys.iter() {
+                                match which {
+                                    Which::Reference => reference.remove(key.as_bytes()),
+                                    _ => table.remove(key.as_bytes()),
+                                };
+                            }
+                            n += 1;
+                        }
+                        n
+                    })
+                });
                 let updater = {
                     let (table, reference) = (Arc::clone(&table), Arc::clone(&reference));
                     let (stop, start) = (Arc::clone(&stop), Arc::clone(&start));
@@ -461,6 +541,9 @@ fn hot_box_contended(c: &mut Criterion) {
                     .collect();
                 stop.store(true, Ordering::Relaxed);
                 black_box(updater.join().expect("updater"));
+                if let Some(c) = churner {
+                    black_box(c.join().expect("churner"));
+                }
                 // The slower poller's time: both did `iters` polls.
                 times.into_iter().max().unwrap_or_default()
             })

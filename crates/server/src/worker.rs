@@ -210,9 +210,13 @@ impl Worker {
             for (slot, sent) in done.drain(..) {
                 self.after_turn_write(slot, sent);
             }
+            // One epoch pin for the turn's events, so each box-table read in
+            // them only bumps a counter (never held across the wait above).
+            let batch = pollbox_core::boxes::read_batch();
             for ev in ready.drain(..) {
                 self.on_event(ev);
             }
+            drop(batch);
             (self.ready, self.done) = (ready, done);
             if self.clock() >= self.next_tick_ms {
                 self.tick();

@@ -5,12 +5,14 @@
 //! # Layout
 //!
 //! The table is split into [`SHARDS`] shards chosen by the key's hash (a keyed
-//! foldhash with a random seed per table). A shard is an `RwLock` around an
-//! index (a `hashbrown::HashTable` of 8-byte entries: a 32-bit fingerprint of
-//! the key's hash and a slot number) and the slots themselves, in fixed chunks
-//! so they never move. A slot (`slot.rs`, 32 bytes) is a seqlock: a sequence
-//! counter and one record holding everything about the box, stored as
-//! `AtomicU64` words so readers can copy it while a writer stores:
+//! foldhash with a random seed per table). A shard has a map readers find
+//! boxes through without locking anything: an index (open addressing, linear
+//! probing, one `AtomicU64` per bucket holding a 32-bit fingerprint of the
+//! key's hash and a slot number) and a directory of chunks of slots, which
+//! never move while published. A slot (`slot.rs`, 32 bytes) is a seqlock: a
+//! sequence counter and a pointer to one record holding everything about the
+//! box, stored as `AtomicU64` words so readers can copy it while a writer
+//! stores:
 //!
 //! ```text
 //! record = version u64 | key_len u16 | payload_len u32 | 0 u16 | payload | key
@@ -33,48 +35,81 @@
 //! the payload of exactly the version it reports: both come from one copy of
 //! one record.
 //!
-//! Beside each chunk of slots is a chunk of expiry stamps (one `AtomicU32` per
+//! Beside each chunk's slots are their expiry stamps (one `AtomicU32` per
 //! slot: the second, on the caller's clock, at which the box expires), so the
-//! expiry sweep reads a shard's stamps in a row without locking any box.
+//! expiry sweep reads a shard's stamps in a row without touching any box.
 //!
 //! # Locking
 //!
-//! - poll: shard read lock, then a seqlock read of the slot whose fingerprint
-//!   matches: load the sequence (even), compare the key and copy the payload
-//!   with relaxed atomic loads, and keep the copy only if the sequence did not
-//!   move (else copy again). A poll writes nothing to the slot's cache line, so
-//!   polls of one hot box do not bounce it between cores, and never waits for
-//!   an update beyond the few dozen stores that write a record. Only the
-//!   creation or removal of a box in the same shard, or an update that moves a
-//!   record to another size class (shard write lock: lookup, count, insert,
-//!   remove or reallocate, everything else prepared before or freed after)
-//!   makes it wait. The shard's read lock is still one atomic read-modify-write
-//!   pair per poll (on the shard's line, shared by the shard's boxes): making
-//!   the index itself lock-free is not done (see BENCHMARKS §10).
-//! - update of an existing box: shard read lock, then optimistically: copy the
-//!   record (a seqlock read), build the next one from the copy, claim the
-//!   sequence with a compare-and-swap from the value read (fails if any
-//!   writer stored meanwhile: start again), store the words, release. Writers
-//!   never wait for each other while computing, only for a claim's stores.
-//!   Then a store to its expiry stamp when the second changed.
-//! - A record's allocation is replaced only under the shard's write lock
-//!   (which no reader or writer holds then), so a reader holding the read lock
-//!   never sees its record freed: the shard lock is the memory reclamation.
-//! - Locks are always taken shard first, slot second.
+//! A poll takes no lock and performs no atomic read-modify-write on a line
+//! another thread uses: it writes nothing shared at all (but for rendering a
+//! payload left for later, once per version).
+//!
+//! - poll (and version, and the lookup of an update): pin the epoch
+//!   (crossbeam-epoch: a store and a fence, or one compare-and-swap, on this
+//!   thread's own line), load the shard's sequence and map, probe the index
+//!   with relaxed/acquire loads, and for a slot whose fingerprint matches do a
+//!   seqlock read: load the slot's sequence (even) and record pointer,
+//!   compare the key and copy the payload with relaxed atomic loads, and keep
+//!   the copy only if the sequence did not move (else copy again). A key found
+//!   in a slot with a valid read is the answer: a box's record is in one slot
+//!   at a time (moving it claims both slots). A key *not* found is the answer
+//!   only if the shard's sequence was even and did not move meanwhile: a
+//!   removal (which may move a box, shift index entries back, or shrink the
+//!   map) makes it odd while it changes the index, so a lookup that raced one
+//!   looks again. Inserts change no sequence: a new entry is stored into an
+//!   empty bucket after its slot is filled, and a reader that misses it
+//!   simply ran before it.
+//! - Nothing a reader may hold is freed under it: a record replaced or
+//!   removed, a chunk emptied, an index or directory replaced by a bigger or
+//!   smaller one, is first unlinked and then retired to the epoch collector,
+//!   which frees it once every thread pinned at that time has unpinned. This
+//!   replaces the shard `RwLock` (one atomic read-modify-write pair per poll
+//!   on the shard's line, and polls waiting behind a creation or removal) of
+//!   the design before (BENCHMARKS §14).
+//! - A poll waits only for the few dozen stores of a claim on the slot it
+//!   reads (an update, a move), and, only when the key is absent, for the
+//!   index stores of a removal in the same shard (a few dozen, never an
+//!   allocation or a free). It never waits for a mutex.
+//! - update of an existing box: the same lookup, then optimistically: copy the
+//!   record (a seqlock read), check it is still this key's (a removal may
+//!   have emptied the slot or moved another box into it: then look up again),
+//!   build the next one from the copy, claim the slot's sequence with a
+//!   compare-and-swap from the value read (fails if any writer stored
+//!   meanwhile: start again), store the words (or, when the record needs
+//!   another size class, swap in a new allocation and retire the old), store
+//!   the expiry stamp when the second changed, release. Writers never wait
+//!   for each other while computing, only for a claim's stores. An update
+//!   never takes the shard's mutex.
+//! - Structure (creating a box, removing one, the snapshot walk, restore,
+//!   the floor) is changed under the shard's writer mutex, which only writers
+//!   take: an insert fills the next slot (claimed) and then stores the index
+//!   entry; a removal claims the slot, copies the record out, and then, with
+//!   the shard's sequence odd, removes the entry (backward shift), moves the
+//!   shard's last box into the hole (both slots claimed), and retires what it
+//!   freed. An update racing a removal either claims first (and the removal
+//!   copies the updated record) or fails its claim and finds the box gone.
+//!   Expiry stamps are stored only under the slot's claim, so a removal
+//!   deciding on the stamp (the sweep) and a move copying it see the last
+//!   update's stamp.
+//! - Locks are taken shard mutex first, slot claims second (a removal claims
+//!   the hole before the last slot; no one else holds two claims).
 //!
 //! # Lifecycle (SPEC §3a)
 //!
 //! - Removal (`DELETE`, expiry) moves the shard's last slot into the hole, so
-//!   slots `0..len` stay used; a chunk left empty is freed and an index left
-//!   mostly empty shrinks, so the memory goes back.
+//!   slots `0..len` stay used; a chunk left empty is retired and a map left
+//!   mostly empty shrinks, so the memory goes back (once the collector frees
+//!   it: within a few epochs, which advance as threads pin).
 //! - Expiry: each worker calls [`BoxTable::expire`] once a tick. A step claims
 //!   the next slots of a table-wide cursor (shard by shard) and reads their
-//!   stamps under the shard's read lock; only when some are due does it take the
-//!   write lock, for at most [`REMOVE_PER_LOCK`] removals. A step scans and
-//!   removes at most its [`SweepBudget`], so no tick does more than a bounded
-//!   amount of expiry work however many boxes expire at once. A pass through
-//!   the table starts at most once a second (stamps count seconds): a table
-//!   read through in less than a second costs nothing the rest of it.
+//!   stamps without locking; only when some are due does it take the shard's
+//!   mutex, for at most [`REMOVE_PER_LOCK`] removals, each deciding on the
+//!   stamp read again under the slot's claim. A step scans and removes at
+//!   most its [`SweepBudget`], so no tick does more than a bounded amount of
+//!   expiry work however many boxes expire at once. A pass through the table
+//!   starts at most once a second (stamps count seconds): a table read
+//!   through in less than a second costs nothing the rest of it.
 //! - Incarnations: each shard keeps a version floor, the highest version a box
 //!   removed from it served. A new box starts at the floor + 1, not at 1, so a
 //!   key created again never serves a version (and so an ETag) an earlier
@@ -86,20 +121,20 @@
 //! Per box: its record (header 16 + payload + key + state, rounded to a size
 //! class: 96 to 112 bytes for the default config's 55 to 65-byte payloads; the
 //! payload first, on a word, so readers copy it a word at a time), a 32-byte
-//! slot,
-//! a 4-byte expiry stamp and 9 bytes of index per bucket (hashbrown keeps
-//! buckets 44% to 87% full). [`BoxTable::accounted_bytes`] adds these up with
-//! allocator size classes as they change; it matches jemalloc's
-//! `stats.allocated` within 1%.
+//! slot and a 4-byte expiry stamp (56 of each in a 2 KiB chunk), and 8 bytes
+//! of index per bucket (kept 3/8 to 3/4 full). [`BoxTable::accounted_bytes`]
+//! adds these up with allocator size classes as they change; it matches
+//! jemalloc's `stats.allocated` within 1%, once the collector has freed
+//! what was retired.
 //!
 //! # Where things are
 //!
 //! This file is the table, its locking and the lifecycle. The rest, one job a
 //! file: `reduce.rs` (the reducers: one message applied to a box's state),
 //! `record.rs` (the byte layout of a record), `slot.rs` (the seqlock around a
-//! record, and its atomic word copies), `codec.rs` (the compact field
-//! state encoding), `size.rs` (the allocator size-class model the accounting
-//! uses).
+//! record, its atomic word copies and the retiring of replaced records),
+//! `codec.rs` (the compact field state encoding), `size.rs` (the allocator
+//! size-class model the accounting uses).
 
 pub(crate) mod codec;
 mod record;
@@ -111,35 +146,36 @@ pub use size::size_class;
 
 use std::fmt;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use hashbrown::HashTable;
+use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 
 use crate::config::Reduce;
 use crate::plan::{MessageError, Plan, Value};
 use crate::render::{render_fields, FieldState, FieldView};
 use record::Payload;
 use reduce::{next_record, with_scratch, Scratch};
-use size::index_bytes;
-use slot::Slot;
+use slot::{backoff, Slot, Words};
 
-/// Number of shards. A power of two; 256 keeps shard-lock contention low on
+/// Number of shards. A power of two; 256 keeps writer-mutex contention low on
 /// any core count we run on while costing 32 KiB.
 pub const SHARDS: usize = 256;
-/// The shard is taken from hash bits 40..48: hashbrown uses the low bits for
-/// the bucket and the top 7 for its control bytes, and a shard whose keys all
-/// shared those bits would probe badly.
+/// The shard is taken from hash bits 40..48, outside the fingerprint (bits
+/// 8..40), whose low bits choose the index bucket.
 const SHARD_SHIFT: u32 = 40;
-/// Slots per chunk: a chunk is 2 KiB, at most one per shard is partly used.
-const CHUNK: usize = 64;
-/// Records [`BoxTable::for_each`] copies under one hold of a shard's lock.
+/// Slots per chunk: 56 slots (1,792 bytes) and their stamps (224 bytes) fill
+/// a 2 KiB allocation; at most one chunk per shard is partly used.
+const CHUNK: usize = 56;
+/// Records [`BoxTable::for_each`] copies under one hold of a shard's mutex.
 pub const WALK_BATCH: usize = 64;
 /// The expiry stamp of a box that never expires (no `ttl_s`).
 const NEVER: u32 = u32::MAX;
-/// Boxes removed under one shard write lock by the sweep: a poll of that shard
-/// waits for at most this many removals (a few µs each).
+/// Boxes removed under one hold of a shard's mutex by the sweep: a creation
+/// in that shard waits for at most this many removals (a few µs each).
 pub const REMOVE_PER_LOCK: usize = 128;
+/// The smallest index: 8 buckets.
+const MIN_BUCKETS: usize = 8;
 
 /// The sweep's cursor at the start of a pass: shard 0, from its end.
 const SWEEP_START: u64 = u32::MAX as u64;
@@ -150,26 +186,313 @@ const SWEEP_START: u64 = u32::MAX as u64;
 /// 4x cheaper than std's SipHash-1-3 for short keys (BENCHMARKS §10).
 type KeyHasher = foldhash::quality::RandomState;
 
-/// What a shard's lock guards.
-struct ShardTable {
-    /// `fingerprint << 32 | slot number`, hashed by the key.
-    index: HashTable<u64>,
-    /// Slot `i` is `chunks[i / CHUNK][i % CHUNK]`; slots `0..index.len()` are used.
-    chunks: Vec<Box<[Slot]>>,
-    /// Slot `i`'s expiry stamp is `expiry[i / CHUNK][i % CHUNK]`: the second
-    /// (of the caller's clock) from which the box is due, [`NEVER`] without a
-    /// ttl. Atomic, so an update under the shard's read lock can move it.
-    expiry: Vec<Box<[AtomicU32]>>,
-    /// The highest version a box removed from this shard served: a new box
-    /// starts past it.
-    floor: u64,
+/// Slots and their expiry stamps. Never moves while published; retired (not
+/// freed) when emptied.
+struct Chunk {
+    slots: [Slot; CHUNK],
+    /// Slot `i`'s stamp: the second (of the caller's clock) from which the
+    /// box is due, [`NEVER`] without a ttl. Stored only under the slot's
+    /// claim.
+    expiry: [AtomicU32; CHUNK],
 }
 
-#[repr(align(64))] // shards start on their own cache line: shard locks do not false-share
-struct Shard {
-    table: RwLock<ShardTable>,
-    /// Heap bytes of this shard: index, chunks, expiry stamps, records.
+impl Chunk {
+    fn new() -> Box<Chunk> {
+        Box::new(Chunk {
+            slots: std::array::from_fn(|_| Slot::default()),
+            expiry: std::array::from_fn(|_| AtomicU32::new(NEVER)),
+        })
+    }
+}
+
+/// What readers of a shard find boxes through. Changed in place, entry by
+/// entry, by the shard's writer; replaced whole (published new, the old one
+/// retired) when the index or the directory must grow or shrink. Dropping a
+/// map frees its two arrays, not the chunks (the shard owns those).
+struct Map {
+    /// Open addressing, linear probing from bucket `fingerprint & mask`; an
+    /// entry is `fingerprint << 32 | (slot number + 1)`, 0 an empty bucket.
+    /// A power of two long, at most 3/4 full.
+    entries: Box<[AtomicU64]>,
+    /// Chunk `c` holds slots `c * CHUNK..`; null past the chunks in use.
+    chunks: Box<[AtomicPtr<Chunk>]>,
+}
+
+/// A slot and its expiry stamp, borrowed for as long as a guard is pinned.
+#[derive(Clone, Copy)]
+struct Place<'g> {
+    /// The slot number.
+    n: usize,
+    slot: &'g Slot,
+    stamp: &'g AtomicU32,
+}
+
+impl Map {
+    fn new(buckets: usize, chunks: usize) -> Map {
+        Map {
+            entries: (0..buckets).map(|_| AtomicU64::new(0)).collect(),
+            chunks: (0..chunks)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
+        }
+    }
+
+    /// Slot `n`, if its chunk is in this map.
+    #[inline]
+    fn place<'g>(&'g self, n: usize, _guard: &'g Guard) -> Option<Place<'g>> {
+        let chunk = self.chunks.get(n / CHUNK)?.load(Ordering::Acquire);
+        if chunk.is_null() {
+            return None;
+        }
+        // SAFETY: a chunk is published here (release) fully built, and freed
+        // only after it was unlinked from the shard's current map (the only
+        // one writers change) and retired to the epoch collector; a map that
+        // still names it after that is a retired map, which only threads
+        // pinned before its retirement (and so before the chunk's) can hold.
+        // This thread is pinned (`_guard`, which outlives `'g`) and holds
+        // this map, so the chunk stays allocated for `'g`. Only shared
+        // references to atomics are made from it.
+        let chunk = unsafe { &*chunk };
+        let i = n % CHUNK;
+        Some(Place {
+            n,
+            slot: chunk.slots.get(i)?,
+            stamp: chunk.expiry.get(i)?,
+        })
+    }
+
+    /// The chunk pointers in use, and so owned by the shard.
+    fn chunk_ptrs(&self) -> impl Iterator<Item = *mut Chunk> + '_ {
+        self.chunks
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .filter(|c| !c.is_null())
+    }
+
+    /// Store `entry` in the first empty bucket of its probe sequence (the
+    /// shard's writer; the map has room).
+    fn insert_entry(&self, entry: u64) {
+        let mask = self.entries.len() - 1;
+        let mut i = (entry >> 32) as usize & mask;
+        for _ in 0..self.entries.len() {
+            if let Some(e) = self.entries.get(i) {
+                if e.load(Ordering::Relaxed) == 0 {
+                    // Release: a reader that loads the entry sees the filled slot.
+                    e.store(entry, Ordering::Release);
+                    return;
+                }
+            }
+            i = (i + 1) & mask;
+        }
+        debug_assert!(false, "index full");
+    }
+
+    /// The bucket holding `entry`.
+    fn bucket_of(&self, entry: u64) -> Option<usize> {
+        let mask = self.entries.len().checked_sub(1)?;
+        let mut i = (entry >> 32) as usize & mask;
+        for _ in 0..self.entries.len() {
+            match self.entries.get(i)?.load(Ordering::Relaxed) {
+                0 => return None,
+                e if e == entry => return Some(i),
+                _ => i = (i + 1) & mask,
+            }
+        }
+        None
+    }
+
+    /// Take `entry` out, shifting the entries after it back so no probe
+    /// sequence has a gap (no tombstones). Readers probing meanwhile may miss
+    /// an entry: the caller holds the shard's sequence odd.
+    fn remove_entry(&self, entry: u64) {
+        let Some(mut hole) = self.bucket_of(entry) else {
+            return;
+        };
+        let mask = self.entries.len() - 1;
+        let mut j = hole;
+        loop {
+            j = (j + 1) & mask;
+            let Some(e) = self.entries.get(j).map(|e| e.load(Ordering::Relaxed)) else {
+                break;
+            };
+            if e == 0 {
+                break;
+            }
+            let home = (e >> 32) as usize & mask;
+            // `e` may fill the hole if its home is not between the hole
+            // (exclusive) and `j` (inclusive), cyclically.
+            if j.wrapping_sub(home) & mask >= j.wrapping_sub(hole) & mask {
+                if let Some(h) = self.entries.get(hole) {
+                    h.store(e, Ordering::Release);
+                }
+                hole = j;
+            }
+        }
+        if let Some(h) = self.entries.get(hole) {
+            h.store(0, Ordering::Release);
+        }
+    }
+
+    /// Point the entry of `from` at slot `to` instead.
+    fn rename_entry(&self, from: u64, to: u64) {
+        if let Some(e) = self.bucket_of(from).and_then(|i| self.entries.get(i)) {
+            e.store(to, Ordering::Release);
+        }
+    }
+
+    /// A copy with `buckets` buckets and `chunks` directory entries (room for
+    /// every entry and chunk in use), entries rehashed from their fingerprints.
+    fn resized(&self, buckets: usize, chunks: usize) -> Map {
+        let map = Map::new(buckets, chunks);
+        for e in self.entries.iter() {
+            let e = e.load(Ordering::Relaxed);
+            if e != 0 {
+                map.insert_entry(e);
+            }
+        }
+        for (to, from) in map.chunks.iter().zip(self.chunks.iter()) {
+            to.store(from.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        map
+    }
+
+    /// Heap bytes of the map: itself and its two arrays.
+    fn bytes(&self) -> usize {
+        size_class(std::mem::size_of::<Map>())
+            + size_class(self.entries.len() * 8)
+            + size_class(self.chunks.len() * std::mem::size_of::<AtomicPtr<Chunk>>())
+    }
+}
+
+/// The index entry of the box in slot `n` whose key has fingerprint `fp`.
+#[inline]
+fn entry(fp: u32, n: usize) -> u64 {
+    u64::from(fp) << 32 | (n as u64 + 1)
+}
+
+/// The smallest index (a power of two) that holds `n` entries at most 3/4
+/// full.
+fn buckets_for(n: usize) -> usize {
+    (n * 4).div_ceil(3).next_power_of_two().max(MIN_BUCKETS)
+}
+
+/// What a poll reads: the sequence and the map, on a line of their own.
+#[repr(align(64))]
+struct ReadSide {
+    /// Odd while a removal changes the index (a lookup that finds nothing
+    /// meanwhile looks again); moved on only by the shard's writer.
+    seq: AtomicU64,
+    map: Atomic<Map>,
+}
+
+/// What only writers touch, on a line of its own, so a creation's stores do
+/// not take the readers' line away from them.
+#[repr(align(64))]
+struct WriteSide {
+    /// Held to change the shard's structure (create, remove, walk, restore).
+    mutex: Mutex<()>,
+    /// Slots `0..len` are used (written under the mutex).
+    len: AtomicUsize,
+    /// The highest version a box removed from this shard served: a new box
+    /// starts past it (raised under the mutex).
+    floor: AtomicU64,
+    /// Heap bytes of this shard: map, chunks, records.
     bytes: AtomicUsize,
+}
+
+struct Shard {
+    read: ReadSide,
+    write: WriteSide,
+}
+
+/// The shard's sequence made odd for the time of a restructuring, even again
+/// when dropped (the shard's writer only: plain stores).
+struct Restructuring<'a> {
+    seq: &'a AtomicU64,
+    was: u64,
+}
+
+impl Shard {
+    fn new() -> Shard {
+        Shard {
+            read: ReadSide {
+                seq: AtomicU64::new(0),
+                map: Atomic::null(),
+            },
+            write: WriteSide {
+                mutex: Mutex::new(()),
+                len: AtomicUsize::new(0),
+                floor: AtomicU64::new(0),
+                bytes: AtomicUsize::new(0),
+            },
+        }
+    }
+
+    #[inline]
+    fn map<'g>(&self, guard: &'g Guard) -> Option<&'g Map> {
+        let map = self.read.map.load(Ordering::Acquire, guard);
+        // SAFETY: maps are published fully built (release, paired with the
+        // acquire above) and freed only through `defer_destroy` after being
+        // replaced, so one loaded while pinned stays allocated while `guard`
+        // is.
+        unsafe { map.as_ref() }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ()> {
+        // Poisoning is ignored: every structural change is finished (or not
+        // begun) when a writer could panic, and records are written only
+        // after every check passed.
+        self.write
+            .mutex
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// With the mutex held: readers that miss a key from now until the
+    /// returned value is dropped look again.
+    fn restructure(&self) -> Restructuring<'_> {
+        let seq = &self.read.seq;
+        let was = seq.load(Ordering::Relaxed);
+        seq.store(was + 1, Ordering::Relaxed);
+        // Readers that see any store of the restructuring see the odd value
+        // when they check the sequence again.
+        fence(Ordering::Release);
+        Restructuring { seq, was }
+    }
+
+    fn add_bytes(&self, was: usize, is: usize) {
+        if is >= was {
+            self.write.bytes.fetch_add(is - was, Ordering::Relaxed);
+        } else {
+            self.write.bytes.fetch_sub(was - is, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Restructuring<'_> {
+    fn drop(&mut self) {
+        self.seq.store(self.was + 2, Ordering::Release);
+    }
+}
+
+impl Drop for Shard {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no thread can hold the shard any more, so its
+        // map and chunks are ours to free now (what was retired before is the
+        // collector's, and is not named by the current map).
+        unsafe {
+            let guard = epoch::unprotected();
+            let map = self.read.map.swap(Shared::null(), Ordering::Relaxed, guard);
+            if let Some(m) = map.as_ref() {
+                for c in m.chunk_ptrs() {
+                    drop(Box::from_raw(c));
+                }
+            }
+            if !map.is_null() {
+                drop(map.into_owned());
+            }
+        }
+    }
 }
 
 /// Every box, shared by all workers (`Arc<BoxTable>`).
@@ -178,7 +501,7 @@ pub struct BoxTable {
     hasher: KeyHasher,
     shards: Box<[Shard]>,
     /// Boxes created; never above `plan.max_boxes` (reserved under the shard
-    /// write lock with a compare-and-swap, after the key is known to be new).
+    /// mutex with a compare-and-swap, after the key is known to be new).
     boxes: AtomicUsize,
     /// Where the expiry sweep goes on: `shard << 32 | slot`; each shard is read
     /// from its end down, so the slots below `slot` are still to be read
@@ -188,6 +511,21 @@ pub struct BoxTable {
     /// pass a second at most (stamps count whole seconds, so a second pass in
     /// the same second would find nothing new).
     next_pass: AtomicU32,
+}
+/// The epoch held pinned on this thread for a batch of table operations (a
+/// worker's ready events of one turn): each poll inside pins again, which
+/// then costs a counter instead of the pin's fence (BENCHMARKS §14). Never
+/// hold one across a wait: memory retired meanwhile is freed only after it
+/// is dropped.
+pub struct ReadBatch {
+    _pinned: Guard,
+}
+
+/// Pin the epoch for a batch of operations (see [`ReadBatch`]).
+pub fn read_batch() -> ReadBatch {
+    ReadBatch {
+        _pinned: epoch::pin(),
+    }
 }
 
 /// How much one [`BoxTable::expire`] step may do.
@@ -255,7 +593,8 @@ pub enum RestoreError {
 }
 
 /// The 32 bits of a key's hash kept in the index to tell boxes apart without
-/// locking them (bits 8..40: not the shard bits, mostly not hashbrown's).
+/// reading them (bits 8..40: not the shard bits); its low bits choose the
+/// bucket, so an entry can be moved to a resized index without its key.
 #[inline]
 fn fingerprint(hash: u64) -> u32 {
     (hash >> 8) as u32
@@ -265,143 +604,6 @@ fn fingerprint(hash: u64) -> u32 {
 #[inline]
 fn second(now_ms: u64) -> u32 {
     u32::try_from(now_ms / 1000).map_or(NEVER - 1, |s| s.min(NEVER - 1))
-}
-
-impl ShardTable {
-    fn new() -> ShardTable {
-        ShardTable {
-            index: HashTable::new(),
-            chunks: Vec::new(),
-            expiry: Vec::new(),
-            floor: 0,
-        }
-    }
-
-    #[inline]
-    fn slot(&self, n: u32) -> Option<&Slot> {
-        let n = n as usize;
-        self.chunks.get(n / CHUNK)?.get(n % CHUNK)
-    }
-
-    #[inline]
-    fn stamp(&self, n: usize) -> Option<&AtomicU32> {
-        self.expiry.get(n / CHUNK)?.get(n % CHUNK)
-    }
-
-    /// When the box in slot `n` expires ([`NEVER`] for a slot not in use).
-    #[inline]
-    fn expires(&self, n: usize) -> u32 {
-        self.stamp(n).map_or(NEVER, |s| s.load(Ordering::Relaxed))
-    }
-
-    /// An accepted message moved the expiry of slot `n`. Stored only when the
-    /// second changed, so updates of neighbouring boxes on several workers do
-    /// not keep writing one cache line.
-    #[inline]
-    fn touch(&self, n: u32, expires: u32) {
-        if let Some(s) = self.stamp(n as usize) {
-            if s.load(Ordering::Relaxed) != expires {
-                s.store(expires, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// The slot number of the box `visit` recognises, and what it made of
-    /// it: `visit` is called on each slot whose fingerprint matches and says
-    /// `None` for a slot holding another key. Only those slots are read.
-    #[inline]
-    fn find<'a, R>(
-        &'a self,
-        hash: u64,
-        mut visit: impl FnMut(&'a Slot) -> Option<R>,
-    ) -> Option<(u32, R)> {
-        let fp = fingerprint(hash);
-        for &entry in self.index.iter_hash(hash) {
-            if (entry >> 32) as u32 != fp {
-                continue;
-            }
-            let n = entry as u32;
-            let Some(slot) = self.slot(n) else {
-                continue;
-            };
-            if let Some(r) = visit(slot) {
-                return Some((n, r));
-            }
-        }
-        None
-    }
-
-    /// The slot number of `key`.
-    fn slot_number(&self, hash: u64, key: &[u8]) -> Option<u32> {
-        self.find(hash, |slot| look(slot, key, None))
-            .map(|(n, _)| n)
-    }
-
-    fn slot_mut(&mut self, n: u32) -> Option<&mut Slot> {
-        let n = n as usize;
-        self.chunks.get_mut(n / CHUNK)?.get_mut(n % CHUNK)
-    }
-
-    /// Heap bytes of the index, chunks and stamps (records are counted apart).
-    fn bytes(&self) -> usize {
-        index_bytes(&self.index)
-            + size_class(self.chunks.capacity() * std::mem::size_of::<Box<[Slot]>>())
-            + self.chunks.len() * size_class(CHUNK * std::mem::size_of::<Slot>())
-            + size_class(self.expiry.capacity() * std::mem::size_of::<Box<[AtomicU32]>>())
-            + self.expiry.len() * size_class(CHUNK * std::mem::size_of::<AtomicU32>())
-    }
-
-    /// Give back what a table this much smaller no longer needs: the index
-    /// shrinks once under a quarter full (to half full, so a table that grows
-    /// again does not reallocate at once), the chunk lists likewise.
-    fn shrink(&mut self, hasher: &KeyHasher) {
-        let len = self.index.len();
-        if self.index.capacity() >= 4 * len.max(8) || (len == 0 && self.index.capacity() > 0) {
-            let ShardTable { index, chunks, .. } = self;
-            index.shrink_to(len * 2, |&e| rehash(hasher, chunks, e));
-        }
-        for_both(self, |cap, used| {
-            cap >= 4 * used.max(2) || (used == 0 && cap > 0)
-        });
-    }
-}
-
-/// Shrink both chunk lists to twice what is used when `shrink(capacity, used)`.
-fn for_both(t: &mut ShardTable, shrink: impl Fn(usize, usize) -> bool) {
-    let used = t.chunks.len();
-    if shrink(t.chunks.capacity(), used) {
-        t.chunks.shrink_to(used * 2);
-        t.expiry.shrink_to(used * 2);
-    }
-}
-
-/// The hash of the key in the slot an index entry names (for hashbrown's
-/// rehashing; the key is in the slot's record).
-fn rehash(hasher: &KeyHasher, chunks: &[Box<[Slot]>], entry: u64) -> u64 {
-    let n = entry as u32 as usize;
-    chunks
-        .get(n / CHUNK)
-        .and_then(|c| c.get(n % CHUNK))
-        .map_or(0, |s| key_hash(hasher, s))
-}
-
-/// The hash of the key a slot holds. Called under the shard's write lock (or
-/// on a slot out of the table), where no one stores into the slot.
-fn key_hash(hasher: &KeyHasher, slot: &Slot) -> u64 {
-    let head = slot.head();
-    let (len, at) = (
-        record::key_len(&head),
-        record::key_at(record::payload_len(&head)),
-    );
-    let mut short = [0u8; 64];
-    if let Some(buf) = short.get_mut(..len) {
-        slot.read_into(at, buf);
-        hasher.hash_one(&*buf)
-    } else {
-        let mut long = vec![0u8; len];
-        slot.read_into(at, &mut long);
-        hasher.hash_one(&long[..])
-    }
 }
 
 /// What a read of a slot found for the key looked up.
@@ -415,32 +617,43 @@ enum Seen {
 }
 
 /// Read `slot` if it holds `key`: its version, and with `out` its payload
-/// appended to `out`. `None` for a slot of another key. Never blocks a writer
-/// nor writes anything; retries while a writer stores (a few dozen stores).
+/// appended to `out`. `None` for a slot of another key or none. Never blocks a
+/// writer nor writes anything; retries while a writer stores (a few dozen
+/// stores).
 #[inline]
-fn look(slot: &Slot, key: &[u8], mut out: Option<&mut Vec<u8>>) -> Option<Seen> {
+fn look(slot: &Slot, guard: &Guard, key: &[u8], mut out: Option<&mut Vec<u8>>) -> Option<Seen> {
     loop {
-        let s = slot.begin();
-        let head = slot.head();
+        let r = slot.begin(guard);
+        let head = r.head();
         let (key_len, payload_len) = (record::key_len(&head), record::payload_len(&head));
         let mark = out.as_ref().map_or(0, |o| o.len());
-        let seen = if key_len != key.len() || !slot.eq_at(record::key_at(payload_len), key) {
+        let seen = if key_len != key.len() || !r.eq_at(record::key_at(payload_len), key) {
             None
         } else {
             match out.as_deref_mut() {
                 None => Some(Seen::At(record::version(&head))),
                 Some(_) if !record::rendered(&head) => Some(Seen::Unrendered),
-                Some(o) => slot
+                Some(o) => r
                     .copy_to(record::HEADER, payload_len, o)
                     .then(|| Seen::At(record::version(&head))),
             }
         };
-        if slot.valid(s) {
+        if r.valid() {
             return seen;
         }
         if let Some(o) = out.as_deref_mut() {
             o.truncate(mark);
         }
+    }
+}
+
+/// An accepted message moved a box's expiry (under its slot's claim). Stored
+/// only when the second changed, so updates of neighbouring boxes on several
+/// workers do not keep writing one cache line.
+#[inline]
+fn touch(stamp: &AtomicU32, expires: u32) {
+    if stamp.load(Ordering::Relaxed) != expires {
+        stamp.store(expires, Ordering::Relaxed);
     }
 }
 
@@ -460,27 +673,26 @@ fn resize(key: &str, state: &[u8], payload_len: usize, now: usize) -> Option<usi
     (need > now || class <= now / 2).then_some(class)
 }
 
-/// A slot holding a new record (built in `image`, a scratch buffer, so the
-/// record's words are the only allocation).
-fn new_slot(image: &mut Vec<u8>, version: u64, key: &str, state: &[u8], p: Payload<'_>) -> Slot {
+/// A new record's words (built in `image`, a scratch buffer, so the words are
+/// the only allocation).
+fn new_words(image: &mut Vec<u8>, version: u64, key: &str, state: &[u8], p: Payload<'_>) -> Words {
     image.clear();
     image.resize(size_class(record::size(key, state, p.len())), 0);
     record::write(image, version, key, state, p);
-    Slot::new(image)
+    Words::new(image)
+}
+
+/// Bytes of a chunk's allocation.
+fn chunk_bytes() -> usize {
+    size_class(std::mem::size_of::<Chunk>())
 }
 
 impl BoxTable {
     pub fn new(plan: Arc<Plan>) -> BoxTable {
-        let shards = (0..SHARDS)
-            .map(|_| Shard {
-                table: RwLock::new(ShardTable::new()),
-                bytes: AtomicUsize::new(0),
-            })
-            .collect();
         BoxTable {
             plan,
             hasher: KeyHasher::default(),
-            shards,
+            shards: (0..SHARDS).map(|_| Shard::new()).collect(),
             boxes: AtomicUsize::new(0),
             sweep: AtomicU64::new(SWEEP_START),
             next_pass: AtomicU32::new(0),
@@ -526,73 +738,105 @@ impl BoxTable {
         let hash = self.hasher.hash_one(key.as_bytes());
         let shard = self.shard(hash);
         let expires = self.expires_at(now_ms);
-        let (found, floor) = {
-            let table = read(&shard.table);
-            match table.find(hash, |slot| look(slot, key.as_bytes(), None).map(|_| slot)) {
-                Some((n, slot)) => {
-                    if let Some(version) = self.update(slot, key, values, out.as_deref_mut())? {
-                        table.touch(n, expires);
-                        return Ok(version);
-                    }
-                    // The record must change size: done under the write lock.
-                    (true, table.floor)
-                }
-                None => (false, table.floor),
+        let guard = epoch::pin();
+        loop {
+            let found = self.find(shard, hash, &guard, |p| {
+                look(p.slot, &guard, key.as_bytes(), None).map(|_| p)
+            });
+            let done = match found {
+                Some(place) => self.update(
+                    shard,
+                    place,
+                    key,
+                    values,
+                    expires,
+                    out.as_deref_mut(),
+                    &guard,
+                )?,
+                None => self.create(
+                    shard,
+                    hash,
+                    key,
+                    values,
+                    expires,
+                    out.as_deref_mut(),
+                    &guard,
+                )?,
+            };
+            if let Some(version) = done {
+                return Ok(version);
             }
-        };
-        if found {
-            return self.update_resized(shard, hash, key, values, expires, out);
+            // Removed or moved since it was found, or created by another
+            // writer since it was missed: look again.
         }
-        self.create(shard, hash, key, values, floor, expires, out)
     }
 
     /// Append the payload of `key` to `out` and return its version; `None` (and
     /// `out` untouched) for an unknown key. Allocates nothing when `out` has
     /// room (after this thread's first render of a payload left for later).
-    /// Writes nothing shared, except when it renders a payload left for later
-    /// (once per version) and stores it in the record.
+    /// Takes no lock and writes nothing shared, except when it renders a
+    /// payload left for later (once per version) and stores it in the record.
     pub fn poll(&self, key: &[u8], out: &mut Vec<u8>) -> Option<u64> {
         let hash = self.hasher.hash_one(key);
-        let table = read(&self.shard(hash).table);
-        let (_, (slot, seen)) = table.find(hash, |slot| {
-            look(slot, key, Some(&mut *out)).map(|seen| (slot, seen))
-        })?;
-        match seen {
-            Seen::At(version) => Some(version),
-            Seen::Unrendered => Some(self.render_later(slot, out)),
+        let shard = self.shard(hash);
+        let guard = epoch::pin();
+        loop {
+            let (place, seen) = self.find(shard, hash, &guard, |p| {
+                look(p.slot, &guard, key, Some(&mut *out)).map(|seen| (p, seen))
+            })?;
+            match seen {
+                Seen::At(version) => return Some(version),
+                Seen::Unrendered => {
+                    if let Some(version) = self.render_later(place.slot, key, out, &guard) {
+                        return Some(version);
+                    }
+                }
+            }
         }
     }
 
     /// The version of `key`, or `None` if unknown (for long-polls and ETags).
     pub fn version(&self, key: &[u8]) -> Option<u64> {
         let hash = self.hasher.hash_one(key);
-        let table = read(&self.shard(hash).table);
-        match table.find(hash, |slot| look(slot, key, None))?.1 {
+        let guard = epoch::pin();
+        match self.find(self.shard(hash), hash, &guard, |p| {
+            look(p.slot, &guard, key, None)
+        })? {
             Seen::At(version) => Some(version),
             Seen::Unrendered => None,
         }
     }
 
     /// Remove the box of `key` now (`DELETE`); returns the last version it
-    /// served, `None` for an unknown key. Its memory is freed before this
-    /// returns, outside the shard's lock.
+    /// served, `None` for an unknown key. Its memory is retired to the epoch
+    /// collector, which frees it once no reader can hold it.
     pub fn remove(&self, key: &[u8]) -> Option<u64> {
         let hash = self.hasher.hash_one(key);
         let shard = self.shard(hash);
-        let removed = {
-            let mut table = write(&shard.table);
-            let n = table.slot_number(hash, key)?;
-            self.remove_slot(shard, &mut table, n)?
-        };
-        Some(record::version(&removed.head()))
+        let guard = epoch::pin();
+        let _writer = shard.lock();
+        let n = self.find(shard, hash, &guard, |p| {
+            look(p.slot, &guard, key, None).map(|_| p.n)
+        })?;
+        let removed = self.remove_slot(shard, n, None, &guard)?;
+        Some(record::version(&removed))
     }
 
     /// One step of the expiry sweep at `now_ms`: go on from where the last step
     /// (of any worker) stopped, read at most `budget.scan` expiry stamps and
     /// remove at most `budget.remove` boxes that are due, pushing them to
     /// `removed` (the caller wakes their long-polls, then drops them, which
-    /// frees them outside every lock). Nothing to do without `ttl_s`.
+    /// frees them outside every lock). Nothing to remove without `ttl_s`.
+    ///
+    /// The first few calls (once a tick per worker) after this thread retired
+    /// something (a removed box, an emptied chunk, a replaced map) also
+    /// let the epoch collector go on: the thread's retired memory goes to the
+    /// global queue, and what no pinned thread can hold any more is freed. So
+    /// the memory of removed boxes goes back within a few ticks even on a
+    /// server that does nothing else (collection otherwise runs every 128
+    /// pins).
     pub fn expire(&self, now_ms: u64, budget: SweepBudget, removed: &mut Vec<Removed>) -> Swept {
+        slot::flush_owed();
         let mut done = Swept::default();
         if self.plan.ttl_s == 0 || self.is_empty() {
             return done;
@@ -611,17 +855,22 @@ impl BoxTable {
             let room = (budget.remove - done.removed).min(REMOVE_PER_LOCK);
             // Each shard is read from its end down: a removal moves the shard's
             // last box, which this pass has read already, into the hole, so no
-            // box the pass has yet to read ever moves. Stamps are read under
-            // the read lock; the claim stops early once the boxes due are as
-            // many as one write lock may remove.
+            // box the pass has yet to read ever moves. Stamps are read without
+            // a lock; the claim stops early once the boxes due are as many as
+            // one hold of the mutex may remove.
             let (lo, hi, due, next) = {
-                let table = read(&shard.table);
-                let hi = (pos as u32 as usize).min(table.index.len());
+                let guard = epoch::pin();
+                let map = shard.map(&guard);
+                let stamp = |i: usize| {
+                    map.and_then(|m| m.place(i, &guard))
+                        .map_or(NEVER, |p| p.stamp.load(Ordering::Relaxed))
+                };
+                let hi = (pos as u32 as usize).min(shard.write.len.load(Ordering::Acquire));
                 let mut lo = hi;
                 let mut due = 0;
                 while lo > 0 && hi - lo < budget.scan - done.scanned && due < room {
                     lo -= 1;
-                    if table.expires(lo) <= now {
+                    if stamp(lo) <= now {
                         due += 1;
                     }
                 }
@@ -650,27 +899,37 @@ impl BoxTable {
             if due == 0 {
                 continue;
             }
-            let mut table = write(&shard.table);
-            // The stamps are read again: an update may have moved one since.
+            let guard = epoch::pin();
+            let _writer = shard.lock();
             let mut taken = 0;
-            for i in (lo..hi.min(table.index.len())).rev() {
+            for i in (lo..hi.min(shard.write.len.load(Ordering::Relaxed))).rev() {
                 if taken == room {
                     break;
                 }
-                if table.expires(i) > now {
+                let stamp = shard.map(&guard).and_then(|m| m.place(i, &guard));
+                if stamp.is_none_or(|p| p.stamp.load(Ordering::Relaxed) > now) {
                     continue;
                 }
-                let Some(slot) = self.remove_slot(shard, &mut table, i as u32) else {
-                    break;
-                };
-                let mut record = Vec::new();
-                slot.load(&mut record);
-                removed.push(Removed(record));
-                taken += 1;
+                // The stamp is read again under the slot's claim: an update
+                // may have moved it since.
+                if let Some(record) = self.remove_slot(shard, i, Some(now), &guard) {
+                    removed.push(Removed(record));
+                    taken += 1;
+                }
             }
             done.removed += taken;
         }
         done
+    }
+
+    /// Whether keys `a` and `b` are in one shard (for benches that make
+    /// writers and readers meet in a shard).
+    #[doc(hidden)]
+    pub fn same_shard(&self, a: &[u8], b: &[u8]) -> bool {
+        std::ptr::eq(
+            self.shard(self.hasher.hash_one(a)),
+            self.shard(self.hasher.hash_one(b)),
+        )
     }
 
     /// Number of boxes.
@@ -683,15 +942,17 @@ impl BoxTable {
     }
 
     /// Heap bytes held by the table, counted at allocator size classes: the
-    /// shard array, every shard's index, slot chunks and stamps, and every
-    /// record. Updated as boxes are created, removed and records reallocated.
+    /// shard array, every shard's map (index and directory), chunks, and every
+    /// record. Updated as boxes are created, removed and records reallocated
+    /// (what was retired is no longer counted, though the collector may free
+    /// it a little later).
     pub fn accounted_bytes(&self) -> usize {
         let fixed = size_class(self.shards.len() * std::mem::size_of::<Shard>());
         fixed
             + self
                 .shards
                 .iter()
-                .map(|s| s.bytes.load(Ordering::Relaxed))
+                .map(|s| s.write.bytes.load(Ordering::Relaxed))
                 .sum::<usize>()
     }
 
@@ -702,7 +963,7 @@ impl BoxTable {
     pub fn version_floor(&self) -> u64 {
         self.shards
             .iter()
-            .map(|s| read(&s.table).floor)
+            .map(|s| s.write.floor.load(Ordering::Acquire))
             .max()
             .unwrap_or(0)
     }
@@ -711,23 +972,22 @@ impl BoxTable {
     /// process hashes keys to other shards).
     pub fn raise_version_floor(&self, floor: u64) {
         for s in self.shards.iter() {
-            let mut t = write(&s.table);
-            t.floor = t.floor.max(floor);
+            let _writer = s.lock();
+            s.write.floor.fetch_max(floor, Ordering::AcqRel);
         }
     }
 
     /// Call `f(key, version, idle_s, state)` for every box (snapshots):
     /// `idle_s` is how long, at `now_ms`, the box has accepted no message (0
-    /// without a ttl, where it is not kept). Each box is seen whole (its lock is
-    /// held while its record is copied), but boxes created or updated during the
+    /// without a ttl, where it is not kept). Each box is seen whole (a seqlock
+    /// read of its record), but boxes created, updated or removed during the
     /// walk may or may not be seen.
     ///
     /// `f` runs with no lock held: the records of up to [`WALK_BATCH`] slots are
-    /// copied under the shard's read lock, the lock is let go, and only then are
-    /// they decoded and handed to `f` (which writes a file). A shard lock is so
-    /// held for the time of a few small copies, never for a write: a box
-    /// creation (shard write lock), and the polls that queue behind it in std's
-    /// RwLock, never wait on the disk.
+    /// copied under the shard's mutex, which is let go, and only then are
+    /// they decoded and handed to `f` (which writes a file). The mutex is so
+    /// held for the time of a few small copies, never for a write; polls and
+    /// updates never wait for it.
     pub fn for_each(&self, now_ms: u64, mut f: impl FnMut(&str, u64, u32, &[FieldState])) {
         let n = self.plan.fields.len();
         let mut states: Vec<FieldState> = Vec::with_capacity(n);
@@ -742,27 +1002,32 @@ impl BoxTable {
                 copied.clear();
                 ends.clear();
                 {
-                    let table = read(&shard.table);
-                    let stop = table.index.len().min(next + WALK_BATCH);
+                    let guard = epoch::pin();
+                    let _writer = shard.lock();
+                    let len = shard.write.len.load(Ordering::Relaxed);
+                    let stop = len.min(next + WALK_BATCH);
+                    let map = shard.map(&guard);
                     for i in next..stop {
-                        if let Some(slot) = u32::try_from(i).ok().and_then(|i| table.slot(i)) {
-                            loop {
-                                let (s, mark) = (slot.begin(), copied.len());
-                                slot.copy_to(0, slot.bytes(), &mut copied);
-                                if slot.valid(s) {
-                                    break;
-                                }
-                                copied.truncate(mark);
+                        let Some(place) = map.and_then(|m| m.place(i, &guard)) else {
+                            continue;
+                        };
+                        loop {
+                            let r = place.slot.begin(&guard);
+                            let mark = copied.len();
+                            r.copy_to(0, r.bytes(), &mut copied);
+                            if r.valid() {
+                                break;
                             }
-                            let idle = match table.expires(i) {
-                                NEVER => 0,
-                                at => fresh.saturating_sub(at),
-                            };
-                            ends.push((copied.len(), idle));
+                            copied.truncate(mark);
                         }
+                        let idle = match place.stamp.load(Ordering::Relaxed) {
+                            NEVER => 0,
+                            at => fresh.saturating_sub(at),
+                        };
+                        ends.push((copied.len(), idle));
                     }
                     next = stop;
-                    if ends.is_empty() && stop == table.index.len() {
+                    if ends.is_empty() && stop == len {
                         break;
                     }
                 }
@@ -770,6 +1035,9 @@ impl BoxTable {
                 for &(end, idle) in &ends {
                     let record = &copied[start..end];
                     start = end;
+                    if record.is_empty() {
+                        continue;
+                    }
                     states.clear();
                     states.extend(
                         codec::Decoder::new(record::state(record))
@@ -821,7 +1089,7 @@ impl BoxTable {
                 });
             }
         }
-        let record = with_scratch(|scratch| {
+        let words = with_scratch(|scratch| {
             scratch.clear();
             for s in state {
                 codec::encode(s.view(), &mut scratch.state);
@@ -837,7 +1105,7 @@ impl BoxTable {
                     max: self.plan.max_payload_bytes,
                 });
             }
-            Ok(new_slot(
+            Ok(new_words(
                 image,
                 version,
                 key,
@@ -851,14 +1119,20 @@ impl BoxTable {
         };
         let hash = self.hasher.hash_one(key.as_bytes());
         let shard = self.shard(hash);
-        let mut table = write(&shard.table);
-        if table.slot_number(hash, key.as_bytes()).is_some() {
+        let guard = epoch::pin();
+        let _writer = shard.lock();
+        if self
+            .find(shard, hash, &guard, |p| {
+                look(p.slot, &guard, key.as_bytes(), None)
+            })
+            .is_some()
+        {
             return Err(RestoreError::Duplicate);
         }
         self.reserve_box().map_err(|_| RestoreError::TooManyBoxes {
             max: self.plan.max_boxes,
         })?;
-        self.insert(shard, &mut table, hash, record, expires);
+        self.insert(shard, hash, words, expires, &guard);
         Ok(())
     }
 
@@ -890,17 +1164,67 @@ impl BoxTable {
         &self.shards[(hash >> SHARD_SHIFT) as usize & (SHARDS - 1)]
     }
 
-    /// Apply to an existing box, shared with readers and other writers (the
-    /// shard's read lock held): read the record, build the next one from that
-    /// copy, and store it if nothing was stored meanwhile (else start again
-    /// from a fresh copy). `Ok(None)` when the next record needs another size
-    /// class: that takes the shard's write lock ([`BoxTable::update_resized`]).
+    /// Look `hash` up in `shard` without locking: `visit` is called on each
+    /// slot whose fingerprint matches and says `None` for a slot holding
+    /// another key (or none). A miss is returned only if no removal changed
+    /// the shard's index meanwhile (else the lookup starts again).
+    #[inline]
+    fn find<'g, R>(
+        &self,
+        shard: &Shard,
+        hash: u64,
+        guard: &'g Guard,
+        mut visit: impl FnMut(Place<'g>) -> Option<R>,
+    ) -> Option<R> {
+        let fp = fingerprint(hash);
+        let mut spins = 0;
+        loop {
+            let seq = shard.read.seq.load(Ordering::Acquire);
+            if let Some(map) = shard.map(guard) {
+                let mask = map.entries.len().wrapping_sub(1);
+                let mut i = fp as usize & mask;
+                for _ in 0..map.entries.len() {
+                    let Some(e) = map.entries.get(i) else {
+                        break;
+                    };
+                    // Acquire: the slot an entry names was filled before it.
+                    let e = e.load(Ordering::Acquire);
+                    if e == 0 {
+                        break;
+                    }
+                    if (e >> 32) as u32 == fp {
+                        let n = (e as u32 as usize).wrapping_sub(1);
+                        if let Some(r) = map.place(n, guard).and_then(&mut visit) {
+                            return Some(r);
+                        }
+                    }
+                    i = (i + 1) & mask;
+                }
+            }
+            fence(Ordering::Acquire);
+            if seq & 1 == 0 && shard.read.seq.load(Ordering::Relaxed) == seq {
+                return None;
+            }
+            backoff(&mut spins);
+        }
+    }
+
+    /// Apply to an existing box, found at `place`, shared with readers and
+    /// other writers: read the record, build the next one from that copy, and
+    /// store it if nothing was stored meanwhile (else start again from a fresh
+    /// copy); a record that needs another size class is swapped for a new
+    /// allocation under the same claim. `Ok(None)` when the slot no longer
+    /// holds the box (removed, or another box moved in): look it up again.
+    #[allow(clippy::too_many_arguments)]
     fn update(
         &self,
-        slot: &Slot,
+        shard: &Shard,
+        place: Place<'_>,
         key: &str,
         values: &[Option<Value<'_>>],
+        expires: u32,
         out: Option<&mut Vec<u8>>,
+        guard: &Guard,
     ) -> Result<Option<u64>, MessageError> {
         with_scratch(|scratch| {
             let Scratch {
@@ -910,23 +1234,38 @@ impl BoxTable {
             } = scratch;
             self.reserve_image(image);
             loop {
-                let s = slot.begin();
-                slot.load(image);
-                if !slot.valid(s) {
+                let r = place.slot.begin(guard);
+                r.load(image);
+                if !r.valid() {
                     continue;
+                }
+                if r.is_empty() || record::key(image) != key.as_bytes() {
+                    return Ok(None);
                 }
                 let (version, len) =
                     self.next_of(image, key, values, state, payload, out.is_some())?;
-                if resize(key, state, len, image.len()).is_some() {
-                    return Ok(None);
-                }
                 let next = Payload::of(out.is_some(), payload, len);
-                let used = record::write(image, version, key, state, next);
-                if !slot.claim(s) {
-                    continue;
+                let old = image.len();
+                match resize(key, state, len, old) {
+                    None => {
+                        let used = record::write(image, version, key, state, next);
+                        let Some(claim) = r.claim() else {
+                            continue;
+                        };
+                        claim.store(whole_words(image, used));
+                        touch(place.stamp, expires);
+                    }
+                    Some(class) => {
+                        let words = new_words(image, version, key, state, next);
+                        let Some(mut claim) = r.claim() else {
+                            continue;
+                        };
+                        claim.replace(words, guard);
+                        touch(place.stamp, expires);
+                        drop(claim);
+                        shard.add_bytes(old, class);
+                    }
                 }
-                slot.store(whole_words(image, used));
-                slot.release(s);
                 if let Some(out) = out {
                     out.extend_from_slice(payload);
                 }
@@ -959,93 +1298,35 @@ impl BoxTable {
         )
     }
 
-    /// Apply to an existing box whose next record needs another size class:
-    /// under the shard's write lock, with the slot to ourselves. A box removed
-    /// meanwhile is created again.
-    fn update_resized(
-        &self,
-        shard: &Shard,
-        hash: u64,
-        key: &str,
-        values: &[Option<Value<'_>>],
-        expires: u32,
-        out: Option<&mut Vec<u8>>,
-    ) -> Result<u64, MessageError> {
-        let floor = {
-            let mut table = write(&shard.table);
-            if let Some(n) = table.slot_number(hash, key.as_bytes()) {
-                if let Some(slot) = table.slot_mut(n) {
-                    let version = self.update_alone(shard, slot, key, values, out)?;
-                    table.touch(n, expires);
-                    return Ok(version);
-                }
-            }
-            table.floor
-        };
-        self.create(shard, hash, key, values, floor, expires, out)
-    }
-
-    /// Apply to an existing box we have to ourselves (the shard's write lock
-    /// held): the record is replaced when its size class must change.
-    fn update_alone(
-        &self,
-        shard: &Shard,
-        slot: &mut Slot,
-        key: &str,
-        values: &[Option<Value<'_>>],
-        out: Option<&mut Vec<u8>>,
-    ) -> Result<u64, MessageError> {
-        with_scratch(|scratch| {
-            let Scratch {
-                state,
-                payload,
-                image,
-            } = scratch;
-            self.reserve_image(image);
-            slot.load(image);
-            let (version, len) = self.next_of(image, key, values, state, payload, out.is_some())?;
-            let next = Payload::of(out.is_some(), payload, len);
-            let old = slot.bytes();
-            if let Some(class) = resize(key, state, len, old) {
-                image.clear();
-                image.resize(class, 0);
-                record::write(image, version, key, state, next);
-                drop(slot.replace(image));
-                if class >= old {
-                    shard.bytes.fetch_add(class - old, Ordering::Relaxed);
-                } else {
-                    shard.bytes.fetch_sub(old - class, Ordering::Relaxed);
-                }
-            } else {
-                let used = record::write(image, version, key, state, next);
-                slot.store(whole_words(image, used));
-            }
-            if let Some(out) = out {
-                out.extend_from_slice(payload);
-            }
-            Ok(version)
-        })
-    }
-
-    /// A poll found the payload left for later: render it into `out` from a
-    /// whole copy of the record, and store it in the record so the next polls
-    /// copy it (unless a writer stored meanwhile: then this version is no
-    /// longer the newest and is not kept). Returns the version rendered.
+    /// A poll found the payload of `key` left for later: render it into `out`
+    /// from a whole copy of the record, and store it in the record so the
+    /// next polls copy it (unless a writer stored meanwhile: then this version
+    /// is no longer the newest and is not kept). Returns the version rendered,
+    /// `None` when the slot no longer holds the box (look it up again).
     #[cold]
-    fn render_later(&self, slot: &Slot, out: &mut Vec<u8>) -> u64 {
+    fn render_later(
+        &self,
+        slot: &Slot,
+        key: &[u8],
+        out: &mut Vec<u8>,
+        guard: &Guard,
+    ) -> Option<u64> {
         with_scratch(|scratch| {
             let image = &mut scratch.image;
             self.reserve_image(image);
             loop {
-                let s = slot.begin();
-                slot.load(image);
-                if !slot.valid(s) {
+                let r = slot.begin(guard);
+                r.load(image);
+                if !r.valid() {
                     continue;
+                }
+                if r.is_empty() || record::key(image) != key {
+                    return None;
                 }
                 let version = record::version(image);
                 if record::rendered(image) {
                     out.extend_from_slice(record::payload(image));
-                    return version;
+                    return Some(version);
                 }
                 let start = out.len();
                 // Keys are stored from a `&str`.
@@ -1053,21 +1334,22 @@ impl BoxTable {
                 let state = codec::Decoder::new(record::state(image));
                 render_fields(&self.plan, key, version, state, out);
                 let rendered = out.get(start..).unwrap_or_default();
-                if record::set_rendered(image, rendered) && slot.claim(s) {
-                    let used = record::HEADER + rendered.len();
-                    slot.store(whole_words(image, used));
-                    slot.release(s);
+                if record::set_rendered(image, rendered) {
+                    if let Some(claim) = r.claim() {
+                        let used = record::HEADER + rendered.len();
+                        claim.store(whole_words(image, used));
+                    }
                 }
-                return version;
+                return Some(version);
             }
         })
     }
 
-    /// Apply to a key not found under the read lock, where the shard's floor
-    /// was `floor`: build the new box outside the write lock, then insert it
-    /// unless another worker created the key meanwhile (then the message
-    /// applies on top of that box). Should a box of the shard have been removed
-    /// meanwhile, the floor moved and the box is built again past it (rare).
+    /// Create `key`, missed by a lookup: build the new box outside the mutex
+    /// (past the shard's floor), then insert it unless another writer created
+    /// the key meanwhile (`Ok(None)`: the caller applies to that box). Should
+    /// a box of the shard have been removed meanwhile, the floor moved and the
+    /// box is built again past it (rare).
     #[allow(clippy::too_many_arguments)]
     fn create(
         &self,
@@ -1075,10 +1357,10 @@ impl BoxTable {
         hash: u64,
         key: &str,
         values: &[Option<Value<'_>>],
-        floor: u64,
         expires: u32,
         out: Option<&mut Vec<u8>>,
-    ) -> Result<u64, MessageError> {
+        guard: &Guard,
+    ) -> Result<Option<u64>, MessageError> {
         let render = out.is_some();
         let build = |floor: u64| {
             with_scratch(|scratch| {
@@ -1091,28 +1373,31 @@ impl BoxTable {
                 let (version, len) =
                     next_record(&self.plan, key, &[], floor, values, state, payload, render)?;
                 let next = Payload::of(render, payload, len);
-                Ok::<_, MessageError>((version, len, new_slot(image, version, key, state, next)))
+                Ok::<_, MessageError>((version, len, new_words(image, version, key, state, next)))
             })
         };
-        let (mut version, mut len, mut slot) = build(floor)?;
-        let mut table = write(&shard.table);
-        if let Some(n) = table.slot_number(hash, key.as_bytes()) {
-            if let Some(existing) = table.slot_mut(n) {
-                let version = self.update_alone(shard, existing, key, values, out)?;
-                table.touch(n, expires);
-                return Ok(version);
-            }
+        let floor = shard.write.floor.load(Ordering::Acquire);
+        let (mut version, mut len, mut words) = build(floor)?;
+        let _writer = shard.lock();
+        if self
+            .find(shard, hash, guard, |p| {
+                look(p.slot, guard, key.as_bytes(), None)
+            })
+            .is_some()
+        {
+            return Ok(None);
         }
-        if table.floor != floor {
-            (version, len, slot) = build(table.floor)?;
+        let now = shard.write.floor.load(Ordering::Relaxed);
+        if now != floor {
+            (version, len, words) = build(now)?;
         }
         self.reserve_box()?;
         if let Some(out) = out {
             // Rendered into the record, which no one else sees yet.
-            slot.copy_to(record::HEADER, len, out);
+            words.copy_to(record::HEADER, len, out);
         }
-        self.insert(shard, &mut table, hash, slot, expires);
-        Ok(version)
+        self.insert(shard, hash, words, expires, guard);
+        Ok(Some(version))
     }
 
     /// Count one more box, unless that would pass `max_boxes`.
@@ -1126,84 +1411,209 @@ impl BoxTable {
             .map_err(|_| MessageError::TooManyBoxes)
     }
 
-    /// Store a counted, new box under the shard write lock and account for it.
-    fn insert(&self, shard: &Shard, table: &mut ShardTable, hash: u64, slot: Slot, expires: u32) {
-        let before = table.bytes();
-        let added = slot.bytes();
+    /// Put a counted, new box in the shard's next slot and index it (the
+    /// shard's mutex held): the slot is filled first, then the entry stored,
+    /// so a reader that finds the entry finds the box.
+    fn insert(&self, shard: &Shard, hash: u64, words: Words, expires: u32, guard: &Guard) {
         // Shards hold far fewer than 2^32 boxes: max_boxes is a usize, but the
         // index spreads boxes over 256 shards and 2^32 records would not fit
         // in memory anyway.
-        let n = table.index.len();
-        if n.is_multiple_of(CHUNK) {
-            table
-                .chunks
-                .push((0..CHUNK).map(|_| Slot::default()).collect());
-            table
-                .expiry
-                .push((0..CHUNK).map(|_| AtomicU32::new(NEVER)).collect());
+        let n = shard.write.len.load(Ordering::Relaxed);
+        let mut added = words.bytes();
+        let map = self.map_with_room(shard, n + 1, guard);
+        let Some(dir) = map.chunks.get(n / CHUNK) else {
+            return;
+        };
+        if dir.load(Ordering::Relaxed).is_null() {
+            // Release: a reader that loads the pointer sees the chunk built.
+            dir.store(Box::into_raw(Chunk::new()), Ordering::Release);
+            added += chunk_bytes();
         }
-        let ShardTable {
-            index,
-            chunks,
-            expiry,
-            ..
-        } = table;
-        if let Some(free) = chunks.get_mut(n / CHUNK).and_then(|c| c.get_mut(n % CHUNK)) {
-            *free = slot;
+        let Some(place) = map.place(n, guard) else {
+            return;
+        };
+        {
+            let mut claim = place.slot.claim_now(guard);
+            debug_assert!(claim.is_empty());
+            claim.replace(words, guard);
+            place.stamp.store(expires, Ordering::Relaxed);
         }
-        if let Some(stamp) = expiry.get(n / CHUNK).and_then(|c| c.get(n % CHUNK)) {
-            stamp.store(expires, Ordering::Relaxed);
-        }
-        let entry = u64::from(fingerprint(hash)) << 32 | n as u64;
-        index.insert_unique(hash, entry, |&e| rehash(&self.hasher, chunks, e));
-        let after = table.bytes();
-        shard
-            .bytes
-            .fetch_add(added + after.saturating_sub(before), Ordering::Relaxed);
+        map.insert_entry(entry(fingerprint(hash), n));
+        shard.write.len.store(n + 1, Ordering::Release);
+        shard.write.bytes.fetch_add(added, Ordering::Relaxed);
     }
 
-    /// Take the box in slot `n` out, under the shard's write lock, and return
-    /// its slot (the caller frees it after the lock). The shard's last slot
-    /// moves into the hole so slots `0..len` stay used; an emptied chunk is
-    /// freed, a mostly empty index shrinks, the floor rises to the box's version.
-    fn remove_slot(&self, shard: &Shard, table: &mut ShardTable, n: u32) -> Option<Slot> {
-        let last = u32::try_from(table.index.len().checked_sub(1)?).ok()?;
+    /// The shard's map, replaced by a bigger one first if it has no room for
+    /// `len` boxes (index at most 3/4 full, a chunk for each); doubling, so
+    /// inserts copy each entry a constant number of times on average.
+    fn map_with_room<'g>(&self, shard: &Shard, len: usize, guard: &'g Guard) -> &'g Map {
+        let chunks = len.div_ceil(CHUNK);
+        let (buckets, dir) = match shard.map(guard) {
+            Some(m) if len * 4 <= m.entries.len() * 3 && chunks <= m.chunks.len() => return m,
+            Some(m) => {
+                let b = m.entries.len();
+                let d = m.chunks.len();
+                (
+                    if len * 4 <= b * 3 {
+                        b
+                    } else {
+                        buckets_for(len).max(2 * b)
+                    },
+                    if chunks <= d { d } else { chunks.max(2 * d) },
+                )
+            }
+            None => (buckets_for(len), chunks),
+        };
+        self.republish(shard, Some((buckets, dir)), guard)
+            .unwrap_or_else(|| unreachable!("a map was published"))
+    }
+
+    /// Publish a copy of the shard's map with `size` (buckets, directory
+    /// entries), or no map at all, and retire the old one (the shard's mutex
+    /// held). Returns the new map.
+    fn republish<'g>(
+        &self,
+        shard: &Shard,
+        size: Option<(usize, usize)>,
+        guard: &'g Guard,
+    ) -> Option<&'g Map> {
+        let old = shard.read.map.load(Ordering::Relaxed, guard);
+        // SAFETY: only the holder of the shard's mutex (us) retires maps.
+        let was = unsafe { old.as_ref() };
+        let new = match size {
+            None => Shared::null(),
+            Some((buckets, dir)) => Owned::new(match was {
+                Some(m) => m.resized(buckets, dir),
+                None => Map::new(buckets, dir),
+            })
+            .into_shared(guard),
+        };
+        // Release: a reader that loads the new map sees it built.
+        shard.read.map.store(new, Ordering::Release);
+        // SAFETY: as above; the new map is published and so owned by the
+        // shard until it is retired in turn.
+        let is = unsafe { new.as_ref() };
+        shard.add_bytes(was.map_or(0, Map::bytes), is.map_or(0, Map::bytes));
+        if !old.is_null() {
+            // SAFETY: the old map is unlinked (no longer in the shard), and
+            // retired once: freed once every thread pinned now has unpinned.
+            // Its drop frees its arrays only, not the chunks they name.
+            unsafe { guard.defer_destroy(old) };
+            slot::retired(1);
+        }
+        is
+    }
+
+    /// Take the box in slot `n` out (the shard's mutex held) and return a copy
+    /// of its record; with `due`, only if its stamp (read again under the
+    /// slot's claim) is due at that second. The shard's last box moves into
+    /// the hole so slots `0..len` stay used; an emptied chunk is retired, a
+    /// mostly empty map shrinks, the floor rises to the box's version.
+    fn remove_slot(
+        &self,
+        shard: &Shard,
+        n: usize,
+        due: Option<u32>,
+        guard: &Guard,
+    ) -> Option<Vec<u8>> {
+        let last = shard.write.len.load(Ordering::Relaxed).checked_sub(1)?;
         if n > last {
             return None;
         }
-        let before = table.bytes();
-        let record = table.slot_mut(n)?.take();
-        let hash = key_hash(&self.hasher, &record);
-        if let Ok(entry) = table.index.find_entry(hash, |&e| e as u32 == n) {
-            entry.remove();
+        let map = shard.map(guard)?;
+        let hole = map.place(n, guard)?;
+        let from = map.place(last, guard)?;
+        let mut claim = hole.slot.claim_now(guard);
+        if claim.is_empty() || due.is_some_and(|now| hole.stamp.load(Ordering::Relaxed) > now) {
+            return None;
         }
-        if n != last {
-            let moved = table.slot_mut(last)?.take();
-            let moved_hash = key_hash(&self.hasher, &moved);
-            if let Some(e) = table.index.find_mut(moved_hash, |&e| e as u32 == last) {
-                *e = (*e & !0xffff_ffff) | u64::from(n);
+        let mut record = Vec::new();
+        claim.load(&mut record);
+        let gone = entry(fingerprint(self.hasher.hash_one(record::key(&record))), n);
+        let mut freed = claim.bytes();
+        {
+            let _restructuring = shard.restructure();
+            map.remove_entry(gone);
+            claim.clear(guard);
+            if n != last {
+                let mut moved = from.slot.claim_now(guard);
+                let fp = with_scratch(|s| {
+                    moved.load(&mut s.image);
+                    fingerprint(self.hasher.hash_one(record::key(&s.image)))
+                });
+                claim.move_from(&mut moved);
+                hole.stamp
+                    .store(from.stamp.load(Ordering::Relaxed), Ordering::Relaxed);
+                map.rename_entry(entry(fp, last), entry(fp, n));
             }
-            let expires = table.expires(last as usize);
-            table.touch(n, expires);
-            *table.slot_mut(n)? = moved;
+            drop(claim);
+            shard.write.len.store(last, Ordering::Release);
+            if last.is_multiple_of(CHUNK) {
+                // Slot `last` was the only one used in its chunk.
+                if let Some(dir) = map.chunks.get(last / CHUNK) {
+                    let chunk = dir.load(Ordering::Relaxed);
+                    dir.store(std::ptr::null_mut(), Ordering::Release);
+                    if !chunk.is_null() {
+                        freed += chunk_bytes();
+                        let chunk = RetiredChunk(chunk);
+                        // SAFETY: the chunk is unlinked from the current map
+                        // (the one readers load from now on) and retired once;
+                        // its slots are all empty. Freed once every thread
+                        // pinned now has unpinned, so no reader holds it then.
+                        unsafe {
+                            guard.defer_unchecked(move || {
+                                let RetiredChunk(c) = chunk;
+                                drop(Box::from_raw(c));
+                            });
+                        }
+                        slot::retired(1);
+                    }
+                }
+            }
+            self.shrink(shard, last, guard);
         }
-        if (last as usize).is_multiple_of(CHUNK) {
-            // Slot `last` was the only one used in the last chunk.
-            table.chunks.pop();
-            table.expiry.pop();
-        }
-        table.shrink(&self.hasher);
-        table.floor = table.floor.max(record::version(&record.head()));
-        let (was, is) = (before + record.bytes(), table.bytes());
-        if was >= is {
-            shard.bytes.fetch_sub(was - is, Ordering::Relaxed);
-        } else {
-            shard.bytes.fetch_add(is - was, Ordering::Relaxed);
-        }
+        slot::retired(1);
+        shard.write.bytes.fetch_sub(freed, Ordering::Relaxed);
+        shard
+            .write
+            .floor
+            .fetch_max(record::version(&record), Ordering::AcqRel);
         self.boxes.fetch_sub(1, Ordering::AcqRel);
         Some(record)
     }
+
+    /// Give back what a shard of `len` boxes no longer needs (its mutex held,
+    /// its sequence odd): the index shrinks once under 1/8 full (to 3/8 at
+    /// most, so a shard that grows again does not reallocate at once), the
+    /// directory once under a quarter used; an empty shard has no map.
+    fn shrink(&self, shard: &Shard, len: usize, guard: &Guard) {
+        let Some(map) = shard.map(guard) else {
+            return;
+        };
+        if len == 0 {
+            self.republish(shard, None, guard);
+            return;
+        }
+        let (b, d) = (map.entries.len(), map.chunks.len());
+        let chunks = len.div_ceil(CHUNK);
+        let buckets = if b > MIN_BUCKETS && len * 8 < b {
+            buckets_for(2 * len)
+        } else {
+            b
+        };
+        let dir = if d >= 4 * chunks.max(2) {
+            2 * chunks
+        } else {
+            d
+        };
+        if (buckets, dir) != (b, d) {
+            self.republish(shard, Some((buckets, dir)), guard);
+        }
+    }
 }
+
+/// A chunk in flight to the collector.
+struct RetiredChunk(*mut Chunk);
 
 impl fmt::Debug for BoxTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -1212,16 +1622,6 @@ impl fmt::Debug for BoxTable {
             .field("accounted_bytes", &self.accounted_bytes())
             .finish_non_exhaustive()
     }
-}
-
-fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    // A panic while a lock was held cannot leave a half-written record: records
-    // are written only after every check passed. So poisoning is ignored.
-    lock.read().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    lock.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]
@@ -1500,16 +1900,19 @@ mod tests {
     /// Whether the record of `key` holds its payload rendered.
     fn is_rendered(t: &BoxTable, key: &str) -> bool {
         let hash = t.hasher.hash_one(key.as_bytes());
-        let table = read(&t.shard(hash).table);
-        let (_, rendered) = table
-            .find(hash, |s| {
-                look(s, key.as_bytes(), None)?;
-                let mut image = Vec::new();
-                s.load_whole(&mut image);
-                Some(record::rendered(&image))
-            })
-            .expect("box exists");
-        rendered
+        let guard = epoch::pin();
+        t.find(t.shard(hash), hash, &guard, |p| {
+            look(p.slot, &guard, key.as_bytes(), None)?;
+            let mut image = Vec::new();
+            loop {
+                let r = p.slot.begin(&guard);
+                r.load(&mut image);
+                if r.valid() {
+                    return Some(record::rendered(&image));
+                }
+            }
+        })
+        .expect("box exists")
     }
 
     #[test]
@@ -1629,7 +2032,9 @@ mod tests {
                     let mut out = Vec::with_capacity(256);
                     let mut last = [0u64; 3];
                     let mut polls = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
+                    // Until the writers are done, and at least once (on a
+                    // busy machine they may finish before this thread runs).
+                    while !stop.load(Ordering::Relaxed) || polls == 0 {
                         for (k, key) in KEYS.iter().enumerate() {
                             out.clear();
                             let version = t.poll(key.as_bytes(), &mut out).expect("exists");
@@ -1798,34 +2203,148 @@ mod tests {
         }
     }
 
+    /// The lock-free lookup under churn: two threads poll boxes that always
+    /// exist while one thread updates them (their strings' lengths vary, so
+    /// records move between size classes) and another creates and removes
+    /// other boxes by the thousand (removals move boxes between slots, shift
+    /// index entries, retire chunks and shrink or drop maps; creations grow
+    /// them). A poll must never miss a box that exists, never see a torn or
+    /// foreign payload, never see a version go back; everything a reader
+    /// might hold is retired through the collector meanwhile (a use after
+    /// free reads garbage here, or crashes). Run in release too (`cargo test
+    /// --release`), where the races are tighter.
+    #[test]
+    fn polls_never_miss_a_box_while_others_are_created_and_removed() {
+        const STABLE: usize = 100;
+        const CHURN: usize = 3000;
+        const ROUNDS: usize = 6;
+        let mut t = table_with(vec![
+            field("v", FieldType::I64, Reduce::Last),
+            field("s", FieldType::Str, Reduce::Last),
+        ]);
+        Arc::get_mut(&mut t.plan).expect("plan").max_boxes = STABLE + CHURN;
+        let t = Arc::new(t);
+        let stable: Arc<Vec<String>> =
+            Arc::new((0..STABLE).map(|k| format!("stable-{k}")).collect());
+        for key in stable.iter() {
+            t.apply(key, &[i(0), Some(Value::Str(""))], 0, None)
+                .expect("ok");
+        }
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let churner = {
+            let t = Arc::clone(&t);
+            std::thread::spawn(move || {
+                for round in 0..ROUNDS {
+                    for k in 0..CHURN {
+                        apply(&t, &format!("churn-{k}"), &[i(k as i64)]).expect("ok");
+                    }
+                    // Remove in an order unlike the creation's, so holes open
+                    // everywhere and boxes move from the ends into them.
+                    for k in (0..CHURN).map(|k| (k * 7 + round) % CHURN) {
+                        assert!(
+                            t.remove(format!("churn-{k}").as_bytes()).is_some(),
+                            "churn-{k}"
+                        );
+                    }
+                }
+            })
+        };
+        let updater = {
+            let (t, stable, stop) = (Arc::clone(&t), Arc::clone(&stable), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut n = 0i64;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let key = &stable[n as usize % STABLE];
+                    let s = "x".repeat((n % 17) as usize);
+                    let rendered = n % 3 == 0;
+                    let mut out = Vec::new();
+                    t.apply(
+                        key,
+                        &[i(n), Some(Value::Str(&s))],
+                        0,
+                        rendered.then_some(&mut out),
+                    )
+                    .expect("ok");
+                }
+            })
+        };
+        let pollers: Vec<_> = (0..2)
+            .map(|p| {
+                let (t, stable, stop) = (Arc::clone(&t), Arc::clone(&stable), Arc::clone(&stop));
+                std::thread::spawn(move || {
+                    let mut last = vec![0u64; STABLE];
+                    let mut out = Vec::with_capacity(256);
+                    let mut polls = 0u64;
+                    // Until the writers are done, and at least once (on a
+                    // busy machine they may finish before this thread runs).
+                    while !stop.load(Ordering::Relaxed) || polls == 0 {
+                        for (k, key) in stable.iter().enumerate().skip(p) {
+                            out.clear();
+                            let version = t
+                                .poll(key.as_bytes(), &mut out)
+                                .unwrap_or_else(|| panic!("{key} missed"));
+                            let v: serde_json::Value =
+                                serde_json::from_slice(&out).expect("whole JSON");
+                            assert_eq!(v["k"], key.as_str());
+                            assert_eq!(v["ver"], version);
+                            let n = v["v"].as_i64().expect("v");
+                            assert_eq!(v["s"].as_str().expect("s").len() as i64, n % 17, "{v}");
+                            assert!(version >= last[k], "{key} went back");
+                            last[k] = version;
+                            assert!(t.version(key.as_bytes()).is_some_and(|w| w >= version));
+                            polls += 1;
+                        }
+                        // Keys that do not exist are never found.
+                        assert!(t.poll(b"never", &mut out).is_none());
+                    }
+                    polls
+                })
+            })
+            .collect();
+        churner.join().expect("churner");
+        stop.store(true, Ordering::Relaxed);
+        updater.join().expect("updater");
+        for p in pollers {
+            assert!(p.join().expect("poller") > 0);
+        }
+        assert_eq!(t.len(), STABLE);
+        check_consistent(&t);
+    }
+
     #[test]
     fn boxes_sharing_a_hash_are_told_apart_by_key() {
         // Force two keys onto one hash (so one fingerprint, one probe chain).
         let t = BoxTable::new(Arc::new(Plan::default_plan()));
         let hash = 0x1234_5678_9abc_def0;
         let shard = t.shard(hash);
+        let guard = epoch::pin();
         for (key, version) in [("first", 3), ("second", 5)] {
-            let slot = new_slot(&mut Vec::new(), version, key, &[], Payload::Rendered(b"{}"));
-            let mut table = write(&shard.table);
-            t.insert(shard, &mut table, hash, slot, NEVER);
+            let words = new_words(&mut Vec::new(), version, key, &[], Payload::Rendered(b"{}"));
+            let _writer = shard.lock();
+            t.insert(shard, hash, words, NEVER, &guard);
         }
-        let table = read(&shard.table);
-        let (_, first) = table
-            .find(hash, |s| look(s, b"first", None))
-            .expect("first");
-        assert_eq!(first, Seen::At(3));
-        let (_, second) = table
-            .find(hash, |s| look(s, b"second", None))
-            .expect("second");
-        assert_eq!(second, Seen::At(5));
-        assert!(table.find(hash, |s| look(s, b"third", None)).is_none());
-        assert!(table.find(hash, |s| look(s, b"firs", None)).is_none());
+        let find = |key: &[u8], out: Option<&mut Vec<u8>>| {
+            let mut out = out;
+            t.find(shard, hash, &guard, |p| {
+                look(p.slot, &guard, key, out.as_deref_mut()).map(|s| (p.n, s))
+            })
+        };
+        assert_eq!(find(b"first", None), Some((0, Seen::At(3))));
+        assert_eq!(find(b"second", None), Some((1, Seen::At(5))));
+        assert!(find(b"third", None).is_none());
+        assert!(find(b"firs", None).is_none());
         let mut out = Vec::new();
-        assert_eq!(
-            table.find(hash, |s| look(s, b"second", Some(&mut out))),
-            Some((1, Seen::At(5)))
-        );
+        assert_eq!(find(b"second", Some(&mut out)), Some((1, Seen::At(5))));
         assert_eq!(out, b"{}");
+        // Removing the first moves the second into its slot; still found.
+        assert_eq!(
+            t.remove_slot(shard, 0, None, &guard)
+                .map(|r| record::version(&r)),
+            Some(3)
+        );
+        assert_eq!(find(b"second", None), Some((0, Seen::At(5))));
+        assert!(find(b"first", None).is_none());
     }
 
     #[test]
@@ -1857,39 +2376,65 @@ mod tests {
         k
     }
 
-    /// Every index entry names a used slot holding a key that hashes to it,
-    /// every used slot is named once, and the count and bytes agree.
+    /// Every index entry names a used slot holding a key that hashes to it
+    /// and sits where a probe for it finds it, every used slot is named
+    /// once, slots past the end are empty, and the count and bytes agree.
     fn check_consistent(t: &BoxTable) {
         let mut total = 0;
+        let guard = epoch::pin();
         for shard in t.shards.iter() {
-            let table = read(&shard.table);
-            let len = table.index.len();
+            let _writer = shard.lock();
+            let len = shard.write.len.load(Ordering::Relaxed);
             total += len;
-            assert_eq!(table.chunks.len(), len.div_ceil(CHUNK));
-            assert_eq!(table.expiry.len(), table.chunks.len());
+            let Some(map) = shard.map(&guard) else {
+                assert_eq!(len, 0, "a shard with boxes has a map");
+                assert_eq!(shard.write.bytes.load(Ordering::Relaxed), 0);
+                continue;
+            };
+            assert!(len * 4 <= map.entries.len() * 3, "index at most 3/4 full");
+            let chunks = map.chunk_ptrs().count();
+            assert_eq!(chunks, len.div_ceil(CHUNK), "chunks in use");
+            for c in 0..chunks {
+                assert!(
+                    !map.chunks[c].load(Ordering::Relaxed).is_null(),
+                    "chunks are dense"
+                );
+            }
             let mut seen = vec![false; len];
-            for &e in table.index.iter() {
-                let n = e as u32 as usize;
+            let mut entries = 0;
+            for e in map.entries.iter() {
+                let e = e.load(Ordering::Relaxed);
+                if e == 0 {
+                    continue;
+                }
+                entries += 1;
+                let n = (e as u32 - 1) as usize;
                 assert!(n < len, "entry names slot {n} of {len}");
                 assert!(!std::mem::replace(&mut seen[n], true), "slot {n} twice");
-                let slot = table.slot(n as u32).expect("slot");
+                let place = map.place(n, &guard).expect("slot");
                 let mut image = Vec::new();
-                slot.load_whole(&mut image);
+                place.slot.begin(&guard).load(&mut image);
                 let key = record::key(&image).to_vec();
                 let hash = t.hasher.hash_one(&key);
-                assert_eq!(hash, key_hash(&t.hasher, slot));
+                assert_eq!(t.shard(hash) as *const Shard, shard as *const Shard);
                 assert_eq!((e >> 32) as u32, fingerprint(hash));
-                let (m, _) = table
-                    .find(hash, |s| look(s, &key, None))
+                let m = t
+                    .find(shard, hash, &guard, |p| {
+                        look(p.slot, &guard, &key, None).map(|_| p.n)
+                    })
                     .expect("found by key");
-                assert_eq!(m as usize, n);
+                assert_eq!(m, n);
             }
-            let records: usize = (0..len)
-                .map(|n| table.slot(n as u32).expect("slot").bytes())
-                .sum();
+            assert_eq!(entries, len);
+            let mut records = 0;
+            for n in 0..chunks * CHUNK {
+                let r = map.place(n, &guard).expect("slot").slot.begin(&guard);
+                assert_eq!(r.is_empty(), n >= len, "slot {n} of {len}");
+                records += r.bytes();
+            }
             assert_eq!(
-                shard.bytes.load(Ordering::Relaxed),
-                table.bytes() + records,
+                shard.write.bytes.load(Ordering::Relaxed),
+                map.bytes() + chunks * chunk_bytes() + records,
                 "accounted bytes of a shard"
             );
         }
@@ -2167,10 +2712,13 @@ mod tests {
     }
 
     #[test]
-    fn shard_is_one_cache_line_and_table_is_shareable() {
+    fn shard_sides_are_cache_lines_and_table_is_shareable() {
         fn shareable<T: Send + Sync>() {}
         shareable::<BoxTable>();
-        assert_eq!(std::mem::size_of::<Shard>() % 64, 0);
+        assert_eq!(std::mem::size_of::<ReadSide>(), 64);
+        assert_eq!(std::mem::size_of::<Shard>(), 128);
+        assert_eq!(std::mem::size_of::<Chunk>(), 2016);
+        assert_eq!(chunk_bytes(), 2048);
         assert_eq!(std::mem::size_of::<Slot>(), 32);
     }
 }

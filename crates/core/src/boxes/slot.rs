@@ -1,39 +1,199 @@
-//! A box's slot: a sequence counter (a seqlock) and the box's record, stored
-//! as words so that readers may copy it while a writer changes it.
+//! A box's slot: a sequence counter (a seqlock) and a pointer to the box's
+//! record, stored as words so that readers may copy it while a writer
+//! changes it.
 //!
 //! Readers take no lock and write nothing: they load the sequence (even: no
-//! writer), copy what they need with relaxed atomic loads, and keep the copy
-//! only if the sequence is still the same afterwards (Boehm, "Can seqlocks get
-//! along with programming language memory models?", 2012: acquire load of the
-//! sequence, relaxed data loads, acquire fence, relaxed load of the sequence).
-//! Bytes read while a writer races are never used: every access is an atomic
-//! load of an `AtomicU64`, so a racing copy is merely stale, never undefined
-//! behaviour, and it is thrown away. No `unsafe` anywhere.
+//! writer), the record's pointer and length, copy what they need with relaxed
+//! atomic loads, and keep the copy only if the sequence is still the same
+//! afterwards (Boehm, "Can seqlocks get along with programming language
+//! memory models?", 2012: acquire load of the sequence, relaxed data loads,
+//! acquire fence, relaxed load of the sequence). Bytes read while a writer
+//! races are never used: every access is an atomic load of an `AtomicU64`, so
+//! a racing copy is merely stale, never undefined behaviour, and it is thrown
+//! away.
 //!
 //! Writers are optimistic: they read the record the same way, compute the next
 //! one from that copy, then claim the sequence with one compare-and-swap from
 //! the value they read (even) to the next (odd). A failed swap means another
-//! writer got in first: the writer starts again from a fresh copy. A claimed
-//! sequence is held only for the relaxed stores of the new record's words, and
-//! released by storing the next even value.
+//! writer got in first: the writer starts again from a fresh copy. A claim
+//! ([`Claim`]) is held for the relaxed stores of the new record's words, or to
+//! swap in another allocation, and released (the next even value) when it is
+//! dropped.
 //!
-//! The record's allocation never changes while shared: growing it needs
-//! `&mut Slot`, which the table only hands out under its shard's write lock,
-//! when no reader or writer can be in the slot.
+//! The record's allocation changes only under a claim: a record that moves to
+//! another size class, a box that moves to another slot or is removed. The
+//! old allocation is retired through the epoch collector (crossbeam-epoch)
+//! and freed once no thread that was pinned when it was retired is pinned any
+//! more, so a reader, which loads the pointer while pinned (a [`Guard`]),
+//! never reads freed memory, even when it loaded the pointer just before the
+//! swap. The pointer and its length are read between two equal even
+//! sequence loads, so they belong to one allocation.
 
+use std::cell::Cell;
 use std::hint::spin_loop;
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-/// One box. 32 bytes, aligned: two slots a cache line, none straddles two
-/// (at 24 bytes a third of them would, and a poll would miss twice).
-#[derive(Default)]
+use crossbeam_epoch::Guard;
+
+/// One box. 32 bytes, aligned: two slots a cache line, none straddles two.
 #[repr(align(32))]
 pub(super) struct Slot {
-    /// Even: the record is stable; odd: a writer is storing it.
+    /// Even: the record is stable; odd: a writer holds a claim.
     seq: AtomicU64,
-    /// The record's bytes, little-endian in words (byte `i` is byte `i % 8`
-    /// of word `i / 8`); as long as the record's size class.
-    words: Box<[AtomicU64]>,
+    /// The record's words (null: no box in this slot), little-endian (byte
+    /// `i` is byte `i % 8` of word `i / 8`), as many as its size class;
+    /// owned by the slot (a `Box<[AtomicU64]>` taken apart). Both change
+    /// only under a claim.
+    ptr: AtomicPtr<AtomicU64>,
+    len: AtomicUsize,
+}
+
+impl Default for Slot {
+    fn default() -> Slot {
+        Slot {
+            seq: AtomicU64::new(0),
+            ptr: AtomicPtr::new(std::ptr::null_mut()),
+            len: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let (ptr, len) = (*self.ptr.get_mut(), *self.len.get_mut());
+        if !ptr.is_null() {
+            // SAFETY: the slot owns the allocation `ptr` names (it came from
+            // `Words::into_raw` and was never handed to another slot without
+            // being set to null here first), and `&mut self` means no reader
+            // can hold a reference into it: readers only borrow slots through
+            // the table, which is being dropped or has retired this slot's
+            // chunk past every pinned reader.
+            drop(unsafe { Words::from_raw(ptr, len) });
+        }
+    }
+}
+
+/// A record's words, owned (not in a slot yet, or taken out of one).
+pub(super) struct Words(Box<[AtomicU64]>);
+
+impl Words {
+    /// A record's words from its bytes (padded with zeros to a whole word).
+    pub(super) fn new(image: &[u8]) -> Words {
+        Words(
+            image
+                .chunks(8)
+                .map(|c| {
+                    let mut b = [0u8; 8];
+                    b[..c.len()].copy_from_slice(c);
+                    AtomicU64::new(u64::from_le_bytes(b))
+                })
+                .collect(),
+        )
+    }
+
+    /// Bytes of the allocation.
+    pub(super) fn bytes(&self) -> usize {
+        self.0.len() * 8
+    }
+
+    /// Append `len` bytes from `start` to `out` (false when out of bounds).
+    pub(super) fn copy_to(&self, start: usize, len: usize, out: &mut Vec<u8>) -> bool {
+        copy_to(&self.0, start, len, out)
+    }
+
+    fn into_raw(self) -> (*mut AtomicU64, usize) {
+        let len = self.0.len();
+        (Box::into_raw(self.0).cast::<AtomicU64>(), len)
+    }
+
+    /// # Safety
+    /// `(ptr, len)` came from [`Words::into_raw`] and nothing else owns it.
+    unsafe fn from_raw(ptr: *mut AtomicU64, len: usize) -> Words {
+        // SAFETY: the caller's contract: a boxed slice of `len` words.
+        Words(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) })
+    }
+
+    /// Free the words once no reader pinned now can hold them.
+    ///
+    /// # Safety
+    /// `(ptr, len)` came from [`Words::into_raw`], was unlinked from its slot
+    /// (under a claim) before this call, and is retired only once.
+    unsafe fn retire(ptr: *mut AtomicU64, len: usize, guard: &Guard) {
+        if ptr.is_null() {
+            return;
+        }
+        let raw = RawWords(ptr, len);
+        // SAFETY: the closure frees an allocation of `AtomicU64`s (which may
+        // be freed from any thread) that nothing owns any more (the caller's
+        // contract), after every thread pinned now has unpinned: no reader can
+        // still hold it then, since readers load the pointer while pinned and
+        // it is no longer in any slot.
+        unsafe {
+            guard.defer_unchecked(move || {
+                let RawWords(ptr, len) = raw;
+                drop(Words::from_raw(ptr, len));
+            });
+        }
+    }
+}
+
+/// An allocation in flight to the collector.
+struct RawWords(*mut AtomicU64, usize);
+
+/// Flushes of the epoch collector a thread owes after changing a shard's
+/// structure, at least.
+const FLUSHES_AFTER_RETIRING: u32 = 8;
+/// What one flush frees at most: crossbeam-epoch's collection pops 8 bags of
+/// up to 64 retired items each.
+const FREED_PER_FLUSH: u32 = 8 * 64;
+/// Flushes in one [`flush_owed`] call at most.
+const MAX_FLUSHES_PER_CALL: u32 = 8;
+
+thread_local! {
+    /// Flushes owed, and items retired and not yet flushed for.
+    static OWED: Cell<(u32, u32)> = const { Cell::new((0, 0)) };
+}
+
+/// This thread retired `items` things to the collector while changing a
+/// shard's structure (removals, emptied chunks, replaced maps): its next
+/// [`flush_owed`] calls flush, enough of them to free it all. (A retired
+/// item waits in a thread-local bag until the bag is full or flushed, and is
+/// freed once the epoch has moved on twice since, by a collection, which
+/// runs on a flush or every 128 pins.)
+pub(super) fn retired(items: u32) {
+    let _ = OWED.try_with(|o| {
+        let (flushes, pending) = o.get();
+        o.set((
+            flushes.max(FLUSHES_AFTER_RETIRING),
+            pending.saturating_add(items),
+        ));
+    });
+}
+
+/// Flush this thread's garbage and let the collector go on, if this thread
+/// owes it (see [`retired`]); called once a tick. The owed flushes are paid
+/// one a call (the epoch must move on between them, as other threads pin);
+/// more in the same call while many retired items are pending, so the
+/// collector keeps up with a sweep that removes its whole budget every tick.
+/// Not unconditionally: a flush allocates a queue node when there is anything
+/// to push, and collecting leaves a little garbage of its own (the popped
+/// node), so flushing every tick would allocate every tick forever. Records
+/// that updates moved to another size class are not flushed for: they go
+/// with the bag once it is full (at most 63 of them per thread wait
+/// meanwhile).
+pub(super) fn flush_owed() {
+    let (flushes, mut pending) = OWED.try_with(Cell::get).unwrap_or((0, 0));
+    if flushes == 0 && pending == 0 {
+        return;
+    }
+    for n in 0..MAX_FLUSHES_PER_CALL {
+        if n > 0 && pending == 0 {
+            break;
+        }
+        pending = pending.saturating_sub(FREED_PER_FLUSH);
+        crossbeam_epoch::pin().flush();
+    }
+    let _ = OWED.try_with(|o| o.set((flushes.saturating_sub(1), pending)));
 }
 
 /// Byte `i` of the record lies in word `i / 8`; the bytes from `start`, `len`
@@ -60,45 +220,132 @@ fn for_bytes(words: &[AtomicU64], start: usize, len: usize, mut f: impl FnMut(&[
     true
 }
 
+/// Append `len` bytes of `words` from `start` to `out`, racy; false (nothing
+/// appended) when out of bounds. A word at a time when `start` is a multiple
+/// of 8 (a payload: see `record.rs`).
+#[inline]
+fn copy_to(words: &[AtomicU64], start: usize, len: usize, out: &mut Vec<u8>) -> bool {
+    if start + len > words.len() * 8 {
+        return false;
+    }
+    if !start.is_multiple_of(8) {
+        out.reserve(len);
+        return for_bytes(words, start, len, |b| out.extend_from_slice(b));
+    }
+    let first = start / 8;
+    let Some(words) = words.get(first..first + len.div_ceil(8)) else {
+        return false;
+    };
+    // Through a buffer on the stack, 16 words at a time: a load and a
+    // store per word, one copy into `out` per 128 bytes, no unsafe.
+    let end = out.len() + len;
+    out.reserve(words.len() * 8);
+    let mut buf = [0u8; 128];
+    for group in words.chunks(16) {
+        for (d, w) in buf.chunks_exact_mut(8).zip(group) {
+            d.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+        }
+        out.extend_from_slice(buf.get(..group.len() * 8).unwrap_or_default());
+    }
+    out.truncate(end);
+    true
+}
+
 impl Slot {
-    /// A slot holding `image` (a whole record, its length a multiple of 8).
-    pub(super) fn new(image: &[u8]) -> Slot {
-        Slot {
-            seq: AtomicU64::new(0),
-            words: words_of(image),
+    /// Start an optimistic read: the sequence once it is even (a writer
+    /// holds it odd for a few dozen stores; spin, then yield, while it does),
+    /// and the record's words as they were at that sequence. The words stay
+    /// allocated while `guard` is pinned; what is read from them is only good
+    /// if [`Read::valid`] says so afterwards.
+    #[inline]
+    pub(super) fn begin<'g>(&'g self, _guard: &'g Guard) -> Read<'g> {
+        let mut spins = 0u32;
+        loop {
+            let seq = self.seq.load(Ordering::Acquire);
+            if seq & 1 == 0 {
+                let ptr = self.ptr.load(Ordering::Relaxed);
+                let len = self.len.load(Ordering::Relaxed);
+                fence(Ordering::Acquire);
+                if self.seq.load(Ordering::Relaxed) == seq {
+                    let words: &'g [AtomicU64] = if ptr.is_null() {
+                        &[]
+                    } else {
+                        // SAFETY: `(ptr, len)` were read between two loads of
+                        // one even sequence, so they are one allocation's
+                        // (both change only under a claim, which makes the
+                        // sequence odd), initialised before the release that
+                        // published them (synchronised with by the acquire
+                        // load above). It is freed only after being unlinked
+                        // under a claim and retired to the epoch collector;
+                        // this thread is pinned (`_guard`) and loaded it
+                        // before any such unlink was visible, so the collector
+                        // keeps it allocated until `_guard` is dropped, which
+                        // outlives `'g`. Only shared references to atomics are
+                        // made from it.
+                        unsafe { std::slice::from_raw_parts(ptr, len) }
+                    };
+                    return Read {
+                        slot: self,
+                        seq,
+                        words,
+                    };
+                }
+            }
+            backoff(&mut spins);
         }
     }
 
+    /// Claim the slot, waiting for any other claim to end (writers that own
+    /// the shard's structure: insert, remove, move).
+    pub(super) fn claim_now<'g>(&'g self, guard: &'g Guard) -> Claim<'g> {
+        loop {
+            if let Some(c) = self.begin(guard).claim() {
+                return c;
+            }
+        }
+    }
+}
+
+/// Spin a while, then yield to the scheduler (the holder of a claim or of a
+/// shard's restructuring may be descheduled on a busy machine).
+#[inline]
+pub(super) fn backoff(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 128 {
+        spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+/// A slot as a reader saw it at an even sequence: the record's words of then.
+/// Every read through it is racy until [`Read::valid`].
+#[derive(Clone, Copy)]
+pub(super) struct Read<'g> {
+    slot: &'g Slot,
+    seq: u64,
+    words: &'g [AtomicU64],
+}
+
+impl<'g> Read<'g> {
+    /// Whether the slot held no box.
+    #[inline]
+    pub(super) fn is_empty(&self) -> bool {
+        self.words.is_empty()
+    }
+
     /// Bytes of the record's allocation.
+    #[inline]
     pub(super) fn bytes(&self) -> usize {
         self.words.len() * 8
     }
 
-    /// Start an optimistic read: the sequence once it is even (a writer
-    /// holds it odd for a few dozen stores; spin, then yield, while it does).
+    /// Whether everything read since [`Slot::begin`] is whole: nothing was
+    /// stored meanwhile.
     #[inline]
-    pub(super) fn begin(&self) -> u64 {
-        let mut spins = 0u32;
-        loop {
-            let s = self.seq.load(Ordering::Acquire);
-            if s & 1 == 0 {
-                return s;
-            }
-            spins += 1;
-            if spins < 128 {
-                spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
-    }
-
-    /// Whether what was read since [`Slot::begin`] returned `s` is whole:
-    /// nothing was stored meanwhile.
-    #[inline]
-    pub(super) fn valid(&self, s: u64) -> bool {
+    pub(super) fn valid(&self) -> bool {
         fence(Ordering::Acquire);
-        self.seq.load(Ordering::Relaxed) == s
+        self.slot.seq.load(Ordering::Relaxed) == self.seq
     }
 
     /// The first 16 bytes (the header and the start of the key), racy.
@@ -116,10 +363,11 @@ impl Slot {
     /// each taken from the two words it spans by shifts.
     #[inline]
     pub(super) fn eq_at(&self, start: usize, key: &[u8]) -> bool {
-        if start + key.len() > self.words.len() * 8 {
+        let words = self.words;
+        if start + key.len() > words.len() * 8 {
             return false;
         }
-        let word = |i: usize| self.words.get(i).map_or(0, |w| w.load(Ordering::Relaxed));
+        let word = |i: usize| words.get(i).map_or(0, |w| w.load(Ordering::Relaxed));
         let shift = (start % 8) as u32 * 8;
         let mut lo = word(start / 8);
         for (at, chunk) in (start / 8..).zip(key.chunks(8)) {
@@ -148,40 +396,17 @@ impl Slot {
     }
 
     /// Append `len` bytes from `start` to `out`, racy; false (nothing
-    /// appended) when out of bounds. A word at a time when `start` is a
-    /// multiple of 8 (a payload: see `record.rs`).
+    /// appended) when out of bounds.
     #[inline]
     pub(super) fn copy_to(&self, start: usize, len: usize, out: &mut Vec<u8>) -> bool {
-        if start + len > self.words.len() * 8 {
-            return false;
-        }
-        if !start.is_multiple_of(8) {
-            out.reserve(len);
-            return for_bytes(&self.words, start, len, |b| out.extend_from_slice(b));
-        }
-        let first = start / 8;
-        let Some(words) = self.words.get(first..first + len.div_ceil(8)) else {
-            return false;
-        };
-        // Through a buffer on the stack, 16 words at a time: a load and a
-        // store per word, one copy into `out` per 128 bytes, no unsafe.
-        let end = out.len() + len;
-        out.reserve(words.len() * 8);
-        let mut buf = [0u8; 128];
-        for group in words.chunks(16) {
-            for (d, w) in buf.chunks_exact_mut(8).zip(group) {
-                d.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
-            }
-            out.extend_from_slice(buf.get(..group.len() * 8).unwrap_or_default());
-        }
-        out.truncate(end);
-        true
+        copy_to(self.words, start, len, out)
     }
 
     /// Fill `dst` with the bytes from `start`, racy; false when out of bounds.
+    #[cfg(test)]
     pub(super) fn read_into(&self, start: usize, dst: &mut [u8]) -> bool {
         let mut at = 0;
-        for_bytes(&self.words, start, dst.len(), |b| {
+        for_bytes(self.words, start, dst.len(), |b| {
             dst[at..at + b.len()].copy_from_slice(b);
             at += b.len();
         })
@@ -190,48 +415,65 @@ impl Slot {
     /// Replace `image` by the whole record, racy.
     #[inline]
     pub(super) fn load(&self, image: &mut Vec<u8>) {
-        let n = self.words.len() * 8;
-        if image.len() != n {
-            image.clear();
-            image.resize(n, 0);
-        }
-        for (c, w) in image.chunks_exact_mut(8).zip(self.words.iter()) {
-            c.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
-        }
+        load(self.words, image);
     }
 
-    /// A copy of the whole record, read until whole.
-    #[cfg(test)]
-    pub(super) fn load_whole(&self, image: &mut Vec<u8>) {
-        loop {
-            let s = self.begin();
-            self.load(image);
-            if self.valid(s) {
-                return;
-            }
-        }
-    }
-
-    /// Claim the slot for writing if nothing was stored since `s` (from
-    /// [`Slot::begin`]). On success the caller stores and then calls
-    /// [`Slot::release`] with the same `s`.
+    /// Claim the slot for writing if nothing was stored since this read
+    /// began; the claim ends (the slot's sequence moves on) when dropped.
     #[inline]
-    pub(super) fn claim(&self, s: u64) -> bool {
-        if self
+    pub(super) fn claim(self) -> Option<Claim<'g>> {
+        self.slot
             .seq
-            .compare_exchange(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            return false;
-        }
-        // Readers that see any of the stores below must see the odd sequence
-        // when they check it again.
+            .compare_exchange(self.seq, self.seq + 1, Ordering::Acquire, Ordering::Relaxed)
+            .ok()?;
+        // Readers that see any of the stores under the claim must see the
+        // odd sequence when they check it again.
         fence(Ordering::Release);
-        true
+        Some(Claim {
+            slot: self.slot,
+            seq: self.seq,
+            words: self.words,
+        })
+    }
+}
+
+#[inline]
+fn load(words: &[AtomicU64], image: &mut Vec<u8>) {
+    let n = words.len() * 8;
+    if image.len() != n {
+        image.clear();
+        image.resize(n, 0);
+    }
+    for (c, w) in image.chunks_exact_mut(8).zip(words.iter()) {
+        c.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+    }
+}
+
+/// The slot to one writer: its record may be stored, replaced, moved or
+/// taken out. Readers that began before or during the claim throw away what
+/// they read. Released when dropped.
+pub(super) struct Claim<'g> {
+    slot: &'g Slot,
+    seq: u64,
+    words: &'g [AtomicU64],
+}
+
+impl<'g> Claim<'g> {
+    pub(super) fn is_empty(&self) -> bool {
+        self.words.is_empty()
+    }
+
+    pub(super) fn bytes(&self) -> usize {
+        self.words.len() * 8
+    }
+
+    /// Replace `image` by the whole record (stable: the slot is ours).
+    pub(super) fn load(&self, image: &mut Vec<u8>) {
+        load(self.words, image);
     }
 
     /// Store `image` (whole words, no longer than the record) over the first
-    /// `image.len() / 8` words (the slot claimed, or ours alone).
+    /// `image.len() / 8` words.
     #[inline]
     pub(super) fn store(&self, image: &[u8]) {
         debug_assert!(image.len().is_multiple_of(8));
@@ -243,116 +485,193 @@ impl Slot {
         }
     }
 
-    /// Let readers in again after a [`Slot::claim`] of `s`.
-    #[inline]
-    pub(super) fn release(&self, s: u64) {
-        self.seq.store(s + 2, Ordering::Release);
+    /// Put `words` in the slot, retiring the record it held (if any) to the
+    /// collector.
+    pub(super) fn replace(&mut self, words: Words, guard: &'g Guard) {
+        let (ptr, len) = words.into_raw();
+        let (old, old_len) = self.set(ptr, len);
+        // SAFETY: `(ptr, len)` was just made from an owned `Words`; readers
+        // borrow it only while pinned, and it is freed by the slot's drop or
+        // a later retire, both after it is unlinked.
+        self.words = unsafe { std::slice::from_raw_parts(ptr, len) };
+        // SAFETY: the old record came from `Words::into_raw` when it was put
+        // here, and was unlinked by `set` under this claim; retired once.
+        unsafe { Words::retire(old, old_len, guard) };
     }
 
-    /// With the slot to ourselves: replace the record by `image`, returning the
-    /// old one.
-    pub(super) fn replace(&mut self, image: &[u8]) -> Box<[AtomicU64]> {
-        *self.seq.get_mut() += 2;
-        std::mem::replace(&mut self.words, words_of(image))
+    /// Empty the slot, retiring its record to the collector.
+    pub(super) fn clear(&mut self, guard: &'g Guard) {
+        let (old, old_len) = self.set(std::ptr::null_mut(), 0);
+        self.words = &[];
+        // SAFETY: as in `replace`: unlinked under this claim, retired once.
+        unsafe { Words::retire(old, old_len, guard) };
     }
 
-    /// With the slot to ourselves: take the record out, leaving it empty.
-    pub(super) fn take(&mut self) -> Slot {
-        std::mem::take(self)
+    /// Move the record of `from` (claimed too) into this slot, which must be
+    /// empty; `from` is left empty. The allocation itself stays where it is,
+    /// so readers of either slot (which check the sequences) never see it
+    /// freed.
+    pub(super) fn move_from(&mut self, from: &mut Claim<'g>) {
+        debug_assert!(self.is_empty());
+        let (ptr, len) = from.set(std::ptr::null_mut(), 0);
+        let (old, _) = self.set(ptr, len);
+        debug_assert!(old.is_null());
+        self.words = std::mem::take(&mut from.words);
+    }
+
+    /// The record's pointer and length become `(ptr, len)`; the old ones
+    /// are returned (plain loads and stores: the claim makes them ours).
+    fn set(&mut self, ptr: *mut AtomicU64, len: usize) -> (*mut AtomicU64, usize) {
+        let old = self.slot.ptr.load(Ordering::Relaxed);
+        let old_len = self.slot.len.load(Ordering::Relaxed);
+        self.slot.ptr.store(ptr, Ordering::Relaxed);
+        self.slot.len.store(len, Ordering::Relaxed);
+        (old, old_len)
     }
 }
 
-/// A record's words from its bytes (padded with zeros to a whole word).
-pub(super) fn words_of(image: &[u8]) -> Box<[AtomicU64]> {
-    image
-        .chunks(8)
-        .map(|c| {
-            let mut b = [0u8; 8];
-            b[..c.len()].copy_from_slice(c);
-            AtomicU64::new(u64::from_le_bytes(b))
-        })
-        .collect()
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.slot.seq.store(self.seq + 2, Ordering::Release);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crossbeam_epoch as epoch;
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
+
+    fn slot_with(image: &[u8]) -> Slot {
+        let s = Slot::default();
+        let guard = epoch::pin();
+        s.claim_now(&guard).replace(Words::new(image), &guard);
+        s
+    }
 
     #[test]
     fn bytes_read_back_at_any_offset() {
         let image: Vec<u8> = (0..40u8).collect();
-        let s = Slot::new(&image);
-        assert_eq!(s.bytes(), 40);
+        let s = slot_with(&image);
+        let guard = epoch::pin();
+        let r = s.begin(&guard);
+        assert_eq!(r.bytes(), 40);
         for start in 0..40 {
             for len in 0..=40 - start {
                 let mut out = vec![9];
-                assert!(s.copy_to(start, len, &mut out));
+                assert!(r.copy_to(start, len, &mut out));
                 assert_eq!(out[1..], image[start..start + len]);
-                assert!(s.eq_at(start, &image[start..start + len]));
+                assert!(r.eq_at(start, &image[start..start + len]));
+                let mut buf = vec![0; len];
+                assert!(r.read_into(start, &mut buf));
+                assert_eq!(buf, image[start..start + len]);
                 if len > 0 {
                     let mut other = image[start..start + len].to_vec();
                     other[len - 1] ^= 1;
-                    assert!(!s.eq_at(start, &other), "{start} {len}");
+                    assert!(!r.eq_at(start, &other), "{start} {len}");
                     other[len - 1] ^= 1;
                     other[0] ^= 0x80;
-                    assert!(!s.eq_at(start, &other), "{start} {len}");
+                    assert!(!r.eq_at(start, &other), "{start} {len}");
                 }
             }
         }
-        assert!(!s.copy_to(39, 2, &mut Vec::new()));
-        assert!(!s.copy_to(40, 1, &mut Vec::new()));
-        assert!(!s.eq_at(39, &[39, 40]));
-        assert!(!s.eq_at(3, &[3, 5]));
-        assert_eq!(s.head()[..], image[..16]);
+        assert!(!r.copy_to(39, 2, &mut Vec::new()));
+        assert!(!r.copy_to(40, 1, &mut Vec::new()));
+        assert!(!r.eq_at(39, &[39, 40]));
+        assert!(!r.eq_at(3, &[3, 5]));
+        assert_eq!(r.head()[..], image[..16]);
         let mut whole = Vec::new();
-        s.load_whole(&mut whole);
+        r.load(&mut whole);
         assert_eq!(whole, image);
+        assert!(r.valid());
+        let w = Words::new(&image[..20]);
+        assert_eq!(w.bytes(), 24);
+        let mut out = Vec::new();
+        assert!(w.copy_to(3, 17, &mut out));
+        assert_eq!(out, image[3..20]);
     }
 
     #[test]
     fn a_claim_fails_after_a_store_and_readers_see_it() {
-        let s = Slot::new(&[0u8; 16]);
-        let seq = s.begin();
-        assert!(s.claim(seq));
+        let s = slot_with(&[0u8; 16]);
+        let guard = epoch::pin();
+        let read = s.begin(&guard);
+        let claim = read.claim().expect("first claim");
         // Claimed: a second writer from the same sequence loses.
-        assert!(!s.claim(seq));
-        s.store(&[[7u8; 9].as_slice(), &[0u8; 7]].concat());
-        s.release(seq);
-        assert!(!s.valid(seq), "a read across the store is refused");
-        assert!(!s.claim(seq), "a writer that read before the store retries");
-        let now = s.begin();
-        assert!(s.valid(now));
-        assert_eq!(s.head()[..9], [7u8; 9]);
-        assert_eq!(s.head()[9..], [0u8; 7]);
+        assert!(read.claim().is_none());
+        claim.store(&[[7u8; 9].as_slice(), &[0u8; 7]].concat());
+        drop(claim);
+        assert!(!read.valid(), "a read across the store is refused");
+        assert!(read.claim().is_none(), "a writer that read before retries");
+        let now = s.begin(&guard);
+        assert!(now.valid());
+        assert_eq!(now.head()[..9], [7u8; 9]);
+        assert_eq!(now.head()[9..], [0u8; 7]);
     }
 
-    /// Four writers store records whose 8 words all hold one number, and
-    /// bump it; readers check every copy they keep is one record (all words
-    /// equal), never a mix of two.
+    #[test]
+    fn records_move_between_slots_and_empty_slots_read_empty() {
+        let (a, b) = (slot_with(&[1u8; 24]), Slot::default());
+        let guard = epoch::pin();
+        assert!(b.begin(&guard).is_empty());
+        let before = a.begin(&guard);
+        {
+            let mut from = a.claim_now(&guard);
+            let mut to = b.claim_now(&guard);
+            to.move_from(&mut from);
+            assert!(from.is_empty());
+            assert_eq!(to.bytes(), 24);
+        }
+        assert!(!before.valid());
+        assert!(a.begin(&guard).is_empty());
+        let mut image = Vec::new();
+        b.begin(&guard).load(&mut image);
+        assert_eq!(image, [1u8; 24]);
+        b.claim_now(&guard).clear(&guard);
+        assert!(b.begin(&guard).is_empty());
+    }
+
+    /// Two writers store records whose words all hold one number, and bump
+    /// it, every few bumps into a new allocation of another size (retiring
+    /// the old one); readers check every copy they keep is one record (all
+    /// words equal), never a mix of two. Readers keep reading allocations
+    /// that writers retired meanwhile: the collector must not free them
+    /// under them (a use after free here reads garbage or crashes, the more
+    /// so with the system allocator's reuse).
     #[test]
     fn readers_never_keep_a_torn_copy() {
         const WORDS: usize = 8;
-        let slot = Arc::new(Slot::new(&[0u8; WORDS * 8]));
+        const BUMPS: u64 = 20_000;
+        let slot = Arc::new(slot_with(&[0u8; WORDS * 8]));
         let stop = Arc::new(AtomicBool::new(false));
         let writers: Vec<_> = (0..2)
             .map(|_| {
                 let slot = Arc::clone(&slot);
                 std::thread::spawn(move || {
                     let mut image = Vec::new();
-                    for _ in 0..20_000 {
+                    for bump in 0..BUMPS {
                         loop {
-                            let s = slot.begin();
-                            slot.load(&mut image);
+                            let guard = epoch::pin();
+                            let r = slot.begin(&guard);
+                            r.load(&mut image);
                             let n = u64::from_le_bytes(image[..8].try_into().expect("8"));
+                            let words = if bump % 4 == 0 {
+                                WORDS + (bump % 3) as usize
+                            } else {
+                                image.len() / 8
+                            };
                             let next: Vec<u8> =
-                                (0..WORDS).flat_map(|_| (n + 1).to_le_bytes()).collect();
-                            if slot.claim(s) {
-                                slot.store(&next);
-                                slot.release(s);
-                                break;
+                                (0..words).flat_map(|_| (n + 1).to_le_bytes()).collect();
+                            let Some(mut claim) = r.claim() else {
+                                continue;
+                            };
+                            if next.len() == claim.bytes() {
+                                claim.store(&next);
+                            } else {
+                                claim.replace(Words::new(&next), &guard);
                             }
+                            break;
                         }
                     }
                 })
@@ -364,11 +683,14 @@ mod tests {
                 std::thread::spawn(move || {
                     let mut out = Vec::new();
                     let (mut kept, mut last) = (0u64, 0u64);
-                    while !stop.load(Ordering::Relaxed) {
-                        let s = slot.begin();
+                    // Until the writers are done, and at least one copy kept
+                    // (on a busy machine the writers may finish first).
+                    while !stop.load(Ordering::Relaxed) || kept == 0 {
+                        let guard = epoch::pin();
+                        let r = slot.begin(&guard);
                         out.clear();
-                        assert!(slot.copy_to(0, WORDS * 8, &mut out));
-                        if !slot.valid(s) {
+                        assert!(r.copy_to(0, r.bytes(), &mut out));
+                        if !r.valid() {
                             continue;
                         }
                         let first = &out[..8];
@@ -390,6 +712,7 @@ mod tests {
             assert!(r.join().expect("reader") > 0);
         }
         // No increment was lost: every writer's claim was exclusive.
-        assert_eq!(slot.head()[..8], 40_000u64.to_le_bytes());
+        let guard = epoch::pin();
+        assert_eq!(slot.begin(&guard).head()[..8], (2 * BUMPS).to_le_bytes());
     }
 }
