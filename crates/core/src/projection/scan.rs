@@ -69,27 +69,6 @@ pub(super) struct Scanner<'b> {
     depth: u32,
 }
 
-const ONES: u64 = 0x0101_0101_0101_0101;
-const HIGHS: u64 = 0x8080_8080_8080_8080;
-
-/// Bytes of `x` equal to zero, marked by their high bit. Only the lowest
-/// marked byte is exact (a borrow can mark bytes above it), which is all the
-/// string scan uses.
-#[inline(always)]
-fn zero_bytes(x: u64) -> u64 {
-    x.wrapping_sub(ONES) & !x & HIGHS
-}
-
-/// SWAR: the bytes of an 8-byte little-endian word that end the fast path of
-/// a string: `"`, `\`, a control character, or any non-ASCII byte.
-#[inline(always)]
-fn string_stops(x: u64) -> u64 {
-    let quote = zero_bytes(x ^ (ONES * u64::from(b'"')));
-    let backslash = zero_bytes(x ^ (ONES * u64::from(b'\\')));
-    let control = x.wrapping_sub(ONES * 0x20) & !x & HIGHS;
-    quote | backslash | control | (x & HIGHS)
-}
-
 impl<'b> Scanner<'b> {
     pub(super) fn new(buf: &'b [u8]) -> Scanner<'b> {
         Scanner {
@@ -250,83 +229,95 @@ impl<'b> Scanner<'b> {
     /// Validate and step over one value (after optional whitespace), keeping
     /// nothing: the cargo path. One loop over the bytes, containers tracked
     /// on a bit stack (one bit per open container: object or array), so
-    /// nesting costs no recursion.
+    /// nesting costs no recursion. Each byte that starts a token is read once
+    /// ([`next`]: whitespace is stepped over only when the byte is one), and
+    /// the end of the document reads as a 0 byte, which no token starts with,
+    /// so the hot path tests no `Option`s; the end is told apart from a NUL
+    /// only on the way to an error.
     pub(super) fn skip(&mut self) -> Result<(), Fail> {
         let buf = self.buf;
-        let mut i = self.pos;
-        let mut depth = self.depth;
-        // Bit k set: the container opened k levels up is an object.
-        let mut stack: u128 = 0;
+        let (mut i, c) = next(buf, self.pos);
+        if c != b'{' && c != b'[' {
+            return self.value().map(|_| ());
+        }
+        // Containers open below the value, at most this many at once.
+        let room = MAX_DEPTH - self.depth.min(MAX_DEPTH);
+        // `kinds[l]`: whether the container open at level `l` (1-based) is
+        // an object; `object` is the innermost one's.
+        let mut kinds = [false; 128];
+        let mut object = false;
         let mut level: u32 = 0;
         'value: loop {
-            i = ws(buf, i);
-            let Some(&c) = buf.get(i) else {
-                return Err((i, EOF));
-            };
-            match c {
-                b'"' => i = string_end(buf, i)?,
-                b'{' | b'[' => {
-                    if depth >= MAX_DEPTH {
-                        return Err((i, "nesting too deep"));
-                    }
-                    let object = c == b'{';
-                    i = ws(buf, i + 1);
-                    match (buf.get(i), object) {
-                        (Some(b'}'), true) | (Some(b']'), false) => i += 1,
-                        (Some(b'"'), true) => {
-                            depth += 1;
-                            level += 1;
-                            stack = stack << 1 | 1;
+            let c;
+            (i, c) = next(buf, i);
+            'done: {
+                match c {
+                    b'"' => i = string_end(buf, i)?,
+                    b'{' | b'[' => {
+                        if level >= room {
+                            return Err((i, "nesting too deep"));
+                        }
+                        let is_object = c == b'{';
+                        let d;
+                        (i, d) = next(buf, i + 1);
+                        if is_object && d == b'"' {
                             i = name_end(buf, i)?;
-                            continue 'value;
+                        } else if is_object && d != b'}' {
+                            return Err(at_end_or(buf, i, "expected a string member name"));
+                        } else if !is_object && d != b']' {
+                            // An array's first element: `d` read again next.
+                        } else {
+                            // Empty: a whole value.
+                            i += 1;
+                            if level == 0 {
+                                self.pos = i;
+                                return Ok(());
+                            }
+                            break 'done;
                         }
-                        (Some(_), true) => return Err((i, "expected a string member name")),
-                        (Some(_), false) => {
-                            depth += 1;
-                            level += 1;
-                            stack <<= 1;
-                            continue 'value;
-                        }
-                        (None, _) => return Err((i, EOF)),
+                        level += 1;
+                        kinds[level as usize & 127] = is_object;
+                        object = is_object;
+                        continue 'value;
                     }
+                    b't' => i = literal_end(buf, i, b"true")?,
+                    b'f' => i = literal_end(buf, i, b"false")?,
+                    b'n' => i = literal_end(buf, i, b"null")?,
+                    b'-' | b'0'..=b'9' => i = number_end(buf, i)?.0,
+                    _ => return Err(at_end_or(buf, i, UNEXPECTED)),
                 }
-                b't' => i = literal_end(buf, i, b"true")?,
-                b'f' => i = literal_end(buf, i, b"false")?,
-                b'n' => i = literal_end(buf, i, b"null")?,
-                b'-' | b'0'..=b'9' => i = number_end(buf, i)?.0,
-                _ => return Err((i, UNEXPECTED)),
             }
-            // After a value: close containers until one goes on.
+            // After a value inside a container: close containers until one
+            // goes on.
             loop {
-                if level == 0 {
-                    self.pos = i;
-                    return Ok(());
-                }
-                i = ws(buf, i);
-                let object = stack & 1 != 0;
-                match (buf.get(i), object) {
-                    (Some(b','), true) => {
-                        i = ws(buf, i + 1);
-                        if buf.get(i) != Some(&b'"') {
-                            return Err((i, "expected a string member name"));
+                let c;
+                (i, c) = next(buf, i);
+                match c {
+                    b',' if object => {
+                        let d;
+                        (i, d) = next(buf, i + 1);
+                        if d != b'"' {
+                            return Err(at_end_or(buf, i, "expected a string member name"));
                         }
                         i = name_end(buf, i)?;
                         continue 'value;
                     }
-                    (Some(b','), false) => {
+                    b',' => {
                         i += 1;
                         continue 'value;
                     }
-                    (Some(b'}'), true) | (Some(b']'), false) => {
-                        i += 1;
-                        stack >>= 1;
-                        level -= 1;
-                        depth -= 1;
-                    }
-                    (None, _) => return Err((i, EOF)),
-                    (Some(_), true) => return Err((i, "expected ',' or '}'")),
-                    (Some(_), false) => return Err((i, "expected ',' or ']'")),
+                    b'}' if object => {}
+                    b']' if !object => {}
+                    _ if object => return Err(at_end_or(buf, i, "expected ',' or '}'")),
+                    _ => return Err(at_end_or(buf, i, "expected ',' or ']'")),
                 }
+                i += 1;
+                level -= 1;
+                if level == 0 {
+                    self.pos = i;
+                    return Ok(());
+                }
+                object = kinds[level as usize & 127];
             }
         }
     }
@@ -345,27 +336,18 @@ impl<'b> Scanner<'b> {
     /// UTF-8. Returns its contents' range and whether it has escapes.
     #[inline]
     pub(super) fn string(&mut self) -> Result<(usize, usize, bool), Fail> {
-        let buf = self.buf;
         let open = self.pos;
-        let mut i = open + 1;
-        while let Some(chunk) = buf.get(i..i + 8) {
-            let Ok(word) = <[u8; 8]>::try_from(chunk) else {
-                break;
-            };
-            let stops = string_stops(u64::from_le_bytes(word));
-            if stops != 0 {
-                i += (stops.trailing_zeros() / 8) as usize;
-                if buf.get(i) == Some(&b'"') {
-                    self.pos = i + 1;
-                    return Ok((open + 1, i, false));
-                }
-                break;
+        match string_head(self.buf, open + 1) {
+            Ok(close) => {
+                self.pos = close + 1;
+                Ok((open + 1, close, false))
             }
-            i += 8;
+            Err(i) => {
+                let (end, escaped) = string_rest(self.buf, open, i)?;
+                self.pos = end;
+                Ok((open + 1, end - 1, escaped))
+            }
         }
-        let (end, escaped) = string_rest(buf, open, i)?;
-        self.pos = end;
-        Ok((open + 1, end - 1, escaped))
     }
 
     /// At `-` or a digit: scan a number.
@@ -389,6 +371,43 @@ fn ws(buf: &[u8], mut i: usize) -> usize {
     i
 }
 
+/// The byte at `i`; 0 past the end (a byte no token starts with).
+#[inline(always)]
+fn byte(buf: &[u8], i: usize) -> u8 {
+    match buf.get(i) {
+        Some(&b) => b,
+        None => 0,
+    }
+}
+
+/// The first byte from `i` that is not whitespace, and its offset; 0 at the
+/// end. One load and one compare when `buf[i]` is no whitespace.
+#[inline(always)]
+fn next(buf: &[u8], i: usize) -> (usize, u8) {
+    let c = byte(buf, i);
+    if c > b' ' {
+        (i, c)
+    } else {
+        next_after_ws(buf, i)
+    }
+}
+
+#[inline(never)]
+fn next_after_ws(buf: &[u8], i: usize) -> (usize, u8) {
+    let i = ws(buf, i);
+    (i, byte(buf, i))
+}
+
+/// The error for an unexpected byte at `i`: the end of input if there is none.
+#[cold]
+fn at_end_or(buf: &[u8], i: usize, what: &'static str) -> Fail {
+    if i >= buf.len() {
+        (i, EOF)
+    } else {
+        (i, what)
+    }
+}
+
 #[inline(always)]
 fn literal_end(buf: &[u8], i: usize, word: &[u8]) -> Result<usize, Fail> {
     if buf.get(i..i + word.len()) == Some(word) {
@@ -401,35 +420,93 @@ fn literal_end(buf: &[u8], i: usize, word: &[u8]) -> Result<usize, Fail> {
 /// At a member name's `"`: the offset after the name and its `:`.
 #[inline(always)]
 fn name_end(buf: &[u8], i: usize) -> Result<usize, Fail> {
-    let i = ws(buf, string_end(buf, i)?);
-    match buf.get(i) {
-        Some(b':') => Ok(i + 1),
-        Some(_) => Err((i, "expected ':'")),
-        None => Err((i, EOF)),
+    let (i, c) = next(buf, string_end(buf, i)?);
+    if c == b':' {
+        Ok(i + 1)
+    } else {
+        Err(at_end_or(buf, i, "expected ':'"))
+    }
+}
+
+/// The bytes of a 16-byte chunk of a string that end its fast path (`"`,
+/// `\\`, a control character or any non-ASCII byte), one bit per byte (bit
+/// `k`: byte `k`), and the quotes among them.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn stops16(chunk: &[u8; 16]) -> (u32, u32) {
+    use std::arch::x86_64::{
+        _mm_cmpeq_epi8, _mm_cmplt_epi8, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8,
+        _mm_set_epi64x,
+    };
+    let [a, b, c, d, e, f, g, h, rest @ ..] = *chunk;
+    let lo = u64::from_le_bytes([a, b, c, d, e, f, g, h]);
+    let hi = u64::from_le_bytes(rest);
+    // SAFETY: these intrinsics only compute on values (no pointer, no
+    // memory access); they are `unsafe` only for the CPU feature they need,
+    // SSE2, which every x86_64 CPU has (it is part of the target's
+    // baseline). Covered by the scanner's tests and JSONTestSuite, and on
+    // arbitrary bytes by the `projection` and `projection_diff` fuzz targets.
+    // They compile to one unaligned load and five vector instructions.
+    unsafe {
+        let v = _mm_set_epi64x(hi as i64, lo as i64);
+        let quote = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
+        let backslash = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8));
+        // Signed: below 0x20, and every byte from 0x80 (negative).
+        let low = _mm_cmplt_epi8(v, _mm_set1_epi8(0x20));
+        let stops = _mm_or_si128(_mm_or_si128(quote, backslash), low);
+        (
+            _mm_movemask_epi8(stops) as u32,
+            _mm_movemask_epi8(quote) as u32,
+        )
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn stops16(chunk: &[u8; 16]) -> (u32, u32) {
+    let (mut stops, mut quotes) = (0u32, 0u32);
+    for (k, &b) in chunk.iter().enumerate() {
+        let quote = b == b'"';
+        if quote || b == b'\\' || !(0x20..0x80).contains(&b) {
+            stops |= 1 << k;
+        }
+        quotes |= u32::from(quote) << k;
+    }
+    (stops, quotes)
+}
+
+/// The 16 bytes from `i`, if there are as many.
+#[inline(always)]
+fn chunk16(buf: &[u8], i: usize) -> Option<&[u8; 16]> {
+    buf.get(i..i + 16).and_then(|c| c.try_into().ok())
+}
+
+/// A string's first 16 bytes from `i`: `Ok(close)` when they hold its
+/// closing quote at `close` and nothing to check before it, else
+/// `Err(offset)` of the first byte [`string_rest`] must look at.
+#[inline(always)]
+fn string_head(buf: &[u8], i: usize) -> Result<usize, usize> {
+    let Some(chunk) = chunk16(buf, i) else {
+        return Err(i);
+    };
+    let (stops, quotes) = stops16(chunk);
+    let first = stops & stops.wrapping_neg();
+    if first & quotes != 0 {
+        Ok(i + first.trailing_zeros() as usize)
+    } else {
+        Err(i + (stops.trailing_zeros() as usize).min(16))
     }
 }
 
 /// At a `"`: the offset after the string's closing quote, validating it.
-/// Plain ASCII is checked eight bytes at a time here; escapes and non-ASCII
+/// Plain ASCII is checked 16 bytes at a time here; escapes and non-ASCII
 /// go to [`string_rest`].
 #[inline(always)]
 fn string_end(buf: &[u8], open: usize) -> Result<usize, Fail> {
-    let mut i = open + 1;
-    while let Some(chunk) = buf.get(i..i + 8) {
-        let Ok(word) = <[u8; 8]>::try_from(chunk) else {
-            break;
-        };
-        let stops = string_stops(u64::from_le_bytes(word));
-        if stops != 0 {
-            i += (stops.trailing_zeros() / 8) as usize;
-            if buf.get(i) == Some(&b'"') {
-                return Ok(i + 1);
-            }
-            break;
-        }
-        i += 8;
+    match string_head(buf, open + 1) {
+        Ok(close) => Ok(close + 1),
+        Err(i) => string_rest(buf, open, i).map(|(end, _)| end),
     }
-    string_rest(buf, open, i).map(|(end, _)| end)
 }
 
 /// The string opened at `open`, from `i` on: the offset after its closing
@@ -438,16 +515,13 @@ fn string_end(buf: &[u8], open: usize) -> Result<usize, Fail> {
 fn string_rest(buf: &[u8], open: usize, mut i: usize) -> Result<(usize, bool), Fail> {
     let mut escaped = false;
     loop {
-        while let Some(chunk) = buf.get(i..i + 8) {
-            let Ok(word) = <[u8; 8]>::try_from(chunk) else {
-                break;
-            };
-            let stops = string_stops(u64::from_le_bytes(word));
+        while let Some(chunk) = chunk16(buf, i) {
+            let (stops, _) = stops16(chunk);
             if stops != 0 {
-                i += (stops.trailing_zeros() / 8) as usize;
+                i += stops.trailing_zeros() as usize;
                 break;
             }
-            i += 8;
+            i += 16;
         }
         let Some(&b) = buf.get(i) else {
             return Err((open, "unterminated string"));
@@ -834,20 +908,29 @@ mod tests {
     }
 
     #[test]
-    fn swar_finds_the_first_stop() {
-        for at in 0..8 {
-            for stop in [b'"', b'\\', 0x00, 0x1F, 0x80, 0xFF] {
-                let mut w = [b'a'; 8];
-                w[at] = stop;
-                if at < 7 {
-                    w[7] = b'"'; // a later stop must not hide the first
+    fn stops16_marks_exactly_the_stops() {
+        // Every byte value at every position, beside plain bytes and a later
+        // quote: the masks are exactly the bytes a string scan must stop at.
+        for at in 0..16 {
+            for b in 0..=255u8 {
+                let mut chunk = [b'a'; 16];
+                chunk[at] = b;
+                if at < 15 {
+                    chunk[15] = b'"';
                 }
-                let stops = string_stops(u64::from_le_bytes(w));
-                assert_eq!((stops.trailing_zeros() / 8) as usize, at, "{w:?}");
+                let (stops, quotes) = stops16(&chunk);
+                let stop = matches!(b, b'"' | b'\\' | 0x00..=0x1F | 0x80..=0xFF);
+                let mut want_stops = u32::from(stop) << at;
+                let mut want_quotes = u32::from(b == b'"') << at;
+                if at < 15 {
+                    want_stops |= 1 << 15;
+                    want_quotes |= 1 << 15;
+                }
+                assert_eq!((stops, quotes), (want_stops, want_quotes), "{chunk:?}");
             }
         }
         for plain in [b' ', b'!', b'#', b'[', b']', b'~', 0x7F, b'a'] {
-            assert_eq!(string_stops(u64::from_le_bytes([plain; 8])), 0);
+            assert_eq!(stops16(&[plain; 16]), (0, 0));
         }
     }
 
