@@ -248,8 +248,7 @@ impl<'b> Scanner<'b> {
         let mut object = false;
         let mut level: u32 = 0;
         'value: loop {
-            let c;
-            (i, c) = next(buf, i);
+            let c = byte(buf, i);
             'done: {
                 match c {
                     b'"' => i = string_end(buf, i)?,
@@ -258,8 +257,11 @@ impl<'b> Scanner<'b> {
                             return Err((i, "nesting too deep"));
                         }
                         let is_object = c == b'{';
-                        let d;
-                        (i, d) = next(buf, i + 1);
+                        let mut d = byte(buf, i + 1);
+                        i += 1;
+                        if d <= b' ' {
+                            (i, d) = next(buf, i);
+                        }
                         if is_object && d == b'"' {
                             i = name_end(buf, i)?;
                         } else if is_object && d != b'}' {
@@ -284,20 +286,25 @@ impl<'b> Scanner<'b> {
                     b'f' => i = literal_end(buf, i, b"false")?,
                     b'n' => i = literal_end(buf, i, b"null")?,
                     b'-' | b'0'..=b'9' => i = number_end(buf, i)?.0,
+                    b' ' | b'\t' | b'\n' | b'\r' => {
+                        i = ws(buf, i);
+                        continue 'value;
+                    }
                     _ => return Err(at_end_or(buf, i, UNEXPECTED)),
                 }
             }
             // After a value inside a container: close containers until one
             // goes on.
             loop {
-                let c;
-                (i, c) = next(buf, i);
-                match c {
+                match byte(buf, i) {
                     b',' if object => {
-                        let d;
-                        (i, d) = next(buf, i + 1);
+                        let mut d = byte(buf, i + 1);
+                        i += 1;
                         if d != b'"' {
-                            return Err(at_end_or(buf, i, "expected a string member name"));
+                            (i, d) = next(buf, i);
+                            if d != b'"' {
+                                return Err(at_end_or(buf, i, "expected a string member name"));
+                            }
                         }
                         i = name_end(buf, i)?;
                         continue 'value;
@@ -308,6 +315,10 @@ impl<'b> Scanner<'b> {
                     }
                     b'}' if object => {}
                     b']' if !object => {}
+                    b' ' | b'\t' | b'\n' | b'\r' => {
+                        i = ws(buf, i);
+                        continue;
+                    }
                     _ if object => return Err(at_end_or(buf, i, "expected ',' or '}'")),
                     _ => return Err(at_end_or(buf, i, "expected ',' or ']'")),
                 }
@@ -420,7 +431,11 @@ fn literal_end(buf: &[u8], i: usize, word: &[u8]) -> Result<usize, Fail> {
 /// At a member name's `"`: the offset after the name and its `:`.
 #[inline(always)]
 fn name_end(buf: &[u8], i: usize) -> Result<usize, Fail> {
-    let (i, c) = next(buf, string_end(buf, i)?);
+    let i = string_end(buf, i)?;
+    if byte(buf, i) == b':' {
+        return Ok(i + 1);
+    }
+    let (i, c) = next(buf, i);
     if c == b':' {
         Ok(i + 1)
     } else {
@@ -543,29 +558,24 @@ fn string_rest(buf: &[u8], open: usize, mut i: usize) -> Result<(usize, bool), F
 /// integer (no fraction, no exponent).
 #[inline(always)]
 fn number_end(buf: &[u8], start: usize) -> Result<(usize, bool), Fail> {
-    let digit = |i: usize| matches!(buf.get(i), Some(b'0'..=b'9'));
-    let mut i = start;
-    if buf.get(i) == Some(&b'-') {
-        i += 1;
-    }
-    let int_start = i;
-    match buf.get(i) {
-        Some(b'0') => {
-            i += 1;
+    let digit = |i: usize| byte(buf, i).wrapping_sub(b'0') < 10;
+    let int_start = start + usize::from(byte(buf, start) == b'-');
+    let mut i = int_start + 1;
+    match byte(buf, int_start) {
+        b'0' => {
             if digit(i) {
                 return Err((i, BAD_NUMBER));
             }
         }
-        Some(b'1'..=b'9') => {
-            i += 1;
+        b'1'..=b'9' => {
             while digit(i) {
                 i += 1;
             }
         }
-        _ => return Err((i, BAD_NUMBER)),
+        _ => return Err((int_start, BAD_NUMBER)),
     }
-    match buf.get(i) {
-        Some(b'.' | b'e' | b'E') => number_rest(buf, start, i, i - int_start),
+    match byte(buf, i) {
+        b'.' | b'e' | b'E' => number_rest(buf, start, i, i - int_start),
         _ if i - int_start > 308 => number_rest(buf, start, i, i - int_start),
         _ => Ok((i, true)),
     }
