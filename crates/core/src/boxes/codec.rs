@@ -110,6 +110,34 @@ impl<'a> Decoder<'a> {
     }
 }
 
+impl Decoder<'_> {
+    /// Step over the next view without reading it (no UTF-8 check of a
+    /// string): for a field whose old value the next state does not need.
+    /// Lenient like [`Iterator::next`]: malformed bytes end the state.
+    pub(crate) fn skip_one(&mut self) {
+        let ok = (|| {
+            let (&tag, rest) = self.rest.split_first()?;
+            self.rest = rest;
+            match tag {
+                UNSET | FALSE | TRUE => {}
+                I64 | COUNT => {
+                    self.varint()?;
+                }
+                F64 => self.rest = self.rest.get(8..)?,
+                STR => {
+                    let len = usize::try_from(self.varint()?).ok()?;
+                    self.rest = self.rest.get(len..)?;
+                }
+                _ => return None,
+            }
+            Some(())
+        })();
+        if ok.is_none() {
+            self.rest = &[];
+        }
+    }
+}
+
 impl<'a> Iterator for Decoder<'a> {
     type Item = FieldView<'a>;
 
@@ -151,6 +179,37 @@ mod tests {
         let back: Vec<_> = Decoder::new(&buf).take(views.len() + 2).collect();
         assert_eq!(back[..views.len()], views);
         assert_eq!(back[views.len()..], [FieldView::Unset, FieldView::Unset]);
+    }
+
+    #[test]
+    fn skipping_lands_where_reading_does() {
+        let views = [
+            FieldView::Str("日本\"x"),
+            FieldView::I64(-70_000),
+            FieldView::F64(2.5),
+            FieldView::Bool(true),
+            FieldView::Count(300),
+            FieldView::Unset,
+            FieldView::Str(""),
+        ];
+        let mut buf = Vec::new();
+        for v in views {
+            encode(v, &mut buf);
+        }
+        for skipped in 0..views.len() {
+            let mut d = Decoder::new(&buf);
+            for _ in 0..skipped {
+                d.skip_one();
+            }
+            assert_eq!(d.next(), Some(views[skipped]), "after skipping {skipped}");
+        }
+        for bad in MALFORMED {
+            let mut d = Decoder::new(bad);
+            d.skip_one();
+            // Malformed bytes end the state (a string that is not UTF-8 is
+            // stepped over whole: a skip does not read it).
+            assert!(d.is_at_end(), "{bad:?}");
+        }
     }
 
     #[test]

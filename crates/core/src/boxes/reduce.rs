@@ -41,8 +41,15 @@ pub(super) fn next_record(
     }
     let mut old = codec::Decoder::new(old_state);
     for (i, field) in plan.fields.iter().enumerate() {
-        let prev = old.next().unwrap_or_default();
         let value = values.get(i).copied().flatten();
+        // `last` with a value replaces the old one whatever it was: it is
+        // stepped over, not decoded.
+        let prev = if field.reduce == Reduce::Last && value.is_some() {
+            old.skip_one();
+            FieldView::Unset
+        } else {
+            old.next().unwrap_or_default()
+        };
         let next = reduce(field, i, prev, value)?;
         if render {
             render_field(field, next, payload);

@@ -493,7 +493,7 @@ fn stops16(chunk: &[u8; 16]) -> (u32, u32) {
 /// The 16 bytes from `i`, if there are as many.
 #[inline(always)]
 fn chunk16(buf: &[u8], i: usize) -> Option<&[u8; 16]> {
-    buf.get(i..i + 16).and_then(|c| c.try_into().ok())
+    buf.get(i..).and_then(<[u8]>::first_chunk)
 }
 
 /// A string's first 16 bytes from `i`: `Ok(close)` when they hold its
