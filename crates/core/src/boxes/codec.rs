@@ -196,12 +196,12 @@ mod tests {
         for v in views {
             encode(v, &mut buf);
         }
-        for skipped in 0..views.len() {
+        for (skipped, &want) in views.iter().enumerate() {
             let mut d = Decoder::new(&buf);
             for _ in 0..skipped {
                 d.skip_one();
             }
-            assert_eq!(d.next(), Some(views[skipped]), "after skipping {skipped}");
+            assert_eq!(d.next(), Some(want), "after skipping {skipped}");
         }
         for bad in MALFORMED {
             let mut d = Decoder::new(bad);
