@@ -18,8 +18,10 @@ if ! command -v valgrind >/dev/null; then
   apt-get install -y -qq --no-install-recommends valgrind >/dev/null
 fi
 
-bin=$(cargo bench -p pollbox-benches --bench projection --no-run 2>&1 \
-  | sed -n 's/.*Executable benches\/projection.rs (\(.*\))/\1/p' | tail -1)
+# PROJECTION_BIN: a bench binary built elsewhere (e.g. a base commit's, for a
+# before/after); CANDIDATES: which candidates to count (default: all five).
+bin=${PROJECTION_BIN:-$(cargo bench -p pollbox-benches --bench projection --no-run 2>&1 \
+  | sed -n 's/.*Executable benches\/projection.rs (\(.*\))/\1/p' | tail -1)}
 [[ -x "$bin" ]] || { echo "no bench binary" >&2; exit 1; }
 
 instructions() { # candidate body iterations
@@ -32,12 +34,12 @@ instructions() { # candidate body iterations
 }
 
 {
-  echo "# instructions per message (callgrind), $(date -u +%F), $(git rev-parse --short HEAD)"
+  echo "# instructions per message (callgrind), $(date -u +%F), $(git rev-parse --short HEAD)${PROJECTION_BIN:+, binary $PROJECTION_BIN}"
   printf '%-18s' "candidate"
   bodies="512B 512B_fields_last 8KiB 8KiB_fields_last load_512B load_8KiB ndjson_32x512B"
   for b in $bodies; do printf '%18s' "$b"; done
   echo
-  for c in scanner simd_json_tape sonic_rs_iter serde_json_value serde_typed; do
+  for c in ${CANDIDATES:-scanner simd_json_tape sonic_rs_iter serde_json_value serde_typed}; do
     printf '%-18s' "$c"
     for b in $bodies; do
       case $b in
