@@ -110,8 +110,17 @@ pub struct PollQuery {
 }
 
 /// Parse a raw query string (after `?`). Unknown parameters are ignored; a
-/// known one must be a decimal u64, given at most once.
+/// known one must be a decimal u64, given at most once. A plain poll has no
+/// query: that is answered here, inlined, without a call.
+#[inline]
 pub fn parse_poll_query(q: &[u8]) -> Result<PollQuery, &'static str> {
+    if q.is_empty() {
+        return Ok(PollQuery::default());
+    }
+    parse_query_pairs(q)
+}
+
+fn parse_query_pairs(q: &[u8]) -> Result<PollQuery, &'static str> {
     let mut query = PollQuery::default();
     for pair in q.split(|&b| b == b'&').filter(|p| !p.is_empty()) {
         let (name, value) = match pair.iter().position(|&b| b == b'=') {

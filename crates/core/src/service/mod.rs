@@ -530,8 +530,9 @@ impl Service {
         reply(keep_alive)
     }
 
+    #[inline]
     fn decode_key(&mut self, raw: &[u8]) -> Result<(), &'static str> {
-        if raw.is_ascii() && !raw.contains(&b'%') {
+        if crate::bytes::ascii_without(raw, b'%') {
             // The common key: nothing to decode, and ASCII is UTF-8 (this skips
             // a byte-by-byte decode and a UTF-8 check on every poll).
             self.key.clear();
