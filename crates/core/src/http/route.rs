@@ -37,6 +37,7 @@ const BOXES_PREFIX: &[u8] = b"/v1/boxes/";
 /// Route a request by method and raw path (before `?`). An empty key, or one
 /// with a `/` in it, is not a box path: 404. A `%2F` in a key is fine; it is a
 /// slash only after decoding.
+#[inline]
 pub fn route(method: Method, path: &[u8]) -> Route<'_> {
     let get_or_head = matches!(method, Method::Get | Method::Head);
     if let Some(key) = path.strip_prefix(BOXES_PREFIX) {
