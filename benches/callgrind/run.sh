@@ -8,6 +8,8 @@
 #       elsewhere (e.g. main's, for a before/after), instead of building this tree
 # Worker::run is the whole loop (reads, writes, epoll) per request; the rest is
 # the request path inside it (names before and after the 2026-11-22 redesign).
+# WorkerHost::finish (since BENCHMARKS §16) is the request-duration clock read
+# and histogram, once per read, outside Connection::serve.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 n=${1:-32000}
@@ -30,6 +32,6 @@ wait $vg || true
 # function is one line (from the repository root, inlined parts of one function
 # are split between relative and absolute names).
 (cd "$out" && callgrind_annotate --inclusive=yes cg.out 2>/dev/null) |
-  grep -E "Worker::run \[|Connection::received \[|Worker::serve \[|dispatch::handle \[|write_answer \[|Connection::serve \[|Service::answer \[|Framer::advance \[|Heads::write \[|BoxTable::poll \[|BoxTable::version \[|BuildHasher::hash_one \[" |
+  grep -E "Worker::run \[|Connection::received \[|Worker::serve \[|dispatch::handle \[|write_answer \[|Connection::serve \[|Service::answer \[|Framer::advance \[|Heads::write \[|BoxTable::poll \[|BoxTable::version \[|BuildHasher::hash_one \[|WorkerHost::finish \[" |
   awk -v n="$n" '{c = $1; gsub(",", "", c); f = $0; sub(/^ *[0-9,]+ +\( *[0-9.]+%\) +/, "", f); sub(/ \[.*$/, "", f); printf "%8.0f instructions/request  %s\n", c / n, f}'
 echo "raw profile: $out/cg.out"

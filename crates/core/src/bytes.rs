@@ -1,6 +1,7 @@
 //! Byte scanning shared by the HTTP framer and the projection: the line-feed
-//! search and count (request heads, NDJSON lines) and the plain decimal number
-//! (`Content-Length`, the long-poll query).
+//! search and count (request heads, NDJSON lines), the plain decimal number
+//! (`Content-Length`, the long-poll query), and the test for a box key that
+//! needs no decoding.
 
 /// Index of the first LF in `hay`, eight bytes at a time (SWAR): heads and
 /// NDJSON bodies are lines, and this is the one pass over their bytes besides
@@ -46,6 +47,28 @@ pub(crate) fn count_lf(body: &[u8]) -> usize {
         n += (!nonzero & !LOWS).count_ones() as usize;
     }
     n + words.remainder().iter().filter(|&&b| b == b'\n').count()
+}
+
+/// Whether `s` is all ASCII without the byte `b` (an ASCII byte), eight
+/// bytes at a time: a poll's key needs no percent-decoding nor UTF-8 check
+/// when it has no `%` and no byte over 0x7F.
+#[inline]
+pub(crate) fn ascii_without(s: &[u8], b: u8) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let mut words = s.chunks_exact(8);
+    for word in words.by_ref() {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(word);
+        let x = u64::from_le_bytes(bytes);
+        let y = x ^ (ONES * u64::from(b));
+        // Some byte of y is zero (exact as a yes/no: borrows only flag bytes
+        // above a true zero), or some byte of x is not ASCII.
+        if (y.wrapping_sub(ONES) & !y | x) & HIGHS != 0 {
+            return false;
+        }
+    }
+    words.remainder().iter().all(|&c| c.is_ascii() && c != b)
 }
 
 /// Why [`parse_decimal`] refused its input; each caller maps it to its own error.
@@ -110,7 +133,36 @@ mod tests {
         }
     }
 
+    #[test]
+    fn ascii_without_matches_a_plain_test() {
+        for len in 0..40 {
+            let mut s = vec![b'k'; len];
+            assert!(ascii_without(&s, b'%'));
+            for at in 0..len {
+                for (c, ok) in [
+                    (b'%', false),
+                    (0x80, false),
+                    (0xff, false),
+                    (0xa5, false),
+                    (b'$', true),
+                    (b'&', true),
+                    (0x7f, true),
+                    (0, true),
+                ] {
+                    s[at] = c;
+                    assert_eq!(ascii_without(&s, b'%'), ok, "{len} {at} {c:#x}");
+                    s[at] = b'k';
+                }
+            }
+        }
+    }
+
     proptest! {
+        #[test]
+        fn ascii_without_agrees(s in proptest::collection::vec(prop::sample::select(vec![b'%', b'a', 0x24, 0x25, 0x26, 0x7f, 0x80, 0xa5, 0]), 0..40)) {
+            prop_assert_eq!(ascii_without(&s, b'%'), s.iter().all(|&c| c.is_ascii() && c != b'%'));
+        }
+
         #[test]
         fn find_lf_agrees(s in proptest::collection::vec(prop::sample::select(vec![b'\n', b'a', 0x0b, 0x8a, 0]), 0..64)) {
             prop_assert_eq!(find_lf(&s), s.iter().position(|&b| b == b'\n'));

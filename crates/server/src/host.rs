@@ -11,10 +11,13 @@ use std::time::Instant;
 pub struct WorkerHost {
     pub shared: Arc<Shared>,
     id: usize,
-    /// When the request being answered began to be handled: the last answer, or
-    /// the read (or wake-up) that led to it. Each answer's duration runs from it,
-    /// so pipelined requests are measured one by one, not cumulatively.
+    /// When the requests being answered began to be handled: the read (or
+    /// timer, or wake-up) that led to them.
     mark: Instant,
+    /// Answers written since `mark`, not yet observed in the duration
+    /// histogram: [`WorkerHost::finish`] observes them all with one clock
+    /// read (one per read, not one per pipelined request).
+    unobserved: u64,
     /// Fault injection for the tests of SPEC §5 (a worker that panics), in debug
     /// builds only: `POLLBOX_TEST_PANIC_AFTER=N` panics the worker that answers
     /// its N-th request.
@@ -28,6 +31,7 @@ impl WorkerHost {
             shared,
             id,
             mark: Instant::now(),
+            unobserved: 0,
             #[cfg(debug_assertions)]
             panic_after: std::env::var("POLLBOX_TEST_PANIC_AFTER")
                 .ok()
@@ -36,9 +40,30 @@ impl WorkerHost {
     }
 
     /// Request handling starts now (bytes arrived, a timer fired, a box moved).
+    /// Call [`WorkerHost::finish`] once its answers are written.
     #[inline]
     pub fn start(&mut self) {
+        // Answers a caller forgot to finish are observed now rather than lost.
+        self.finish();
         self.mark = Instant::now();
+    }
+
+    /// The answers since [`WorkerHost::start`] (or the last `finish`) are
+    /// written: observe each with the time from the mark to now, the time its
+    /// request waited in the server (they are sent together, after the
+    /// batch). One clock read per batch; none when nothing was answered.
+    #[inline]
+    pub fn finish(&mut self) {
+        if self.unobserved == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let ns = now.duration_since(self.mark).as_nanos() as u64;
+        self.shared.stats[self.id]
+            .duration
+            .observe_ns_times(ns, self.unobserved);
+        self.unobserved = 0;
+        self.mark = now;
     }
 
     #[inline]
@@ -71,13 +96,8 @@ impl Host for WorkerHost {
 
     #[inline]
     fn answered(&mut self, route: RouteLabel, code: u16) {
-        let now = Instant::now();
-        let stats = &self.shared.stats[self.id];
-        stats
-            .duration
-            .observe_ns(now.duration_since(self.mark).as_nanos() as u64);
-        stats.request(route, code);
-        self.mark = now;
+        self.shared.stats[self.id].request(route, code);
+        self.unobserved += 1;
         #[cfg(debug_assertions)]
         if let Some(n) = self.panic_after.as_mut() {
             *n = n.saturating_sub(1);

@@ -125,7 +125,7 @@ pub fn render(shared: &Shared, out: &mut Vec<u8>) {
     histogram(
         out,
         "pollbox_http_request_duration_seconds",
-        "Server-side time from a complete request to its queued response.",
+        "Server-side time from the read that completed a request to its response, queued with the other answers to that read.",
         &DURATION_BUCKETS,
         &counts,
         sum_ns,

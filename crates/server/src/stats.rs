@@ -122,9 +122,14 @@ impl<const N: usize> Histogram<N> {
     }
     #[inline]
     pub fn observe_ns(&self, ns: u64) {
+        self.observe_ns_times(ns, 1);
+    }
+    /// `n` observations of `ns` each.
+    #[inline]
+    pub fn observe_ns_times(&self, ns: u64, n: u64) {
         let i = self.bounds_ns.partition_point(|&b| b < ns);
-        self.counts[i].inc();
-        self.sum_ns.add(ns);
+        self.counts[i].add(n);
+        self.sum_ns.add(ns.wrapping_mul(n));
     }
     /// Non-cumulative counts per bucket, the last one +Inf.
     pub fn counts(&self) -> impl Iterator<Item = u64> + '_ {
@@ -267,6 +272,10 @@ mod tests {
         h.observe_ns(50_000); // +Inf
         assert_eq!(h.counts().collect::<Vec<_>>(), vec![1, 1, 1]);
         assert_eq!(h.sum_ns(), 52_001);
+        // A batch of pipelined answers: n observations of one duration.
+        h.observe_ns_times(5_000, 16);
+        assert_eq!(h.counts().collect::<Vec<_>>(), vec![1, 17, 1]);
+        assert_eq!(h.sum_ns(), 52_001 + 80_000);
     }
 
     #[test]

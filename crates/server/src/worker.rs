@@ -322,8 +322,10 @@ impl Worker {
     fn refuse(&mut self, stream: &mut TcpStream, what: &str) {
         let mut out = std::mem::take(&mut self.refusal);
         out.clear();
+        self.host.start();
         self.service
             .closing_error(503, what, &mut out, &mut self.host);
+        self.host.finish();
         let _ = stream.write(&out);
         let _ = stream.shutdown(std::net::Shutdown::Write);
         self.refusal = out;
@@ -359,7 +361,9 @@ impl Worker {
             // sends the newest version now that the queue drained.
             if c.core.stream_dirty() && c.core.send_queue().is_empty() {
                 self.host.start();
-                if c.core.on_send_drained(&mut cx!(self)) {
+                let sent = c.core.on_send_drained(&mut cx!(self));
+                self.host.finish();
+                if sent {
                     continue;
                 }
             }
@@ -406,6 +410,14 @@ impl Worker {
     /// the connection stops reading. Returns false if the connection is dead.
     fn read(&mut self, c: &mut Conn) -> bool {
         self.host.start();
+        let alive = self.read_answering(c);
+        self.host.finish();
+        alive
+    }
+
+    /// [`Worker::read`]'s loop; the answers of each read are timed together
+    /// (`WorkerHost::finish`).
+    fn read_answering(&mut self, c: &mut Conn) -> bool {
         loop {
             let mut cx = cx!(self);
             let Some(buf) = c.core.read_buffer(&mut cx) else {
@@ -421,6 +433,7 @@ impl Worker {
                 }
                 Ok(n) => {
                     c.core.received(n, &mut cx);
+                    self.host.finish();
                     self.read_bytes += n as u64;
                     if n < room && !c.peer_hup {
                         // A short read drained the socket: with edge-triggered
@@ -478,6 +491,7 @@ impl Worker {
             // registration: look again now that wake-ups reach this poll.
             self.host.start();
             c.core.on_box_updated(&mut cx!(self));
+            self.host.finish();
         }
     }
 
@@ -585,6 +599,7 @@ impl Worker {
             c.timer = None;
             self.host.start();
             c.core.on_timer(&mut cx!(self));
+            self.host.finish();
             self.settle(t.slot, c);
         }
         self.fired = fired;
@@ -611,6 +626,7 @@ impl Worker {
                 };
                 self.host.start();
                 c.core.on_box_updated(&mut cx!(self));
+                self.host.finish();
                 self.settle(slot, c);
             }
         }
@@ -629,7 +645,9 @@ impl Worker {
                     self.close(slot, c);
                     continue;
                 }
+                self.host.start();
                 c.core.drain(overdue, &mut cx!(self));
+                self.host.finish();
                 self.settle(slot, c);
             }
         }

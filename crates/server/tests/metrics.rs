@@ -298,3 +298,32 @@ fn connections_during_shutdown_get_503_and_count_as_draining() {
     assert_eq!(r.header("connection"), Some("close"));
     stopping.join().unwrap().unwrap();
 }
+
+#[test]
+fn pipelined_requests_are_each_observed_once() {
+    // The worker reads the clock once per read (README, "Metrics"), but every
+    // request answered is still one observation of the duration histogram.
+    let s = start(config());
+    let a = s.addr();
+    assert_eq!(post(a, "/v1/boxes/p", r#"{"value":1}"#).status, 200);
+    let mut r = Reader::new(connect(a));
+    r.send(&b"GET /v1/boxes/p HTTP/1.1\r\nHost: t\r\n\r\n".repeat(16));
+    for _ in 0..16 {
+        let resp = r.read(false);
+        assert_eq!(resp.status, 200);
+        assert_eq!(resp.header("ETag"), Some("\"1\""));
+    }
+    let m = samples(&scrape(a));
+    let n = |k: &str| m.get(k).copied().unwrap_or(-1.0);
+    assert_eq!(
+        n("pollbox_http_requests_total{route=\"poll\",code=\"200\"}"),
+        16.0
+    );
+    assert_eq!(n("pollbox_http_request_duration_seconds_count"), 17.0);
+    assert_eq!(
+        n("pollbox_http_request_duration_seconds_bucket{le=\"+Inf\"}"),
+        17.0
+    );
+    assert!(n("pollbox_http_request_duration_seconds_sum") > 0.0);
+    s.shutdown().unwrap();
+}

@@ -620,7 +620,7 @@ enum Seen {
 /// appended to `out`. `None` for a slot of another key or none. Never blocks a
 /// writer nor writes anything; retries while a writer stores (a few dozen
 /// stores).
-#[inline]
+#[inline(always)]
 fn look(slot: &Slot, guard: &Guard, key: &[u8], mut out: Option<&mut Vec<u8>>) -> Option<Seen> {
     loop {
         let r = slot.begin(guard);

@@ -236,19 +236,50 @@ fn copy_to(words: &[AtomicU64], start: usize, len: usize, out: &mut Vec<u8>) -> 
     let Some(words) = words.get(first..first + len.div_ceil(8)) else {
         return false;
     };
-    // Through a buffer on the stack, 16 words at a time: a load and a
-    // store per word, one copy into `out` per 128 bytes, no unsafe.
+    // A word at a time, straight into `out`'s spare room: a load and a store
+    // per word; no copy through a buffer, no call.
     let end = out.len() + len;
-    out.reserve(words.len() * 8);
-    let mut buf = [0u8; 128];
-    for group in words.chunks(16) {
-        for (d, w) in buf.chunks_exact_mut(8).zip(group) {
-            d.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+    let n = words.len() * 8;
+    out.reserve(n);
+    let Some(room) = out.spare_capacity_mut().get_mut(..n) else {
+        return false; // Not after `reserve(n)`.
+    };
+    for (d, w) in room.chunks_exact_mut(8).zip(words) {
+        let b = w.load(Ordering::Relaxed).to_le_bytes();
+        for (d, b) in d.iter_mut().zip(b) {
+            d.write(b);
         }
-        out.extend_from_slice(buf.get(..group.len() * 8).unwrap_or_default());
     }
-    out.truncate(end);
+    // SAFETY: `room` is the `n` bytes of spare capacity right after `out`'s
+    // bytes, and the loop above initialised all of them (`words` has exactly
+    // `n / 8` words, one store per byte of each); `end` is at most `n` past
+    // the old length (`len <= n`), so every byte up to `end` is initialised,
+    // and within the capacity.
+    unsafe { out.set_len(end) };
     true
+}
+
+/// The bytes of `b` (at most 8) as the low bytes of a little-endian word,
+/// the rest zero: two overlapping loads (the bytes they share are the same,
+/// so or-ing them is exact), instead of a copy through a buffer.
+#[inline]
+fn short_le(b: &[u8]) -> u64 {
+    let n = b.len();
+    debug_assert!(n <= 8);
+    match n {
+        4..=8 => {
+            let lo = b.first_chunk::<4>().map_or(0, |c| u32::from_le_bytes(*c));
+            let hi = b.last_chunk::<4>().map_or(0, |c| u32::from_le_bytes(*c));
+            u64::from(lo) | u64::from(hi) << ((n - 4) * 8)
+        }
+        2.. => {
+            let lo = b.first_chunk::<2>().map_or(0, |c| u16::from_le_bytes(*c));
+            let hi = b.last_chunk::<2>().map_or(0, |c| u16::from_le_bytes(*c));
+            u64::from(lo) | u64::from(hi) << ((n - 2) * 8)
+        }
+        1 => u64::from(b[0]),
+        _ => 0,
+    }
 }
 
 impl Slot {
@@ -379,13 +410,7 @@ impl<'g> Read<'g> {
             };
             let (want, mask) = match <[u8; 8]>::try_from(chunk) {
                 Ok(c) => (u64::from_le_bytes(c), u64::MAX),
-                Err(_) => {
-                    let mut c = [0u8; 8];
-                    for (d, b) in c.iter_mut().zip(chunk) {
-                        *d = *b;
-                    }
-                    (u64::from_le_bytes(c), (1u64 << (chunk.len() * 8)) - 1)
-                }
+                Err(_) => (short_le(chunk), (1u64 << (chunk.len() * 8)) - 1),
             };
             if v & mask != want {
                 return false;
@@ -548,6 +573,18 @@ mod tests {
         let guard = epoch::pin();
         s.claim_now(&guard).replace(Words::new(image), &guard);
         s
+    }
+
+    #[test]
+    fn short_words_are_the_bytes_in_order() {
+        let bytes = [0x81, 0x02, 0xf3, 0x04, 0x65, 0x06, 0xd7, 0x08];
+        for n in 0..=8 {
+            let want = bytes[..n]
+                .iter()
+                .rev()
+                .fold(0u64, |w, &b| w << 8 | u64::from(b));
+            assert_eq!(short_le(&bytes[..n]), want, "{n}");
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use super::chunked::Dechunk;
 use super::head::{self, Malformed};
-use super::{Frame, FramerState, HttpError, Limits, Method, Progress, Version};
+use super::{Frame, FramerState, HttpError, Limits, Progress, Version};
 use crate::bytes::{find_lf, parse_decimal};
 
 /// The most header lines a head may have, whatever `Limits::max_headers` says
@@ -326,7 +326,7 @@ fn parse_head(
     };
     let line = head::request_line(buf, start).map_err(refuse)?;
     let version = line.version;
-    let method = Method::from_bytes(&buf[line.method.clone()]);
+    let method = line.method;
     let (path, query) = match (buf[line.target.start], line.question, line.hash) {
         // Origin-form, the norm: split where the line scan saw `?` and `#`.
         (b'/', question, hash) => {

@@ -18,7 +18,7 @@
 
 use std::ops::Range;
 
-use super::Version;
+use super::{Method, Version};
 
 /// Why the grammar refused a head; [`super::framer`] maps each to its
 /// [`super::HttpError`] (after looking for a bare CR, which it names).
@@ -35,7 +35,7 @@ pub(super) enum Malformed {
 /// The request line of a head.
 #[derive(Debug)]
 pub(super) struct RequestLine {
-    pub(super) method: Range<usize>,
+    pub(super) method: Method,
     pub(super) target: Range<usize>,
     /// First `?` in the target, if any (absolute index).
     pub(super) question: Option<usize>,
@@ -76,27 +76,30 @@ static TOKEN: [bool; 256] = {
 };
 
 const ONES: u64 = 0x0101_0101_0101_0101;
+const HTTP_1_1: u64 = u64::from_le_bytes(*b"HTTP/1.1");
+const HTTP_1_0: u64 = u64::from_le_bytes(*b"HTTP/1.0");
 const HIGHS: u64 = 0x8080_8080_8080_8080;
 
-/// Parse the request line at `buf[start..]`.
+/// Parse the request line at `buf[start..]`. Inlined into the head parse
+/// (callgrind: the call and its result cost ~30 of ~150 instructions).
+#[inline(always)]
 pub(super) fn request_line(buf: &[u8], start: usize) -> Result<RequestLine, Malformed> {
     let mut at = start;
     // Method: the common two without a loop.
-    let method_end = match buf.get(at..at + 5) {
-        Some([b'G', b'E', b'T', b' ', _]) => at + 3,
-        Some(b"POST ") => at + 4,
+    let (method_end, method) = match buf.get(at..at + 5) {
+        Some([b'G', b'E', b'T', b' ', _]) => (at + 3, Method::Get),
+        Some(b"POST ") => (at + 4, Method::Post),
         _ => {
             let len = buf[at..].iter().take_while(|&&b| TOKEN[b as usize]).count();
             if len == 0 {
                 return Err(Malformed::RequestLine);
             }
-            at + len
+            (at + len, Method::from_bytes(&buf[at..at + len]))
         }
     };
     if buf.get(method_end) != Some(&b' ') {
         return Err(Malformed::RequestLine);
     }
-    let method = at..method_end;
     at = method_end + 1;
 
     // Target: visible ASCII or obs-text up to one SP; `?` and `#` noted.
@@ -131,13 +134,18 @@ pub(super) fn request_line(buf: &[u8], start: usize) -> Result<RequestLine, Malf
     }
     at += 1;
 
-    let version = match buf.get(at..at + 8) {
-        Some(b"HTTP/1.1") => Version::Http11,
-        Some(b"HTTP/1.0") => Version::Http10,
+    // The version and the CRLF after it as two loads and compares.
+    let word = buf
+        .get(at..)
+        .and_then(|b| b.first_chunk::<8>())
+        .map_or(0, |w| u64::from_le_bytes(*w));
+    let version = match word {
+        HTTP_1_1 => Version::Http11,
+        HTTP_1_0 => Version::Http10,
         _ => return Err(Malformed::Version),
     };
     at += 8;
-    if buf.get(at..at + 2) != Some(b"\r\n") {
+    if buf.get(at..).and_then(|b| b.first_chunk::<2>()) != Some(b"\r\n") {
         return Err(Malformed::RequestLine);
     }
     Ok(RequestLine {
@@ -198,8 +206,9 @@ impl<'a> Fields<'a> {
         self.at
     }
 
-    /// The next header line, `None` at the blank line.
-    #[inline]
+    /// The next header line, `None` at the blank line. Inlined into the
+    /// head parse's loop (callgrind: ~25 instructions a line less).
+    #[inline(always)]
     pub(super) fn next_field(&mut self) -> Result<Option<Field<'a>>, Malformed> {
         let buf = self.buf;
         let name_start = self.at;
@@ -300,14 +309,23 @@ mod tests {
     fn request_line_parts() {
         let head = b"GET /v1/boxes/a?after=3#x HTTP/1.1\r\n\r\n";
         let line = request_line(head, 0).unwrap();
-        assert_eq!(&head[line.method.clone()], b"GET");
+        assert_eq!(line.method, Method::Get);
         assert_eq!(&head[line.target.clone()], b"/v1/boxes/a?after=3#x");
         assert_eq!(line.question, Some(15));
         assert_eq!(line.hash, Some(23));
         assert_eq!(line.version, Version::Http11);
         assert_eq!(line.end, head.len() - 2);
         let line = request_line(b"M-SEARCH * HTTP/1.0\r\n\r\n", 0).unwrap();
-        assert_eq!(line.method, 0..8);
+        assert_eq!(line.method, Method::Other);
+        for (head, m) in [
+            (&b"POST / HTTP/1.1\r\n\r\n"[..], Method::Post),
+            (b"GETS / HTTP/1.1\r\n\r\n", Method::Other),
+            (b"HEAD / HTTP/1.1\r\n\r\n", Method::Head),
+            (b"DELETE / HTTP/1.1\r\n\r\n", Method::Delete),
+            (b"OPTIONS * HTTP/1.1\r\n\r\n", Method::Options),
+        ] {
+            assert_eq!(request_line(head, 0).unwrap().method, m, "{head:?}");
+        }
         assert_eq!(line.version, Version::Http10);
     }
 

@@ -37,6 +37,7 @@ const BOXES_PREFIX: &[u8] = b"/v1/boxes/";
 /// Route a request by method and raw path (before `?`). An empty key, or one
 /// with a `/` in it, is not a box path: 404. A `%2F` in a key is fine; it is a
 /// slash only after decoding.
+#[inline]
 pub fn route(method: Method, path: &[u8]) -> Route<'_> {
     let get_or_head = matches!(method, Method::Get | Method::Head);
     if let Some(key) = path.strip_prefix(BOXES_PREFIX) {
@@ -110,8 +111,17 @@ pub struct PollQuery {
 }
 
 /// Parse a raw query string (after `?`). Unknown parameters are ignored; a
-/// known one must be a decimal u64, given at most once.
+/// known one must be a decimal u64, given at most once. A plain poll has no
+/// query: that is answered here, inlined, without a call.
+#[inline]
 pub fn parse_poll_query(q: &[u8]) -> Result<PollQuery, &'static str> {
+    if q.is_empty() {
+        return Ok(PollQuery::default());
+    }
+    parse_query_pairs(q)
+}
+
+fn parse_query_pairs(q: &[u8]) -> Result<PollQuery, &'static str> {
     let mut query = PollQuery::default();
     for pair in q.split(|&b| b == b'&').filter(|p| !p.is_empty()) {
         let (name, value) = match pair.iter().position(|&b| b == b'=') {

@@ -21,6 +21,9 @@ pub struct Answer<'a> {
     pub keep_alive: bool,
     /// Write the head only (HEAD, 304): `Content-Length` still says the body's.
     pub head_only: bool,
+    /// `ETag: "<version>"`, the first field after the fixed ones (polls).
+    pub etag: Option<u64>,
+    /// Fields after the `ETag`, in order.
     pub extra: &'a [(&'a [u8], &'a [u8])],
 }
 
@@ -39,6 +42,7 @@ impl Answer<'_> {
             version,
             keep_alive,
             head_only: false,
+            etag: None,
             extra: &[],
         }
     }
@@ -117,14 +121,28 @@ impl Heads {
     }
 
     /// Append the answer (head, then `body` unless `head_only`) to `out` and
-    /// count it.
+    /// count it. A poll's head is three copies: the cached prefix, the rest
+    /// of the head (its length, `ETag` and blank line, assembled on the
+    /// stack), and the body.
     #[inline]
     pub fn write<H: Host>(&self, out: &mut Vec<u8>, host: &mut H, a: &Answer<'_>, body: &[u8]) {
+        // The rest is assembled from its end (numbers are written from their
+        // last digit): the blank line when nothing follows, the `ETag`, the length.
+        let plain = a.extra.is_empty() && self.allowed.is_none();
+        let mut rest = Piece::new();
+        if plain {
+            rest.prepend(b"\r\n");
+        }
+        if let Some(version) = a.etag {
+            rest.prepend(b"\"\r\n");
+            rest.prepend_number(version);
+            rest.prepend(b"ETag: \"");
+        }
         match self.prefix(a) {
             Some(prefix) => {
+                rest.prepend(b"\r\n");
+                rest.prepend_number(body.len() as u64);
                 out.extend_from_slice(prefix);
-                out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
-                out.extend_from_slice(b"\r\n");
             }
             None => write_response_start(
                 out,
@@ -136,11 +154,14 @@ impl Heads {
                 a.version,
             ),
         }
-        write_fields(out, a.extra);
-        if let Some(allowed) = self.allowed {
-            out.extend_from_slice(self.cors.lines(allowed));
+        out.extend_from_slice(rest.bytes());
+        if !plain {
+            write_fields(out, a.extra);
+            if let Some(allowed) = self.allowed {
+                out.extend_from_slice(self.cors.lines(allowed));
+            }
+            out.extend_from_slice(b"\r\n");
         }
-        out.extend_from_slice(b"\r\n");
         if !a.head_only {
             out.extend_from_slice(body);
         }
@@ -176,6 +197,65 @@ impl Heads {
         out.extend_from_slice(itoa::Buffer::new().format(retry_ms).as_bytes());
         out.extend_from_slice(b"\n\n");
         host.answered(route, 200);
+    }
+}
+
+/// "00" to "99".
+static DIGIT_PAIRS: [u8; 200] = {
+    let mut t = [0u8; 200];
+    let mut i = 0;
+    while i < 100 {
+        t[2 * i] = b'0' + (i / 10) as u8;
+        t[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
+    }
+    t
+};
+
+/// A few bytes of a head assembled on the stack, from the end, and appended
+/// with one copy instead of one per piece (a length, an `ETag` line, the
+/// blank line: 55 bytes at most).
+struct Piece {
+    buf: [u8; 64],
+    /// The bytes are `buf[start..]`.
+    start: usize,
+}
+
+impl Piece {
+    #[inline]
+    fn new() -> Piece {
+        Piece {
+            buf: [0; 64],
+            start: 64,
+        }
+    }
+
+    #[inline]
+    fn prepend(&mut self, bytes: &[u8]) {
+        let start = self.start - bytes.len();
+        self.buf[start..self.start].copy_from_slice(bytes);
+        self.start = start;
+    }
+
+    /// `n` in decimal, written from its last digits, two at a time.
+    #[inline]
+    fn prepend_number(&mut self, mut n: u64) {
+        while n >= 100 {
+            let pair = (n % 100) as usize * 2;
+            n /= 100;
+            self.prepend(&DIGIT_PAIRS[pair..pair + 2]);
+        }
+        if n >= 10 {
+            let pair = n as usize * 2;
+            self.prepend(&DIGIT_PAIRS[pair..pair + 2]);
+        } else {
+            self.prepend(&[b'0' + n as u8]);
+        }
+    }
+
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        &self.buf[self.start..]
     }
 }
 
@@ -276,6 +356,60 @@ mod tests {
                 assert!(s.ends_with("ETag: \"7\"\r\n\r\n{}"), "{s}");
             }
         }
+    }
+
+    #[test]
+    fn an_etag_is_the_field_extra_would_write() {
+        let cors = Cors::new(&["https://game.example".into()]);
+        let mut h = Heads::new(SystemTime::UNIX_EPOCH, cors);
+        for version in [0, 1, 9, 10, 99, 12_345, u64::MAX] {
+            let tag = format!("\"{version}\"");
+            for origin in [None, Some(&b"https://game.example"[..])] {
+                for (code, keep_alive, head_only) in
+                    [(200, true, false), (304, true, true), (200, false, false)]
+                {
+                    h.begin(origin);
+                    let a = Answer {
+                        head_only,
+                        ..Answer::json(RouteLabel::Poll, code, Version::Http11, keep_alive)
+                    };
+                    let (mut got, mut want) = (Vec::new(), Vec::new());
+                    let mut host = Recorder::default();
+                    let body = b"{\"k\":\"a\",\"ver\":1}";
+                    h.write(
+                        &mut got,
+                        &mut host,
+                        &Answer {
+                            etag: Some(version),
+                            ..a
+                        },
+                        body,
+                    );
+                    let extra: &[(&[u8], &[u8])] = &[(b"ETag", tag.as_bytes())];
+                    h.write(&mut want, &mut host, &Answer { extra, ..a }, body);
+                    assert_eq!(
+                        String::from_utf8(got).unwrap(),
+                        String::from_utf8(want).unwrap()
+                    );
+                }
+            }
+        }
+        // Before other fields, and the longest head piece fits.
+        h.begin(None);
+        let a = Answer {
+            etag: Some(u64::MAX),
+            extra: &[(b"X", b"y")],
+            ..Answer::json(RouteLabel::Poll, 200, Version::Http11, true)
+        };
+        let mut out = Vec::new();
+        h.write(&mut out, &mut Recorder::default(), &a, &[b'x'; 1 << 20]);
+        let s = String::from_utf8_lossy(&out[..out.len() - (1 << 20)]).into_owned();
+        assert!(
+            s.ends_with(
+                "Content-Length: 1048576\r\nETag: \"18446744073709551615\"\r\nX: y\r\n\r\n"
+            ),
+            "{s}"
+        );
     }
 
     #[test]

@@ -278,6 +278,7 @@ impl Service {
             version: frame.version,
             keep_alive,
             head_only: head,
+            etag: None,
             extra: &[],
         };
         match r {
@@ -509,16 +510,15 @@ impl Service {
             }
             return self.error(frame, route, 404, "no such box", keep_alive, out, host);
         };
-        let mut etag_buf = [0u8; 24];
-        let etag = render_etag(version, &mut etag_buf);
         let not_modified = not_modified
-            || frame
-                .field(&frame.if_none_match, buf)
-                .is_some_and(|v| etag_matches(v, etag));
+            || frame.field(&frame.if_none_match, buf).is_some_and(|v| {
+                let mut etag_buf = [0u8; 24];
+                etag_matches(v, render_etag(version, &mut etag_buf))
+            });
         // A 304 carries the Content-Length the 200 would have (RFC 9110 §8.6), no body.
         let a = Answer {
             head_only: head || not_modified,
-            extra: &[(b"ETag", etag)],
+            etag: Some(version),
             ..Answer::json(
                 route,
                 if not_modified { 304 } else { 200 },
@@ -530,8 +530,9 @@ impl Service {
         reply(keep_alive)
     }
 
+    #[inline]
     fn decode_key(&mut self, raw: &[u8]) -> Result<(), &'static str> {
-        if raw.is_ascii() && !raw.contains(&b'%') {
+        if crate::bytes::ascii_without(raw, b'%') {
             // The common key: nothing to decode, and ASCII is UTF-8 (this skips
             // a byte-by-byte decode and a UTF-8 check on every poll).
             self.key.clear();
