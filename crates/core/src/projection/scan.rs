@@ -90,6 +90,21 @@ impl<'b> Scanner<'b> {
         self.buf.get(self.pos).copied()
     }
 
+    /// Step over whitespace; the next byte, 0 at the end (see [`next`]).
+    #[inline(always)]
+    fn peek(&mut self) -> u8 {
+        let c;
+        (self.pos, c) = next(self.buf, self.pos);
+        c
+    }
+
+    /// The error for an unexpected byte at the cursor (the end of input if
+    /// there is none).
+    #[cold]
+    fn unexpected(&self, what: &'static str) -> Fail {
+        at_end_or(self.buf, self.pos, what)
+    }
+
     /// After the top-level value: only whitespace may follow.
     pub(super) fn finish(&mut self) -> Result<(), Fail> {
         match self.skip_ws() {
@@ -113,15 +128,14 @@ impl<'b> Scanner<'b> {
     pub(super) fn object_start(&mut self) -> Result<bool, Fail> {
         self.enter()?;
         self.pos += 1;
-        match self.skip_ws() {
-            Some(b'}') => {
+        match self.peek() {
+            b'"' => Ok(true),
+            b'}' => {
                 self.pos += 1;
                 self.depth -= 1;
                 Ok(false)
             }
-            Some(b'"') => Ok(true),
-            Some(_) => Err((self.pos, "expected a string member name")),
-            None => Err((self.pos, EOF)),
+            _ => Err(self.unexpected("expected a string member name")),
         }
     }
 
@@ -130,13 +144,11 @@ impl<'b> Scanner<'b> {
     #[inline]
     pub(super) fn member_name(&mut self) -> Result<(usize, usize, bool), Fail> {
         let name = self.string()?;
-        match self.skip_ws() {
-            Some(b':') => {
-                self.pos += 1;
-                Ok(name)
-            }
-            Some(_) => Err((self.pos, "expected ':'")),
-            None => Err((self.pos, EOF)),
+        if self.peek() == b':' {
+            self.pos += 1;
+            Ok(name)
+        } else {
+            Err(self.unexpected("expected ':'"))
         }
     }
 
@@ -144,22 +156,21 @@ impl<'b> Scanner<'b> {
     /// `Ok(false)` when the object closed.
     #[inline]
     pub(super) fn next_member(&mut self) -> Result<bool, Fail> {
-        match self.skip_ws() {
-            Some(b',') => {
+        match self.peek() {
+            b',' => {
                 self.pos += 1;
-                match self.skip_ws() {
-                    Some(b'"') => Ok(true),
-                    Some(_) => Err((self.pos, "expected a string member name")),
-                    None => Err((self.pos, EOF)),
+                if self.peek() == b'"' {
+                    Ok(true)
+                } else {
+                    Err(self.unexpected("expected a string member name"))
                 }
             }
-            Some(b'}') => {
+            b'}' => {
                 self.pos += 1;
                 self.depth -= 1;
                 Ok(false)
             }
-            Some(_) => Err((self.pos, "expected ',' or '}'")),
-            None => Err((self.pos, EOF)),
+            _ => Err(self.unexpected("expected ',' or '}'")),
         }
     }
 
@@ -200,8 +211,8 @@ impl<'b> Scanner<'b> {
 
     /// Scan any value (after optional whitespace), validating all of it.
     pub(super) fn value(&mut self) -> Result<Found, Fail> {
-        match self.skip_ws() {
-            Some(b'"') => {
+        match self.peek() {
+            b'"' => {
                 let (start, end, escaped) = self.string()?;
                 Ok(Found::Str {
                     start,
@@ -209,27 +220,26 @@ impl<'b> Scanner<'b> {
                     escaped,
                 })
             }
-            Some(b'{') => {
+            b'{' => {
                 self.skip()?;
                 Ok(Found::Object)
             }
-            Some(b'[') => {
+            b'[' => {
                 self.skip()?;
                 Ok(Found::Array)
             }
-            Some(b't') => self.literal(b"true", Found::Bool(true)),
-            Some(b'f') => self.literal(b"false", Found::Bool(false)),
-            Some(b'n') => self.literal(b"null", Found::Null),
-            Some(b'-' | b'0'..=b'9') => self.number(),
-            Some(_) => Err((self.pos, UNEXPECTED)),
-            None => Err((self.pos, EOF)),
+            b't' => self.literal(b"true", Found::Bool(true)),
+            b'f' => self.literal(b"false", Found::Bool(false)),
+            b'n' => self.literal(b"null", Found::Null),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => Err(self.unexpected(UNEXPECTED)),
         }
     }
 
     /// Validate and step over one value (after optional whitespace), keeping
     /// nothing: the cargo path. One loop over the bytes, containers tracked
-    /// on a bit stack (one bit per open container: object or array), so
-    /// nesting costs no recursion. Each byte that starts a token is read once
+    /// on a stack of their kinds (object or array), so nesting costs no
+    /// recursion. Each byte that starts a token is read once
     /// ([`next`]: whitespace is stepped over only when the byte is one), and
     /// the end of the document reads as a 0 byte, which no token starts with,
     /// so the hot path tests no `Option`s; the end is told apart from a NUL
