@@ -180,7 +180,13 @@ impl Server {
             snapshots_failed: AtomicUsize::new(0),
             runtime_bytes: AtomicUsize::new(0),
         });
-        let pin = shared.node.config.server.pin_workers;
+        // Worker i goes to the i-th core this process may run on (its affinity mask,
+        // e.g. `taskset -c 8-15`), not to core i, so pinning stays inside the mask.
+        let cores = if shared.node.config.server.pin_workers {
+            allowed_cores()
+        } else {
+            Vec::new()
+        };
         let mut workers = Vec::with_capacity(n);
         for (i, (l, poll)) in listeners.into_iter().zip(polls).enumerate() {
             let metrics = if i == 0 {
@@ -203,12 +209,13 @@ impl Server {
         );
         let mut threads = Vec::with_capacity(n);
         for (i, w) in workers.into_iter().enumerate() {
+            let core = (!cores.is_empty()).then(|| cores[i % cores.len()]);
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("pollbox-w{i}"))
                     .spawn(move || {
-                        if pin {
-                            pin_to_core(i);
+                        if let Some(core) = core {
+                            pin_to_core(core);
                         }
                         exit_on_panic(i, || w.run())
                     })?,
@@ -346,14 +353,30 @@ pub fn available_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-fn pin_to_core(i: usize) {
-    let ncpu = available_cores();
-    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write inside it, and
-    // sched_setaffinity(0, ...) reads it for the calling thread.
+/// The cores the calling thread may run on (its affinity mask), in ascending
+/// order; empty when the OS will not say.
+fn allowed_cores() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes only inside `set`,
+    // and CPU_ISSET reads inside it for indices below CPU_SETSIZE.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+fn pin_to_core(core: usize) {
+    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write inside it (core is
+    // below CPU_SETSIZE: it came from allowed_cores), and sched_setaffinity(0, ...)
+    // reads it for the calling thread.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_ZERO(&mut set);
-        libc::CPU_SET(i % ncpu, &mut set);
+        libc::CPU_SET(core, &mut set);
         let _ = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
 }
@@ -364,10 +387,12 @@ mod tests {
 
     #[test]
     fn pinning_binds_the_thread_to_one_core() {
-        let ncpu = available_cores();
-        let want = 1 % ncpu;
+        let allowed = allowed_cores();
+        assert!(!allowed.is_empty());
+        let want = *allowed.last().unwrap();
+        let ncpu = libc::CPU_SETSIZE as usize;
         let cpus = std::thread::spawn(move || {
-            pin_to_core(1);
+            pin_to_core(want);
             // SAFETY: as in pin_to_core; sched_getaffinity writes into `set`.
             unsafe {
                 let mut set: libc::cpu_set_t = std::mem::zeroed();
@@ -383,5 +408,18 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(cpus, vec![want]);
+    }
+
+    #[test]
+    fn allowed_cores_follow_the_affinity_mask() {
+        let all = allowed_cores();
+        let last = *all.last().unwrap();
+        let seen = std::thread::spawn(move || {
+            pin_to_core(last);
+            allowed_cores()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(seen, vec![last]);
     }
 }
