@@ -61,8 +61,8 @@ load_args() {
 }
 
 wait_ready() {
-    local port=$1 i
-    for i in $(seq 100); do
+    local port=$1
+    for _ in $(seq 100); do
         if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
         sleep 0.05
     done
