@@ -25,6 +25,8 @@
 # generator, not the server, set the figure.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=benches/scaling/lib.sh
+. "$ROOT/benches/scaling/lib.sh"
 NCPU=$(nproc)
 HALF=$((NCPU / 2))
 WORKERS=${SCALE_WORKERS:-1 2 4 8}
@@ -44,8 +46,7 @@ fi
 BIN=$SCALE_POLLBOX
 HZ=$(getconf CLK_TCK)
 CFG=$OUTDIR/pollbox.toml
-sed 's/^pin_workers = false/pin_workers = true/' "$ROOT/config/pollbox.toml" >"$CFG"
-grep -q '^pin_workers = true' "$CFG" || { echo "run.sh: could not turn pin_workers on" >&2; exit 1; }
+pinned_config "$CFG"
 ulimit -n 65536 2>/dev/null || true
 read -r -a SCPUS <<<"$SERVER_CPUS"
 
@@ -60,21 +61,9 @@ load_args() {
     esac
 }
 
-wait_ready() {
-    local port=$1
-    for _ in $(seq 100); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-        sleep 0.05
-    done
-    echo "run.sh: server on $port did not start" >&2
-    return 1
-}
-
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 {
-    echo "# benches/scaling/run.sh: $(date -u +%FT%TZ), commit $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?')"
-    echo "# machine: $NCPU cores, $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), kernel $(uname -r)"
+    run_header run.sh
     echo "# threads per core: $(lscpu 2>/dev/null | awk -F: '/Thread\(s\) per core/ {gsub(/ /, "", $2); print $2}')"
     echo "# server cores (in order): $SERVER_CPUS; load cores: $LOAD_CPUS ($LOAD_THREADS generator threads)"
     echo "# workers: $WORKERS; tests: $TESTS; ${DUR}s measured after ${WARMUP}s warm-up; reps $REPS"

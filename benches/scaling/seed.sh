@@ -17,6 +17,8 @@
 # SEED_JITTER_BIN or built with cc).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=benches/scaling/lib.sh
+. "$ROOT/benches/scaling/lib.sh"
 NCPU=$(nproc)
 W=${SEED_WORKERS:-8}
 [[ -n ${SEED_SERVER_CPUS:-} ]] || ((NCPU >= W + 2)) || { echo "seed.sh: needs $((W + 2)) cores, has $NCPU" >&2; exit 1; }
@@ -42,7 +44,7 @@ fi
 BIN=$SEED_POLLBOX
 HZ=$(getconf CLK_TCK)
 CFG=$OUTDIR/pollbox.toml
-sed 's/^pin_workers = false/pin_workers = true/' "$ROOT/config/pollbox.toml" >"$CFG"
+pinned_config "$CFG"
 ulimit -n 65536 2>/dev/null || true
 count() { taskset -c "$1" nproc; }
 JITTER_CPUS=${SEED_JITTER_CPUS:-}
@@ -52,8 +54,7 @@ if [[ -n $JITTER_CPUS ]]; then
 fi
 
 {
-    echo "# benches/scaling/seed.sh: $(date -u +%FT%TZ), commit $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?')"
-    echo "# machine: $NCPU cores, $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), kernel $(uname -r)"
+    run_header seed.sh
     echo "# $W workers on $SERVER_CPUS; ingest generator on $INGEST_CPUS, poll generator on $POLL_CPUS"
     echo "# polls: $POLL_RATE/s open-loop over $POLL_CONNS connections, $KEYS keys; ingest: batches of $BATCH x $BODY B, open-loop"
     echo "# ${DUR}s measured after ${WARMUP}s warm-up (the ingest runs 1 s longer on each side); reps $REPS"
@@ -67,7 +68,7 @@ for rep in $(seq 1 "$REPS"); do
         taskset -c "$SERVER_CPUS" "$BIN" serve --config "$CFG" --listen "127.0.0.1:$port" --workers "$W" \
             >"$base.server.log" 2>&1 &
         srv=$!
-        for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
+        wait_ready "$port"
         ing=""
         if ((rate > 0)); then
             taskset -c "$INGEST_CPUS" "$BIN" load --url "http://127.0.0.1:$port" -t "$(count "$INGEST_CPUS")" \
@@ -81,11 +82,11 @@ for rep in $(seq 1 "$REPS"); do
             taskset -c "$j" "$JITTER" "$((DUR + WARMUP))" "$j" >"$base.jitter$j" &
             jit+=($!)
         done
-        c0=$(awk '{print $14 + $15}' "/proc/$srv/stat")
+        c0=$(cpu_ticks "$srv")
         taskset -c "$POLL_CPUS" "$BIN" load --url "http://127.0.0.1:$port" -t "$(count "$POLL_CPUS")" \
             --mix poll:100 --keys "$KEYS" --preseed -c "$POLL_CONNS" -R "$POLL_RATE" \
             -d "${DUR}s" --warmup "${WARMUP}s" -q --json "$base.poll.json" >"$base.poll.txt" 2>&1 || true
-        c1=$(awk '{print $14 + $15}' "/proc/$srv/stat")
+        c1=$(cpu_ticks "$srv")
         [[ -z $ing ]] || wait "$ing" || true
         for j in "${jit[@]}"; do wait "$j" || true; done
         # The server's own view (request durations, epoch work) beside the client's.
