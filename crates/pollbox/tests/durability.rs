@@ -36,7 +36,7 @@ fn write_config(dir: &Path, interval_s: u64) -> PathBuf {
 }
 
 /// Start `pollbox serve --config cfg`.
-fn spawn(cfg: &Path) -> (Child, SocketAddr) {
+fn spawn(cfg: &Path) -> (common::Server, SocketAddr) {
     let (child, addr, _) = common::serve(
         ["serve".as_ref(), "--config".as_ref(), cfg.as_os_str()],
         &[],

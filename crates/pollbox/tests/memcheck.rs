@@ -54,7 +54,7 @@ fn verdict_is_clean_after_a_minute_of_mixed_load() {
 }
 
 /// Start `pollbox serve` with `config` (TOML) and return it with its URL.
-fn serve_with(config: &str) -> (std::process::Child, String) {
+fn serve_with(config: &str) -> (common::Server, String) {
     let dir = std::env::temp_dir().join(format!("pollbox-memcheck-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("ttl.toml");

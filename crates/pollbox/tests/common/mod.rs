@@ -3,14 +3,42 @@
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
+use std::ops::{Deref, DerefMut};
 use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
+
+/// A started server: the child process, killed and reaped when this is
+/// dropped unless it has already exited, so a test that fails (panics) part
+/// way does not leave a server running behind it.
+pub struct Server(Child);
+
+impl Deref for Server {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl DerefMut for Server {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
 
 /// Start `pollbox` with `args` (e.g. `serve --config FILE`) and `envs`, and read
 /// the address from its start-up line. Stderr keeps being read (the server must
 /// never block on it); the handle gives its remaining lines once it closes.
 #[allow(dead_code)] // each test binary uses what it needs
-pub fn serve<I, S>(args: I, envs: &[(&str, &str)]) -> (Child, SocketAddr, JoinHandle<Vec<String>>)
+pub fn serve<I, S>(args: I, envs: &[(&str, &str)]) -> (Server, SocketAddr, JoinHandle<Vec<String>>)
 where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
@@ -33,5 +61,5 @@ where
         .parse()
         .unwrap();
     let said = std::thread::spawn(move || lines.map_while(Result::ok).collect());
-    (child, addr, said)
+    (Server(child), addr, said)
 }
