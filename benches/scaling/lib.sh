@@ -7,6 +7,25 @@ pinned_config() {
     grep -q '^pin_workers = true' "$1" || { echo "scaling: could not turn pin_workers on" >&2; exit 1; }
 }
 
+# The server's set-up, for both scripts: BIN (the binary $2, else a release
+# build, skipped when $3 is set), HZ (clock ticks per second), CFG (the pinned
+# config, written into the directory $1), and a raised open-files limit.
+prepare_server() {
+    local prebuilt=${2:-}
+    if [[ -z $prebuilt ]]; then
+        [[ -n ${3:-} ]] || (cd "$ROOT" && cargo build --release -q -p pollbox)
+        prebuilt=$ROOT/target/release/pollbox
+    fi
+    # shellcheck disable=SC2034 # used by the scripts that source this
+    {
+        BIN=$prebuilt
+        HZ=$(getconf CLK_TCK)
+        CFG=$1/pollbox.toml
+    }
+    pinned_config "$CFG"
+    ulimit -n 65536 2>/dev/null || true
+}
+
 # Wait (up to 5 s) until something accepts on 127.0.0.1:$1.
 wait_ready() {
     local port=$1

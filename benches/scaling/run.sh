@@ -39,15 +39,7 @@ TESTS=${SCALE_TESTS:-poll-hot poll-uniform batch-512 batch-8k}
 OUTDIR=${SCALE_OUT:-$(mktemp -d /tmp/pollbox-scaling.XXXXXX)}
 mkdir -p "$OUTDIR"
 LOAD_THREADS=$(taskset -c "$LOAD_CPUS" nproc)
-if [[ -z ${SCALE_POLLBOX:-} ]]; then
-    [[ -n ${SCALE_SKIP_BUILD:-} ]] || (cd "$ROOT" && cargo build --release -q -p pollbox)
-    SCALE_POLLBOX=$ROOT/target/release/pollbox
-fi
-BIN=$SCALE_POLLBOX
-HZ=$(getconf CLK_TCK)
-CFG=$OUTDIR/pollbox.toml
-pinned_config "$CFG"
-ulimit -n 65536 2>/dev/null || true
+prepare_server "$OUTDIR" "${SCALE_POLLBOX:-}" "${SCALE_SKIP_BUILD:-}"
 read -r -a SCPUS <<<"$SERVER_CPUS"
 
 # The load generator's arguments for each test.

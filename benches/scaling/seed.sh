@@ -37,15 +37,7 @@ WARMUP=${SEED_WARMUP:-2}
 REPS=${SEED_REPS:-3}
 OUTDIR=${SEED_OUT:-$(mktemp -d /tmp/pollbox-seed.XXXXXX)}
 mkdir -p "$OUTDIR"
-if [[ -z ${SEED_POLLBOX:-} ]]; then
-    (cd "$ROOT" && cargo build --release -q -p pollbox)
-    SEED_POLLBOX=$ROOT/target/release/pollbox
-fi
-BIN=$SEED_POLLBOX
-HZ=$(getconf CLK_TCK)
-CFG=$OUTDIR/pollbox.toml
-pinned_config "$CFG"
-ulimit -n 65536 2>/dev/null || true
+prepare_server "$OUTDIR" "${SEED_POLLBOX:-}"
 count() { taskset -c "$1" nproc; }
 JITTER_CPUS=${SEED_JITTER_CPUS:-}
 if [[ -n $JITTER_CPUS ]]; then
