@@ -37,6 +37,20 @@ wait_ready() {
     return 1
 }
 
+# Start the server on cores $1 (a taskset list), port $2, $3 workers, its
+# output to $4, and wait until it accepts; its pid is left in SRV.
+start_server() {
+    taskset -c "$1" "$BIN" serve --config "$CFG" --listen "127.0.0.1:$2" --workers "$3" >"$4" 2>&1 &
+    SRV=$!
+    wait_ready "$2"
+}
+
+# Stop the server start_server started (SIGINT: a clean shutdown).
+stop_server() {
+    kill -INT "$SRV"
+    wait "$SRV" || true
+}
+
 # utime + stime of process $1, all threads, in clock ticks.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 

@@ -67,15 +67,12 @@ for rep in $(seq 1 "$REPS"); do
         ((w <= ${#SCPUS[@]})) || { echo "run.sh: $w workers but only ${#SCPUS[@]} server cores" >&2; exit 1; }
         cores=$(tr ' ' , <<<"${SCPUS[*]:0:$w}")
         port=$((port + 1))
-        taskset -c "$cores" "$BIN" serve --config "$CFG" --listen "127.0.0.1:$port" --workers "$w" \
-            >"$OUTDIR/server-w$w-r$rep.log" 2>&1 &
-        srv=$!
-        wait_ready "$port"
+        start_server "$cores" "$port" "$w" "$OUTDIR/server-w$w-r$rep.log"
         for t in $TESTS; do
             base=$OUTDIR/$t-w$w-r$rep
             # shellcheck disable=SC2046 # load_args is a word list on purpose.
             set -- $(load_args "$t")
-            c0=$(cpu_ticks "$srv")
+            c0=$(cpu_ticks "$SRV")
             s0=$(date +%s.%N)
             python3 - "$base" taskset -c "$LOAD_CPUS" "$BIN" load --url "http://127.0.0.1:$port" \
                 -t "$LOAD_THREADS" -d "${DUR}s" --warmup "${WARMUP}s" -q --json "$base.json" "$@" <<'PY'
@@ -87,7 +84,7 @@ r = resource.getrusage(resource.RUSAGE_CHILDREN)
 open(base + ".rusage", "w").write(f"{r.ru_utime} {r.ru_stime} {rc}\n")
 PY
             s1=$(date +%s.%N)
-            c1=$(cpu_ticks "$srv")
+            c1=$(cpu_ticks "$SRV")
             python3 - "$base" "$t" "$w" "$rep" "$((c1 - c0))" "$HZ" "$s0" "$s1" <<'PY'
 import json, sys
 base, test, w, rep, ticks, hz, s0, s1 = sys.argv[1:]
@@ -104,8 +101,7 @@ print(f"{test:12s} w{int(w):<2d} rep {rep}  {rps:12.0f} req/s  {mps:12.0f} msg/s
       f"errors {err} rc {rc}")
 PY
         done
-        kill -INT "$srv"
-        wait "$srv" || true
+        stop_server
     done
 done | tee "$OUTDIR/lines.txt"
 

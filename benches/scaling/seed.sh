@@ -57,10 +57,7 @@ for rep in $(seq 1 "$REPS"); do
     for rate in $RATES; do
         port=$((port + 1))
         base=$OUTDIR/ingest$rate-r$rep
-        taskset -c "$SERVER_CPUS" "$BIN" serve --config "$CFG" --listen "127.0.0.1:$port" --workers "$W" \
-            >"$base.server.log" 2>&1 &
-        srv=$!
-        wait_ready "$port"
+        start_server "$SERVER_CPUS" "$port" "$W" "$base.server.log"
         ing=""
         if ((rate > 0)); then
             taskset -c "$INGEST_CPUS" "$BIN" load --url "http://127.0.0.1:$port" -t "$(count "$INGEST_CPUS")" \
@@ -74,18 +71,17 @@ for rep in $(seq 1 "$REPS"); do
             taskset -c "$j" "$JITTER" "$((DUR + WARMUP))" "$j" >"$base.jitter$j" &
             jit+=($!)
         done
-        c0=$(cpu_ticks "$srv")
+        c0=$(cpu_ticks "$SRV")
         taskset -c "$POLL_CPUS" "$BIN" load --url "http://127.0.0.1:$port" -t "$(count "$POLL_CPUS")" \
             --mix poll:100 --keys "$KEYS" --preseed -c "$POLL_CONNS" -R "$POLL_RATE" \
             -d "${DUR}s" --warmup "${WARMUP}s" -q --json "$base.poll.json" >"$base.poll.txt" 2>&1 || true
-        c1=$(cpu_ticks "$srv")
+        c1=$(cpu_ticks "$SRV")
         [[ -z $ing ]] || wait "$ing" || true
         for j in "${jit[@]}"; do wait "$j" || true; done
         # The server's own view (request durations, epoch work) beside the client's.
         python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' \
             "http://127.0.0.1:$port/metrics" >"$base.metrics" 2>/dev/null || true
-        kill -INT "$srv"
-        wait "$srv" || true
+        stop_server
         python3 - "$base" "$rate" "$rep" "$((c1 - c0))" "$HZ" "$((DUR + WARMUP))" <<'PY'
 import json, sys
 base, rate, rep, ticks, hz, span = sys.argv[1:]
