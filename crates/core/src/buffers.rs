@@ -22,6 +22,12 @@ const APPEND_LIMIT: usize = 64 * 1024;
 pub const READ_BUF: usize = 16 * 1024;
 /// Most idle read buffers a worker keeps.
 const READ_POOL_MAX: usize = 256;
+/// Idle read buffers that grew past [`READ_BUF`] (large bodies, batches) are
+/// kept up to this many bytes per worker, so that a connection sending one
+/// batch after another does not allocate, zero and copy a large buffer for
+/// each (the growth path cost ~330 instructions per 512-byte message of a
+/// 100-message batch: BENCHMARKS §20).
+const GROWN_POOL_BYTES: usize = 4 * 1024 * 1024;
 /// Most idle send buffers a worker keeps (with [`MAX_POOLED`]: at most 16 MiB
 /// idle per worker, usually 256 × 16 KiB).
 const SEND_POOL_MAX: usize = 256;
@@ -67,9 +73,12 @@ impl BufferPool {
     }
 }
 
-/// Idle read buffers, each [`READ_BUF`] long (zero-filled once, reused as is).
+/// Idle read buffers, each [`READ_BUF`] long (zero-filled once, reused as is),
+/// and a few that grew larger ([`GROWN_POOL_BYTES`]).
 pub struct ReadPool {
     free: Vec<Vec<u8>>,
+    grown: Vec<Vec<u8>>,
+    grown_bytes: usize,
 }
 
 impl ReadPool {
@@ -77,15 +86,37 @@ impl ReadPool {
         self.free.pop().unwrap_or_else(|| vec![0; READ_BUF])
     }
 
-    /// Keep `b` if it is a standard buffer and the pool has room.
+    /// Keep `b` if it is a standard buffer, or a grown one, and the pool has
+    /// room.
     pub fn put(&mut self, b: Vec<u8>) {
-        if b.len() == READ_BUF && self.free.len() < READ_POOL_MAX {
-            self.free.push(b);
+        if b.len() == READ_BUF {
+            if self.free.len() < READ_POOL_MAX {
+                self.free.push(b);
+            }
+        } else if b.len() > READ_BUF && self.grown_bytes + b.len() <= GROWN_POOL_BYTES {
+            self.grown_bytes += b.len();
+            self.grown.push(b);
         }
     }
 
+    /// The largest idle grown buffer at least `min` long and at most four
+    /// times that (so that a small growth does not take a buffer far larger
+    /// than it needs out of the budget), and at most `limit`.
+    fn take_grown(&mut self, min: usize, limit: usize) -> Option<Vec<u8>> {
+        let max = min.saturating_mul(4).min(limit);
+        let (at, _) = self
+            .grown
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| (min..=max).contains(&b.len()))
+            .max_by_key(|(_, b)| b.len())?;
+        let b = self.grown.swap_remove(at);
+        self.grown_bytes -= b.len();
+        Some(b)
+    }
+
     pub fn pooled_bytes(&self) -> usize {
-        self.free.len() * READ_BUF
+        self.free.len() * READ_BUF + self.grown_bytes
     }
 }
 
@@ -120,6 +151,8 @@ impl Buffers {
             send: BufferPool::new(SEND_POOL_MAX),
             read: ReadPool {
                 free: Vec::with_capacity(READ_POOL_MAX),
+                grown: Vec::new(),
+                grown_bytes: 0,
             },
             read_held: 0,
             budget,
@@ -143,6 +176,36 @@ impl Buffers {
             return false;
         }
         self.read_held += extra;
+        true
+    }
+
+    /// Make the read buffer `buf`, whose first `filled` bytes are in use, at
+    /// least `new_len` long: an idle grown buffer when the pool has one of
+    /// about that size and at most `limit` long (the bytes in use copied
+    /// over, `buf`'s buffer pooled), else `buf` resized. False, and `buf`
+    /// unchanged, when the growth is over the budget ([`Buffers::grow_read`]).
+    pub fn grow_read_buf(
+        &mut self,
+        buf: &mut Vec<u8>,
+        filled: usize,
+        new_len: usize,
+        limit: usize,
+    ) -> bool {
+        let filled = filled.min(buf.len());
+        if let Some(mut bigger) = self.read.take_grown(new_len, limit) {
+            if self.grow_read(bigger.len().saturating_sub(buf.len())) {
+                bigger[..filled].copy_from_slice(&buf[..filled]);
+                // Counted as held already: `bigger` took its place.
+                let old = std::mem::replace(buf, bigger);
+                self.read.put(old);
+                return true;
+            }
+            self.read.put(bigger);
+        }
+        if !self.grow_read(new_len.saturating_sub(buf.len())) {
+            return false;
+        }
+        buf.resize(new_len, 0);
         true
     }
 
@@ -358,8 +421,68 @@ mod tests {
         b.put_read(r);
         b.hold_read(READ_BUF * 2);
         b.put_read(vec![0; READ_BUF * 2]);
-        assert_eq!(b.read.pooled_bytes(), READ_BUF);
+        assert_eq!(b.read.pooled_bytes(), READ_BUF + READ_BUF * 2);
         assert_eq!(b.read_held(), 0);
+        // Odd sizes below the standard one (a parked request's copy) are not kept.
+        b.hold_read(100);
+        b.put_read(vec![0; 100]);
+        assert_eq!(b.read.pooled_bytes(), READ_BUF + READ_BUF * 2);
+    }
+
+    #[test]
+    fn grown_read_buffers_are_reused_with_their_bytes_and_counted() {
+        let mut b = Buffers::new(64 * READ_BUF);
+        let mut r = b.take_read().unwrap();
+        r[..5].copy_from_slice(b"hello");
+        assert!(b.grow_read_buf(&mut r, 5, 2 * READ_BUF, usize::MAX));
+        assert_eq!(r.len(), 2 * READ_BUF);
+        assert!(b.grow_read_buf(&mut r, 5, 4 * READ_BUF, usize::MAX));
+        assert_eq!(&r[..5], b"hello");
+        assert_eq!(b.read_held(), 4 * READ_BUF);
+        b.put_read(r);
+        assert_eq!(b.read_held(), 0);
+        assert_eq!(b.read.pooled_bytes(), 4 * READ_BUF);
+
+        // The next connection that grows takes the pooled one, bytes kept, and
+        // its standard buffer goes back to the pool.
+        let mut r = b.take_read().unwrap();
+        assert_eq!(b.read.pooled_bytes(), 4 * READ_BUF);
+        r[..3].copy_from_slice(b"abc");
+        assert!(b.grow_read_buf(&mut r, 3, 2 * READ_BUF, usize::MAX));
+        assert_eq!(r.len(), 4 * READ_BUF, "the pooled grown buffer");
+        assert_eq!(&r[..3], b"abc");
+        assert_eq!(b.read_held(), 4 * READ_BUF);
+        assert_eq!(b.read.pooled_bytes(), READ_BUF);
+
+        // A pooled buffer far larger than the growth needs is left alone.
+        b.put_read(r);
+        let mut r = b.take_read().unwrap();
+        b.hold_read(40 * READ_BUF);
+        b.put_read(vec![0; 40 * READ_BUF]);
+        assert!(b.grow_read_buf(&mut r, 0, 2 * READ_BUF, 3 * READ_BUF));
+        assert_eq!(r.len(), 2 * READ_BUF, "none within the limit");
+        b.put_read(r);
+        let mut r = b.take_read().unwrap();
+        assert!(b.grow_read_buf(&mut r, 0, 2 * READ_BUF, usize::MAX));
+        assert_eq!(r.len(), 4 * READ_BUF);
+        let mut s = b.take_read().unwrap();
+        assert!(b.grow_read_buf(&mut s, 0, 2 * READ_BUF, usize::MAX));
+        assert_eq!(s.len(), 2 * READ_BUF, "not the 40x one");
+
+        // Over the budget: refused, the buffer unchanged.
+        let mut t = b.take_read().unwrap();
+        assert!(!b.grow_read_buf(&mut t, 0, 60 * READ_BUF, usize::MAX));
+        assert_eq!(t.len(), READ_BUF);
+    }
+
+    #[test]
+    fn the_grown_pool_is_bounded() {
+        let mut b = Buffers::default();
+        for _ in 0..10 {
+            b.hold_read(GROWN_POOL_BYTES / 4);
+            b.put_read(vec![0; GROWN_POOL_BYTES / 4]);
+        }
+        assert_eq!(b.read.pooled_bytes(), GROWN_POOL_BYTES);
     }
 
     #[test]

@@ -637,10 +637,9 @@ impl Connection {
             return Room::TooLarge;
         }
         let new_len = (len * 2).max(crate::buffers::READ_BUF).min(max);
-        if !buffers.grow_read(new_len - len) {
+        if !buffers.grow_read_buf(&mut self.rbuf, self.rend, new_len, max) {
             return Room::OverBudget;
         }
-        self.rbuf.resize(new_len, 0);
         Room::Made
     }
 
