@@ -197,6 +197,10 @@ fn value_len(value: FieldView<'_>) -> usize {
 
 /// What [`write_json_str`] appends for `s`, in bytes.
 fn json_str_len(s: &str) -> usize {
+    // Most strings (keys, names) need no escape: one pass that finds none.
+    if !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        return 2 + s.len();
+    }
     let escaped: usize = s
         .bytes()
         .map(|b| match ESCAPE[b as usize] {
