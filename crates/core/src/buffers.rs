@@ -169,6 +169,24 @@ impl Buffers {
         Some(self.read.take())
     }
 
+    /// A read buffer of about `want` bytes: an idle grown one when `want` is
+    /// over the standard size, the pool has one between `want` and four times
+    /// that (at most `limit`), and the budget allows it as it allows growth
+    /// ([`Buffers::grow_read`]); else a standard one ([`Buffers::take_read`]).
+    /// For a connection whose last request needed a grown buffer: the next
+    /// batch then starts in one instead of growing (and copying) again.
+    pub fn take_read_sized(&mut self, want: usize, limit: usize) -> Option<Vec<u8>> {
+        if want > READ_BUF {
+            if let Some(b) = self.read.take_grown(want, limit) {
+                if self.grow_read(b.len()) {
+                    return Some(b);
+                }
+                self.read.put(b);
+            }
+        }
+        self.take_read()
+    }
+
     /// Whether a read buffer may grow by `extra` bytes (and count them if so).
     pub fn grow_read(&mut self, extra: usize) -> bool {
         let limit = self.budget - self.budget / 8;
@@ -473,6 +491,32 @@ mod tests {
         let mut t = b.take_read().unwrap();
         assert!(!b.grow_read_buf(&mut t, 0, 60 * READ_BUF, usize::MAX));
         assert_eq!(t.len(), READ_BUF);
+    }
+
+    #[test]
+    fn a_sized_take_starts_in_a_grown_buffer_within_the_budget() {
+        let mut b = Buffers::new(16 * READ_BUF);
+        b.hold_read(4 * READ_BUF);
+        b.put_read(vec![0; 4 * READ_BUF]);
+        // Standard size asked: a standard buffer.
+        let r = b.take_read_sized(READ_BUF, usize::MAX).unwrap();
+        assert_eq!(r.len(), READ_BUF);
+        b.put_read(r);
+        // Over the limit: a standard one.
+        let r = b.take_read_sized(4 * READ_BUF, 2 * READ_BUF).unwrap();
+        assert_eq!(r.len(), READ_BUF);
+        b.put_read(r);
+        // The grown one, counted.
+        let r = b.take_read_sized(4 * READ_BUF, usize::MAX).unwrap();
+        assert_eq!(r.len(), 4 * READ_BUF);
+        assert_eq!(b.read_held(), 4 * READ_BUF);
+        // With the budget's growth share used up: a standard one, and the
+        // grown one stays pooled.
+        b.put_read(r);
+        b.hold_read(11 * READ_BUF);
+        let r = b.take_read_sized(4 * READ_BUF, usize::MAX).unwrap();
+        assert_eq!(r.len(), READ_BUF);
+        assert_eq!(b.read.pooled_bytes(), 4 * READ_BUF);
     }
 
     #[test]

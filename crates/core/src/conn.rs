@@ -109,6 +109,12 @@ pub struct Connection {
     rbuf: Vec<u8>,
     rstart: usize,
     rend: usize,
+    /// The most bytes `rbuf` has held since it was taken.
+    rbuf_high: usize,
+    /// The size of read buffer to take next: the last one's, when the last one
+    /// grew and was used past the standard size (batch after batch), else
+    /// [`crate::buffers::READ_BUF`].
+    rbuf_next: usize,
     sendq: SendQueue,
     /// When the connection times out (ms on the worker clock), by its state.
     deadline_ms: u64,
@@ -132,6 +138,8 @@ impl Connection {
             rbuf: Vec::new(),
             rstart: 0,
             rend: 0,
+            rbuf_high: 0,
+            rbuf_next: crate::buffers::READ_BUF,
             sendq: SendQueue::default(),
             deadline_ms: now_ms + l.idle_timeout_ms,
             head_started_ms: None,
@@ -172,7 +180,8 @@ impl Connection {
             return None;
         }
         if self.rbuf.is_empty() {
-            match cx.buffers.take_read() {
+            let limit = max_rbuf(cx.service);
+            match cx.buffers.take_read_sized(self.rbuf_next, limit) {
                 Some(b) => self.rbuf = b,
                 None => {
                     self.starved = true;
@@ -220,6 +229,7 @@ impl Connection {
             return;
         }
         self.rend += n;
+        self.rbuf_high = self.rbuf_high.max(self.rend);
         self.serve(cx);
     }
 
@@ -630,8 +640,7 @@ impl Connection {
             self.rstart = 0;
             return Room::Made;
         }
-        let l = &service.node().config.limits;
-        let max = l.max_header_bytes + l.max_body_bytes + READ_SLACK;
+        let max = max_rbuf(service);
         let len = self.rbuf.len();
         if len >= max {
             return Room::TooLarge;
@@ -648,6 +657,12 @@ impl Connection {
         self.rstart = 0;
         self.rend = 0;
         if !self.rbuf.is_empty() {
+            self.rbuf_next = if self.rbuf_high > crate::buffers::READ_BUF {
+                self.rbuf.len()
+            } else {
+                crate::buffers::READ_BUF
+            };
+            self.rbuf_high = 0;
             buffers.put_read(std::mem::take(&mut self.rbuf));
         }
     }
@@ -676,6 +691,12 @@ impl Connection {
             }
         };
     }
+}
+
+/// The largest read buffer a request may need.
+fn max_rbuf(service: &Service) -> usize {
+    let l = &service.node().config.limits;
+    l.max_header_bytes + l.max_body_bytes + READ_SLACK
 }
 
 /// What [`Connection::make_room`] could do.
