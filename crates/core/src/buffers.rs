@@ -177,14 +177,24 @@ impl Buffers {
     /// batch then starts in one instead of growing (and copying) again.
     pub fn take_read_sized(&mut self, want: usize, limit: usize) -> Option<Vec<u8>> {
         if want > READ_BUF {
-            if let Some(b) = self.read.take_grown(want, limit) {
-                if self.grow_read(b.len()) {
-                    return Some(b);
-                }
-                self.read.put(b);
+            if let Some(b) = self.take_grown_counted(want, limit, 0) {
+                return Some(b);
             }
         }
         self.take_read()
+    }
+
+    /// A pooled grown buffer between `min` and four times that (at most
+    /// `limit`), counted as held beyond the `counted` bytes of the buffer it
+    /// replaces, if the growth budget ([`Buffers::grow_read`]) allows it;
+    /// else it stays pooled.
+    fn take_grown_counted(&mut self, min: usize, limit: usize, counted: usize) -> Option<Vec<u8>> {
+        let b = self.read.take_grown(min, limit)?;
+        if self.grow_read(b.len().saturating_sub(counted)) {
+            return Some(b);
+        }
+        self.read.put(b);
+        None
     }
 
     /// Whether a read buffer may grow by `extra` bytes (and count them if so).
@@ -210,15 +220,12 @@ impl Buffers {
         limit: usize,
     ) -> bool {
         let filled = filled.min(buf.len());
-        if let Some(mut bigger) = self.read.take_grown(new_len, limit) {
-            if self.grow_read(bigger.len().saturating_sub(buf.len())) {
-                bigger[..filled].copy_from_slice(&buf[..filled]);
-                // Counted as held already: `bigger` took its place.
-                let old = std::mem::replace(buf, bigger);
-                self.read.put(old);
-                return true;
-            }
-            self.read.put(bigger);
+        if let Some(mut bigger) = self.take_grown_counted(new_len, limit, buf.len()) {
+            bigger[..filled].copy_from_slice(&buf[..filled]);
+            // Not subtracted from the held count: `bigger` took its place.
+            let old = std::mem::replace(buf, bigger);
+            self.read.put(old);
+            return true;
         }
         if !self.grow_read(new_len.saturating_sub(buf.len())) {
             return false;
