@@ -584,9 +584,23 @@ fn number_end(buf: &[u8], start: usize) -> Result<(usize, bool), Fail> {
         }
         _ => return Err((int_start, BAD_NUMBER)),
     }
+    let int_digits = i - int_start;
     match byte(buf, i) {
-        b'.' | b'e' | b'E' => number_rest(buf, start, i, i - int_start),
-        _ if i - int_start > 308 => number_rest(buf, start, i, i - int_start),
+        // A fraction without an exponent, the common case, is read here;
+        // [`number_rest`] takes exponents and the rare long integer part.
+        b'.' if int_digits <= 308 => {
+            let mut j = i + 1;
+            while digit(j) {
+                j += 1;
+            }
+            match byte(buf, j) {
+                _ if j == i + 1 => Err((j, BAD_NUMBER)),
+                b'e' | b'E' => number_rest(buf, start, i, int_digits),
+                _ => Ok((j, false)),
+            }
+        }
+        b'.' | b'e' | b'E' => number_rest(buf, start, i, int_digits),
+        _ if int_digits > 308 => number_rest(buf, start, i, int_digits),
         _ => Ok((i, true)),
     }
 }
