@@ -973,6 +973,40 @@ mod tests {
     }
 
     #[test]
+    fn members_after_a_comma_on_both_paths() {
+        // `,"name":` read in one chunk, and every way of leaving that path:
+        // a space, an escape, a non-ASCII byte, a name too long for the
+        // chunk, the end of the input inside the chunk.
+        for name in [
+            "a",
+            "tags",
+            "a_name_of_13c",
+            "a_name_of_14ch",
+            "a_long_name_of_many_bytes",
+        ] {
+            for sep in [",", ", ", ",\n"] {
+                for colon in [":", " :", ": "] {
+                    ok(&format!(r#"{{"x":1{sep}"{name}"{colon}2}}"#));
+                    ok(&format!(r#"[{{"x":[1]{sep}"{name}"{colon}{{}}}}]"#));
+                }
+            }
+        }
+        ok(r#"{"x":1,"\u0041":2}"#);
+        ok("{\"x\":1,\"\u{e9}t\u{e9}\":2}");
+        assert_eq!(bad(br#"{"x":1,"ab"2}"#), (11, "expected ':'"));
+        assert_eq!(bad(br#"{"x":1,"ab";2}"#), (11, "expected ':'"));
+        assert_eq!(bad(br#"{"x":1,"a\qb":2}"#), (9, BAD_ESCAPE));
+        assert_eq!(
+            bad(b"{\"x\":1,\"a\x01\":2}"),
+            (9, "control character in string")
+        );
+        assert_eq!(bad(br#"{"x":1,"ab":}"#), (12, UNEXPECTED));
+        assert_eq!(bad(br#"{"x":1,"ab":"#), (12, EOF));
+        assert_eq!(bad(br#"{"x":1,"ab""#), (11, EOF));
+        assert_eq!(bad(br#"{"x":1,1:2}"#), (7, "expected a string member name"));
+    }
+
+    #[test]
     fn stops16_marks_exactly_the_stops() {
         // Every byte value at every position, beside plain bytes and a later
         // quote: the masks are exactly the bytes a string scan must stop at.
