@@ -538,16 +538,15 @@ fn string_head(buf: &[u8], i: usize) -> Result<usize, usize> {
 /// same bytes and finds the error if there is one.
 #[inline(always)]
 fn comma_name(buf: &[u8], i: usize) -> Option<usize> {
-    let chunk = chunk16(buf, i)?;
-    if chunk[1] != b'"' {
-        return None;
-    }
-    let (stops, quotes, colons) = stops16(chunk);
+    let (stops, quotes, colons) = stops16(chunk16(buf, i)?);
+    // Byte 1 opens the name (tested on the mask, not by reading the byte
+    // again, which makes the compiler rebuild the vector from pieces).
+    let open = quotes & 2 != 0;
     // Bit `k` of these: byte `i + 2 + k`, the name's `k`-th byte.
     let (stops, quotes) = (stops >> 2, quotes >> 2);
     let first = stops & stops.wrapping_neg();
     // The first stop is the closing quote and the byte after it a colon.
-    if first & quotes & (colons >> 3) != 0 {
+    if open && first & quotes & (colons >> 3) != 0 {
         Some(i + 2 + first.trailing_zeros() as usize + 2)
     } else {
         None
