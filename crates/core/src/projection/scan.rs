@@ -267,6 +267,16 @@ impl<'b> Scanner<'b> {
                             return Err((i, "nesting too deep"));
                         }
                         let is_object = c == b'{';
+                        if is_object {
+                            if let Some(value) = member_head(buf, i) {
+                                // `{"name":` read whole: at the member's value.
+                                i = value;
+                                level += 1;
+                                kinds[level as usize & 127] = true;
+                                object = true;
+                                continue 'value;
+                            }
+                        }
                         let mut d = byte(buf, i + 1);
                         i += 1;
                         if d <= b' ' {
@@ -308,7 +318,7 @@ impl<'b> Scanner<'b> {
             loop {
                 match byte(buf, i) {
                     b',' if object => {
-                        if let Some(value) = comma_name(buf, i) {
+                        if let Some(value) = member_head(buf, i) {
                             i = value;
                             continue 'value;
                         }
@@ -531,13 +541,13 @@ fn string_head(buf: &[u8], i: usize) -> Result<usize, usize> {
     }
 }
 
-/// At a `,` in an object, the common case in one 16-byte read: when the
-/// bytes from `i` are `,"name":` with a plain name (no escape, control
-/// character or non-ASCII byte) and no space, the offset after the `:`.
-/// `None` sends the caller to the byte-by-byte path, which validates the
-/// same bytes and finds the error if there is one.
+/// At a `{`, or a `,` in an object, the common case in one 16-byte read:
+/// when the bytes from `i` are `{"name":` or `,"name":` with a plain name
+/// (no escape, control character or non-ASCII byte) and no space, the
+/// offset after the `:`. `None` sends the caller to the byte-by-byte path,
+/// which validates the same bytes and finds the error if there is one.
 #[inline(always)]
-fn comma_name(buf: &[u8], i: usize) -> Option<usize> {
+fn member_head(buf: &[u8], i: usize) -> Option<usize> {
     let (stops, quotes, colons) = stops16(chunk16(buf, i)?);
     // Byte 1 opens the name (tested on the mask, not by reading the byte
     // again, which makes the compiler rebuild the vector from pieces).
@@ -972,8 +982,8 @@ mod tests {
     }
 
     #[test]
-    fn members_after_a_comma_on_both_paths() {
-        // `,"name":` read in one chunk, and every way of leaving that path:
+    fn member_heads_on_both_paths() {
+        // `{"name":` and `,"name":` read in one chunk, and every way of leaving that path:
         // a space, an escape, a non-ASCII byte, a name too long for the
         // chunk, the end of the input inside the chunk.
         for name in [
@@ -990,6 +1000,23 @@ mod tests {
                 }
             }
         }
+        for name in [
+            "a",
+            "a_name_of_13c",
+            "a_name_of_14ch",
+            "a_long_name_of_many_bytes",
+        ] {
+            for open in ["{", "{ ", "[{"] {
+                for colon in [":", " :", ": "] {
+                    let close = if open == "[{" { "}]" } else { "}" };
+                    ok(&format!(r#"{open}"{name}"{colon}[]{close}"#));
+                }
+            }
+        }
+        ok(r#"{"\u0041":{"\u0041":2}}"#);
+        assert_eq!(bad(br#"{"ab"2}"#), (5, "expected ':'"));
+        assert_eq!(bad(br#"[{"ab":}]"#), (7, UNEXPECTED));
+        assert_eq!(bad(br#"[{"a\qb":2}]"#), (4, BAD_ESCAPE));
         ok(r#"{"x":1,"\u0041":2}"#);
         ok("{\"x\":1,\"\u{e9}t\u{e9}\":2}");
         assert_eq!(bad(br#"{"x":1,"ab"2}"#), (11, "expected ':'"));
