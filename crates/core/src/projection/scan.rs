@@ -305,7 +305,12 @@ impl<'b> Scanner<'b> {
                     b't' => i = literal_end(buf, i, b"true")?,
                     b'f' => i = literal_end(buf, i, b"false")?,
                     b'n' => i = literal_end(buf, i, b"null")?,
-                    b'-' | b'0'..=b'9' => i = number_end(buf, i)?.0,
+                    b'-' | b'0'..=b'9' => {
+                        i = match number_fast(buf, i) {
+                            Some(end) => end,
+                            None => number_end(buf, i)?.0,
+                        }
+                    }
                     b' ' | b'\t' | b'\n' | b'\r' => {
                         i = ws(buf, i);
                         continue 'value;
@@ -601,6 +606,45 @@ fn string_rest(buf: &[u8], open: usize, mut i: usize) -> Result<(usize, bool), F
             0x80..=0xFF => i = utf8(buf, i)?,
             _ => i += 1,
         }
+    }
+}
+
+/// At `-` or a digit: the offset after the number when it is a plain one
+/// (an integer, or with a fraction, of at most 308 integer digits and no
+/// exponent); `None` for anything else, valid or not, which [`number_end`]
+/// then reads. An `Option` stays in registers where `number_end`'s
+/// `Result` goes through memory.
+#[inline(always)]
+fn number_fast(buf: &[u8], start: usize) -> Option<usize> {
+    let digit = |i: usize| byte(buf, i).wrapping_sub(b'0') < 10;
+    let int_start = start + usize::from(byte(buf, start) == b'-');
+    let mut i = int_start + 1;
+    match byte(buf, int_start) {
+        b'0' => {}
+        b'1'..=b'9' => {
+            while digit(i) {
+                i += 1;
+            }
+        }
+        _ => return None,
+    }
+    match byte(buf, i) {
+        b'.' => {
+            let mut j = i + 1;
+            while digit(j) {
+                j += 1;
+            }
+            match byte(buf, j) {
+                _ if j == i + 1 => None,
+                b'e' | b'E' => None,
+                _ if i - int_start > 308 => None,
+                _ => Some(j),
+            }
+        }
+        // An exponent, or a digit after a leading zero.
+        b'e' | b'E' | b'0'..=b'9' => None,
+        _ if i - int_start > 308 => None,
+        _ => Some(i),
     }
 }
 
@@ -979,6 +1023,52 @@ mod tests {
         let objects = |n: usize| format!("{}1{}", r#"{"a":"#.repeat(n), "}".repeat(n));
         ok(&objects(MAX_DEPTH as usize));
         bad(objects(MAX_DEPTH as usize + 1).as_bytes());
+    }
+
+    #[test]
+    fn plain_numbers_fast_and_the_rest_on_the_full_path() {
+        // `number_fast` answers only where `number_end` accepts, and with the
+        // same end; what it leaves is left to `number_end`.
+        let plain = [
+            "0",
+            "7",
+            "12",
+            "-3",
+            "-0",
+            "1.5",
+            "-2.25",
+            "0.0",
+            "10.01",
+            "123456789012",
+        ];
+        let other = [
+            "1e5", "1E5", "1.5e3", "-0.5E-2", "01", "-01", "00", "-", "1.", "-.5", ".5", "1.e3",
+            "-a", "1.x",
+        ];
+        for (text, fast) in plain
+            .iter()
+            .map(|t| (t, true))
+            .chain(other.iter().map(|t| (t, false)))
+        {
+            for tail in ["", ",", "]", " ", "x"] {
+                let doc = format!("{text}{tail}");
+                let buf = doc.as_bytes();
+                let full = number_end(buf, 0).ok().map(|(end, _)| end);
+                let got = number_fast(buf, 0);
+                assert_eq!(got.is_some(), fast, "{doc:?}");
+                if let Some(end) = got {
+                    assert_eq!(Some(end), full, "{doc:?}");
+                    assert_eq!(end, text.len(), "{doc:?}");
+                }
+            }
+        }
+        let long = "9".repeat(309);
+        assert_eq!(number_fast(long.as_bytes(), 0), None);
+        assert_eq!(number_fast(format!("{long}.5").as_bytes(), 0), None);
+        let most = "9".repeat(308);
+        assert_eq!(number_fast(most.as_bytes(), 0), Some(308));
+        bad(format!("[{long}0{long}]").as_bytes());
+        ok(&format!("[{most},{most}.5,-{most}]"));
     }
 
     #[test]
