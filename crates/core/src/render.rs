@@ -173,16 +173,41 @@ pub fn rendered_field_len(field: &FieldPlan, value: FieldView<'_>) -> usize {
     if value == FieldView::Unset {
         return 0;
     }
-    1 + json_str_len(&field.name) + 1 + value_len(value)
+    field_head_len(field) + value_len(value)
 }
 
-/// Decimal digits of `v`.
+/// What `,` name `:` of a set field adds to [`rendered_len`] (the same for
+/// every payload: the box table works it out once per field).
+pub(crate) fn field_head_len(field: &FieldPlan) -> usize {
+    1 + json_str_len(&field.name) + 1
+}
+
+/// Decimal digits of `v`: the number of bits gives the digits to within
+/// one (`bits * 1233 / 4096` is `bits * log10(2)` rounded down), and one
+/// comparison with a power of ten settles it.
 #[inline]
 fn dec_len(v: u64) -> usize {
-    v.checked_ilog10().map_or(1, |d| d as usize + 1)
+    /// `POW10[t]` is the least number with `t + 1` digits (0 for `t` = 0).
+    const POW10: [u64; 20] = {
+        let mut t = [0u64; 20];
+        let mut i = 1;
+        let mut p = 10u64;
+        while i < 20 {
+            t[i] = p;
+            p = p.wrapping_mul(10);
+            i += 1;
+        }
+        t
+    };
+    let bits = u64::BITS - (v | 1).leading_zeros();
+    let t = ((bits * 1233) >> 12) as usize;
+    // `bits` is 1..=64, so `t` is 0..=19 (`min` only spares a bounds check).
+    t + usize::from(v >= POW10[t.min(19)])
 }
 
-fn value_len(value: FieldView<'_>) -> usize {
+/// What a set field's value adds to [`rendered_len`].
+#[inline(always)]
+pub(crate) fn value_len(value: FieldView<'_>) -> usize {
     match value {
         FieldView::Unset => 4,
         FieldView::I64(v) => usize::from(v < 0) + dec_len(v.unsigned_abs()),
@@ -196,11 +221,60 @@ fn value_len(value: FieldView<'_>) -> usize {
 }
 
 /// What [`write_json_str`] appends for `s`, in bytes.
+#[inline]
 fn json_str_len(s: &str) -> usize {
     // Most strings (keys, names) need no escape: one pass that finds none.
-    if !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+    if !needs_escape(s.as_bytes()) {
         return 2 + s.len();
     }
+    escaped_json_str_len(s)
+}
+
+/// Whether any byte of `b` is escaped in a JSON string (below 0x20, `"`,
+/// `\`), looked for eight bytes at a time: in words read from `b` (the last
+/// one overlapping the one before; for fewer than eight bytes, made of two
+/// overlapping halves, or quarters).
+#[inline]
+fn needs_escape(b: &[u8]) -> bool {
+    let n = b.len();
+    if n >= 8 {
+        let (words, _) = b.as_chunks::<8>();
+        let last = b.last_chunk::<8>().map_or(0, |w| u64::from_le_bytes(*w));
+        return words
+            .iter()
+            .any(|w| word_needs_escape(u64::from_le_bytes(*w)))
+            || word_needs_escape(last);
+    }
+    let w = if n >= 4 {
+        let lo = b.first_chunk::<4>().map_or(0, |c| u32::from_le_bytes(*c));
+        let hi = b.last_chunk::<4>().map_or(0, |c| u32::from_le_bytes(*c));
+        u64::from(lo) | u64::from(hi) << 32
+    } else if n >= 2 {
+        let lo = b.first_chunk::<2>().map_or(0, |c| u16::from_le_bytes(*c));
+        let hi = b.last_chunk::<2>().map_or(0, |c| u16::from_le_bytes(*c));
+        (u64::from(lo) | u64::from(hi) << 16) * 0x0000_0001_0000_0001
+    } else if let Some(&c) = b.first() {
+        u64::from(c) * ONES
+    } else {
+        return false;
+    };
+    word_needs_escape(w)
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+
+/// Whether a byte of `w` is below 0x20, `"` or `\` (the classic
+/// has-a-byte-less-than test, exact as a yes or no).
+#[inline(always)]
+fn word_needs_escape(w: u64) -> bool {
+    let quote = w ^ (ONES * u64::from(b'"'));
+    let backslash = w ^ (ONES * u64::from(b'\\'));
+    let below = |x: u64, n: u64| x.wrapping_sub(ONES * n) & !x;
+    (below(w, 0x20) | below(quote, 1) | below(backslash, 1)) & (ONES * 0x80) != 0
+}
+
+/// [`json_str_len`] of a string with something to escape.
+fn escaped_json_str_len(s: &str) -> usize {
     let escaped: usize = s
         .bytes()
         .map(|b| match ESCAPE[b as usize] {
@@ -484,6 +558,18 @@ mod tests {
     }
 
     proptest::proptest! {
+        #[test]
+        fn json_str_len_is_the_written_length(
+            s in proptest::prelude::any::<String>(),
+            b in proptest::collection::vec(0u8..0x80, 0..40),
+        ) {
+            for s in [s.as_str(), std::str::from_utf8(&b).expect("ASCII")] {
+                let mut out = Vec::new();
+                write_json_str(s, &mut out);
+                proptest::prop_assert_eq!(json_str_len(s), out.len());
+            }
+        }
+
         /// Lazy rendering sizes records by `rendered_len`: it must be exact.
         #[test]
         fn rendered_len_is_the_rendered_length(
@@ -499,6 +585,43 @@ mod tests {
             render_payload(&plan, &key, version, &state, &mut out);
             let len = rendered_len(&plan, &key, version, state.iter().map(FieldState::view));
             proptest::prop_assert_eq!(len, out.len());
+        }
+    }
+
+    #[test]
+    fn needs_escape_finds_every_escaped_byte_at_every_place() {
+        let slow = |b: &[u8]| b.iter().any(|&c| c < 0x20 || c == b'"' || c == b'\\');
+        for n in 0..=20 {
+            for fill in [b'a', 0x20, 0x21, 0x23, 0x5b, 0x5d, 0x7f, 0x80, 0xff] {
+                let base = vec![fill; n];
+                assert_eq!(needs_escape(&base), slow(&base), "{base:?}");
+                for at in 0..n {
+                    for c in (0u8..=0xff).filter(|c| !c.is_ascii_alphanumeric()) {
+                        let mut b = base.clone();
+                        b[at] = c;
+                        assert_eq!(needs_escape(&b), slow(&b), "{b:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn dec_len_is_the_digit_count_around_every_power_of_two_and_ten() {
+        let mut edges = vec![0u64, u64::MAX];
+        for s in 0..64 {
+            edges.extend([(1u64 << s) - 1, 1 << s, (1 << s) + 1]);
+        }
+        let mut p = 1u64;
+        while let Some(next) = p.checked_mul(10) {
+            edges.extend([p - 1, p, p + 1, next - 1]);
+            p = next;
+        }
+        edges.extend([p - 1, p, p + 1]);
+        for v in edges {
+            assert_eq!(dec_len(v), v.to_string().len(), "{v}");
+            let i = v as i64;
+            assert_eq!(value_len(FieldView::I64(i)), i.to_string().len(), "{i}");
         }
     }
 

@@ -498,6 +498,8 @@ impl Drop for Shard {
 /// Every box, shared by all workers (`Arc<BoxTable>`).
 pub struct BoxTable {
     plan: Arc<Plan>,
+    /// [`reduce::name_lens`] of the plan.
+    name_lens: Box<[usize]>,
     hasher: KeyHasher,
     shards: Box<[Shard]>,
     /// Boxes created; never above `plan.max_boxes` (reserved under the shard
@@ -690,6 +692,7 @@ fn chunk_bytes() -> usize {
 impl BoxTable {
     pub fn new(plan: Arc<Plan>) -> BoxTable {
         BoxTable {
+            name_lens: reduce::name_lens(&plan),
             plan,
             hasher: KeyHasher::default(),
             shards: (0..SHARDS).map(|_| Shard::new()).collect(),
@@ -1288,6 +1291,7 @@ impl BoxTable {
     ) -> Result<(u64, usize), MessageError> {
         next_record(
             &self.plan,
+            &self.name_lens,
             key,
             record::state(image),
             record::version(image),
@@ -1370,8 +1374,17 @@ impl BoxTable {
                     image,
                 } = scratch;
                 self.reserve_image(image);
-                let (version, len) =
-                    next_record(&self.plan, key, &[], floor, values, state, payload, render)?;
+                let (version, len) = next_record(
+                    &self.plan,
+                    &self.name_lens,
+                    key,
+                    &[],
+                    floor,
+                    values,
+                    state,
+                    payload,
+                    render,
+                )?;
                 let next = Payload::of(render, payload, len);
                 Ok::<_, MessageError>((version, len, new_words(image, version, key, state, next)))
             })
