@@ -133,12 +133,18 @@ pub fn render_field(field: &FieldPlan, value: FieldView<'_>, out: &mut Vec<u8>) 
     if value == FieldView::Unset {
         return;
     }
+    write_field_head(field, out);
+    write_value(value, out);
+}
+
+/// The part of [`render_field`] before the value: `,` name `:` (the same in
+/// every payload: the box table renders it once per field).
+pub(crate) fn write_field_head(field: &FieldPlan, out: &mut Vec<u8>) {
     out.extend_from_slice(b",");
     // Field names are validated as [A-Za-z0-9_-] by the config, but the
     // renderer does not rely on that for the output to be valid JSON.
     write_json_str(&field.name, out);
     out.push(b':');
-    write_value(value, out);
 }
 
 /// The length of what [`render_fields`] would append, computed without
@@ -286,7 +292,9 @@ fn escaped_json_str_len(s: &str) -> usize {
     2 + s.len() + escaped
 }
 
-fn write_value(value: FieldView<'_>, out: &mut Vec<u8>) {
+/// A set field's value, as [`render_field`] writes it.
+#[inline]
+pub(crate) fn write_value(value: FieldView<'_>, out: &mut Vec<u8>) {
     match value {
         FieldView::Unset => out.extend_from_slice(b"null"),
         FieldView::I64(v) => out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes()),

@@ -498,8 +498,8 @@ impl Drop for Shard {
 /// Every box, shared by all workers (`Arc<BoxTable>`).
 pub struct BoxTable {
     plan: Arc<Plan>,
-    /// [`reduce::name_lens`] of the plan.
-    name_lens: Box<[usize]>,
+    /// [`reduce::field_heads`] of the plan.
+    heads: Box<[Box<[u8]>]>,
     hasher: KeyHasher,
     shards: Box<[Shard]>,
     /// Boxes created; never above `plan.max_boxes` (reserved under the shard
@@ -692,7 +692,7 @@ fn chunk_bytes() -> usize {
 impl BoxTable {
     pub fn new(plan: Arc<Plan>) -> BoxTable {
         BoxTable {
-            name_lens: reduce::name_lens(&plan),
+            heads: reduce::field_heads(&plan),
             plan,
             hasher: KeyHasher::default(),
             shards: (0..SHARDS).map(|_| Shard::new()).collect(),
@@ -1291,7 +1291,7 @@ impl BoxTable {
     ) -> Result<(u64, usize), MessageError> {
         next_record(
             &self.plan,
-            &self.name_lens,
+            &self.heads,
             key,
             record::state(image),
             record::version(image),
@@ -1376,7 +1376,7 @@ impl BoxTable {
                 self.reserve_image(image);
                 let (version, len) = next_record(
                     &self.plan,
-                    &self.name_lens,
+                    &self.heads,
                     key,
                     &[],
                     floor,

@@ -8,17 +8,18 @@ use super::codec;
 use crate::config::{FieldType, Reduce};
 use crate::plan::{FieldPlan, MessageError, Plan, Value};
 use crate::render::{
-    field_head_len, render_field, render_head, rendered_head_len, value_len, FieldView,
+    field_head_len, render_head, rendered_head_len, value_len, write_field_head, write_value,
+    FieldView,
 };
 
 /// Compute the next state of a box from its current state (empty for a new
 /// box) into `st`, and, when `render`, its payload into `payload` (else only
 /// the payload's length is computed: lazy rendering). Returns the new version
-/// and the payload's length. `name_lens` is [`name_lens`] of the plan.
+/// and the payload's length. `heads` is [`field_heads`] of the plan.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn next_record(
     plan: &Plan,
-    name_lens: &[usize],
+    heads: &[Box<[u8]>],
     key: &str,
     old_state: &[u8],
     old_version: u64,
@@ -27,6 +28,35 @@ pub(super) fn next_record(
     payload: &mut Vec<u8>,
     render: bool,
 ) -> Result<(u64, usize), MessageError> {
+    // One copy of the steps for each, so that neither carries the other's
+    // code.
+    let f = if render { fold::<true> } else { fold::<false> };
+    f(
+        plan,
+        heads,
+        key,
+        old_state,
+        old_version,
+        values,
+        st,
+        payload,
+    )
+}
+
+/// [`next_record`], rendering or not.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn fold<const RENDER: bool>(
+    plan: &Plan,
+    heads: &[Box<[u8]>],
+    key: &str,
+    old_state: &[u8],
+    old_version: u64,
+    values: &[Option<Value<'_>>],
+    st: &mut Vec<u8>,
+    payload: &mut Vec<u8>,
+) -> Result<(u64, usize), MessageError> {
+    let render = RENDER;
     st.clear();
     payload.clear();
     // Sized once per thread for the largest payload, so they never grow on the
@@ -50,11 +80,7 @@ pub(super) fn next_record(
     let mut old = codec::Decoder::new(old_state);
     for (i, field) in plan.fields.iter().enumerate() {
         let value = values.get(i).copied().flatten();
-        let name_len = name_lens
-            .get(i)
-            .copied()
-            .unwrap_or_else(|| field_head_len(field));
-        let out = &mut out.at(field, name_len);
+        let out = &mut out.at(field, heads.get(i).map(|h| &h[..]));
         // The common kinds of field in one typed step each; the others (and
         // every mismatch, which the typed steps leave to it) in the general
         // one. Both read one old view and write one new one.
@@ -113,10 +139,17 @@ pub(super) fn next_record(
     Ok((version, len))
 }
 
-/// What one set field's `,"name":` takes in a payload, per plan field: the
-/// same for every payload, so worked out once per table.
-pub(super) fn name_lens(plan: &Plan) -> Box<[usize]> {
-    plan.fields.iter().map(field_head_len).collect()
+/// Each field's `,"name":` as rendered in a payload (the same in every
+/// payload, so rendered once per table), in plan order.
+pub(super) fn field_heads(plan: &Plan) -> Box<[Box<[u8]>]> {
+    plan.fields
+        .iter()
+        .map(|f| {
+            let mut head = Vec::new();
+            write_field_head(f, &mut head);
+            head.into_boxed_slice()
+        })
+        .collect()
 }
 
 /// Where the next record goes: its state, and its payload or only the
@@ -130,32 +163,46 @@ struct Out<'s> {
 
 impl<'s> Out<'s> {
     #[inline(always)]
-    fn at<'o, 'f>(&'o mut self, field: &'f FieldPlan, name_len: usize) -> FieldOut<'o, 's, 'f> {
+    fn at<'o, 'f>(
+        &'o mut self,
+        field: &'f FieldPlan,
+        head: Option<&'f [u8]>,
+    ) -> FieldOut<'o, 's, 'f> {
         FieldOut {
             out: self,
             field,
-            name_len,
+            head,
         }
     }
 }
 
-/// [`Out`] for one field.
+/// [`Out`] for one field, with its rendered head (`None`: rendered here).
 struct FieldOut<'o, 's, 'f> {
     out: &'o mut Out<'s>,
     field: &'f FieldPlan,
-    name_len: usize,
+    head: Option<&'f [u8]>,
 }
 
 impl FieldOut<'_, '_, '_> {
     /// Add the field's new view to the state and to the payload (or its
-    /// length). Inlined into each typed step, where the view's kind is known.
+    /// length); an unset field is left out of the payload. Inlined into each
+    /// typed step, where the view's kind is known.
     #[inline(always)]
     fn put(&mut self, next: FieldView<'_>) {
         let out = &mut *self.out;
-        if out.render {
-            render_field(self.field, next, out.payload);
-        } else if next != FieldView::Unset {
-            out.len += self.name_len + value_len(next);
+        if next != FieldView::Unset {
+            if out.render {
+                match self.head {
+                    Some(head) => out.payload.extend_from_slice(head),
+                    None => write_field_head(self.field, out.payload),
+                }
+                write_value(next, out.payload);
+            } else {
+                let head = self
+                    .head
+                    .map_or_else(|| field_head_len(self.field), <[u8]>::len);
+                out.len += head + value_len(next);
+            }
         }
         codec::encode(next, out.st);
     }
@@ -457,7 +504,7 @@ mod tests {
 /// formed, of the wrong kinds, or damaged), values and versions.
 #[cfg(test)]
 mod same_as_before {
-    use super::{name_lens, next_record, reduce};
+    use super::{field_heads, next_record, reduce};
     use crate::boxes::codec;
     use crate::config::{FieldType, Reduce};
     use crate::plan::{FieldPlan, MessageError, Plan, Value};
@@ -634,7 +681,7 @@ mod same_as_before {
                 ttl_s: 0,
                 fields,
             };
-            let names = if cached_names { name_lens(&plan) } else { Box::default() };
+            let names = if cached_names { field_heads(&plan) } else { Box::default() };
             let values: Vec<_> = values.iter().map(as_value).collect();
             let (mut st, mut payload) = (Vec::new(), Vec::new());
             let (mut want_st, mut want_payload) = (Vec::new(), Vec::new());
