@@ -79,7 +79,7 @@ fn fold<const RENDER: bool>(
     }
     let mut old = codec::Decoder::new(old_state);
     for (i, field) in plan.fields.iter().enumerate() {
-        let value = values.get(i).copied().flatten();
+        let value = values.get(i).unwrap_or(&None);
         let out = &mut out.at(field, heads.get(i).map(|h| &h[..]));
         // The common kinds of field in one typed step each; the others (and
         // every mismatch, which the typed steps leave to it) in the general
@@ -92,11 +92,11 @@ fn fold<const RENDER: bool>(
                 };
                 out.put(FieldView::Count(n.saturating_add(1)));
             }
-            (Reduce::Last, FieldType::I64, Some(Value::I64(v))) => {
+            (Reduce::Last, FieldType::I64, &Some(Value::I64(v))) => {
                 old.skip_one();
                 out.put(FieldView::I64(v));
             }
-            (Reduce::Sum, FieldType::I64, Some(Value::I64(v))) => {
+            (Reduce::Sum, FieldType::I64, &Some(Value::I64(v))) => {
                 let next = match old.next_i64() {
                     FieldView::I64(a) => a.checked_add(v).ok_or(MessageError::SumOverflow {
                         field: field_index(i),
@@ -105,7 +105,7 @@ fn fold<const RENDER: bool>(
                 };
                 out.put(FieldView::I64(next));
             }
-            (Reduce::Last, FieldType::Str, Some(Value::Str(s))) => {
+            (Reduce::Last, FieldType::Str, &Some(Value::Str(s))) => {
                 if field.max_len > 0 && s.len() > field.max_len {
                     return Err(MessageError::StringTooLong {
                         field: field_index(i),
@@ -114,7 +114,7 @@ fn fold<const RENDER: bool>(
                 old.skip_one();
                 out.put(FieldView::Str(s));
             }
-            _ => {
+            (_, _, &value) => {
                 // `last` with a value replaces the old one whatever it was: it
                 // is stepped over, not decoded.
                 let prev = if field.reduce == Reduce::Last && value.is_some() {
