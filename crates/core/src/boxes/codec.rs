@@ -26,7 +26,7 @@ fn put_varint(mut v: u64, out: &mut Vec<u8>) {
     out.push(v as u8);
 }
 
-/// A tag and a varint: one or two bytes of varint (the common case) in one
+/// A tag and a varint: up to three bytes of varint (the common case) in one
 /// append, longer ones a byte at a time.
 #[inline(always)]
 fn put_tagged(tag: u8, v: u64, out: &mut Vec<u8>) {
@@ -34,6 +34,13 @@ fn put_tagged(tag: u8, v: u64, out: &mut Vec<u8>) {
         out.extend_from_slice(&[tag, v as u8]);
     } else if v < 0x4000 {
         out.extend_from_slice(&[tag, (v as u8) | 0x80, (v >> 7) as u8]);
+    } else if v < 0x20_0000 {
+        out.extend_from_slice(&[
+            tag,
+            (v as u8) | 0x80,
+            ((v >> 7) as u8) | 0x80,
+            (v >> 14) as u8,
+        ]);
     } else {
         out.push(tag);
         put_varint(v, out);
