@@ -260,7 +260,7 @@ impl<'b> Scanner<'b> {
         'value: loop {
             let c = byte(buf, i);
             'done: {
-                match VALUE_START[usize::from(c)] {
+                match VALUE_START[usize::from(c)] & 7 {
                     START_STRING => i = string_end(buf, i)?,
                     START_CONTAINER => {
                         if level >= room {
@@ -411,6 +411,8 @@ const START_FALSE: u8 = 4;
 const START_NULL: u8 = 5;
 const START_NUMBER: u8 = 6;
 const START_SPACE: u8 = 7;
+// (Eight classes: `& 7` on a table entry lets the match jump without a
+// range check.)
 static VALUE_START: [u8; 256] = {
     let mut t = [START_OTHER; 256];
     t[b'"' as usize] = START_STRING;
@@ -590,7 +592,14 @@ fn digits16(chunk: &[u8; 16]) -> u32 {
 /// The 16 bytes from `i`, if there are as many.
 #[inline(always)]
 fn chunk16(buf: &[u8], i: usize) -> Option<&[u8; 16]> {
-    buf.get(i..).and_then(<[u8]>::first_chunk)
+    // Two compares and no subtraction of `i` (the one of 16 from the length
+    // is the same at every call).
+    let last = buf.len().checked_sub(16)?;
+    if i <= last {
+        buf[i..].first_chunk()
+    } else {
+        None
+    }
 }
 
 /// A string's first 16 bytes from `i`: `Ok(close)` when they hold its
