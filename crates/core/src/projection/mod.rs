@@ -70,7 +70,7 @@ use crate::plan::{FieldPlan, MessageError, Plan, Value};
 use bumpalo::collections::Vec as BumpVec;
 use bumpalo::Bump;
 use paths::PathTree;
-use scan::{Found, Scanner};
+use scan::{Found, Heads, Scanner};
 use std::sync::Arc;
 
 /// How the body is framed, from its `Content-Type`.
@@ -151,6 +151,8 @@ pub struct Projector {
     slots: Vec<Found>,
     /// Each plan field's index as carried by `MessageError`.
     field_ids: Vec<u16>,
+    /// The cargo's member heads seen so far (see [`scan::Heads`]).
+    heads: Heads,
 }
 
 impl Projector {
@@ -164,6 +166,7 @@ impl Projector {
             paths,
             field_ids,
             plan,
+            heads: Heads::new(),
         }
     }
 
@@ -259,7 +262,7 @@ impl Projector {
                         let item = if sc.skip_ws() == Some(b'{') {
                             self.message(arena, &mut sc, keys, 0)?
                         } else {
-                            sc.value().map_err(invalid)?;
+                            sc.value(&mut self.heads).map_err(invalid)?;
                             Err(MessageError::NotAnObject)
                         };
                         reserve(&mut items, 1)?;
@@ -274,7 +277,7 @@ impl Projector {
             Some(_) => {
                 // Valid JSON of the wrong shape is 400 too, but invalid JSON
                 // is reported as such.
-                sc.value().map_err(invalid)?;
+                sc.value(&mut self.heads).map_err(invalid)?;
                 sc.finish().map_err(invalid)?;
                 return Err(BodyError::NotObjectOrArray);
             }
@@ -302,7 +305,7 @@ impl Projector {
                     items.push(item);
                 }
                 Some(_) => {
-                    sc.value().map_err(invalid)?;
+                    sc.value(&mut self.heads).map_err(invalid)?;
                     sc.finish().map_err(invalid)?;
                     reserve(&mut items, 1)?;
                     items.push(Err(MessageError::NotAnObject));
@@ -335,7 +338,7 @@ impl Projector {
     ) -> Result<Result<Message<'a>, MessageError>, BodyError> {
         self.slots.fill(Found::Absent);
         self.paths
-            .find(sc, &mut self.slots)
+            .find(sc, &mut self.slots, &mut self.heads)
             .map_err(|f| error::invalid_json(f, base))?;
         match self.read(arena, sc.buf(), keys) {
             Ok(m) => Ok(Ok(m)),

@@ -2,7 +2,7 @@
 //! them in a message while the scanner validates and steps over everything
 //! else.
 
-use super::scan::{unescaped_eq, Fail, Found, Scanner};
+use super::scan::{unescaped_eq, Fail, Found, Heads, Scanner};
 use crate::plan::Plan;
 
 /// Index of the tree node standing for the message object itself.
@@ -93,11 +93,22 @@ impl PathTree {
     /// appears twice is recorded twice, the last one winning: what an earlier
     /// one recorded below it is cleared first, so nested members are found
     /// only in the winning value.
-    pub(super) fn find(&self, scanner: &mut Scanner<'_>, slots: &mut [Found]) -> Result<(), Fail> {
-        self.find_in(scanner, ROOT, slots)
+    pub(super) fn find(
+        &self,
+        scanner: &mut Scanner<'_>,
+        slots: &mut [Found],
+        heads: &mut Heads,
+    ) -> Result<(), Fail> {
+        self.find_in(scanner, ROOT, slots, heads)
     }
 
-    fn find_in(&self, sc: &mut Scanner<'_>, node: usize, slots: &mut [Found]) -> Result<(), Fail> {
+    fn find_in(
+        &self,
+        sc: &mut Scanner<'_>,
+        node: usize,
+        slots: &mut [Found],
+        heads: &mut Heads,
+    ) -> Result<(), Fail> {
         let children = &self.nodes[node].children;
         if !sc.object_start()? {
             return Ok(());
@@ -121,13 +132,13 @@ impl PathTree {
                         self.clear_below(c, slots);
                     }
                     slots[c] = if !self.nodes[c].children.is_empty() && sc.skip_ws() == Some(b'{') {
-                        self.find_in(sc, c, slots)?;
+                        self.find_in(sc, c, slots, heads)?;
                         Found::Object
                     } else {
-                        sc.value()?
+                        sc.value(heads)?
                     };
                 }
-                None => sc.skip()?,
+                None => sc.skip(heads)?,
             }
             if !sc.next_member()? {
                 return Ok(());

@@ -210,7 +210,7 @@ impl<'b> Scanner<'b> {
     }
 
     /// Scan any value (after optional whitespace), validating all of it.
-    pub(super) fn value(&mut self) -> Result<Found, Fail> {
+    pub(super) fn value(&mut self, heads: &mut Heads) -> Result<Found, Fail> {
         match self.peek() {
             b'"' => {
                 let (start, end, escaped) = self.string()?;
@@ -221,11 +221,11 @@ impl<'b> Scanner<'b> {
                 })
             }
             b'{' => {
-                self.skip()?;
+                self.skip(heads)?;
                 Ok(Found::Object)
             }
             b'[' => {
-                self.skip()?;
+                self.skip(heads)?;
                 Ok(Found::Array)
             }
             b't' => self.literal(b"true", Found::Bool(true)),
@@ -244,11 +244,11 @@ impl<'b> Scanner<'b> {
     /// the end of the document reads as a 0 byte, which no token starts with,
     /// so the hot path tests no `Option`s; the end is told apart from a NUL
     /// only on the way to an error.
-    pub(super) fn skip(&mut self) -> Result<(), Fail> {
+    pub(super) fn skip(&mut self, heads: &mut Heads) -> Result<(), Fail> {
         let buf = self.buf;
         let (mut i, c) = next(buf, self.pos);
         if c != b'{' && c != b'[' {
-            return self.value().map(|_| ());
+            return self.value(heads).map(|_| ());
         }
         // Containers open below the value, at most this many at once.
         let room = MAX_DEPTH - self.depth.min(MAX_DEPTH);
@@ -268,7 +268,7 @@ impl<'b> Scanner<'b> {
                         }
                         let is_object = c == b'{';
                         if is_object {
-                            if let Some(value) = member_head(buf, i) {
+                            if let Some(value) = heads.member_head(buf, i) {
                                 // `{"name":` read whole: at the member's value.
                                 i = value;
                                 level += 1;
@@ -328,7 +328,7 @@ impl<'b> Scanner<'b> {
                         i += 1;
                         continue 'value;
                     }
-                    if let Some(value) = member_head(buf, i) {
+                    if let Some(value) = heads.member_head(buf, i) {
                         i = value;
                         continue 'value;
                     }
@@ -639,6 +639,86 @@ fn member_head(buf: &[u8], i: usize) -> Option<usize> {
     } else {
         None
     }
+}
+
+/// How many member heads [`Heads`] remembers.
+const HEAD_SLOTS: usize = 256;
+
+/// Member heads (`,"name":` or `{"name":`, plain names) seen before, so a
+/// name met again (the members of an array of records, the same cargo in
+/// the next message) is one 16-byte compare instead of a scan: the same
+/// bytes are the same valid head. A projector keeps one across messages.
+pub(super) struct Heads {
+    /// A head's chunk: its 16 bytes from the `,` or `{`; only the head's
+    /// own bytes are compared.
+    chunks: [[u8; 16]; HEAD_SLOTS],
+    /// Per slot: the mask of the head's bytes (`(1 << len) - 1`, or bit 16
+    /// alone for an empty slot, which no compare sets) and its length.
+    heads: [(u32, u32); HEAD_SLOTS],
+}
+
+impl Heads {
+    pub(super) fn new() -> Heads {
+        Heads {
+            chunks: [[0; 16]; HEAD_SLOTS],
+            heads: [(1 << 16, 0); HEAD_SLOTS],
+        }
+    }
+
+    /// [`member_head`], answered from a remembered head when the bytes at
+    /// `i` start with one.
+    #[inline(always)]
+    fn member_head(&mut self, buf: &[u8], i: usize) -> Option<usize> {
+        let chunk = chunk16(buf, i)?;
+        let (slot, equal) = probe16(chunk, &self.chunks);
+        let (mask, len) = self.heads[slot];
+        if equal & mask == mask {
+            return Some(i + len as usize);
+        }
+        let end = member_head(buf, i)?;
+        let len = (end - i) as u32;
+        self.chunks[slot] = *chunk;
+        self.heads[slot] = ((1 << len) - 1, len);
+        Some(end)
+    }
+}
+
+/// The slot of [`Heads`] for a chunk, from its first four bytes (the `,` or
+/// `{`, the quote and the name's first two bytes).
+#[inline(always)]
+fn head_slot(word: u32) -> usize {
+    (word.wrapping_mul(0x9E37_79B1) >> 24) as usize % HEAD_SLOTS
+}
+
+/// A chunk's slot in [`Heads`] and where it equals that slot's chunk, one
+/// bit per byte.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn probe16(chunk: &[u8; 16], chunks: &[[u8; 16]; HEAD_SLOTS]) -> (usize, u32) {
+    use std::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_cvtsi128_si32, _mm_loadu_si128, _mm_movemask_epi8,
+    };
+    // SAFETY: both loads read 16 bytes through a `&[u8; 16]`, which has
+    // them (`loadu` needs no alignment); the rest are value-only SSE2
+    // intrinsics, SSE2 being part of the x86_64 baseline. Covered by
+    // `heads_remember_only_valid_heads` and the fuzz targets.
+    unsafe {
+        let v = _mm_loadu_si128(chunk.as_ptr().cast::<__m128i>());
+        let slot = head_slot(_mm_cvtsi128_si32(v) as u32);
+        let old = _mm_loadu_si128(chunks[slot].as_ptr().cast::<__m128i>());
+        (slot, _mm_movemask_epi8(_mm_cmpeq_epi8(v, old)) as u32)
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn probe16(chunk: &[u8; 16], chunks: &[[u8; 16]; HEAD_SLOTS]) -> (usize, u32) {
+    let slot = head_slot(u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]));
+    let mut eq = 0u32;
+    for (k, (a, b)) in chunk.iter().zip(&chunks[slot]).enumerate() {
+        eq |= u32::from(a == b) << k;
+    }
+    (slot, eq)
 }
 
 /// At a `"`: the offset after the string's closing quote, validating it.
@@ -992,7 +1072,7 @@ pub fn validate(doc: &[u8]) -> Result<(), (usize, &'static str)> {
     if s.skip_ws().is_none() {
         return Err((doc.len(), "no JSON value"));
     }
-    s.value()?;
+    s.value(&mut Heads::new())?;
     s.finish()
 }
 
@@ -1161,6 +1241,67 @@ mod tests {
         let most = "9".repeat(308);
         bad(format!("[{long}0{long}]").as_bytes());
         ok(&format!("[{most},{most}.5,-{most}]"));
+    }
+
+    #[test]
+    fn heads_remember_only_valid_heads() {
+        // A cache warmed by one document never changes the answer for the
+        // next: same verdict, same error offset as with a fresh cache, and
+        // serde_json's verdict. The documents share the first bytes of
+        // their heads (so they meet in the same slots) and differ after.
+        let docs: [&[u8]; 16] = [
+            br#"[{"ab":1}]"#,
+            br#"[{"ab":1,"ab":2},{"ab":3}]"#,
+            br#"[{"abc":1}]"#,
+            br#"[{"ab" :1}]"#,
+            br#"[{"ab":1,"abc":2}]"#,
+            br#"[{"ab":1}]"#,
+            b"[{\"ab\x01\":1}]",
+            br#"[{"ab";1}]"#,
+            br#"[{"ab"}]"#,
+            "[{\"ab\u{e9}\":1}]".as_bytes(),
+            br#"[{"abcdefghijklm":1}]"#,
+            br#"[{"abcdefghijkl":1},{"abcdefghijkl":2}]"#,
+            br#"[{"x":0,"ab":1},{"x":0,"ab":1}]"#,
+            br#"[{"x":0,"ab":1},{"x":0,"ab" :1}]"#,
+            br#"[{"x":0,"ab":1},{"x":0,"ab":}]"#,
+            br#"[{"ab":{"ab":{"ab":1}}},{"ab":[{"ab":2}]}]"#,
+        ];
+        let run = |doc: &[u8], heads: &mut Heads| {
+            let mut s = Scanner::new(doc);
+            s.value(heads).and_then(|_| s.finish())
+        };
+        // Trailing spaces, so every head has its 16 bytes.
+        let docs = docs.map(|d| [d, &[b' '; 16][..]].concat());
+        for first in &docs {
+            for doc in &docs {
+                let mut heads = Heads::new();
+                let _ = run(first, &mut heads);
+                let warm = run(doc, &mut heads);
+                let cold = run(doc, &mut Heads::new());
+                let name = String::from_utf8_lossy(doc);
+                assert_eq!(
+                    warm,
+                    cold,
+                    "{name} after {}",
+                    String::from_utf8_lossy(first)
+                );
+                let serde = serde_json::from_slice::<serde_json::Value>(doc).is_ok();
+                assert_eq!(warm.is_ok(), serde, "{name}");
+            }
+        }
+        // And the cache is used: a head met again is answered from it.
+        let mut heads = Heads::new();
+        let doc = br#"{"ab":1,"ab":2}  "#;
+        assert_eq!(heads.member_head(doc, 0), Some(6));
+        assert!(heads.heads.iter().any(|&(_, len)| len == 6));
+        let mut other = *doc;
+        other[2] = b'x';
+        // Bytes that differ from the remembered head's are checked anew.
+        assert_eq!(heads.member_head(doc, 0), Some(6));
+        assert_eq!(heads.member_head(&other, 0), Some(6));
+        other[5] = b';';
+        assert_eq!(heads.member_head(&other, 0), None);
     }
 
     #[test]
