@@ -592,11 +592,12 @@ fn digits16(chunk: &[u8; 16]) -> u32 {
 /// The 16 bytes from `i`, if there are as many.
 #[inline(always)]
 fn chunk16(buf: &[u8], i: usize) -> Option<&[u8; 16]> {
-    // Two compares and no subtraction of `i` (the one of 16 from the length
-    // is the same at every call).
-    let last = buf.len().checked_sub(16)?;
-    if i <= last {
-        buf[i..].first_chunk()
+    // One compare: the limit is the same at every call of a loop.
+    if i < buf.len().saturating_sub(15) {
+        // SAFETY: `i < len - 15` (and `len > 15`, else the limit is 0), so
+        // `i + 16 <= len`: the 16 bytes from `i` are in `buf`. Covered by
+        // `chunks_only_within_the_buffer` and the fuzz targets.
+        Some(unsafe { &*buf.as_ptr().add(i).cast::<[u8; 16]>() })
     } else {
         None
     }
@@ -642,7 +643,7 @@ fn member_head(buf: &[u8], i: usize) -> Option<usize> {
 }
 
 /// How many member heads [`Heads`] remembers.
-const HEAD_SLOTS: usize = 256;
+const HEAD_SLOTS: usize = 64;
 
 /// Member heads (`,"name":` or `{"name":`, plain names) seen before, so a
 /// name met again (the members of an array of records, the same cargo in
@@ -687,7 +688,7 @@ impl Heads {
 /// `{`, the quote and the name's first two bytes).
 #[inline(always)]
 fn head_slot(word: u32) -> usize {
-    (word.wrapping_mul(0x9E37_79B1) >> 24) as usize % HEAD_SLOTS
+    (word.wrapping_mul(0x9E37_79B1) >> 26) as usize % HEAD_SLOTS
 }
 
 /// A chunk's slot in [`Heads`] and where it equals that slot's chunk, one
@@ -1302,6 +1303,19 @@ mod tests {
         assert_eq!(heads.member_head(&other, 0), Some(6));
         other[5] = b';';
         assert_eq!(heads.member_head(&other, 0), None);
+    }
+
+    #[test]
+    fn chunks_only_within_the_buffer() {
+        let bytes: Vec<u8> = (0..48).collect();
+        for len in 0..=bytes.len() {
+            let buf = &bytes[..len];
+            for i in 0..len + 20 {
+                let want = buf.get(i..i + 16);
+                assert_eq!(chunk16(buf, i).map(|c| &c[..]), want, "len {len}, i {i}");
+            }
+        }
+        assert_eq!(chunk16(&bytes, usize::MAX), None);
     }
 
     #[test]
