@@ -66,7 +66,7 @@ pub use scan::MAX_DEPTH;
 
 use crate::bytes::{count_lf, find_lf};
 use crate::config::FieldType;
-use crate::plan::{FieldPlan, MessageError, Plan, Value};
+use crate::plan::{MessageError, Plan, Value};
 use bumpalo::collections::Vec as BumpVec;
 use bumpalo::Bump;
 use paths::PathTree;
@@ -149,22 +149,49 @@ pub struct Projector {
     paths: PathTree,
     /// Per path-tree node: what the current message holds there.
     slots: Vec<Found>,
-    /// Each plan field's index as carried by `MessageError`.
-    field_ids: Vec<u16>,
+    /// The plan fields that read a value (not `count`), in plan order.
+    reads: Vec<FieldRead>,
+    /// The key member's slot.
+    key_node: usize,
     /// The cargo's member heads seen so far (see [`scan::Heads`]).
     heads: Heads,
+}
+
+/// What reading one plan field's value takes, gathered from the plan and the
+/// path tree once.
+struct FieldRead {
+    /// The field's index in the plan (and in [`Message::values`]).
+    index: usize,
+    /// The slot its pointer ends at.
+    node: usize,
+    ty: FieldType,
+    max_len: usize,
+    /// `index` as carried by `MessageError`.
+    id: u16,
 }
 
 impl Projector {
     pub fn new(plan: Arc<Plan>) -> Projector {
         let paths = PathTree::new(&plan);
-        let field_ids = (0..plan.fields.len())
-            .map(|i| u16::try_from(i).unwrap_or(u16::MAX))
+        let reads = plan
+            .fields
+            .iter()
+            .enumerate()
+            .filter_map(|(index, field)| {
+                Some(FieldRead {
+                    index,
+                    node: paths.field_node(index)?,
+                    ty: field.ty,
+                    max_len: field.max_len,
+                    id: u16::try_from(index).unwrap_or(u16::MAX),
+                })
+            })
             .collect();
         Projector {
             slots: vec![Found::Absent; paths.len()],
+            key_node: paths.key_node(),
             paths,
-            field_ids,
+            reads,
             plan,
             heads: Heads::new(),
         }
@@ -362,20 +389,19 @@ impl Projector {
         let values = arena
             .try_alloc_slice_fill_copy(self.plan.fields.len(), None)
             .map_err(|_| Reject::Body(BodyError::ArenaFull))?;
-        for (i, (field, slot)) in self.plan.fields.iter().zip(values.iter_mut()).enumerate() {
-            let Some(node) = self.paths.field_node(i) else {
+        for read in &self.reads {
+            let (Some(slot), Some(&found)) =
+                (values.get_mut(read.index), self.slots.get(read.node))
+            else {
                 continue;
             };
-            let Some(&found) = self.slots.get(node) else {
-                continue;
-            };
-            *slot = read_field(arena, doc, found, field, self.field_ids[i])?;
+            *slot = read_field(arena, doc, found, read)?;
         }
         Ok(Message { key, values })
     }
 
     fn read_key<'a>(&self, arena: &'a Bump, doc: &[u8]) -> Result<&'a str, Reject> {
-        match self.slots[self.paths.key_node()] {
+        match self.slots[self.key_node] {
             Found::Absent => Err(MessageError::MissingKey.into()),
             Found::Str {
                 start,
@@ -407,9 +433,9 @@ fn read_field<'a>(
     arena: &'a Bump,
     doc: &[u8],
     found: Found,
-    field: &FieldPlan,
-    id: u16,
+    field: &FieldRead,
 ) -> Result<Option<Value<'a>>, Reject> {
+    let id = field.id;
     let wrong = || Reject::Message(MessageError::WrongType { field: id });
     let value = match (field.ty, found) {
         (_, Found::Absent | Found::Null) => return Ok(None),
@@ -453,7 +479,27 @@ fn read_field<'a>(
 }
 
 /// The validated string contents `raw`, unescaped into the arena.
+///
+/// Inlined for its common case, a short plain ASCII string (keys, most
+/// `str` values): a copy and no call but the copy's.
+#[inline(always)]
 fn arena_str<'a>(arena: &'a Bump, raw: &[u8], escaped: bool) -> Result<&'a str, Reject> {
+    if !escaped && raw.len() <= 16 && ascii(raw) {
+        let copy: &'a [u8] = arena
+            .try_alloc_slice_copy(raw)
+            .map_err(|_| Reject::Body(BodyError::ArenaFull))?;
+        // SAFETY: `copy` holds the bytes of `raw`, which are all ASCII
+        // (just checked), and every ASCII byte sequence is valid UTF-8.
+        // Covered by `short_strings_take_the_ascii_path` and every
+        // projection test with a string key or field.
+        return Ok(unsafe { std::str::from_utf8_unchecked(copy) });
+    }
+    arena_str_rest(arena, raw, escaped)
+}
+
+/// [`arena_str`] for escaped, long or non-ASCII strings.
+#[inline(never)]
+fn arena_str_rest<'a>(arena: &'a Bump, raw: &[u8], escaped: bool) -> Result<&'a str, Reject> {
     let full = || Reject::Body(BodyError::ArenaFull);
     let copy: &'a [u8] = if escaped {
         let out = arena
@@ -466,7 +512,7 @@ fn arena_str<'a>(arena: &'a Bump, raw: &[u8], escaped: bool) -> Result<&'a str, 
     };
     // Keys and short strings are ASCII most of the time, which is checked in
     // a few instructions where `from_utf8` costs ~80 per call.
-    if copy.is_ascii() {
+    if ascii(copy) {
         // SAFETY: every ASCII byte sequence is valid UTF-8 (`is_ascii` was
         // just checked on these very bytes). Covered by every projection
         // test with a string key or field, and by the `projection` and
@@ -481,6 +527,25 @@ fn arena_str<'a>(arena: &'a Bump, raw: &[u8], escaped: bool) -> Result<&'a str, 
             what: "invalid UTF-8",
         })
     })
+}
+
+/// `b.is_ascii()`, with up to 16 bytes in two overlapping word loads where
+/// `is_ascii` goes byte by byte under 8 bytes (and through a loop above).
+#[inline(always)]
+fn ascii(b: &[u8]) -> bool {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let n = b.len();
+    if n > 16 {
+        return b.is_ascii();
+    }
+    let word = |c: Option<&[u8; 8]>| c.map_or(HIGH, |c| u64::from_le_bytes(*c));
+    let half = |c: Option<&[u8; 4]>| c.map_or(HIGH, |c| u64::from(u32::from_le_bytes(*c)));
+    let any = match n {
+        8.. => word(b.first_chunk()) | word(b.last_chunk()),
+        4.. => half(b.first_chunk()) | half(b.last_chunk()),
+        _ => b.iter().fold(0, |a, &x| a | u64::from(x)),
+    };
+    any & HIGH == 0
 }
 
 fn reserve<T>(items: &mut BumpVec<'_, T>, additional: usize) -> Result<(), BodyError> {

@@ -15,6 +15,58 @@ struct PathNode {
     name: Box<str>,
     /// Tree nodes for members of this member's value, when it is an object.
     children: Vec<usize>,
+    /// The same children as [`Child`]ren, for the walk (filled in once the
+    /// tree is built).
+    kids: Vec<Child>,
+}
+
+/// A child node as the walk compares it with a member name: its name's
+/// length and first (up to) 8 bytes as one word, so a plain name of at most
+/// 8 bytes is matched with two compares and no call.
+#[derive(Debug, Clone, Copy)]
+struct Child {
+    len: usize,
+    /// [`head_word`] of the name.
+    head: u64,
+    node: usize,
+    /// Whether the node has children (its value is walked when an object).
+    inner: bool,
+}
+
+/// The first `min(8, b.len())` bytes of `b` as a little-endian word, the
+/// rest zero. Under 8 bytes, two overlapping loads (the bytes they share are
+/// the same, so or-ing them is exact) instead of a loop.
+#[inline(always)]
+fn head_word(b: &[u8]) -> u64 {
+    if let Some(c) = b.first_chunk::<8>() {
+        return u64::from_le_bytes(*c);
+    }
+    let n = b.len();
+    match n {
+        4.. => {
+            let lo = b.first_chunk::<4>().map_or(0, |c| u32::from_le_bytes(*c));
+            let hi = b.last_chunk::<4>().map_or(0, |c| u32::from_le_bytes(*c));
+            u64::from(lo) | u64::from(hi) << ((n - 4) * 8)
+        }
+        2.. => {
+            let lo = b.first_chunk::<2>().map_or(0, |c| u16::from_le_bytes(*c));
+            let hi = b.last_chunk::<2>().map_or(0, |c| u16::from_le_bytes(*c));
+            u64::from(lo) | u64::from(hi) << ((n - 2) * 8)
+        }
+        1 => u64::from(b[0]),
+        _ => 0,
+    }
+}
+
+impl Child {
+    /// Whether the plain (unescaped) member name `name`, whose
+    /// [`head_word`] is `head`, is this child's name.
+    #[inline(always)]
+    fn is(&self, name: &[u8], head: u64, full: &str) -> bool {
+        self.len == name.len()
+            && self.head == head
+            && (name.len() <= 8 || name.get(8..) == full.as_bytes().get(8..))
+    }
 }
 
 /// Every configured pointer, sharing prefixes: `/value` read by two fields is
@@ -34,6 +86,7 @@ impl PathTree {
             nodes: vec![PathNode {
                 name: "".into(),
                 children: Vec::new(),
+                kids: Vec::new(),
             }],
             key: ROOT,
             fields: Vec::with_capacity(plan.fields.len()),
@@ -50,6 +103,22 @@ impl PathTree {
             }
             tree.fields.push(Some(at));
         }
+        for n in 0..tree.nodes.len() {
+            let kids = tree.nodes[n]
+                .children
+                .iter()
+                .map(|&c| {
+                    let name = tree.nodes[c].name.as_bytes();
+                    Child {
+                        len: name.len(),
+                        head: head_word(name),
+                        node: c,
+                        inner: !tree.nodes[c].children.is_empty(),
+                    }
+                })
+                .collect();
+            tree.nodes[n].kids = kids;
+        }
         tree
     }
 
@@ -64,6 +133,7 @@ impl PathTree {
         self.nodes.push(PathNode {
             name: name.into(),
             children: Vec::new(),
+            kids: Vec::new(),
         });
         let c = self.nodes.len() - 1;
         self.nodes[parent].children.push(c);
@@ -109,7 +179,7 @@ impl PathTree {
         slots: &mut [Found],
         heads: &mut Heads,
     ) -> Result<(), Fail> {
-        let children = &self.nodes[node].children;
+        let kids = &self.nodes[node].kids;
         if !sc.object_start()? {
             return Ok(());
         }
@@ -118,24 +188,37 @@ impl PathTree {
             let (start, end, escaped) = sc.member_name()?;
             let name = &buf[start..end];
             let hit = if escaped {
-                children
-                    .iter()
-                    .find(|&&c| unescaped_eq(name, self.nodes[c].name.as_bytes()))
+                kids.iter()
+                    .find(|k| unescaped_eq(name, self.nodes[k.node].name.as_bytes()))
             } else {
-                children
-                    .iter()
-                    .find(|&&c| self.nodes[c].name.as_bytes() == name)
+                let head = head_word(name);
+                kids.iter()
+                    .find(|k| k.is(name, head, &self.nodes[k.node].name))
             };
             match hit {
-                Some(&c) => {
+                Some(k) => {
+                    let c = k.node;
                     if slots[c] != Found::Absent {
                         self.clear_below(c, slots);
                     }
-                    slots[c] = if !self.nodes[c].children.is_empty() && sc.skip_ws() == Some(b'{') {
-                        self.find_in(sc, c, slots, heads)?;
-                        Found::Object
-                    } else {
-                        sc.value(heads)?
+                    // A string is scanned here (`Scanner::value` would do
+                    // the same, through a call and a `Result` in memory);
+                    // anything else goes to `value`, which also reports the
+                    // end of input.
+                    slots[c] = match sc.skip_ws() {
+                        Some(b'"') => {
+                            let (start, end, escaped) = sc.string()?;
+                            Found::Str {
+                                start,
+                                end,
+                                escaped,
+                            }
+                        }
+                        Some(b'{') if k.inner => {
+                            self.find_in(sc, c, slots, heads)?;
+                            Found::Object
+                        }
+                        _ => sc.value(heads)?,
                     };
                 }
                 None => sc.skip(heads)?,
@@ -152,6 +235,65 @@ impl PathTree {
         for &c in &self.nodes[node].children {
             slots[c] = Found::Absent;
             self.clear_below(c, slots);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_words_are_the_first_bytes_in_order() {
+        let bytes: Vec<u8> = (0..12u8)
+            .map(|i| 0x81u8.wrapping_add(i.wrapping_mul(37)))
+            .collect();
+        for n in 0..=bytes.len() {
+            let b = &bytes[..n];
+            let want = b
+                .iter()
+                .take(8)
+                .rev()
+                .fold(0u64, |w, &x| w << 8 | u64::from(x));
+            assert_eq!(head_word(b), want, "{n}");
+        }
+    }
+
+    #[test]
+    fn children_match_exactly_their_names() {
+        let names = [
+            "k",
+            "ke",
+            "key",
+            "keys",
+            "value",
+            "player",
+            "abcdefg",
+            "abcdefgh",
+            "abcdefgh1",
+            "abcdefgh2",
+            "abcdefghij",
+        ];
+        for name in names {
+            let child = Child {
+                len: name.len(),
+                head: head_word(name.as_bytes()),
+                node: 1,
+                inner: false,
+            };
+            let is = |other: &[u8]| child.is(other, head_word(other), name);
+            assert!(is(name.as_bytes()), "{name}");
+            for other in names.iter().filter(|&&o| o != name) {
+                assert!(!is(other.as_bytes()), "{name} is not {other}");
+            }
+            // One byte off anywhere, one byte more or less.
+            for i in 0..name.len() {
+                let mut off = name.as_bytes().to_vec();
+                off[i] ^= 1;
+                assert!(!is(&off), "{name} at {i}");
+            }
+            assert!(!is(&name.as_bytes()[..name.len() - 1]), "{name} shorter");
+            assert!(!is(format!("{name}x").as_bytes()), "{name} longer");
         }
     }
 }

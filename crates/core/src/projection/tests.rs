@@ -452,6 +452,70 @@ fn cargo_of_every_kind_is_skipped() {
 }
 
 #[test]
+fn short_strings_take_the_ascii_path() {
+    // Keys and strings of every short length, ASCII or with a non-ASCII
+    // character at each place: the same text comes back either way.
+    let mut p = default_projector();
+    let arena = Bump::new();
+    for n in 1..=20 {
+        let plain = "abcdefghijklmnopqrstuvwxyz"[..n].to_string();
+        let mut texts = vec![plain.clone()];
+        for i in 0..n {
+            let mut t = plain.clone();
+            t.replace_range(i..i + 1, "é");
+            texts.push(t);
+        }
+        for text in texts {
+            if text.len() > 16 {
+                continue;
+            }
+            let body = format!(r#"{{"key":"{text}","player":"{text}"}}"#);
+            let m = one(&mut p, &arena, &body).unwrap();
+            assert_eq!(m.key, text);
+            assert_eq!(m.values[3], Some(Value::Str(&text)));
+        }
+    }
+    for n in 0..=20 {
+        for high in (0..n).map(Some).chain([None]) {
+            let mut b = vec![b'a'; n];
+            if let Some(i) = high {
+                b[i] = 0x80 | (i as u8);
+            }
+            assert_eq!(ascii(&b), b.is_ascii(), "{n} {high:?}");
+        }
+    }
+}
+
+#[test]
+fn member_names_near_the_configured_ones_do_not_match() {
+    let mut p = default_projector();
+    let arena = Bump::new();
+    for name in [
+        "kez",
+        "ke",
+        "keys",
+        "valuf",
+        "Value",
+        "playe",
+        "player1",
+        r"pl\u0061yer!",
+    ] {
+        let body = format!(r#"{{"key":"k","{name}":5}}"#);
+        let m = one(&mut p, &arena, &body).unwrap();
+        assert_eq!(m.values, [None, None, None, None], "{name}");
+    }
+    let m = one(
+        &mut p,
+        &arena,
+        r#"{"kex":"x","key":"k","valud":1,"value":2,"player":"p"}"#,
+    )
+    .unwrap();
+    assert_eq!(m.key, "k");
+    assert_eq!(m.values[0], Some(Value::I64(2)));
+    assert_eq!(m.values[3], Some(Value::Str("p")));
+}
+
+#[test]
 fn key_rules() {
     let mut p = default_projector();
     let arena = Bump::new();
