@@ -1242,7 +1242,7 @@ impl BoxTable {
                 if !r.valid() {
                     continue;
                 }
-                if r.is_empty() || record::key(image) != key.as_bytes() {
+                if r.is_empty() || !record::key_is(image, key.as_bytes()) {
                     return Ok(None);
                 }
                 let (version, len) =
@@ -1251,7 +1251,7 @@ impl BoxTable {
                 let old = image.len();
                 match resize(key, state, len, old) {
                     None => {
-                        let used = record::write(image, version, key, state, next);
+                        let used = record::rewrite(image, version, key, state, next);
                         let Some(claim) = r.claim() else {
                             continue;
                         };

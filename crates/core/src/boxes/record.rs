@@ -50,6 +50,29 @@ pub(super) fn key(r: &[u8]) -> &[u8] {
     r.get(start..start + key_len(r)).unwrap_or(&[])
 }
 
+/// Whether the record's key is `key`: up to 16 bytes in two overlapping
+/// word compares, not through a call to `memcmp` (keys are short).
+#[inline]
+pub(super) fn key_is(r: &[u8], key: &[u8]) -> bool {
+    let k = self::key(r);
+    let n = k.len();
+    if n != key.len() {
+        return false;
+    }
+    #[inline(always)]
+    fn two<const W: usize>(a: &[u8], b: &[u8]) -> bool {
+        a.first_chunk::<W>() == b.first_chunk::<W>() && a.last_chunk::<W>() == b.last_chunk::<W>()
+    }
+    match n {
+        17.. => k == key,
+        8.. => two::<8>(k, key),
+        4.. => two::<4>(k, key),
+        2.. => two::<2>(k, key),
+        1 => k[0] == key[0],
+        0 => true,
+    }
+}
+
 pub(super) fn payload(r: &[u8]) -> &[u8] {
     r.get(HEADER..HEADER + payload_len(r)).unwrap_or(&[])
 }
@@ -119,6 +142,34 @@ pub(super) fn write(
     state: &[u8],
     payload: Payload<'_>,
 ) -> usize {
+    write_with(r, version, key, state, payload, true)
+}
+
+/// [`write`] over the record of `key` that `r` holds already (its key was
+/// compared equal to `key`): the key is copied only when it moves, that is
+/// when the payload's length changes (a box's payload mostly keeps its
+/// length from one message to the next).
+pub(super) fn rewrite(
+    r: &mut [u8],
+    version: u64,
+    key: &str,
+    state: &[u8],
+    payload: Payload<'_>,
+) -> usize {
+    let moved = key_len(r) != key.len() || payload_len(r) != payload.len();
+    debug_assert!(moved || self::key(r) == key.as_bytes());
+    write_with(r, version, key, state, payload, moved)
+}
+
+#[inline(always)]
+fn write_with(
+    r: &mut [u8],
+    version: u64,
+    key: &str,
+    state: &[u8],
+    payload: Payload<'_>,
+    copy_key: bool,
+) -> usize {
     let (k, p) = (key.len(), payload.len());
     debug_assert!(k <= MAX_KEY && r.len() >= size(key, state, p));
     r[..8].copy_from_slice(&version.to_le_bytes());
@@ -133,7 +184,111 @@ pub(super) fn write(
         r[HEADER..HEADER + p].copy_from_slice(bytes);
     }
     let at = key_at(p);
-    r[at..at + k].copy_from_slice(key.as_bytes());
-    r[at + k..at + k + state.len()].copy_from_slice(state);
+    if copy_key {
+        copy_short(&mut r[at..at + k], key.as_bytes());
+    }
+    copy_short(&mut r[at + k..at + k + state.len()], state);
     at + k + state.len()
+}
+
+/// `dst.copy_from_slice(src)`; up to 16 bytes in two overlapping loads and
+/// stores (the bytes they share are the same), not through a call to
+/// `memcpy` (a key and a state are short).
+#[inline(always)]
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    if n > 16 || dst.len() != n {
+        dst.copy_from_slice(src);
+        return;
+    }
+    #[inline(always)]
+    fn two<const W: usize>(dst: &mut [u8], src: &[u8]) {
+        if let (Some(d), Some(s)) = (dst.first_chunk_mut::<W>(), src.first_chunk::<W>()) {
+            *d = *s;
+        }
+        if let (Some(d), Some(s)) = (dst.last_chunk_mut::<W>(), src.last_chunk::<W>()) {
+            *d = *s;
+        }
+    }
+    match n {
+        8.. => two::<8>(dst, src),
+        4.. => two::<4>(dst, src),
+        2.. => two::<2>(dst, src),
+        1 => dst[0] = src[0],
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_copies_are_copies() {
+        let src: Vec<u8> = (1..=24u8).collect();
+        for n in 0..=src.len() {
+            for at in 0..3 {
+                let mut dst = vec![0u8; n + 6];
+                copy_short(&mut dst[at..at + n], &src[..n]);
+                let mut want = vec![0u8; n + 6];
+                want[at..at + n].copy_from_slice(&src[..n]);
+                assert_eq!(dst, want, "{n} at {at}");
+            }
+        }
+    }
+
+    #[test]
+    fn keys_compare_exactly() {
+        let keys = [
+            "",
+            "a",
+            "ab",
+            "abc",
+            "abcd",
+            "abcdefg",
+            "abcdefgh",
+            "abcdefghijklmnop",
+        ];
+        let long = "abcdefghijklmnopqrstuvwxyz";
+        for n in 0..=long.len() {
+            let key = &long[..n];
+            let mut r = vec![0u8; 96];
+            write(&mut r, 1, key, &[6, 1], Payload::Later(5));
+            assert!(key_is(&r, key.as_bytes()), "{key}");
+            for other in keys.iter().filter(|&&o| o != key) {
+                assert!(!key_is(&r, other.as_bytes()), "{key} is not {other}");
+            }
+            for i in 0..n {
+                let mut off = key.as_bytes().to_vec();
+                off[i] ^= 0x20;
+                assert!(!key_is(&r, &off), "{key} at {i}");
+            }
+        }
+    }
+
+    /// A record rewritten over the one of its key is the record written
+    /// afresh, whether the key stays where it was or moves.
+    #[test]
+    fn rewrites_are_writes() {
+        let state = [6u8, 1, 2, 3];
+        for key in ["k", "box-42", "a-longer-key-of-22-b"] {
+            for old_len in [0usize, 5, 8, 13] {
+                for new_len in [0usize, 5, 8, 13] {
+                    for rendered in [false, true] {
+                        let (old, new) = (vec![b'o'; old_len], vec![b'n'; new_len]);
+                        let old_payload = Payload::of(rendered, &old, old_len);
+                        let new_payload = Payload::of(rendered, &new, new_len);
+                        let mut r = vec![0u8; 128];
+                        write(&mut r, 1, key, &[5, 5, 5, 5, 5, 5], old_payload);
+                        let mut want = r.clone();
+                        let used = rewrite(&mut r, 2, key, &state, new_payload);
+                        let want_used = write(&mut want, 2, key, &state, new_payload);
+                        assert_eq!(used, want_used);
+                        assert_eq!(r, want, "{key} {old_len} -> {new_len}");
+                        assert_eq!(self::key(&r), key.as_bytes());
+                    }
+                }
+            }
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //! current state and one accepted message, built in per-thread scratch
 //! buffers so that updating a box allocates nothing on the steady path.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 
 use super::codec;
 use crate::config::{FieldType, Reduce};
@@ -297,25 +297,53 @@ impl Scratch {
 }
 
 thread_local! {
-    static SCRATCH: Cell<Scratch> = const { Cell::new(Scratch::new()) };
+    static SCRATCH: RefCell<Scratch> = const { RefCell::new(Scratch::new()) };
 }
 
-/// Run `f` with this thread's scratch buffers (taken out and put back, so a
-/// nested call or a thread being torn down just gets fresh ones).
+/// Run `f` with this thread's scratch buffers, borrowed in place (a flag
+/// set and reset, where taking them out and putting them back moved three
+/// `Vec`s twice); a nested call (they are borrowed) or a thread being torn
+/// down just gets fresh ones.
 pub(super) fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
-    let mut scratch = SCRATCH.try_with(Cell::take).unwrap_or_default();
-    let r = f(&mut scratch);
-    let _ = SCRATCH.try_with(|c| c.set(scratch));
-    r
+    let mut f = Some(f);
+    let done = SCRATCH.try_with(|c| {
+        let mut scratch = c.try_borrow_mut().ok()?;
+        f.take().map(|f| f(&mut scratch))
+    });
+    match (done, f) {
+        (Ok(Some(r)), _) => r,
+        (_, Some(f)) => f(&mut Scratch::default()),
+        // `f` is taken only to run it, and then its result is returned
+        // above.
+        (_, None) => unreachable!("with_scratch: f taken but not run"),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::tests::{apply, assert_unchanged, f, field, i, payload, table_with};
+    use super::with_scratch;
     use crate::boxes::BoxTable;
     use crate::config::{FieldType, Reduce};
     use crate::plan::{MessageError, Plan, Value};
     use std::sync::Arc;
+
+    #[test]
+    fn scratch_is_kept_per_thread_and_fresh_when_nested() {
+        with_scratch(|s| {
+            s.clear();
+            s.state.extend_from_slice(b"outer");
+            // Borrowed: a nested call gets buffers of its own.
+            with_scratch(|inner| {
+                assert!(inner.state.is_empty());
+                inner.state.extend_from_slice(b"inner");
+            });
+            assert_eq!(s.state, b"outer");
+        });
+        // Kept for the next call on this thread, not the nested one's.
+        with_scratch(|s| assert_eq!(s.state, b"outer"));
+        assert_eq!(with_scratch(|_| 7), 7);
+    }
 
     #[test]
     fn absent_fields_keep_their_state_but_count_counts() {
