@@ -168,25 +168,35 @@ struct FieldRead {
     max_len: usize,
     /// `index` as carried by `MessageError`.
     id: u16,
+    /// The index of an earlier field that reads the same slot as the same
+    /// type, not `str` (`/value` read by a `last` and a `sum` field): its
+    /// value is this one's, decoded once. (An error would have been the
+    /// earlier field's, reported first; `str` values are copied into the
+    /// arena once per field, as the arena's accounting expects.)
+    same_as: Option<usize>,
 }
 
 impl Projector {
     pub fn new(plan: Arc<Plan>) -> Projector {
         let paths = PathTree::new(&plan);
-        let reads = plan
-            .fields
-            .iter()
-            .enumerate()
-            .filter_map(|(index, field)| {
-                Some(FieldRead {
-                    index,
-                    node: paths.field_node(index)?,
-                    ty: field.ty,
-                    max_len: field.max_len,
-                    id: u16::try_from(index).unwrap_or(u16::MAX),
-                })
-            })
-            .collect();
+        let mut reads: Vec<FieldRead> = Vec::new();
+        for (index, field) in plan.fields.iter().enumerate() {
+            let Some(node) = paths.field_node(index) else {
+                continue;
+            };
+            let same_as = reads
+                .iter()
+                .find(|r| r.node == node && r.ty == field.ty && field.ty != FieldType::Str)
+                .map(|r| r.index);
+            reads.push(FieldRead {
+                index,
+                node,
+                ty: field.ty,
+                max_len: field.max_len,
+                id: u16::try_from(index).unwrap_or(u16::MAX),
+                same_as,
+            });
+        }
         Projector {
             slots: vec![Found::Absent; paths.len()],
             key_node: paths.key_node(),
@@ -390,12 +400,18 @@ impl Projector {
             .try_alloc_slice_fill_copy(self.plan.fields.len(), None)
             .map_err(|_| Reject::Body(BodyError::ArenaFull))?;
         for read in &self.reads {
-            let (Some(slot), Some(&found)) =
-                (values.get_mut(read.index), self.slots.get(read.node))
-            else {
-                continue;
+            let value = match read.same_as.and_then(|i| values.get(i)) {
+                Some(&earlier) => earlier,
+                None => {
+                    let Some(&found) = self.slots.get(read.node) else {
+                        continue;
+                    };
+                    read_field(arena, doc, found, read)?
+                }
             };
-            *slot = read_field(arena, doc, found, read)?;
+            if let Some(slot) = values.get_mut(read.index) {
+                *slot = value;
+            }
         }
         Ok(Message { key, values })
     }
@@ -441,14 +457,14 @@ fn read_field<'a>(
         (_, Found::Absent | Found::Null) => return Ok(None),
         (FieldType::I64, Found::Num { start, end, int }) => {
             let n = int
-                .then(|| scan::parse_i64(&doc[start..end]))
+                .then(|| parse_int(&doc[start..end]))
                 .flatten()
                 .ok_or_else(wrong)?;
             Value::I64(n)
         }
         (FieldType::F64, Found::Num { start, end, int }) => {
             let text = &doc[start..end];
-            match int.then(|| scan::parse_i64(text)).flatten() {
+            match int.then(|| parse_int(text)).flatten() {
                 Some(n) => Value::F64(n as f64),
                 None => Value::F64(scan::parse_f64(text)),
             }
@@ -527,6 +543,26 @@ fn arena_str_rest<'a>(arena: &'a Bump, raw: &[u8], escaped: bool) -> Result<&'a 
             what: "invalid UTF-8",
         })
     })
+}
+
+/// [`scan::parse_i64`] of a validated integer's text (`-?[0-9]+`): up to
+/// 18 digits, which cannot overflow, without its two overflow checks a digit.
+#[inline(always)]
+fn parse_int(text: &[u8]) -> Option<i64> {
+    let (negative, digits) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    if digits.len() > 18 {
+        return scan::parse_i64(text);
+    }
+    // Wrapping only so that text that is not digits (never given) cannot
+    // panic in a debug build.
+    let n = digits.iter().fold(0i64, |n, &d| {
+        n.wrapping_mul(10)
+            .wrapping_add(i64::from(d.wrapping_sub(b'0')))
+    });
+    Some(if negative { n.wrapping_neg() } else { n })
 }
 
 /// `b.is_ascii()`, with up to 16 bytes in two overlapping word loads where

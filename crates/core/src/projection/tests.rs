@@ -487,6 +487,88 @@ fn short_strings_take_the_ascii_path() {
 }
 
 #[test]
+fn integers_parse_as_the_checked_parser_does() {
+    let mut texts: Vec<String> = ["0", "-0", "5", "-5", "1234567", "-1234567"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for digits in 1..=21 {
+        texts.push("9".repeat(digits));
+        texts.push(format!("-{}", "9".repeat(digits)));
+        texts.push(format!("1{}", "0".repeat(digits - 1)));
+    }
+    for n in [i64::MAX, i64::MIN, i64::MAX - 1, i64::MIN + 1] {
+        texts.push(n.to_string());
+    }
+    texts.push("9223372036854775808".into());
+    texts.push("-9223372036854775809".into());
+    for t in &texts {
+        assert_eq!(
+            parse_int(t.as_bytes()),
+            scan::parse_i64(t.as_bytes()),
+            "{t}"
+        );
+    }
+}
+
+/// Two fields on one pointer: decoded once when they are of one type, each
+/// its own way otherwise; errors name the first field.
+#[test]
+fn fields_sharing_a_pointer() {
+    let cfg = BoxesConfig {
+        fields: vec![
+            field(
+                "a",
+                Some("/value"),
+                Some(FieldType::I64),
+                None,
+                Reduce::Last,
+            ),
+            field(
+                "b",
+                Some("/value"),
+                Some(FieldType::F64),
+                None,
+                Reduce::Last,
+            ),
+            field("c", Some("/value"), Some(FieldType::I64), None, Reduce::Sum),
+            field("d", Some("/value"), Some(FieldType::F64), None, Reduce::Max),
+            field("e", Some("/s"), Some(FieldType::Str), Some(8), Reduce::Last),
+            field("f", Some("/s"), Some(FieldType::Str), Some(8), Reduce::Last),
+        ],
+        ..BoxesConfig::default()
+    };
+    let mut p = Projector::new(Arc::new(Plan::compile(&cfg).unwrap()));
+    assert_eq!(
+        p.reads.iter().map(|r| r.same_as).collect::<Vec<_>>(),
+        [None, None, Some(0), Some(1), None, None]
+    );
+    let arena = Bump::new();
+    let m = one(&mut p, &arena, r#"{"key":"k","value":-42,"s":"xy"}"#).unwrap();
+    assert_eq!(
+        m.values,
+        [
+            Some(Value::I64(-42)),
+            Some(Value::F64(-42.0)),
+            Some(Value::I64(-42)),
+            Some(Value::F64(-42.0)),
+            Some(Value::Str("xy")),
+            Some(Value::Str("xy")),
+        ]
+    );
+    let m = one(&mut p, &arena, r#"{"key":"k","value":null}"#).unwrap();
+    assert_eq!(m.values, [None; 6]);
+    assert_eq!(
+        one(&mut p, &arena, r#"{"key":"k","value":2.5}"#),
+        Err(MessageError::WrongType { field: 0 })
+    );
+    assert_eq!(
+        one(&mut p, &arena, r#"{"key":"k","value":"2"}"#),
+        Err(MessageError::WrongType { field: 0 })
+    );
+}
+
+#[test]
 fn member_names_near_the_configured_ones_do_not_match() {
     let mut p = default_projector();
     let arena = Bump::new();
