@@ -70,7 +70,7 @@ use crate::plan::{MessageError, Plan, Value};
 use bumpalo::collections::Vec as BumpVec;
 use bumpalo::Bump;
 use paths::PathTree;
-use scan::{Found, Heads, Scanner};
+use scan::{Found, Scanner};
 use std::sync::Arc;
 
 /// How the body is framed, from its `Content-Type`.
@@ -153,8 +153,6 @@ pub struct Projector {
     reads: Vec<FieldRead>,
     /// The key member's slot.
     key_node: usize,
-    /// The cargo's member heads seen so far (see [`scan::Heads`]).
-    heads: Heads,
 }
 
 /// What reading one plan field's value takes, gathered from the plan and the
@@ -203,7 +201,6 @@ impl Projector {
             paths,
             reads,
             plan,
-            heads: Heads::new(),
         }
     }
 
@@ -299,7 +296,7 @@ impl Projector {
                         let item = if sc.skip_ws() == Some(b'{') {
                             self.message(arena, &mut sc, keys, 0)?
                         } else {
-                            sc.value(&mut self.heads).map_err(invalid)?;
+                            sc.value().map_err(invalid)?;
                             Err(MessageError::NotAnObject)
                         };
                         reserve(&mut items, 1)?;
@@ -314,7 +311,7 @@ impl Projector {
             Some(_) => {
                 // Valid JSON of the wrong shape is 400 too, but invalid JSON
                 // is reported as such.
-                sc.value(&mut self.heads).map_err(invalid)?;
+                sc.value().map_err(invalid)?;
                 sc.finish().map_err(invalid)?;
                 return Err(BodyError::NotObjectOrArray);
             }
@@ -342,7 +339,7 @@ impl Projector {
                     items.push(item);
                 }
                 Some(_) => {
-                    sc.value(&mut self.heads).map_err(invalid)?;
+                    sc.value().map_err(invalid)?;
                     sc.finish().map_err(invalid)?;
                     reserve(&mut items, 1)?;
                     items.push(Err(MessageError::NotAnObject));
@@ -375,7 +372,7 @@ impl Projector {
     ) -> Result<Result<Message<'a>, MessageError>, BodyError> {
         self.slots.fill(Found::Absent);
         self.paths
-            .find(sc, &mut self.slots, &mut self.heads)
+            .find(sc, &mut self.slots)
             .map_err(|f| error::invalid_json(f, base))?;
         match self.read(arena, sc.buf(), keys) {
             Ok(m) => Ok(Ok(m)),

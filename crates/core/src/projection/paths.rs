@@ -2,7 +2,7 @@
 //! them in a message while the scanner validates and steps over everything
 //! else.
 
-use super::scan::{unescaped_eq, Fail, Found, Heads, Scanner};
+use super::scan::{unescaped_eq, Fail, Found, Scanner};
 use crate::plan::Plan;
 
 /// Index of the tree node standing for the message object itself.
@@ -163,22 +163,11 @@ impl PathTree {
     /// appears twice is recorded twice, the last one winning: what an earlier
     /// one recorded below it is cleared first, so nested members are found
     /// only in the winning value.
-    pub(super) fn find(
-        &self,
-        scanner: &mut Scanner<'_>,
-        slots: &mut [Found],
-        heads: &mut Heads,
-    ) -> Result<(), Fail> {
-        self.find_in(scanner, ROOT, slots, heads)
+    pub(super) fn find(&self, scanner: &mut Scanner<'_>, slots: &mut [Found]) -> Result<(), Fail> {
+        self.find_in(scanner, ROOT, slots)
     }
 
-    fn find_in(
-        &self,
-        sc: &mut Scanner<'_>,
-        node: usize,
-        slots: &mut [Found],
-        heads: &mut Heads,
-    ) -> Result<(), Fail> {
+    fn find_in(&self, sc: &mut Scanner<'_>, node: usize, slots: &mut [Found]) -> Result<(), Fail> {
         let kids = &self.nodes[node].kids;
         if !sc.object_start()? {
             return Ok(());
@@ -215,13 +204,13 @@ impl PathTree {
                             }
                         }
                         Some(b'{') if k.inner => {
-                            self.find_in(sc, c, slots, heads)?;
+                            self.find_in(sc, c, slots)?;
                             Found::Object
                         }
-                        _ => sc.value(heads)?,
+                        _ => sc.value()?,
                     };
                 }
-                None => sc.skip(heads)?,
+                None => sc.skip()?,
             }
             if !sc.next_member()? {
                 return Ok(());
