@@ -1,7 +1,31 @@
 //! Byte scanning shared by the HTTP framer and the projection: the line-feed
 //! search and count (request heads, NDJSON lines), the plain decimal number
-//! (`Content-Length`, the long-poll query), and the test for a box key that
-//! needs no decoding.
+//! (`Content-Length`, the long-poll query), the test for a box key that
+//! needs no decoding, and short byte strings as words (box keys, member
+//! names).
+
+/// The bytes of `b` (at most 8) as the low bytes of a little-endian word,
+/// the rest zero: two overlapping loads (the bytes they share are the same,
+/// so or-ing them is exact), instead of a copy through a buffer.
+#[inline(always)]
+pub(crate) fn short_le(b: &[u8]) -> u64 {
+    let n = b.len();
+    debug_assert!(n <= 8);
+    match n {
+        4..=8 => {
+            let lo = b.first_chunk::<4>().map_or(0, |c| u32::from_le_bytes(*c));
+            let hi = b.last_chunk::<4>().map_or(0, |c| u32::from_le_bytes(*c));
+            u64::from(lo) | u64::from(hi) << ((n - 4) * 8)
+        }
+        2.. => {
+            let lo = b.first_chunk::<2>().map_or(0, |c| u16::from_le_bytes(*c));
+            let hi = b.last_chunk::<2>().map_or(0, |c| u16::from_le_bytes(*c));
+            u64::from(lo) | u64::from(hi) << ((n - 2) * 8)
+        }
+        1 => u64::from(b[0]),
+        _ => 0,
+    }
+}
 
 /// Index of the first LF in `hay`, eight bytes at a time (SWAR): heads and
 /// NDJSON bodies are lines, and this is the one pass over their bytes besides

@@ -33,6 +33,7 @@ use std::cell::Cell;
 use std::hint::spin_loop;
 use std::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
+use crate::bytes::short_le;
 use crossbeam_epoch::Guard;
 
 /// One box. 32 bytes, aligned: two slots a cache line, none straddles two.
@@ -257,29 +258,6 @@ fn copy_to(words: &[AtomicU64], start: usize, len: usize, out: &mut Vec<u8>) -> 
     // and within the capacity.
     unsafe { out.set_len(end) };
     true
-}
-
-/// The bytes of `b` (at most 8) as the low bytes of a little-endian word,
-/// the rest zero: two overlapping loads (the bytes they share are the same,
-/// so or-ing them is exact), instead of a copy through a buffer.
-#[inline]
-fn short_le(b: &[u8]) -> u64 {
-    let n = b.len();
-    debug_assert!(n <= 8);
-    match n {
-        4..=8 => {
-            let lo = b.first_chunk::<4>().map_or(0, |c| u32::from_le_bytes(*c));
-            let hi = b.last_chunk::<4>().map_or(0, |c| u32::from_le_bytes(*c));
-            u64::from(lo) | u64::from(hi) << ((n - 4) * 8)
-        }
-        2.. => {
-            let lo = b.first_chunk::<2>().map_or(0, |c| u16::from_le_bytes(*c));
-            let hi = b.last_chunk::<2>().map_or(0, |c| u16::from_le_bytes(*c));
-            u64::from(lo) | u64::from(hi) << ((n - 2) * 8)
-        }
-        1 => u64::from(b[0]),
-        _ => 0,
-    }
 }
 
 impl Slot {

@@ -3,6 +3,7 @@
 //! else.
 
 use super::scan::{unescaped_eq, Fail, Found, Scanner};
+use crate::bytes::short_le;
 use crate::plan::Plan;
 
 /// Index of the tree node standing for the message object itself.
@@ -34,27 +35,12 @@ struct Child {
 }
 
 /// The first `min(8, b.len())` bytes of `b` as a little-endian word, the
-/// rest zero. Under 8 bytes, two overlapping loads (the bytes they share are
-/// the same, so or-ing them is exact) instead of a loop.
+/// rest zero (under 8 bytes, [`short_le`]).
 #[inline(always)]
 fn head_word(b: &[u8]) -> u64 {
-    if let Some(c) = b.first_chunk::<8>() {
-        return u64::from_le_bytes(*c);
-    }
-    let n = b.len();
-    match n {
-        4.. => {
-            let lo = b.first_chunk::<4>().map_or(0, |c| u32::from_le_bytes(*c));
-            let hi = b.last_chunk::<4>().map_or(0, |c| u32::from_le_bytes(*c));
-            u64::from(lo) | u64::from(hi) << ((n - 4) * 8)
-        }
-        2.. => {
-            let lo = b.first_chunk::<2>().map_or(0, |c| u16::from_le_bytes(*c));
-            let hi = b.last_chunk::<2>().map_or(0, |c| u16::from_le_bytes(*c));
-            u64::from(lo) | u64::from(hi) << ((n - 2) * 8)
-        }
-        1 => u64::from(b[0]),
-        _ => 0,
+    match b.first_chunk::<8>() {
+        Some(c) => u64::from_le_bytes(*c),
+        None => short_le(b),
     }
 }
 
