@@ -17,6 +17,8 @@
 # generator's cores, default the second half; one generator thread per core),
 # SCALE_DURATION (s, 4), SCALE_WARMUP (s, 1), SCALE_REPS (3), SCALE_TESTS,
 # SCALE_POLLBOX (binary to measure; default this tree's release build),
+# SCALE_LOAD_POLLBOX (the binary whose `load` generates the traffic; default
+# SCALE_POLLBOX, so two servers can be compared under one generator),
 # SCALE_SKIP_BUILD=1, SCALE_OUT (raw reports and the summary, default a temp folder).
 #
 # Each line: requests/s and messages/s from the generator's report, and the CPU both
@@ -41,6 +43,7 @@ mkdir -p "$OUTDIR"
 LOAD_THREADS=$(taskset -c "$LOAD_CPUS" nproc)
 prepare_server "$OUTDIR" "${SCALE_POLLBOX:-}" "${SCALE_SKIP_BUILD:-}"
 read -r -a SCPUS <<<"$SERVER_CPUS"
+LOAD_BIN=${SCALE_LOAD_POLLBOX:-$BIN}
 
 # The load generator's arguments for each test.
 load_args() {
@@ -58,6 +61,7 @@ load_args() {
     run_header run.sh
     echo "# threads per core: $(lscpu 2>/dev/null | awk -F: '/Thread\(s\) per core/ {gsub(/ /, "", $2); print $2}')"
     echo "# server cores (in order): $SERVER_CPUS; load cores: $LOAD_CPUS ($LOAD_THREADS generator threads)"
+    echo "# server: $BIN; generator: $LOAD_BIN"
     echo "# workers: $WORKERS; tests: $TESTS; ${DUR}s measured after ${WARMUP}s warm-up; reps $REPS"
 } | tee "$OUTDIR/header.txt"
 
@@ -74,7 +78,7 @@ for rep in $(seq 1 "$REPS"); do
             set -- $(load_args "$t")
             c0=$(cpu_ticks "$SRV")
             s0=$(date +%s.%N)
-            python3 - "$base" taskset -c "$LOAD_CPUS" "$BIN" load --url "http://127.0.0.1:$port" \
+            python3 - "$base" taskset -c "$LOAD_CPUS" "$LOAD_BIN" load --url "http://127.0.0.1:$port" \
                 -t "$LOAD_THREADS" -d "${DUR}s" --warmup "${WARMUP}s" -q --json "$base.json" "$@" <<'PY'
 import resource, subprocess, sys
 base, cmd = sys.argv[1], sys.argv[2:]
