@@ -408,7 +408,8 @@ criterion_group!(benches, projection_msgs, arena_reset);
 
 /// One candidate on one body, `iters` times, outside criterion: for
 /// `callgrind` instruction counts (`benches/projection-callgrind.sh` runs it
-/// with two counts and takes the difference per message).
+/// with two counts and takes the difference per message). The candidate
+/// `dump` writes the body to stdout instead.
 fn run_one(spec: &str) {
     type Runner = Box<dyn FnMut(&[u8]) -> i64>;
     let mut parts = spec.split(':');
@@ -432,6 +433,12 @@ fn run_one(spec: &str) {
             .expect("body label");
         (message(size, layout), BodyFormat::Json)
     };
+    if candidate == "dump" {
+        // The body itself, for a reference parser outside this binary
+        // (benches/simdjson-ref).
+        std::io::Write::write_all(&mut std::io::stdout(), &body).expect("stdout");
+        return;
+    }
     let lines = |f: fn(&[u8]) -> Option<i64>| -> Runner {
         if format == BodyFormat::Ndjson {
             Box::new(move |b| per_line(b, f))
