@@ -20,6 +20,9 @@
 //!   the number texts, so the out-of-range refusal it drops is put back by
 //!   parsing every number's text with `str::parse::<f64>`, which is correctly
 //!   rounded);
+//! - `projection::validate_split` (the cargo skip split in two, a second
+//!   cursor speculating ahead) gives `validate`'s answer, error and offset
+//!   included, at four split points drawn from the body;
 //! - the projection agrees with a model built on serde_json plus a JSON
 //!   pointer lookup with the projection's rules (null is absent, pointers go
 //!   through objects only, the last duplicate wins): same verdict (invalid,
@@ -113,6 +116,17 @@ fn check(body: &[u8]) {
     );
     if let Err(BodyError::InvalidJson { at, .. }) = ours {
         assert!(at <= body.len());
+    }
+    // The cargo skip split in two (a second, speculating cursor; large
+    // containers only in the server) answers as one cursor does, error and
+    // offset included, wherever the split falls. Split points from the
+    // body's bytes, so the fuzzer steers them too.
+    let seed = body.iter().fold(body.len(), |h, &b| h.wrapping_mul(31) ^ usize::from(b));
+    for k in 0..4 {
+        let w = (seed >> (k * 3)) % 8;
+        let target = (seed >> (k * 5 + 12)) % (body.len() + 1);
+        let split = projection::validate_split(body, w, target);
+        assert_eq!(split, ours, "split after {w} steps at {target}: {:?}", show());
     }
     let mut epoch = Epoch::new(1 << 16, 16 << 20);
     for plan in plans() {

@@ -54,6 +54,7 @@
 //! - NDJSON lines are split on `\n`; a `\r` before it is whitespace. Lines are
 //!   scanned one by one, each one JSON document.
 
+mod ahead;
 mod error;
 mod paths;
 mod scan;
@@ -128,6 +129,15 @@ pub fn validate(doc: &[u8]) -> Result<(), BodyError> {
     scan::validate(doc).map_err(|f| error::invalid_json(f, 0))
 }
 
+/// [`validate`], with the skip of a top-level array or object split in two
+/// at `target` after `w` steps (see `ahead`), whatever the document's size.
+/// Its answer must be [`validate`]'s for any split: the differential fuzz
+/// target checks that on arbitrary bytes. Not for use outside tests.
+#[doc(hidden)]
+pub fn validate_split(doc: &[u8], w: usize, target: usize) -> Result<(), BodyError> {
+    scan::validate_split(doc, w, target).map_err(|f| error::invalid_json(f, 0))
+}
+
 /// Why a message was not read: the message alone is rejected, or the whole
 /// body is (the arena is full).
 enum Reject {
@@ -153,6 +163,8 @@ pub struct Projector {
     reads: Vec<FieldRead>,
     /// The key member's slot.
     key_node: usize,
+    /// The scanner's [`Scanner::hint`], kept from body to body.
+    skip_hint: usize,
 }
 
 /// What reading one plan field's value takes, gathered from the plan and the
@@ -198,6 +210,7 @@ impl Projector {
         Projector {
             slots: vec![Found::Absent; paths.len()],
             key_node: paths.key_node(),
+            skip_hint: 0,
             paths,
             reads,
             plan,
@@ -277,6 +290,7 @@ impl Projector {
             });
         }
         let mut sc = Scanner::new(body);
+        sc.hint = self.skip_hint;
         let mut items = BumpVec::new_in(arena);
         let shape = match sc.skip_ws() {
             None => {
@@ -317,6 +331,7 @@ impl Projector {
             }
         };
         sc.finish().map_err(invalid)?;
+        self.skip_hint = sc.hint;
         Ok(Batch { shape, items })
     }
 
@@ -329,6 +344,7 @@ impl Projector {
             let end = find_lf(&body[start..]).map_or(body.len(), |n| start + n);
             let line = &body[start..end];
             let mut sc = Scanner::new(line);
+            sc.hint = self.skip_hint;
             let invalid = |f| error::invalid_json(f, start);
             match sc.skip_ws() {
                 None => {}
@@ -345,6 +361,7 @@ impl Projector {
                     items.push(Err(MessageError::NotAnObject));
                 }
             }
+            self.skip_hint = sc.hint;
             start = end + 1;
         }
         if items.is_empty() {
