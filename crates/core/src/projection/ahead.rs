@@ -289,8 +289,8 @@ mod tests {
             return;
         }
         let want = one_cursor(doc);
-        // `Scanner::skip`'s own loop (`walk`) is the same grammar written
-        // as one loop: it must answer as `step` does.
+        // `Scanner::skip`'s own loop (`walk`) and `step` expand the same
+        // grammar with different control flow: they answer alike.
         assert_eq!(
             scanner_skip(doc, 0).0,
             want,

@@ -359,6 +359,126 @@ impl<'b> Scanner<'b> {
     }
 }
 
+/// The cargo skip's grammar, once, for its two users: [`walk`] (one cursor,
+/// one loop) and [`step`] (one value at a time, for two cursors in turn).
+/// From a value's start at `$i` (`$level` containers deep, the innermost an
+/// object when `$object`, kinds in `$kinds`, at most `$room` levels): the
+/// value and what follows it. Then `$go_on` at the next value's start, or
+/// `$whole` when level `$floor + 1` closed (`$i` after its bracket). `$open`
+/// runs first at each opening bracket. Errors `return` from the caller.
+/// A macro, not a function: each user keeps its own control flow (`walk` a
+/// `continue`, `step` a `return`), which is what keeps `walk`'s hot values
+/// in registers (BENCHMARKS §24).
+macro_rules! skip_grammar {
+    (
+        $buf:ident, $i:ident, $level:ident, $object:ident, $kinds:ident, $room:expr, $floor:expr,
+        open: $open:block,
+        go_on: $go_on:block,
+        whole: $whole:block $(,)?
+    ) => {
+        let c = byte($buf, $i);
+        'done: {
+            match c {
+                b'"' => $i = string_end($buf, $i)?,
+                b'{' | b'[' => {
+                    $open
+                    if $level >= $room {
+                        return Err(($i, "nesting too deep"));
+                    }
+                    let is_object = c == b'{';
+                    if is_object {
+                        if let Some(value) = member_head($buf, $i) {
+                            // `{"name":` read whole: at the member's value.
+                            $i = value;
+                            $level += 1;
+                            $kinds[$level as usize & 255] = true;
+                            $object = true;
+                            $go_on
+                        }
+                    }
+                    let mut d = byte($buf, $i + 1);
+                    $i += 1;
+                    if d <= b' ' {
+                        ($i, d) = next($buf, $i);
+                    }
+                    if is_object && d == b'"' {
+                        $i = name_end($buf, $i)?;
+                    } else if is_object && d != b'}' {
+                        return Err(at_end_or($buf, $i, "expected a string member name"));
+                    } else if !is_object && d != b']' {
+                        // An array's first element: `d` read again next.
+                    } else {
+                        // Empty: a whole value.
+                        $i += 1;
+                        if $level == $floor {
+                            $whole
+                        }
+                        break 'done;
+                    }
+                    $level += 1;
+                    $kinds[$level as usize & 255] = is_object;
+                    $object = is_object;
+                    $go_on
+                }
+                b't' => $i = literal_end($buf, $i, b"true")?,
+                b'f' => $i = literal_end($buf, $i, b"false")?,
+                b'n' => $i = literal_end($buf, $i, b"null")?,
+                b'-' | b'0'..=b'9' => {
+                    $i = match number_fast($buf, $i) {
+                        Some(end) => end,
+                        None => number_end($buf, $i)?.0,
+                    }
+                }
+                b' ' | b'\t' | b'\n' | b'\r' => {
+                    $i = ws($buf, $i);
+                    $go_on
+                }
+                _ => return Err(at_end_or($buf, $i, UNEXPECTED)),
+            }
+        }
+        // After a value inside a container: close containers until one
+        // goes on.
+        loop {
+            match byte($buf, $i) {
+                b',' if $object => {
+                    if let Some(value) = member_head($buf, $i) {
+                        $i = value;
+                        $go_on
+                    }
+                    let mut d = byte($buf, $i + 1);
+                    $i += 1;
+                    if d != b'"' {
+                        ($i, d) = next($buf, $i);
+                        if d != b'"' {
+                            return Err(at_end_or($buf, $i, "expected a string member name"));
+                        }
+                    }
+                    $i = name_end($buf, $i)?;
+                    $go_on
+                }
+                b',' => {
+                    $i += 1;
+                    $go_on
+                }
+                b'}' if $object => {}
+                b']' if !$object => {}
+                b' ' | b'\t' | b'\n' | b'\r' => {
+                    $i = ws($buf, $i);
+                    continue;
+                }
+                _ if $object => return Err(at_end_or($buf, $i, "expected ',' or '}'")),
+                _ => return Err(at_end_or($buf, $i, "expected ',' or ']'")),
+            }
+            $i += 1;
+            $level -= 1;
+            if $level == $floor {
+                $whole
+            }
+            $object = $kinds[$level as usize & 255];
+        }
+    };
+}
+
 /// How [`walk`] stopped.
 enum Stop {
     /// The skipped value ended here.
@@ -370,9 +490,9 @@ enum Stop {
 /// The cargo skip with one cursor, from `cur` (a value's start) on: one loop
 /// over the bytes, containers tracked on `kinds` (see [`Scanner::skip`]).
 /// Stops at the end of the skipped value, or at the first opening bracket
-/// at or past `warm`. It is [`step`]'s grammar as one loop: the two answer
-/// alike (`ahead`'s tests compare them), and the loop keeps the hot path's
-/// values in registers where a loop over `step` spills some.
+/// at or past `warm`. The grammar is [`skip_grammar`]'s, as [`step`]'s is;
+/// as one loop it keeps the hot path's values in registers, where a loop
+/// over `step` spills some.
 #[inline(never)]
 fn walk(
     buf: &[u8],
@@ -387,108 +507,15 @@ fn walk(
         mut object,
     } = cur;
     'value: loop {
-        let c = byte(buf, i);
-        'done: {
-            match c {
-                b'"' => i = string_end(buf, i)?,
-                b'{' | b'[' => {
-                    if i >= warm {
-                        return Ok(Stop::Warm(Cursor { i, level, object }));
-                    }
-                    if level >= room {
-                        return Err((i, "nesting too deep"));
-                    }
-                    let is_object = c == b'{';
-                    if is_object {
-                        if let Some(value) = member_head(buf, i) {
-                            // `{"name":` read whole: at the member's value.
-                            i = value;
-                            level += 1;
-                            kinds[level as usize & 255] = true;
-                            object = true;
-                            continue 'value;
-                        }
-                    }
-                    let mut d = byte(buf, i + 1);
-                    i += 1;
-                    if d <= b' ' {
-                        (i, d) = next(buf, i);
-                    }
-                    if is_object && d == b'"' {
-                        i = name_end(buf, i)?;
-                    } else if is_object && d != b'}' {
-                        return Err(at_end_or(buf, i, "expected a string member name"));
-                    } else if !is_object && d != b']' {
-                        // An array's first element: `d` read again next.
-                    } else {
-                        // Empty: a whole value.
-                        i += 1;
-                        if level == 0 {
-                            return Ok(Stop::End(i));
-                        }
-                        break 'done;
-                    }
-                    level += 1;
-                    kinds[level as usize & 255] = is_object;
-                    object = is_object;
-                    continue 'value;
+        skip_grammar!(buf, i, level, object, kinds, room, 0,
+            open: {
+                if i >= warm {
+                    return Ok(Stop::Warm(Cursor { i, level, object }));
                 }
-                b't' => i = literal_end(buf, i, b"true")?,
-                b'f' => i = literal_end(buf, i, b"false")?,
-                b'n' => i = literal_end(buf, i, b"null")?,
-                b'-' | b'0'..=b'9' => {
-                    i = match number_fast(buf, i) {
-                        Some(end) => end,
-                        None => number_end(buf, i)?.0,
-                    }
-                }
-                b' ' | b'\t' | b'\n' | b'\r' => {
-                    i = ws(buf, i);
-                    continue 'value;
-                }
-                _ => return Err(at_end_or(buf, i, UNEXPECTED)),
-            }
-        }
-        // After a value inside a container: close containers until one
-        // goes on.
-        loop {
-            match byte(buf, i) {
-                b',' if object => {
-                    if let Some(value) = member_head(buf, i) {
-                        i = value;
-                        continue 'value;
-                    }
-                    let mut d = byte(buf, i + 1);
-                    i += 1;
-                    if d != b'"' {
-                        (i, d) = next(buf, i);
-                        if d != b'"' {
-                            return Err(at_end_or(buf, i, "expected a string member name"));
-                        }
-                    }
-                    i = name_end(buf, i)?;
-                    continue 'value;
-                }
-                b',' => {
-                    i += 1;
-                    continue 'value;
-                }
-                b'}' if object => {}
-                b']' if !object => {}
-                b' ' | b'\t' | b'\n' | b'\r' => {
-                    i = ws(buf, i);
-                    continue;
-                }
-                _ if object => return Err(at_end_or(buf, i, "expected ',' or '}'")),
-                _ => return Err(at_end_or(buf, i, "expected ',' or ']'")),
-            }
-            i += 1;
-            level -= 1;
-            if level == 0 {
-                return Ok(Stop::End(i));
-            }
-            object = kinds[level as usize & 255];
-        }
+            },
+            go_on: { continue 'value },
+            whole: { return Ok(Stop::End(i)) },
+        );
     }
 }
 
@@ -524,122 +551,17 @@ pub(super) fn step(
         mut level,
         mut object,
     } = *cur;
-    let c = byte(buf, i);
-    'done: {
-        match c {
-            b'"' => i = string_end(buf, i)?,
-            b'{' | b'[' => {
-                if level >= room {
-                    return Err((i, "nesting too deep"));
-                }
-                let is_object = c == b'{';
-                if is_object {
-                    if let Some(value) = member_head(buf, i) {
-                        // `{"name":` read whole: at the member's value.
-                        level += 1;
-                        kinds[level as usize & 255] = true;
-                        *cur = Cursor {
-                            i: value,
-                            level,
-                            object: true,
-                        };
-                        return Ok(false);
-                    }
-                }
-                let mut d = byte(buf, i + 1);
-                i += 1;
-                if d <= b' ' {
-                    (i, d) = next(buf, i);
-                }
-                if is_object && d == b'"' {
-                    i = name_end(buf, i)?;
-                } else if is_object && d != b'}' {
-                    return Err(at_end_or(buf, i, "expected a string member name"));
-                } else if !is_object && d != b']' {
-                    // An array's first element: `d` read again next.
-                } else {
-                    // Empty: a whole value.
-                    i += 1;
-                    if level == floor {
-                        cur.i = i;
-                        return Ok(true);
-                    }
-                    break 'done;
-                }
-                level += 1;
-                kinds[level as usize & 255] = is_object;
-                *cur = Cursor {
-                    i,
-                    level,
-                    object: is_object,
-                };
-                return Ok(false);
-            }
-            b't' => i = literal_end(buf, i, b"true")?,
-            b'f' => i = literal_end(buf, i, b"false")?,
-            b'n' => i = literal_end(buf, i, b"null")?,
-            b'-' | b'0'..=b'9' => {
-                i = match number_fast(buf, i) {
-                    Some(end) => end,
-                    None => number_end(buf, i)?.0,
-                }
-            }
-            b' ' | b'\t' | b'\n' | b'\r' => {
-                cur.i = ws(buf, i);
-                return Ok(false);
-            }
-            _ => return Err(at_end_or(buf, i, UNEXPECTED)),
-        }
-    }
-    // After a value inside a container: close containers until one goes on.
-    loop {
-        match byte(buf, i) {
-            b',' if object => {
-                if let Some(value) = member_head(buf, i) {
-                    *cur = Cursor {
-                        i: value,
-                        level,
-                        object,
-                    };
-                    return Ok(false);
-                }
-                let mut d = byte(buf, i + 1);
-                i += 1;
-                if d != b'"' {
-                    (i, d) = next(buf, i);
-                    if d != b'"' {
-                        return Err(at_end_or(buf, i, "expected a string member name"));
-                    }
-                }
-                i = name_end(buf, i)?;
-                *cur = Cursor { i, level, object };
-                return Ok(false);
-            }
-            b',' => {
-                *cur = Cursor {
-                    i: i + 1,
-                    level,
-                    object,
-                };
-                return Ok(false);
-            }
-            b'}' if object => {}
-            b']' if !object => {}
-            b' ' | b'\t' | b'\n' | b'\r' => {
-                i = ws(buf, i);
-                continue;
-            }
-            _ if object => return Err(at_end_or(buf, i, "expected ',' or '}'")),
-            _ => return Err(at_end_or(buf, i, "expected ',' or ']'")),
-        }
-        i += 1;
-        level -= 1;
-        if level == floor {
+    skip_grammar!(buf, i, level, object, kinds, room, floor,
+        open: {},
+        go_on: {
+            *cur = Cursor { i, level, object };
+            return Ok(false);
+        },
+        whole: {
             *cur = Cursor { i, level, object };
             return Ok(true);
-        }
-        object = kinds[level as usize & 255];
-    }
+        },
+    );
 }
 
 /// Step over whitespace from `i`.
