@@ -519,9 +519,10 @@ fn walk(
     }
 }
 
-/// Where [`step`] is in a container value being skipped: at the start of a
-/// value (after whitespace, or not), `level` containers deep (1-based, below
-/// the skipped value), the innermost one an object when `object`.
+/// Where a cursor of the cargo skip ([`walk`], [`step`]) is in a container
+/// value being skipped: at the start of a value (after whitespace, or not),
+/// `level` containers deep (1-based, below the skipped value), the innermost
+/// one an object when `object`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Cursor {
     pub(super) i: usize,
