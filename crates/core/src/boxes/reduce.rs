@@ -1,4 +1,4 @@
-//! The reducers (SPEC §3): the next state and payload of a box from its
+//! The reducers (docs/boxes.md): the next state and payload of a box from its
 //! current state and one accepted message, built in per-thread scratch
 //! buffers so that updating a box allocates nothing on the steady path.
 
