@@ -179,6 +179,16 @@ impl Worker {
             + self.done.capacity() * std::mem::size_of::<(usize, Sent)>()
     }
 
+    /// Hand the connection's state machine this worker's context for one
+    /// call, the answers it writes timed together (`WorkerHost::finish`).
+    #[inline]
+    fn timed<R>(&mut self, f: impl FnOnce(&mut Ctx<'_, WorkerHost>) -> R) -> R {
+        self.host.start();
+        let r = f(&mut cx!(self));
+        self.host.finish();
+        r
+    }
+
     fn clock(&mut self) -> u64 {
         self.now_ms = self.started.elapsed().as_millis() as u64;
         self.now_ms
@@ -322,10 +332,7 @@ impl Worker {
     fn refuse(&mut self, stream: &mut TcpStream, what: &str) {
         let mut out = std::mem::take(&mut self.refusal);
         out.clear();
-        self.host.start();
-        self.service
-            .closing_error(503, what, &mut out, &mut self.host);
-        self.host.finish();
+        self.timed(|cx| cx.service.closing_error(503, what, &mut out, cx.host));
         let _ = stream.write(&out);
         let _ = stream.shutdown(std::net::Shutdown::Write);
         self.refusal = out;
@@ -360,9 +367,7 @@ impl Worker {
             // An event stream whose box moved while its queue was not empty
             // sends the newest version now that the queue drained.
             if c.core.stream_dirty() && c.core.send_queue().is_empty() {
-                self.host.start();
-                let sent = c.core.on_send_drained(&mut cx!(self));
-                self.host.finish();
+                let sent = self.timed(|cx| c.core.on_send_drained(cx));
                 if sent {
                     continue;
                 }
@@ -489,9 +494,7 @@ impl Worker {
             c.registered = Some(hash);
             // An ingest may have landed between the version check and the
             // registration: look again now that wake-ups reach this poll.
-            self.host.start();
-            c.core.on_box_updated(&mut cx!(self));
-            self.host.finish();
+            self.timed(|cx| c.core.on_box_updated(cx));
         }
     }
 
@@ -597,9 +600,7 @@ impl Worker {
                 continue;
             };
             c.timer = None;
-            self.host.start();
-            c.core.on_timer(&mut cx!(self));
-            self.host.finish();
+            self.timed(|cx| c.core.on_timer(cx));
             self.settle(t.slot, c);
         }
         self.fired = fired;
@@ -624,9 +625,7 @@ impl Worker {
                 let Some(mut c) = self.conns.take_gen(slot, gen) else {
                     continue;
                 };
-                self.host.start();
-                c.core.on_box_updated(&mut cx!(self));
-                self.host.finish();
+                self.timed(|cx| c.core.on_box_updated(cx));
                 self.settle(slot, c);
             }
         }
@@ -645,9 +644,7 @@ impl Worker {
                     self.close(slot, c);
                     continue;
                 }
-                self.host.start();
-                c.core.drain(overdue, &mut cx!(self));
-                self.host.finish();
+                self.timed(|cx| c.core.drain(overdue, cx));
                 self.settle(slot, c);
             }
         }
