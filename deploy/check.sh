@@ -51,7 +51,7 @@ run "configs: ConfigMap = systemd TOML, template = haproxy.cfg, timeouts, manife
     python3 $D/check_static.py configs
 run "grafana: pollbox-dashboard.json is valid JSON" python3 -m json.tool $D/grafana/pollbox-dashboard.json
 run "grafana: dashboard structure (ids, grid, queries, variables)" python3 $D/check_static.py dashboard
-run "metrics: alerts and dashboard use SPEC §6 names only" python3 $D/check_static.py metrics
+run "metrics: alerts and dashboard use exported metric names only" python3 $D/check_static.py metrics
 
 # --- HAProxy -----------------------------------------------------------------------
 if need haproxy && need openssl; then

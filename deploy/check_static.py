@@ -5,7 +5,7 @@
                                  the Dockerfile's Rust matches rust-toolchain.toml;
                                  the k8s manifests reference each other correctly
   check_static.py dashboard      Grafana JSON is well formed and every panel queries
-  check_static.py metrics        alerts and dashboard use only SPEC §6 metric names
+  check_static.py metrics        alerts and dashboard use only metric names pollbox exports
   check_static.py dashboard-rules OUT
                                  write the dashboard's queries as a Prometheus rule
                                  file, so `promtool check rules OUT` parses them
@@ -24,8 +24,8 @@ import sys
 DEPLOY = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(DEPLOY)
 
-# SPEC §6, the metrics pollbox exports. Histograms also expose _bucket/_sum/_count.
-SPEC_METRICS = {
+# The metrics pollbox exports (docs/operations.md#metrics). Histograms also expose _bucket/_sum/_count.
+EXPORTED_METRICS = {
     "pollbox_http_requests_total",
     "pollbox_http_request_duration_seconds",
     "pollbox_ingest_messages_total",
@@ -262,9 +262,9 @@ def check_metrics():
     errors = []
     used = used_metrics()
     for m, where in sorted(used.items()):
-        if base_name(m) not in SPEC_METRICS:
-            errors.append(f"{m} (in {', '.join(sorted(where))}) is not a SPEC §6 metric")
-    return errors, f"{len(used)} metric names in alerts and dashboard, all from SPEC §6"
+        if base_name(m) not in EXPORTED_METRICS:
+            errors.append(f"{m} (in {', '.join(sorted(where))}) is not a metric pollbox exports")
+    return errors, f"{len(used)} metric names in alerts and dashboard, all exported by pollbox"
 
 
 def write_dashboard_rules(out):

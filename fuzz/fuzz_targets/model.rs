@@ -1,6 +1,6 @@
-//! The projection as the fuzz targets `projection` and `projection_diff`
-//! model it: serde_json parses the body, a JSON pointer lookup reads each
-//! field, and SPEC §3 with the projection's documented choices (the key first,
+//! The projection as the fuzz targets `projection` and `projection_diff` model it:
+//! serde_json parses the body, a JSON pointer lookup reads each field, and
+//! docs/boxes.md#messages with the projection's documented choices (the key first,
 //! then the fields in plan order; `null` and a pointer through a non-object are
 //! absent; the last duplicate member wins) decides each message. Shared by both
 //! targets (`#[path = "model.rs"] mod model;`).
@@ -134,9 +134,9 @@ pub(crate) fn model_body(
 
 pub(crate) type Object = serde_json::Map<String, Json>;
 
-/// SPEC §3 and the projection's documented choices: the key first, then the
-/// fields in plan order; the first problem rejects the message; `null` and a
-/// pointer through a non-object are absent.
+/// docs/boxes.md#messages and the projection's documented choices: the key first,
+/// then the fields in plan order; the first problem rejects the message; `null` and
+/// a pointer through a non-object are absent.
 pub(crate) fn model_message(plan: &Plan, o: &Object, keys: KeySource) -> ModelMessage {
     let key = match keys {
         KeySource::Path => None,

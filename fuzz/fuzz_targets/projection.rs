@@ -17,7 +17,7 @@
 //!   projection accepts is valid JSON; same top-level shape, same number of
 //!   messages, same key, same values or the same first error per message
 //!   (out-of-range numbers and serde_json's recursion limit included: the
-//!   projection follows serde_json there since issue 15);
+//!   projection follows serde_json there);
 //! - the box table agrees with a model of the reducers: same accept/reject
 //!   decision, same version, and a payload byte-for-byte equal to the model's
 //!   rendering, valid JSON, within `max_payload_bytes`; a poll returns it.
@@ -279,8 +279,8 @@ struct TableModel {
 }
 
 impl TableModel {
-    /// SPEC §3: the reducers, `max_payload_bytes`, `max_boxes`; a rejected
-    /// message changes nothing. Returns the new version and payload.
+    /// docs/boxes.md#reducers: the reducers, `max_payload_bytes`, `max_boxes`; a
+    /// rejected message changes nothing. Returns the new version and payload.
     fn apply(
         &mut self,
         plan: &Plan,
@@ -361,9 +361,9 @@ impl TableModel {
     }
 }
 
-/// SPEC §3's payload: strings with serde_json's escaping (`\n`-style short
-/// escapes, `\u00XX` for other control characters, UTF-8 kept), floats in
-/// their shortest round-trip form (ryu's, as `render.rs` promises).
+/// The payload of docs/boxes.md#payloads: strings with serde_json's escaping
+/// (`\n`-style short escapes, `\u00XX` for other control characters, UTF-8 kept),
+/// floats in their shortest round-trip form (ryu's, as `render.rs` promises).
 fn render(plan: &Plan, key: &str, version: u64, state: &[MState]) -> Vec<u8> {
     let string = |s: &str| serde_json::to_string(s).unwrap_or_default();
     let mut out = format!("{{\"k\":{},\"ver\":{version}", string(key));

@@ -1,4 +1,4 @@
-//! The configuration file (SPEC §10): TOML, every key defaulted, unknown keys
+//! The configuration file (docs/config.md): TOML, every key defaulted, unknown keys
 //! rejected, values validated with messages that name the key.
 //!
 //! The embedded default is `config/pollbox.toml` itself (`include_str!`), so the
@@ -71,7 +71,7 @@ pub struct LimitsConfig {
     pub max_buffered_bytes: usize,
 }
 
-/// What browsers see (SPEC §2a, §2b).
+/// What browsers see (docs/http.md#event-streams, docs/http.md#cors).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpConfig {

@@ -24,7 +24,7 @@
 //!   (`body_timeout_ms` from the last byte of progress), or the long-poll's;
 //! - a parked long-poll holds back the requests pipelined behind it, and they are
 //!   answered in order once it is answered;
-//! - an event stream (SPEC §2a) is a state like a parked poll: it sends the
+//! - an event stream (docs/http.md#event-streams) is a state like a parked poll: it sends the
 //!   box's newest version when woken, but never queues more than one event
 //!   behind a client that does not read (while its queue is not empty it only
 //!   remembers that the box moved, and sends the newest version once the
@@ -35,7 +35,7 @@
 //!   read;
 //! - a framing error is answered, then the connection closes (the next request
 //!   boundary is unknown); so is an HTTP/1.1 request without exactly one `Host`,
-//!   and a request that times out gets 408. Such a close lingers (SPEC §5): the
+//!   and a request that times out gets 408. Such a close lingers (docs/http.md#bad-input): the
 //!   answer is sent, the write side shut down, and what the client still sends
 //!   is read and dropped for up to [`LINGER_MS`] and [`LINGER_BYTES`], so the
 //!   client reads the answer instead of a reset.
@@ -89,7 +89,7 @@ struct Parked {
     deadline_ms: u64,
 }
 
-/// An event stream this connection sends (SPEC §2a).
+/// An event stream this connection sends (docs/http.md#event-streams).
 #[derive(Debug)]
 struct Streaming {
     key: Box<[u8]>,

@@ -7,14 +7,14 @@
 //! Where things are:
 //! - [`http`]: request framing (head, `Content-Length` and chunked bodies,
 //!   pipelining, limits) and response heads, the cached `Date`.
-//! - [`config`]: the TOML configuration (SPEC §10).
+//! - [`config`]: the TOML configuration (docs/config.md).
 //! - [`plan`]: the configured fields compiled once.
 //! - [`projection`]: a body validated by a single-pass JSON scanner, only the
 //!   configured paths read, into a worker's arena.
 //! - [`boxes`]: the box table shared by all workers; where a box is updated.
 //! - [`snapshot`]: the snapshot format, written to any `Write` and read from
 //!   any `Read` (files are the server's).
-//! - [`render`]: payload rendering (SPEC §3).
+//! - [`render`]: payload rendering (docs/boxes.md#payloads).
 //! - [`epoch`]: the per-worker arena and its reset.
 //! - [`wheel`]: the hashed timer wheel.
 //! - `bytes`: the line-feed search and decimal parser the framer and the

@@ -1,4 +1,4 @@
-//! Payload rendering (SPEC §3).
+//! Payload rendering (docs/boxes.md#payloads).
 //!
 //! This module owns the byte form of a box's payload,
 //! `{"k":"box-42","ver":2,"v":5,"sum":12,"n":2,"by":"p-7"}`, and the per-field

@@ -1,6 +1,7 @@
-//! Box table snapshots (SPEC §5, durability): the binary format and its
-//! checks, written to any `Write` and read from any `Read`. Files (the atomic
-//! save, the load at start) are the server's: `pollbox_server::snapshot_file`.
+//! Box table snapshots (docs/operations.md#snapshots-and-durability): the binary
+//! format and its checks, written to any `Write` and read from any `Read`. Files
+//! (the atomic save, the load at start) are the server's:
+//! `pollbox_server::snapshot_file`.
 //!
 //! Format, little endian throughout:
 //!
@@ -11,19 +12,19 @@
 //! end:      0u8 | box count u64 | version floor u64 | CRC-32 (IEEE) u32 of every byte before it
 //! ```
 //!
-//! `state` holds one entry per field in the box table's own field-state
-//! encoding (`boxes/codec.rs`: a tag, then a varint, 8 bytes or a string), so
-//! records and snapshots share one codec. The version floor is the highest
-//! version a removed box served, so a key created again after a restart still
-//! starts past it (SPEC §3a); it is read after the walk, so a box removed
-//! before the walk reached it is in the floor if it is not in the file; `idle_s` is how long the box had accepted no
-//! message, so its ttl runs on after a restart instead of starting over.
-//! Format 2 had neither: it is still read (floor 0, every box fresh). Format 1
-//! wrote fixed-width values instead; it is refused as an unsupported version.
-//! Only boxes in the table are written: a deleted or expired box is gone from
-//! it at once. Boxes are streamed, so
-//! a snapshot of a million boxes needs no second copy in memory, and the count
-//! is written at the end because boxes may be created during the walk.
+//! `state` holds one entry per field in the box table's own field-state encoding
+//! (`boxes/codec.rs`: a tag, then a varint, 8 bytes or a string), so records and
+//! snapshots share one codec. The version floor is the highest version a removed
+//! box served, so a key created again after a restart still starts past it
+//! (docs/boxes.md#incarnations); it is read after the walk, so a box removed before
+//! the walk reached it is in the floor if it is not in the file; `idle_s` is how
+//! long the box had accepted no message, so its ttl runs on after a restart instead
+//! of starting over. Format 2 had neither: it is still read (floor 0, every box
+//! fresh). Format 1 wrote fixed-width values instead; it is refused as an
+//! unsupported version. Only boxes in the table are written: a deleted or expired
+//! box is gone from it at once. Boxes are streamed, so a snapshot of a million
+//! boxes needs no second copy in memory, and the count is written at the end
+//! because boxes may be created during the walk.
 //!
 //! The field list is compared with the configuration's names, types and
 //! reducers: a snapshot written with another layout is refused, never

@@ -1,5 +1,5 @@
-//! The hashed timer wheel (SPEC §4): one per worker, it drives arena resets,
-//! header/body/idle timeouts and long-poll deadlines.
+//! The hashed timer wheel (docs/boxes.md#epochs-and-arenas): one per worker,
+//! it drives arena resets, header/body/idle timeouts and long-poll deadlines.
 //!
 //! Time is cut into ticks of `tick_ms`; a timer due in tick `t` lives in slot
 //! `t % slots`, in a doubly linked list threaded through a slab of entries, so

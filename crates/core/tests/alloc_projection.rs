@@ -1,5 +1,6 @@
-//! Allocation contract of the projection (SPEC §1, §4): with a warm arena and a
-//! warm `Projector`, ingest parsing allocates nothing outside the arena.
+//! Allocation contract of the projection (docs/operations.md#memory,
+//! docs/boxes.md#epochs-and-arenas): with a warm arena and a warm `Projector`,
+//! ingest parsing allocates nothing outside the arena.
 //!
 //! A counting global allocator wraps the system one and counts, per thread,
 //! every `alloc`, `alloc_zeroed` and `realloc` call, so tests running in

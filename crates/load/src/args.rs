@@ -1,5 +1,6 @@
-//! The command line of `pollbox load` (SPEC §8): [`LoadArgs`] and the parsers for its
-//! values (durations like `10s`, key distributions). The mix has its own module.
+//! The command line of `pollbox load` (docs/operations.md#load-generator-and-demo):
+//! [`LoadArgs`] and the parsers for its values (durations like `10s`, key
+//! distributions). The mix has its own module.
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,4 +1,5 @@
-//! pollbox's load generator (`pollbox load`, SPEC §8), built to measure tail latency
+//! pollbox's load generator (`pollbox load`,
+//! docs/operations.md#load-generator-and-demo), built to measure tail latency
 //! honestly and to out-drive the server.
 //!
 //! - `--threads` threads, each a mio event loop owning its share of `--connections`.

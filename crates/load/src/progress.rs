@@ -1,6 +1,7 @@
-//! The live progress line (SPEC §8): each load thread hands over what it saw during the
-//! last second once a second (one lock per thread per second, nothing per request), and
-//! the run's main thread prints one line per second on stderr.
+//! The live progress line (docs/operations.md#load-generator-and-demo): each load
+//! thread hands over what it saw during the last second once a second (one lock per
+//! thread per second, nothing per request), and the run's main thread prints one
+//! line per second on stderr.
 
 use std::io::Write;
 use std::sync::{Mutex, MutexGuard, PoisonError};

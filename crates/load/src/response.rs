@@ -21,7 +21,7 @@ pub enum FramingError {
     /// httparse refused the head.
     Malformed,
     /// No usable `Content-Length` on a response that has a body (pollbox always sends
-    /// one, SPEC §2).
+    /// one: docs/http.md#protocol).
     NoContentLength,
 }
 

@@ -1,13 +1,13 @@
-//! The `sse` operation (`--sse N`): N event streams (SPEC §2a) held open on the
-//! run's keys (subscriber `i` on key `i % keys`), read by one thread with its own
-//! mio loop, while the mix runs. It counts events and measures publish-to-receive
-//! latency from each event's version: the load threads record, for every key,
-//! the version their last ingest answer carried and when that ingest was
-//! (intended to be) sent ([`Published`]); an event whose `id:` is that version
+//! The `sse` operation (`--sse N`): N event streams (docs/http.md#event-streams)
+//! held open on the run's keys (subscriber `i` on key `i % keys`), read by one
+//! thread with its own mio loop, while the mix runs. It counts events and measures
+//! publish-to-receive latency from each event's version: the load threads record,
+//! for every key, the version their last ingest answer carried and when that ingest
+//! was (intended to be) sent ([`Published`]); an event whose `id:` is that version
 //! gets `received - sent`. An event that arrives before its ingest's answer is
-//! processed waits for it (a bounded list, looked at each millisecond); one
-//! whose version was overtaken by a newer ingest (or that came from another
-//! publisher) is counted as unmatched, not measured.
+//! processed waits for it (a bounded list, looked at each millisecond); one whose
+//! version was overtaken by a newer ingest (or that came from another publisher) is
+//! counted as unmatched, not measured.
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;

@@ -1,6 +1,6 @@
 //! `pollbox memcheck`: scrape `/metrics` and put side by side what pollbox
 //! accounts, what jemalloc holds, and what the kernel sees (RSS), with the gaps
-//! between them and a verdict (SPEC §7).
+//! between them and a verdict (docs/operations.md#memcheck).
 //!
 //! What it is not: part of the server. It is an HTTP client of any pollbox,
 //! local or remote, and needs nothing of the server's code.

@@ -37,7 +37,7 @@ struct Cli {
 enum Cmd {
     /// Serve (with no flags: the embedded default config on 127.0.0.1:8080).
     Serve {
-        /// Config file (TOML, SPEC §10). Env: POLLBOX_CONFIG.
+        /// Config file (TOML, see docs/config.md). Env: POLLBOX_CONFIG.
         #[arg(long, env = "POLLBOX_CONFIG")]
         config: Option<PathBuf>,
         /// Listen address, overrides the config. Env: POLLBOX_LISTEN.

@@ -1,4 +1,4 @@
-//! pollbox from a real browser (SPEC §2b): headless Chromium loads a page
+//! pollbox from a real browser (docs/http.md#cors): headless Chromium loads a page
 //! served from one loopback origin; the page's script calls pollbox, which
 //! listens on another port (so another origin), with `fetch`: it ingests with
 //! a bearer token, polls with `If-None-Match` (200, then 304), long-polls

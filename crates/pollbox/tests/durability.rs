@@ -1,8 +1,8 @@
 //! Durability through the real binary: SIGTERM under concurrent ingest loses no
-//! acknowledged update; kill -9 after a snapshot interval restores the boxes; a
-//! key deleted and created again after a restart never serves an old ETag or
-//! version (SPEC §3a); a corrupt snapshot or an unwritable snapshot directory
-//! is refused at start.
+//! acknowledged update; kill -9 after a snapshot interval restores the boxes; a key
+//! deleted and created again after a restart never serves an old ETag or version
+//! (docs/boxes.md#incarnations); a corrupt snapshot or an unwritable snapshot
+//! directory is refused at start.
 
 mod common;
 

@@ -82,10 +82,10 @@ fn boxes(text: &str) -> f64 {
         .expect("pollbox_boxes")
 }
 
-/// SPEC §3a against the binary: 20,000 boxes with `ttl_s = 3` (time enough
-/// for a debug build to create them all) expire, and
-/// the box count, the accounted `boxes` bytes and jemalloc's allocated bytes
-/// (less its thread caches) fall back; `pollbox memcheck` shows it.
+/// docs/boxes.md#lifecycle against the binary: 20,000 boxes with `ttl_s = 3` (time
+/// enough for a debug build to create them all) expire, and the box count, the
+/// accounted `boxes` bytes and jemalloc's allocated bytes (less its thread caches)
+/// fall back; `pollbox memcheck` shows it.
 #[test]
 fn expired_boxes_give_their_memory_back_as_memcheck_shows() {
     use std::io::{Read, Write};

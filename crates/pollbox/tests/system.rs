@@ -1,5 +1,6 @@
-//! System test (SPEC §9, issue 8): two real `pollbox serve` nodes behind the real
-//! HAProxy running `deploy/haproxy/haproxy.cfg.tmpl`, scraped by a real Prometheus.
+//! System test (deploy/README.md, "Many nodes"): two real `pollbox serve` nodes
+//! behind the real HAProxy running `deploy/haproxy/haproxy.cfg.tmpl`, scraped by a
+//! real Prometheus.
 //!
 //! It checks what the scale-out design promises end to end, with the real binary
 //! rather than the stub nodes of `deploy/haproxy/smoke_test.py`:

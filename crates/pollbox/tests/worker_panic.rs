@@ -1,5 +1,6 @@
-//! SPEC §5: a worker thread that panics ends the process with a non-zero exit
-//! (a supervisor restarts it); it never goes on serving with a missing worker.
+//! A worker thread that panics ends the process with a non-zero exit (a
+//! supervisor restarts it); it never goes on serving with a missing worker
+//! (docs/operations.md#worker-panics).
 //! The panic is injected with `POLLBOX_TEST_PANIC_AFTER`, which exists in debug
 //! builds only (the ones `cargo test` makes).
 

@@ -18,7 +18,7 @@ pub struct WorkerHost {
     /// histogram: [`WorkerHost::finish`] observes them all with one clock
     /// read (one per read, not one per pipelined request).
     unobserved: u64,
-    /// Fault injection for the tests of SPEC §5 (a worker that panics), in debug
+    /// Fault injection for the tests of docs/operations.md#worker-panics, in debug
     /// builds only: `POLLBOX_TEST_PANIC_AFTER=N` panics the worker that answers
     /// its N-th request.
     #[cfg(debug_assertions)]

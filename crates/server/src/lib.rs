@@ -332,7 +332,7 @@ pub fn serve_until_signal(server: Server, mut signals: ShutdownSignals) -> Resul
 /// Exit code of a process whose worker panicked (EX_SOFTWARE).
 pub const WORKER_PANIC_EXIT: i32 = 70;
 
-/// Run a worker; if it panics, end the process (SPEC §5): a server with a
+/// Run a worker; if it panics, end the process (docs/operations.md#worker-panics): a server with a
 /// silently missing worker would go on taking connections on its listener's
 /// share of the port and never answer them. The panic message is already on
 /// stderr (the default hook); the snapshot is not written, since the table may

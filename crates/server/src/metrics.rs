@@ -1,4 +1,4 @@
-//! `/metrics`: Prometheus text exposition 0.0.4 (SPEC §6).
+//! `/metrics`: Prometheus text exposition 0.0.4 (docs/operations.md#metrics).
 //!
 //! Everything is summed from the per-worker stats at scrape time; jemalloc's
 //! epoch is advanced here, on the scraping thread, and nowhere else.

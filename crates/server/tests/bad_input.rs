@@ -1,5 +1,6 @@
-//! Every row of SPEC §5 over a real socket: the specific answer, the close
-//! where the spec says so, and other clients undisturbed.
+//! Every row of the bad-input table (docs/http.md#bad-input) over a real
+//! socket: the specific answer, the close where the table says so, and other
+//! clients undisturbed.
 
 mod common;
 use common::*;
@@ -247,9 +248,9 @@ fn http11_without_exactly_one_host_is_400_and_closed() {
     s.shutdown().unwrap();
 }
 
-/// SPEC §5: an error answer to a client that is still sending is written, the
-/// write side shut down, and the unread input drained (bounded) before the
-/// close, so the client reads the answer and then the end of the stream, not a
+/// docs/http.md#bad-input: an error answer to a client that is still sending is
+/// written, the write side shut down, and the unread input drained (bounded) before
+/// the close, so the client reads the answer and then the end of the stream, not a
 /// reset; a client that never stops sending is cut off at the bound.
 #[test]
 fn error_answers_linger_so_the_client_reads_them() {

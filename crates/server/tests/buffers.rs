@@ -1,7 +1,8 @@
-//! SPEC §5: the buffered bytes of all connections stay within
+//! The buffered bytes of all connections stay within
 //! `limits.max_buffered_bytes`, whatever clients send, and other clients are
-//! served meanwhile. In-process, with jemalloc as the global allocator (as in the
-//! shipped binary), so the process's RSS is the server's.
+//! served meanwhile (docs/http.md#limits). In-process, with jemalloc as the
+//! global allocator (as in the shipped binary), so the process's RSS is the
+//! server's.
 
 mod common;
 use common::*;

@@ -1,4 +1,4 @@
-//! CORS over real sockets (SPEC §2b): a preflight from an allowed origin, one
+//! CORS over real sockets (docs/http.md#cors): a preflight from an allowed origin, one
 //! from another origin, answers to an allowed origin and to others. (A real
 //! browser: `crates/pollbox/tests/browser.rs`.)
 
@@ -138,7 +138,7 @@ fn answers_to_an_allowed_origin_carry_cors_headers_and_others_do_not() {
             from(GAME)
         ),
     );
-    // wait_ms=0 and nothing past `after`: 304 at once (issue 16).
+    // wait_ms=0 and nothing past `after`: 304 at once.
     assert_eq!(r.status, 304, "a long-poll with nothing to wait for");
     assert_cors(&r, GAME);
     // Errors too, so a page can read its 401 or 404.

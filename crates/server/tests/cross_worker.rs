@@ -1,5 +1,5 @@
 //! A poll on any worker sees an ingest made on any worker as soon as the
-//! ingest's response has been sent (SPEC §1).
+//! ingest's response has been sent (docs/boxes.md#visibility).
 
 mod common;
 use common::*;

@@ -1,6 +1,6 @@
-//! Hostile clients over real sockets (issue 7). Each test starts a server,
-//! seeds some boxes, starts a well-behaved client that keeps polling and
-//! ingesting on one keep-alive connection, runs one attack, and checks:
+//! Hostile clients over real sockets (docs/reliability.md#hostile-clients). Each
+//! test starts a server, seeds some boxes, starts a well-behaved client that keeps
+//! polling and ingesting on one keep-alive connection, runs one attack, and checks:
 //! - every attacking connection got its specific answer (408, 413, 431, 400,
 //!   503) where the server answers, and was closed after it;
 //! - the well-behaved client got answers (200s only) during the attack;

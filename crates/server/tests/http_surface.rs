@@ -1,5 +1,5 @@
-//! The HTTP surface of SPEC §2 over real sockets: happy paths with a real HTTP
-//! client (ureq), framing details with a raw `TcpStream`.
+//! The HTTP surface (docs/http.md#routes) over real sockets: happy paths with a
+//! real HTTP client (ureq), framing details with a raw `TcpStream`.
 
 mod common;
 use common::*;

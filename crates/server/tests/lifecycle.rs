@@ -1,4 +1,4 @@
-//! Box lifecycle over real sockets (SPEC §3a): `DELETE`, expiry after
+//! Box lifecycle over real sockets (docs/boxes.md#lifecycle): `DELETE`, expiry after
 //! `ttl_s`, parked long-polls answered 404 when their box goes, and a key
 //! created again never serving an ETag or version it served before.
 //! (Across a restart: `crates/pollbox/tests/durability.rs`; memory given back:

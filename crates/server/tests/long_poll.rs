@@ -1,4 +1,4 @@
-//! Long-poll (SPEC §2): `GET /v1/boxes/{key}?after=V&wait_ms=N`.
+//! Long-poll (docs/http.md#long-polls): `GET /v1/boxes/{key}?after=V&wait_ms=N`.
 
 mod common;
 use common::*;

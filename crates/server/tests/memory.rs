@@ -111,7 +111,7 @@ fn boxes_gauge(s: &pollbox_server::Server) -> f64 {
         .expect("pollbox_boxes")
 }
 
-/// SPEC §3a: boxes past `ttl_s` are removed and the memory goes back: the
+/// docs/boxes.md#lifecycle: boxes past `ttl_s` are removed and the memory goes back: the
 /// box count, the accounted `boxes` bytes and jemalloc's allocated bytes all
 /// fall back to where they were before the boxes were created.
 #[test]

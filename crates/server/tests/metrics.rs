@@ -177,8 +177,8 @@ fn metrics_on_their_own_listener() {
         text.contains("pollbox_http_requests_total{route=\"poll\",code=\"404\"} 1"),
         "{text}"
     );
-    // SPEC §2: with metrics_listen set, /metrics is served there only, and the
-    // metrics listener serves nothing else.
+    // docs/http.md#routes: with metrics_listen set, /metrics is served there only,
+    // and the metrics listener serves nothing else.
     assert_eq!(get(s.addr(), "/metrics").status, 404);
     assert_eq!(get(ma, "/healthz").status, 404);
     assert_eq!(get(ma, "/v1/boxes/x").status, 404);

@@ -1,10 +1,9 @@
-//! Server-sent events over real sockets (SPEC §2a): the head and the first
-//! event, delivery across workers, `Last-Event-ID`, `event: deleted`, a
-//! paused reader that is sent only the newest payload when it reads again
-//! (the server keeps at most one event queued for it, and the kernel little
-//! more: `TCP_NOTSENT_LOWAT`), the connection cap,
-//! and shutdown ending streams cleanly. The stream state's every rule is a
-//! unit test in `crates/core/src/conn/tests.rs`.
+//! Server-sent events over real sockets (docs/http.md#event-streams): the head and
+//! the first event, delivery across workers, `Last-Event-ID`, `event: deleted`, a
+//! paused reader that is sent only the newest payload when it reads again (the
+//! server keeps at most one event queued for it, and the kernel little more:
+//! `TCP_NOTSENT_LOWAT`), the connection cap, and shutdown ending streams cleanly.
+//! The stream state's every rule is a unit test in `crates/core/src/conn/tests.rs`.
 
 mod common;
 use common::*;

@@ -681,7 +681,7 @@ fn a_connection_past_the_budget_waits_unread_and_polls_go_on() {
     assert_eq!(r.buffers.read_held(), 0);
 }
 
-// Event streams (SPEC §2a).
+// Event streams (docs/http.md#event-streams).
 
 const SUBSCRIBE: &str = "GET /v1/boxes/a HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n";
 

@@ -8,7 +8,7 @@
 //!   in place. It keeps its progress between calls, so a request trickling in
 //!   byte by byte costs time linear in its size.
 //! - [`HttpError`]: one variant per way a request can be refused at the framing
-//!   level, each with its status, reason text and metric label (SPEC §5).
+//!   level, each with its status, reason text and metric label (docs/http.md#bad-input).
 //! - [`write_response_head`] and [`DateCache`] (`response.rs`, `date.rs`): the
 //!   bytes of a response head, with the `Date` rendered once per second.
 //! - [`route`], [`percent_decode_into`], [`parse_poll_query`] (`route.rs`): what
@@ -86,7 +86,7 @@ pub use response::{
 };
 pub use route::{parse_poll_query, percent_decode_into, route, BadEscape, PollQuery, Route};
 
-/// Framing limits of one connection (SPEC §10 `[limits]`).
+/// Framing limits of one connection (docs/config.md#limits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Longest request head, from the request boundary through the blank line;
@@ -99,7 +99,7 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// The SPEC §10 defaults: 8 KiB head, 64 headers, 1 MiB body.
+    /// The defaults of docs/config.md#limits: 8 KiB head, 64 headers, 1 MiB body.
     fn default() -> Self {
         Limits {
             max_header_bytes: 8192,

@@ -1,6 +1,6 @@
-//! Response heads: the status line and the headers every pollbox response
-//! carries (SPEC §2: `Date`, `Content-Type`, `Content-Length`), written into a
-//! reused buffer without allocating when it has the capacity.
+//! Response heads: the status line and the headers every pollbox response carries
+//! (`Date`, `Content-Type`, `Content-Length`: docs/http.md#protocol), written into
+//! a reused buffer without allocating when it has the capacity.
 
 use super::Version;
 

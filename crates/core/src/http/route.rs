@@ -1,4 +1,4 @@
-//! What a request target means for pollbox: the route table (SPEC §2), the
+//! What a request target means for pollbox: the route table (docs/http.md#routes), the
 //! percent-decoding of box keys and the long-poll query.
 
 use super::Method;

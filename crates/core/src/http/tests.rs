@@ -1,5 +1,5 @@
-//! Framer tests: one per SPEC §5 row the framer decides, the keep-alive
-//! matrix, Expect, HEAD, pipelining and resumption.
+//! Framer tests: one per row of docs/http.md#bad-input the framer decides, the
+//! keep-alive matrix, Expect, HEAD, pipelining and resumption.
 
 use super::*;
 

@@ -1,6 +1,6 @@
 //! Why a whole body was refused, and where in it the JSON went wrong.
 
-/// A body refused whole: nothing in it is applied (SPEC §5).
+/// A body refused whole: nothing in it is applied (docs/http.md#bad-input).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum BodyError {
     /// Not valid JSON, or not valid UTF-8. `at` is the byte offset in the whole

@@ -1,7 +1,7 @@
-//! The projection (SPEC §3, §4): an ingest body scanned once by a validating
-//! JSON scanner of our own, and from each message only the key and the
-//! configured fields read; every other member is cargo, validated and stepped
-//! over, never materialised.
+//! The projection (docs/boxes.md#messages, docs/boxes.md#epochs-and-arenas): an
+//! ingest body scanned once by a validating JSON scanner of our own, and from each
+//! message only the key and the configured fields read; every other member is
+//! cargo, validated and stepped over, never materialised.
 //!
 //! What it owns: the [`Projector`], one per worker, holding the plan's
 //! pointers merged into a tree (see `paths`) and one slot per tree node; and
@@ -28,7 +28,7 @@
 //! Steady state (a warm arena and a warm projector) allocates nothing outside
 //! the arena: `tests/alloc_projection.rs` counts.
 //!
-//! Decisions where the SPEC is silent:
+//! Decisions (the user-facing ones are in docs/boxes.md#messages):
 //! - JSON `null` is treated as absent: the field is left unchanged. A key of
 //!   `null` is "key is not a string".
 //! - JSON pointer tokens name object members only: a pointer through an array,

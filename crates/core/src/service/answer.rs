@@ -170,10 +170,10 @@ impl Heads {
 }
 
 impl Heads {
-    /// The head of an event stream (SPEC §2a), then its `retry:` line, counted
-    /// as a 200 on `route`. No `Content-Length`: the stream's body ends with
-    /// the connection, which the head says (`Connection: close`); the other
-    /// exception besides 204. `Cache-Control: no-cache` keeps caches and
+    /// The head of an event stream (docs/http.md#event-streams), then its `retry:`
+    /// line, counted as a 200 on `route`. No `Content-Length`: the stream's body
+    /// ends with the connection, which the head says (`Connection: close`); the
+    /// other exception besides 204. `Cache-Control: no-cache` keeps caches and
     /// proxies from holding it; an allowed origin gets its CORS lines.
     pub fn write_stream_head<H: Host>(
         &self,

@@ -1,4 +1,4 @@
-//! CORS (SPEC §2b): which origins' pages may call pollbox from a browser, and
+//! CORS (docs/http.md#cors): which origins' pages may call pollbox from a browser, and
 //! the header lines their answers carry, rendered once at start so an answer
 //! copies one slice (no allocation on the poll path).
 //!

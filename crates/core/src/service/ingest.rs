@@ -6,7 +6,7 @@ use crate::http::Frame;
 use crate::plan::MessageError;
 use crate::projection::{BodyFormat, KeySource, Shape};
 
-/// At most this many errors are listed in a batch answer (SPEC §2).
+/// At most this many errors are listed in a batch answer (docs/http.md#ingest).
 const MAX_LISTED_ERRORS: usize = 16;
 
 impl Service {

@@ -85,7 +85,7 @@ pub trait Host {
     /// `n` messages ended with `result`.
     fn ingested(&mut self, result: IngestResult, n: u64);
     /// An event stream sent an event; `coalesced` versions of its box were
-    /// skipped since its previous event (SPEC §2a).
+    /// skipped since its previous event (docs/http.md#event-streams).
     fn sse_event(&mut self, coalesced: u64) {
         let _ = coalesced;
     }
@@ -111,7 +111,7 @@ pub enum Reply {
     /// Not answered: a long-poll that waits.
     Park(Park),
     /// The head of an event stream was written (and the box, if there was
-    /// something to send): the connection now streams the key (SPEC §2a).
+    /// something to send): the connection now streams the key (docs/http.md#event-streams).
     Stream(Stream),
 }
 

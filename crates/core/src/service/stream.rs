@@ -1,6 +1,6 @@
-//! Server-sent events (SPEC §2a): whether a request asks for an event stream,
-//! the stream's head, and the bytes of each event. What a stream does over
-//! time (coalescing, heartbeats, the end) is the connection's
+//! Server-sent events (docs/http.md#event-streams): whether a request asks for an
+//! event stream, the stream's head, and the bytes of each event. What a stream does
+//! over time (coalescing, heartbeats, the end) is the connection's
 //! ([`crate::conn`]); this module writes the bytes.
 //!
 //! An event is the box's pre-rendered payload with `id:`/`data:` framing

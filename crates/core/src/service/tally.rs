@@ -8,8 +8,8 @@
 pub enum RouteLabel {
     Poll,
     LongPoll,
-    /// `GET /v1/boxes/{key}` with `Accept: text/event-stream` (SPEC §2a),
-    /// counted once, when the stream starts.
+    /// `GET /v1/boxes/{key}` with `Accept: text/event-stream`
+    /// (docs/http.md#event-streams), counted once, when the stream starts.
     Sse,
     IngestKey,
     Ingest,

@@ -1,7 +1,7 @@
-//! A small in-process pollbox stand-in for the load generator's tests: std threads, one
-//! per connection, keep-alive and pipelining, the routes of SPEC §2 with a box table
-//! that counts versions, and knobs to misbehave (stall once, wrong status, versions
-//! going backwards, closing connections).
+//! A small in-process pollbox stand-in for the load generator's tests: std threads,
+//! one per connection, keep-alive and pipelining, the routes of docs/http.md#routes
+//! with a box table that counts versions, and knobs to misbehave (stall once, wrong
+//! status, versions going backwards, closing connections).
 
 #![allow(dead_code)]
 
