@@ -251,11 +251,7 @@ impl Ring {
     /// Apply the results of the submission `entries` describes.
     fn settle(&mut self, conns: &mut Slab, pool: &mut BufferPool, done: &mut Vec<(usize, Sent)>) {
         for (i, &slot) in self.entries.iter().enumerate() {
-            let sent = match self.batch.result(i) {
-                uring::Sent::Bytes(n) => Sent::Bytes(n),
-                uring::Sent::WouldBlock => Sent::WouldBlock,
-                uring::Sent::Failed => Sent::Failed,
-            };
+            let sent = self.batch.result(i);
             if let (Sent::Bytes(n), Some(c)) = (sent, conns.get_mut(slot)) {
                 c.core.send_queue().advance(n, pool);
             }

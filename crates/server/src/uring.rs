@@ -20,6 +20,7 @@
 //! returns only when every entry has completed, so the bytes the entries point
 //! into are never changed while the kernel may still read them.
 
+use crate::transmit::Sent;
 use io_uring::{opcode, types, IoUring, Probe};
 use pollbox_core::buffers::SendQueue;
 use std::io;
@@ -40,16 +41,6 @@ const EMPTY_IOV: libc::iovec = libc::iovec {
     iov_base: std::ptr::null_mut(),
     iov_len: 0,
 };
-
-/// The result of one entry: bytes written, or the error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sent {
-    Bytes(usize),
-    /// The socket's buffer is full: wait for the writable edge.
-    WouldBlock,
-    /// The connection is dead (reset, closed, or the send wrote nothing).
-    Failed,
-}
 
 pub struct SendBatch {
     ring: IoUring,
@@ -378,7 +369,8 @@ impl SendBatch {
         }
     }
 
-    /// The result of entry `i` of the last submission.
+    /// The result of entry `i` of the last submission: bytes written,
+    /// [`Sent::WouldBlock`] or [`Sent::Failed`] (never `Deferred`).
     pub fn result(&self, i: usize) -> Sent {
         match self.results.get(i).copied() {
             Some(r) if r > 0 => Sent::Bytes(r as usize),
@@ -475,7 +467,7 @@ mod tests {
                     saw_block = true;
                     break;
                 }
-                Sent::Failed => panic!("a live socket failed"),
+                Sent::Failed | Sent::Deferred => panic!("a live socket failed"),
             }
         }
         assert!(saw_block, "the socket never filled");
@@ -498,6 +490,7 @@ mod tests {
                     break;
                 }
                 Sent::WouldBlock => {}
+                Sent::Deferred => unreachable!("a batch result is never deferred"),
             }
             std::thread::sleep(std::time::Duration::from_millis(2));
         }

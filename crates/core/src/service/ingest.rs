@@ -1,8 +1,7 @@
 //! `POST /v1/boxes/{key}` and `POST /v1/ingest`: the body parsed into the
 //! worker's arena, each message applied to the box table, the answer written.
 
-use super::{reply, Answer, Heads, Host, IngestResult, Reply, RouteLabel, Service};
-use crate::http::Frame;
+use super::{Answer, Exchange, Heads, Host, IngestResult, Reply, RouteLabel, Service};
 use crate::plan::MessageError;
 use crate::projection::{BodyFormat, KeySource, Shape};
 
@@ -10,20 +9,13 @@ use crate::projection::{BodyFormat, KeySource, Shape};
 const MAX_LISTED_ERRORS: usize = 16;
 
 impl Service {
-    pub(super) fn ingest<H: Host>(
-        &mut self,
-        frame: &Frame,
-        buf: &[u8],
-        keys: KeySource,
-        keep_alive: bool,
-        out: &mut Vec<u8>,
-        host: &mut H,
-    ) -> Reply {
+    pub(super) fn ingest<H: Host>(&mut self, x: &mut Exchange<'_, H>, keys: KeySource) -> Reply {
         let route = match keys {
             KeySource::Path => RouteLabel::IngestKey,
             KeySource::Body => RouteLabel::Ingest,
         };
-        let answer = Answer::json(route, 200, frame.version, keep_alive);
+        let answer = x.json(route, 200);
+        let (frame, buf, out, host) = (x.frame, x.buf, &mut *x.out, &mut *x.host);
         let format = match frame.field(&frame.content_type, buf) {
             Some(ct) if is_ndjson(ct) => BodyFormat::Ndjson,
             _ => BodyFormat::Json,
@@ -49,7 +41,7 @@ impl Service {
                 refuse(heads, out, host, answer, e.status(), text, |t| {
                     e.write_message(t)
                 });
-                return reply(keep_alive);
+                return x.reply();
             }
         };
         if batch.shape == Shape::Object {
@@ -79,7 +71,7 @@ impl Service {
                     });
                 }
             }
-            return reply(keep_alive);
+            return x.reply();
         }
         // A batch: apply in order, list up to 16 errors.
         let mut accepted = 0u64;
@@ -127,7 +119,7 @@ impl Service {
         }
         text.splice(counts_at..counts_at, counts[..n].iter().copied());
         heads.write(out, host, &answer, text);
-        reply(keep_alive)
+        x.reply()
     }
 }
 

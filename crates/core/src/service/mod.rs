@@ -134,11 +134,44 @@ impl Park {
     }
 }
 
-fn reply(keep_alive: bool) -> Reply {
-    if keep_alive {
-        Reply::KeepAlive
-    } else {
-        Reply::Close
+/// One request being answered: the framed request and the bytes its ranges
+/// index, whether the connection stays open after it, where the answer is
+/// written and the host that counts it.
+pub(super) struct Exchange<'a, H> {
+    frame: &'a Frame,
+    buf: &'a [u8],
+    keep_alive: bool,
+    out: &'a mut Vec<u8>,
+    host: &'a mut H,
+}
+
+impl<H> Exchange<'_, H> {
+    /// What the connection does once this request is answered.
+    fn reply(&self) -> Reply {
+        if self.keep_alive {
+            Reply::KeepAlive
+        } else {
+            Reply::Close
+        }
+    }
+
+    /// A JSON answer to this request.
+    fn json(&self, route: RouteLabel, code: u16) -> Answer<'static> {
+        Answer::json(route, code, self.frame.version, self.keep_alive)
+    }
+
+    /// An answer of `content_type` to this request (a `HEAD` gets the head only).
+    fn plain(&self, route: RouteLabel, code: u16, content_type: &'static [u8]) -> Answer<'static> {
+        Answer {
+            route,
+            code,
+            content_type,
+            version: self.frame.version,
+            keep_alive: self.keep_alive,
+            head_only: self.frame.method == Method::Head,
+            etag: None,
+            extra: &[],
+        }
     }
 }
 
@@ -255,12 +288,19 @@ impl Service {
         out: &mut Vec<u8>,
         host: &mut H,
     ) -> Reply {
+        let x = &mut Exchange {
+            frame,
+            buf,
+            keep_alive,
+            out,
+            host,
+        };
         let allowed = self.heads.begin(frame.field(&frame.origin, buf));
         if frame.method == Method::Options
             && listener == Listener::Main
             && self.heads.cors().enabled()
         {
-            return self.preflight(frame, allowed, keep_alive, out, host);
+            return self.preflight(x, allowed);
         }
         let metrics_apart = !self.node.config.server.metrics_listen.is_empty();
         let mut r = route(frame.method, &buf[frame.path.clone()]);
@@ -270,112 +310,76 @@ impl Service {
             (Listener::Main, Route::Metrics) if metrics_apart => r = Route::NotFound,
             (Listener::Main, _) => {}
         }
-        let head = frame.method == Method::Head;
-        let plain = |route, code, content_type| Answer {
-            route,
-            code,
-            content_type,
-            version: frame.version,
-            keep_alive,
-            head_only: head,
-            etag: None,
-            extra: &[],
-        };
         match r {
-            Route::Poll { key } => self.poll(frame, buf, key, keep_alive, out, host),
+            Route::Poll { key } => self.poll(x, key),
             Route::IngestKey { key } => {
-                if !self.authorized(frame, buf) {
-                    return self.unauthorized(frame, RouteLabel::IngestKey, keep_alive, out, host);
+                if !self.authorized(x) {
+                    return self.unauthorized(x, RouteLabel::IngestKey);
                 }
                 if let Err(what) = self.decode_key(key) {
-                    return self.error(
-                        frame,
-                        RouteLabel::IngestKey,
-                        400,
-                        what,
-                        keep_alive,
-                        out,
-                        host,
-                    );
+                    return self.error(x, RouteLabel::IngestKey, 400, what);
                 }
-                self.ingest(frame, buf, KeySource::Path, keep_alive, out, host)
+                self.ingest(x, KeySource::Path)
             }
             Route::Ingest => {
-                if !self.authorized(frame, buf) {
-                    return self.unauthorized(frame, RouteLabel::Ingest, keep_alive, out, host);
+                if !self.authorized(x) {
+                    return self.unauthorized(x, RouteLabel::Ingest);
                 }
-                self.ingest(frame, buf, KeySource::Body, keep_alive, out, host)
+                self.ingest(x, KeySource::Body)
             }
-            Route::Delete { key } => self.delete(frame, buf, key, keep_alive, out, host),
+            Route::Delete { key } => self.delete(x, key),
             Route::Metrics => {
                 let given = frame.field(&frame.authorization, buf);
                 if !self.node.metrics_tokens.allow(given) {
-                    return self.unauthorized(frame, RouteLabel::Metrics, keep_alive, out, host);
+                    return self.unauthorized(x, RouteLabel::Metrics);
                 }
                 self.body.clear();
-                host.render_metrics(&mut self.body);
-                let a = plain(RouteLabel::Metrics, 200, METRICS_CONTENT_TYPE);
-                self.heads.write(out, host, &a, &self.body);
-                reply(keep_alive)
+                x.host.render_metrics(&mut self.body);
+                let a = x.plain(RouteLabel::Metrics, 200, METRICS_CONTENT_TYPE);
+                self.heads.write(x.out, x.host, &a, &self.body);
+                x.reply()
             }
             Route::Healthz => {
-                let a = plain(RouteLabel::Healthz, 200, TEXT);
-                self.heads.write(out, host, &a, b"ok");
-                reply(keep_alive)
+                let a = x.plain(RouteLabel::Healthz, 200, TEXT);
+                self.heads.write(x.out, x.host, &a, b"ok");
+                x.reply()
             }
             Route::Readyz => {
-                let ready = host.ready() && !host.draining();
+                let ready = x.host.ready() && !x.host.draining();
                 let (code, body): (u16, &[u8]) = if ready {
                     (200, b"ready")
                 } else {
                     (503, b"draining")
                 };
-                let a = plain(RouteLabel::Readyz, code, TEXT);
-                self.heads.write(out, host, &a, body);
-                reply(keep_alive)
+                let a = x.plain(RouteLabel::Readyz, code, TEXT);
+                self.heads.write(x.out, x.host, &a, body);
+                x.reply()
             }
-            Route::NotFound => self.error(
-                frame,
-                RouteLabel::Other,
-                404,
-                "not found",
-                keep_alive,
-                out,
-                host,
-            ),
+            Route::NotFound => self.error(x, RouteLabel::Other, 404, "not found"),
             Route::MethodNotAllowed { allow } => {
                 error_body(&mut self.body, "method not allowed");
                 let a = Answer {
                     extra: &[(b"Allow", allow.as_bytes())],
-                    ..plain(RouteLabel::Other, 405, JSON)
+                    ..x.plain(RouteLabel::Other, 405, JSON)
                 };
-                self.heads.write(out, host, &a, &self.body);
-                reply(keep_alive)
+                self.heads.write(x.out, x.host, &a, &self.body);
+                x.reply()
             }
         }
     }
 
     /// `GET /v1/boxes/{key}`, with or without the long-poll query.
-    fn poll<H: Host>(
-        &mut self,
-        frame: &Frame,
-        buf: &[u8],
-        raw_key: &[u8],
-        keep_alive: bool,
-        out: &mut Vec<u8>,
-        host: &mut H,
-    ) -> Reply {
+    fn poll<H: Host>(&mut self, x: &mut Exchange<'_, H>, raw_key: &[u8]) -> Reply {
+        let (frame, buf) = (x.frame, x.buf);
         // A bad query or a bad key: one 400 with the specific reason.
         let query = parse_poll_query(&buf[frame.query.clone()])
             .and_then(|q| self.decode_key(raw_key).map(|()| q));
         let q = match query {
             Ok(q) => q,
-            Err(what) => {
-                return self.error(frame, RouteLabel::Poll, 400, what, keep_alive, out, host)
-            }
+            Err(what) => return self.error(x, RouteLabel::Poll, 400, what),
         };
         if frame.method == Method::Get && wants_event_stream(frame, buf) {
-            return self.subscribe(frame, buf, q.last_event_id, out, host);
+            return self.subscribe(x, q.last_event_id);
         }
         let (label, not_modified) = match (q.after, q.wait_ms) {
             (Some(after), Some(wait)) => {
@@ -394,7 +398,7 @@ impl Service {
             }
             _ => (RouteLabel::Poll, false),
         };
-        self.write_poll(frame, buf, label, keep_alive, not_modified, out, host)
+        self.write_poll(x, label, not_modified)
     }
 
     /// Answer a parked long-poll of `key`: the box moved past `park.after`
@@ -417,101 +421,81 @@ impl Service {
         self.key.extend_from_slice(key);
         let version = self.version(key);
         let unchanged = !park.due(version);
-        self.write_poll(
+        let x = &mut Exchange {
             frame,
             buf,
-            RouteLabel::LongPoll,
             keep_alive,
-            timed_out && unchanged,
             out,
             host,
-        )
+        };
+        self.write_poll(x, RouteLabel::LongPoll, timed_out && unchanged)
     }
 
     /// `DELETE /v1/boxes/{key}`: 204 and the box is gone (its long-polls are
     /// woken and answered 404), 404 for an unknown key; a token as for ingest.
-    fn delete<H: Host>(
-        &mut self,
-        frame: &Frame,
-        buf: &[u8],
-        raw_key: &[u8],
-        keep_alive: bool,
-        out: &mut Vec<u8>,
-        host: &mut H,
-    ) -> Reply {
+    fn delete<H: Host>(&mut self, x: &mut Exchange<'_, H>, raw_key: &[u8]) -> Reply {
         let route = RouteLabel::Delete;
-        if !self.authorized(frame, buf) {
-            return self.unauthorized(frame, route, keep_alive, out, host);
+        if !self.authorized(x) {
+            return self.unauthorized(x, route);
         }
         if let Err(what) = self.decode_key(raw_key) {
-            return self.error(frame, route, 400, what, keep_alive, out, host);
+            return self.error(x, route, 400, what);
         }
         if self.node.boxes.remove(&self.key).is_none() {
-            return self.error(frame, route, 404, "no such box", keep_alive, out, host);
+            return self.error(x, route, 404, "no such box");
         }
-        host.box_updated(&self.key);
-        host.boxes_removed(Removal::Deleted, 1);
+        x.host.box_updated(&self.key);
+        x.host.boxes_removed(Removal::Deleted, 1);
         let a = Answer {
             content_type: b"",
-            ..Answer::json(route, 204, frame.version, keep_alive)
+            ..x.json(route, 204)
         };
-        self.heads.write(out, host, &a, b"");
-        reply(keep_alive)
+        self.heads.write(x.out, x.host, &a, b"");
+        x.reply()
     }
 
     /// `OPTIONS` with `cors_origins` set: a CORS preflight, 204 with what may
     /// be sent when the origin is allowed, 403 otherwise.
-    fn preflight<H: Host>(
-        &mut self,
-        frame: &Frame,
-        allowed: bool,
-        keep_alive: bool,
-        out: &mut Vec<u8>,
-        host: &mut H,
-    ) -> Reply {
+    fn preflight<H: Host>(&mut self, x: &mut Exchange<'_, H>, allowed: bool) -> Reply {
         let route = RouteLabel::Preflight;
         if !allowed {
             let what = "origin not allowed (http.cors_origins)";
-            return self.error(frame, route, 403, what, keep_alive, out, host);
+            return self.error(x, route, 403, what);
         }
         let a = Answer {
             content_type: b"",
             extra: PREFLIGHT,
-            ..Answer::json(route, 204, frame.version, keep_alive)
+            ..x.json(route, 204)
         };
-        self.heads.write(out, host, &a, b"");
-        reply(keep_alive)
+        self.heads.write(x.out, x.host, &a, b"");
+        x.reply()
     }
 
     /// Answer a (long-)poll for the key in `self.key`. `not_modified`: the wait
     /// ran out, so the box answers 304.
-    #[allow(clippy::too_many_arguments)]
     fn write_poll<H: Host>(
         &mut self,
-        frame: &Frame,
-        buf: &[u8],
+        x: &mut Exchange<'_, H>,
         route: RouteLabel,
-        keep_alive: bool,
         not_modified: bool,
-        out: &mut Vec<u8>,
-        host: &mut H,
     ) -> Reply {
         self.body.clear();
+        let frame = x.frame;
         let head = frame.method == Method::Head;
         let Some(version) = self.node.boxes.poll(&self.key, &mut self.body) else {
             if not_modified {
                 // Nothing was ever ingested for this key while we waited.
                 let a = Answer {
                     head_only: true,
-                    ..Answer::json(route, 304, frame.version, keep_alive)
+                    ..x.json(route, 304)
                 };
-                self.heads.write(out, host, &a, b"");
-                return reply(keep_alive);
+                self.heads.write(x.out, x.host, &a, b"");
+                return x.reply();
             }
-            return self.error(frame, route, 404, "no such box", keep_alive, out, host);
+            return self.error(x, route, 404, "no such box");
         };
         let not_modified = not_modified
-            || frame.field(&frame.if_none_match, buf).is_some_and(|v| {
+            || frame.field(&frame.if_none_match, x.buf).is_some_and(|v| {
                 let mut etag_buf = [0u8; 24];
                 etag_matches(v, render_etag(version, &mut etag_buf))
             });
@@ -519,15 +503,10 @@ impl Service {
         let a = Answer {
             head_only: head || not_modified,
             etag: Some(version),
-            ..Answer::json(
-                route,
-                if not_modified { 304 } else { 200 },
-                frame.version,
-                keep_alive,
-            )
+            ..x.json(route, if not_modified { 304 } else { 200 })
         };
-        self.heads.write(out, host, &a, &self.body);
-        reply(keep_alive)
+        self.heads.write(x.out, x.host, &a, &self.body);
+        x.reply()
     }
 
     #[inline]
@@ -546,49 +525,38 @@ impl Service {
         Ok(())
     }
 
-    fn authorized(&self, frame: &Frame, buf: &[u8]) -> bool {
+    fn authorized<H>(&self, x: &Exchange<'_, H>) -> bool {
         self.node
             .tokens
-            .allow(frame.field(&frame.authorization, buf))
+            .allow(x.frame.field(&x.frame.authorization, x.buf))
     }
 
-    fn unauthorized<H: Host>(
-        &mut self,
-        frame: &Frame,
-        route: RouteLabel,
-        keep_alive: bool,
-        out: &mut Vec<u8>,
-        host: &mut H,
-    ) -> Reply {
+    fn unauthorized<H: Host>(&mut self, x: &mut Exchange<'_, H>, route: RouteLabel) -> Reply {
         error_body(&mut self.body, "missing or invalid bearer token");
         let a = Answer {
-            head_only: frame.method == Method::Head,
+            head_only: x.frame.method == Method::Head,
             extra: &[(b"WWW-Authenticate", b"Bearer")],
-            ..Answer::json(route, 401, frame.version, keep_alive)
+            ..x.json(route, 401)
         };
-        self.heads.write(out, host, &a, &self.body);
-        reply(keep_alive)
+        self.heads.write(x.out, x.host, &a, &self.body);
+        x.reply()
     }
 
     /// Answer with `{"error":"<what>"}`.
-    #[allow(clippy::too_many_arguments)]
     fn error<H: Host>(
         &mut self,
-        frame: &Frame,
+        x: &mut Exchange<'_, H>,
         route: RouteLabel,
         code: u16,
         what: &str,
-        keep_alive: bool,
-        out: &mut Vec<u8>,
-        host: &mut H,
     ) -> Reply {
         error_body(&mut self.body, what);
         let a = Answer {
-            head_only: frame.method == Method::Head,
-            ..Answer::json(route, code, frame.version, keep_alive)
+            head_only: x.frame.method == Method::Head,
+            ..x.json(route, code)
         };
-        self.heads.write(out, host, &a, &self.body);
-        reply(keep_alive)
+        self.heads.write(x.out, x.host, &a, &self.body);
+        x.reply()
     }
 
     /// An answer that ends the connection: `{"error":"<what>"}` with `code`.

@@ -10,7 +10,7 @@
 //! line (the renderer escapes control characters), so one `data:` line holds
 //! one.
 
-use super::{Host, Reply, RouteLabel, Service};
+use super::{Exchange, Host, Reply, RouteLabel, Service};
 use crate::bytes::parse_decimal;
 use crate::http::Frame;
 
@@ -71,12 +71,10 @@ impl Service {
     /// client resumes from. The connection then keeps the [`Stream`].
     pub(super) fn subscribe<H: Host>(
         &mut self,
-        frame: &Frame,
-        buf: &[u8],
+        x: &mut Exchange<'_, H>,
         last_event_id: Option<u64>,
-        out: &mut Vec<u8>,
-        host: &mut H,
     ) -> Reply {
+        let (frame, buf, out, host) = (x.frame, x.buf, &mut *x.out, &mut *x.host);
         let retry_ms = self.node.config.http.sse_retry_ms;
         self.heads
             .write_stream_head(out, host, RouteLabel::Sse, retry_ms);
