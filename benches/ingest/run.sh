@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end batch ingest on one worker core (issue 15, goal 1): messages/s that
+# End-to-end batch ingest on one worker core: messages/s that
 # pollbox validates and applies, the server pinned to one core and `pollbox load`
 # to the other, each build measured REPS times, interleaved, in one run.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Multi-core scaling (issue 15, goal 6): pollbox with 1, 2, 4 and 8 workers, each
+# Multi-core scaling: pollbox with 1, 2, 4 and 8 workers, each
 # worker pinned to its own core, `pollbox load` on a disjoint set of cores, in one
 # run with the worker counts interleaved rep by rep.
 #

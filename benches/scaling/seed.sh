@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The seed's shape on one node (issue 15, goal 6): polls of small boxes at a few
+# The seed's shape on one node: polls of small boxes at a few
 # thousand per second while batch ingest runs at a fixed rate, both open-loop, on
 # SEED_WORKERS pinned workers; the poll latency with and without the ingest beside it.
 # The seed's Rust service: 1.2 M messages/s in, polls at p50 48 µs and p99 65 µs.

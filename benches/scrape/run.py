@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Server CPU per /metrics scrape with few and with many open connections
-(issue 16: a scrape's cost must not grow with the connection count).
+(a scrape's cost must not grow with the connection count).
 
     benches/scrape/run.py [BINARY] [SCRAPES]
 

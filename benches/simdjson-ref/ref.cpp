@@ -1,6 +1,6 @@
 // The C++ simdjson library's full parse (stage 1 and stage 2: every byte
 // validated, the tape built) of one message, timed: a reference for what the
-// state of the art costs on pollbox's bench bodies (issue 15, goal 2).
+// state of the art costs on pollbox's bench bodies (benches/simdjson-ref/run.sh).
 //
 //   ref BODY_FILE ITERATIONS   -> prints the kernel, bytes and ns per parse
 #include <simdjson.h>

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # pollbox's validating scanner against the C++ simdjson library's full parse
 # (every byte validated, the tape built) on the projection bench's bodies, time
-# per message, alternated round by round on one core (issue 15, goal 2: is
-# 0.35 us / 4 us a message within reach of the state of the art?).
+# per message, alternated round by round on one core: how far is the scanner
+# from the state of the art on these bodies?
 #
-#   benches/simdjson-ref/run.sh                 # ~1 min
+#   benches/simdjson-ref/run.sh | tee benches/simdjson-ref/results/DATE-MACHINE.txt   # ~1 min
 #
 # Knobs: REF_ROUNDS (5), REF_CPU (1), REF_BODIES ("load_8KiB 8KiB load_512B 512B"),
 # REF_BENCH (a prebuilt projection bench binary), REF_BIN (a prebuilt ref binary).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Polls while snapshots are written (issue 16, item 1): 1,000,000 boxes, polls
+# Polls while snapshots are written: 1,000,000 boxes, polls
 # at 20 k/s open-loop, p50/p90/p99/p99.9 with `snapshot.interval_s = 2` against
 # the same server without snapshots. The server (and its snapshot thread) is
 # pinned to core 0, the generator to core 1; the two modes alternate.

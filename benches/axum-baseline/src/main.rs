@@ -1,5 +1,5 @@
 //! The straightforward way to build what pollbox does, as a yardstick for
-//! `benches/perf/run.sh`: axum + tokio + serde_json, the box table a
+//! `benches/side-by-side/run.sh`: axum + tokio + serde_json, the box table a
 //! `RwLock<HashMap<String, BoxState>>`, every poll rendering its JSON with serde_json,
 //! every ingest parsing the whole body into a `serde_json::Value`.
 //!

@@ -1,4 +1,4 @@
-//! A typed-serde yardstick for `benches/perf/run.sh` (issue 15): the ordinary fast way
+//! A typed-serde yardstick for `benches/side-by-side/run.sh`: the ordinary fast way
 //! to build what pollbox does in Rust. `may_minihttp` (coroutines on `may`, pipelining,
 //! one write per read) answers HTTP; every ingested message is deserialized with
 //! `serde_json::from_slice` into a typed struct whose strings borrow from the request
@@ -458,7 +458,7 @@ fn content_length(req: &Request) -> Option<usize> {
     }
 }
 
-/// Decodes a path segment's `%XX` escapes into `out` (SPEC §2: keys are
+/// Decodes a path segment's `%XX` escapes into `out` (docs/http.md#keys: keys are
 /// percent-decoded); false for a bad escape, invalid UTF-8, or a key that is empty or
 /// longer than 128 bytes once decoded.
 fn percent_decode(segment: &str, out: &mut String) -> bool {

@@ -26,7 +26,7 @@ const READ_POOL_MAX: usize = 256;
 /// kept up to this many bytes per worker, so that a connection sending one
 /// batch after another does not allocate, zero and copy a large buffer for
 /// each (the growth path cost ~330 instructions per 512-byte message of a
-/// 100-message batch: BENCHMARKS §20).
+/// 100-message batch: BENCHMARKS.md, "Ingest").
 const GROWN_POOL_BYTES: usize = 4 * 1024 * 1024;
 /// Most idle send buffers a worker keeps (with [`MAX_POOLED`]: at most 16 MiB
 /// idle per worker, usually 256 × 16 KiB).

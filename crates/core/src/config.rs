@@ -50,7 +50,7 @@ pub struct ServerConfig {
     /// The io_uring loop: each loop turn's responses go out, and the wait for the
     /// next events happens, in one `io_uring_enter` instead of one `send` per
     /// connection and an `epoll_wait`. Fewer syscalls and less CPU at saturation,
-    /// a few µs more latency below it (BENCHMARKS.md §3), so off by default. Falls
+    /// a few µs more latency below it (BENCHMARKS.md, "The server side by side"), so off by default. Falls
     /// back to `send` where the kernel refuses io_uring.
     pub io_uring: bool,
 }

@@ -82,7 +82,7 @@ const SWEEP_START: u64 = u32::MAX as u64;
 /// The keyed hash of box keys: foldhash's quality variant with a random
 /// per-table seed (keys are chosen by clients, so the hash stays keyed: an
 /// attacker who cannot see the seed cannot aim keys at one probe chain). About
-/// 4x cheaper than std's SipHash-1-3 for short keys (BENCHMARKS §10).
+/// 4x cheaper than std's SipHash-1-3 for short keys (BENCHMARKS.md, "The poll path").
 type KeyHasher = foldhash::quality::RandomState;
 
 /// Every box, shared by all workers (`Arc<BoxTable>`).
@@ -106,7 +106,7 @@ pub struct BoxTable {
 }
 /// The epoch held pinned on this thread for a batch of table operations (a
 /// worker's ready events of one turn): each poll inside pins again, which
-/// then costs a counter instead of the pin's fence (BENCHMARKS §14). Never
+/// then costs a counter instead of the pin's fence (BENCHMARKS.md, "The poll path"). Never
 /// hold one across a wait: memory retired meanwhile is freed only after it
 /// is dropped.
 pub struct ReadBatch {

@@ -2,10 +2,10 @@
 //! and the halves validated interleaved, a step of each in turn.
 //!
 //! Why: the skip is bound by the latency of its cursor, not by its
-//! instructions (BENCHMARKS §22): each token's end is computed from its
+//! instructions (BENCHMARKS.md, "Tried, not kept"): each token's end is computed from its
 //! bytes, and the next token's loads wait for it. Two cursors over two
 //! parts of the document are two independent chains, which the CPU
-//! overlaps (BENCHMARKS §24 measures the gain).
+//! overlaps (BENCHMARKS.md, "Ingest", measures the gain).
 //!
 //! How, without knowing what the second part is:
 //! - The first cursor `a` is the skip itself, exact. The second, `b`, starts

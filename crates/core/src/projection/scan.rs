@@ -260,7 +260,7 @@ impl<'b> Scanner<'b> {
     /// open [`ahead::WARM`] bytes in has the rest of it validated by two
     /// cursors in turn (see `ahead`): the same verdict and the same error,
     /// about 1.2× faster on a core with execution slots to spare
-    /// (BENCHMARKS §24).
+    /// (BENCHMARKS.md, "Ingest").
     pub(super) fn skip(&mut self) -> Result<(), Fail> {
         let buf = self.buf;
         let (i, c) = next(buf, self.pos);
@@ -368,7 +368,7 @@ impl<'b> Scanner<'b> {
 /// runs first at each opening bracket. Errors `return` from the caller.
 /// A macro, not a function: each user keeps its own control flow (`walk` a
 /// `continue`, `step` a `return`), which is what keeps `walk`'s hot values
-/// in registers (BENCHMARKS §24).
+/// in registers (BENCHMARKS.md, "Ingest").
 macro_rules! skip_grammar {
     (
         $buf:ident, $i:ident, $level:ident, $object:ident, $kinds:ident, $room:expr, $floor:expr,

@@ -1,1 +1,0 @@
-//! criterion benchmarks for pollbox-core live in `benches/`; this library is empty.
