@@ -22,14 +22,14 @@
 //!
 //! The pollbox benches reset the epoch every 100 messages, as the timer wheel
 //! would, so the arena stays warm and its reset is amortised in.
-//! `arena_reset` times `Epoch::reset` after 100 projected 512 B messages.
+//! `arena_reset` times `Arena::reset` after 100 projected 512 B messages.
 
 #[path = "projection/tape.rs"]
 mod tape;
 
 use bumpalo::Bump;
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
-use pollbox_core::epoch::Epoch;
+use pollbox_core::arena::Arena;
 use pollbox_core::plan::{Plan, Value};
 use pollbox_core::projection::{BodyFormat, KeySource, Projector};
 use serde::de::IgnoredAny;
@@ -113,7 +113,7 @@ fn message(size: usize, layout: Layout) -> Vec<u8> {
 /// Either projector, with its own warm epoch.
 struct Projection<P> {
     projector: P,
-    epoch: Epoch,
+    arena: Arena,
     since_reset: usize,
 }
 
@@ -152,7 +152,7 @@ impl<P: Project> Projection<P> {
     fn new(projector: P) -> Projection<P> {
         Projection {
             projector,
-            epoch: Epoch::new(4 << 20, 64 << 20),
+            arena: Arena::new(4 << 20, 64 << 20),
             since_reset: 0,
         }
     }
@@ -161,13 +161,13 @@ impl<P: Project> Projection<P> {
     /// the body was refused.
     fn try_run(&mut self, body: &[u8], format: BodyFormat) -> Option<i64> {
         if self.since_reset == MESSAGES_PER_EPOCH {
-            self.epoch.reset();
+            self.arena.reset();
             self.since_reset = 0;
         }
         self.since_reset += 1;
         let batch = self
             .projector
-            .project(self.epoch.arena(), body, format)
+            .project(self.arena.bump(), body, format)
             .ok()?;
         let mut sum = 0;
         for m in batch.items.iter().flatten() {
@@ -380,7 +380,7 @@ fn projection_msgs(c: &mut Criterion) {
 fn arena_reset(c: &mut Criterion) {
     let body = message(512, Layout::FieldsFirst);
     let mut projector = Projector::new(Arc::new(Plan::default_plan()));
-    let mut epoch = Epoch::new(4 << 20, 64 << 20);
+    let mut arena = Arena::new(4 << 20, 64 << 20);
     let mut group = c.benchmark_group("arena_reset");
     group.bench_function("reset_after_100x512B", |b| {
         b.iter_custom(|iters| {
@@ -388,12 +388,12 @@ fn arena_reset(c: &mut Criterion) {
             for _ in 0..iters {
                 for _ in 0..MESSAGES_PER_EPOCH {
                     let batch = projector
-                        .project(epoch.arena(), &body, BodyFormat::Json, KeySource::Body)
+                        .project(arena.bump(), &body, BodyFormat::Json, KeySource::Body)
                         .expect("bench body is valid");
                     black_box(&batch);
                 }
                 let start = Instant::now();
-                black_box(epoch.reset());
+                black_box(arena.reset());
                 timed += start.elapsed();
             }
             timed

@@ -33,7 +33,7 @@ use libfuzzer_sys::fuzz_target;
 use model::*;
 use pollbox_core::boxes::BoxTable;
 use pollbox_core::config::{BoxesConfig, Config, FieldConfig, FieldType, Reduce};
-use pollbox_core::epoch::Epoch;
+use pollbox_core::arena::Arena;
 use pollbox_core::plan::{MessageError, Plan, Value};
 use pollbox_core::projection::{BodyError, BodyFormat, KeySource, Projector};
 use serde_json::Value as Json;
@@ -81,7 +81,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let plan = setup.plan;
     let mut projector = Projector::new(plan.clone());
-    let mut epoch = Epoch::new(setup.arena_limit.min(4096), setup.arena_limit);
+    let mut arena = Arena::new(setup.arena_limit.min(4096), setup.arena_limit);
     let table = BoxTable::new(plan.clone());
     let mut model = TableModel::default();
     for (format, keys) in [
@@ -91,7 +91,7 @@ fuzz_target!(|data: &[u8]| {
         (BodyFormat::Ndjson, KeySource::Path),
     ] {
         {
-            let got = projector.project(epoch.arena(), body, format, keys);
+            let got = projector.project(arena.bump(), body, format, keys);
             let expected = model_body(&plan, body, format, keys);
             check_projection(
                 &plan,
@@ -112,7 +112,7 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
         }
-        epoch.reset();
+        arena.reset();
     }
     assert_eq!(table.len(), model.boxes.len());
 });

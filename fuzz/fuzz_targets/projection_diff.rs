@@ -39,7 +39,7 @@ use std::sync::{Arc, OnceLock};
 use libfuzzer_sys::fuzz_target;
 use model::*;
 use pollbox_core::config::{FieldType, Reduce};
-use pollbox_core::epoch::Epoch;
+use pollbox_core::arena::Arena;
 use pollbox_core::plan::{FieldPlan, Plan};
 use pollbox_core::projection::{self, BodyError, BodyFormat, KeySource, Projector};
 
@@ -128,7 +128,7 @@ fn check(body: &[u8]) {
         let split = projection::validate_split(body, w, target);
         assert_eq!(split, ours, "split after {w} steps at {target}: {:?}", show());
     }
-    let mut epoch = Epoch::new(1 << 16, 16 << 20);
+    let mut arena = Arena::new(1 << 16, 16 << 20);
     for plan in plans() {
         let mut projector = Projector::new(plan.clone());
         for (format, keys) in [
@@ -137,11 +137,11 @@ fn check(body: &[u8]) {
             (BodyFormat::Json, KeySource::Path),
         ] {
             {
-                let got = projector.project(epoch.arena(), body, format, keys);
+                let got = projector.project(arena.bump(), body, format, keys);
                 let expected = model_body(plan, body, format, keys);
                 compare(body, &got, &expected, (format, keys));
             }
-            epoch.reset();
+            arena.reset();
         }
     }
 }

@@ -15,19 +15,19 @@
 //! - [`snapshot`]: the snapshot format, written to any `Write` and read from
 //!   any `Read` (files are the server's).
 //! - [`render`]: payload rendering (docs/boxes.md#payloads).
-//! - [`epoch`]: the per-worker arena and its reset.
+//! - [`arena`]: the per-worker arena, reset at each epoch (tick).
 //! - [`wheel`]: the hashed timer wheel.
 //! - `bytes`: the line-feed search and decimal parser the framer and the
 //!   projection share.
 //!
 //! What it is not: an HTTP library. It knows exactly the requests pollbox serves.
 
+pub mod arena;
 pub mod boxes;
 pub mod buffers;
 mod bytes;
 pub mod config;
 pub mod conn;
-pub mod epoch;
 pub mod http;
 pub mod plan;
 pub mod projection;

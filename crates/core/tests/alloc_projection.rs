@@ -6,7 +6,7 @@
 //! every `alloc`, `alloc_zeroed` and `realloc` call, so tests running in
 //! parallel on other threads do not disturb the count.
 
-use pollbox_core::epoch::Epoch;
+use pollbox_core::arena::Arena;
 use pollbox_core::plan::{Plan, Value};
 use pollbox_core::projection::{BodyFormat, KeySource, Projector, Shape};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -99,10 +99,10 @@ fn bodies() -> Bodies {
 
 /// Project the three bodies once and check what came out (so the work cannot
 /// be skipped), without allocating on success.
-fn project_all(p: &mut Projector, epoch: &Epoch, b: &Bodies) {
+fn project_all(p: &mut Projector, arena: &Arena, b: &Bodies) {
     let batch = p
         .project(
-            epoch.arena(),
+            arena.bump(),
             b.single.as_bytes(),
             BodyFormat::Json,
             KeySource::Body,
@@ -119,7 +119,7 @@ fn project_all(p: &mut Projector, epoch: &Epoch, b: &Bodies) {
         (&b.array, BodyFormat::Json),
     ] {
         let batch = p
-            .project(epoch.arena(), body.as_bytes(), format, KeySource::Body)
+            .project(arena.bump(), body.as_bytes(), format, KeySource::Body)
             .unwrap();
         assert_eq!(batch.items.len(), 32);
         for (i, item) in batch.items.iter().enumerate() {
@@ -129,7 +129,7 @@ fn project_all(p: &mut Projector, epoch: &Epoch, b: &Bodies) {
 
     let batch = p
         .project(
-            epoch.arena(),
+            arena.bump(),
             b.single.as_bytes(),
             BodyFormat::Json,
             KeySource::Path,
@@ -141,22 +141,22 @@ fn project_all(p: &mut Projector, epoch: &Epoch, b: &Bodies) {
 #[test]
 fn warm_projection_allocates_only_in_the_arena() {
     let b = bodies();
-    let mut epoch = Epoch::new(1 << 20, 64 << 20);
+    let mut arena = Arena::new(1 << 20, 64 << 20);
     // A new projector allocates its path tree and slots: this proves the
     // counter sees allocations made on this thread.
     let cold = allocations();
     let mut p = Projector::new(Arc::new(Plan::default_plan()));
     assert!(allocations() > cold, "the counting allocator saw nothing");
-    project_all(&mut p, &epoch, &b);
-    epoch.reset();
+    project_all(&mut p, &arena, &b);
+    arena.reset();
 
     // Warm up, then count whole epochs: reset, project, project, ...
-    project_all(&mut p, &epoch, &b);
-    epoch.reset();
+    project_all(&mut p, &arena, &b);
+    arena.reset();
     let before = allocations();
     for _ in 0..100 {
-        project_all(&mut p, &epoch, &b);
-        epoch.reset();
+        project_all(&mut p, &arena, &b);
+        arena.reset();
     }
     let made = allocations() - before;
     assert_eq!(
@@ -167,7 +167,7 @@ fn warm_projection_allocates_only_in_the_arena() {
 
 #[test]
 fn rejected_messages_and_refused_bodies_allocate_nothing_when_warm() {
-    let mut epoch = Epoch::new(1 << 20, 64 << 20);
+    let mut arena = Arena::new(1 << 20, 64 << 20);
     let mut p = Projector::new(Arc::new(Plan::default_plan()));
     let bodies: [&[u8]; 6] = [
         br#"{"value":1}"#,
@@ -177,17 +177,17 @@ fn rejected_messages_and_refused_bodies_allocate_nothing_when_warm() {
         b"{\"key\":\"\xff\"}",
         b"5",
     ];
-    let run = |p: &mut Projector, epoch: &Epoch| {
+    let run = |p: &mut Projector, arena: &Arena| {
         for body in bodies {
-            let _ = p.project(epoch.arena(), body, BodyFormat::Json, KeySource::Body);
+            let _ = p.project(arena.bump(), body, BodyFormat::Json, KeySource::Body);
         }
     };
-    run(&mut p, &epoch);
-    epoch.reset();
+    run(&mut p, &arena);
+    arena.reset();
     let before = allocations();
     for _ in 0..10 {
-        run(&mut p, &epoch);
-        epoch.reset();
+        run(&mut p, &arena);
+        arena.reset();
     }
     assert_eq!(allocations() - before, 0);
 }

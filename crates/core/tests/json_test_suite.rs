@@ -8,7 +8,7 @@
 //! - every `i_` file (implementation-defined) gets serde_json's verdict;
 //! - no file makes anything panic, in any body format or key source.
 
-use pollbox_core::epoch::Epoch;
+use pollbox_core::arena::Arena;
 use pollbox_core::plan::Plan;
 use pollbox_core::projection::{self, BodyError, BodyFormat, KeySource, Projector};
 use std::path::PathBuf;
@@ -49,7 +49,7 @@ fn json_test_suite_parsing() {
         "vendored suite incomplete"
     );
     let mut projector = Projector::new(Arc::new(Plan::default_plan()));
-    let mut epoch = Epoch::new(1 << 20, 64 << 20);
+    let mut arena = Arena::new(1 << 20, 64 << 20);
     let mut wrong = Vec::new();
     for (name, bytes) in &files {
         let verdict = projection::validate(bytes);
@@ -65,7 +65,7 @@ fn json_test_suite_parsing() {
         }
         for format in [BodyFormat::Json, BodyFormat::Ndjson] {
             for keys in [KeySource::Body, KeySource::Path] {
-                let got = projector.project(epoch.arena(), bytes, format, keys);
+                let got = projector.project(arena.bump(), bytes, format, keys);
                 if format != BodyFormat::Json {
                     continue; // NDJSON reads lines: only "no panic" holds
                 }
@@ -81,7 +81,7 @@ fn json_test_suite_parsing() {
                     ));
                 }
             }
-            epoch.reset();
+            arena.reset();
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));

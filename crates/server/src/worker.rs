@@ -164,7 +164,7 @@ impl Worker {
 
     /// Bytes this worker accounts for now (arena and buffers), before it runs.
     pub fn accounted_bytes(&self) -> usize {
-        self.service.epoch().capacity_bytes() + self.buffer_total()
+        self.service.arena().capacity_bytes() + self.buffer_total()
     }
 
     /// Connection read buffers, pooled buffers, the service's scratch and
@@ -568,7 +568,7 @@ impl Worker {
         let reset_ns = reset_start.elapsed().as_nanos() as u64;
         self.service.set_time(SystemTime::now());
         let buffers = self.buffer_total() as u64;
-        let high_water = self.service.epoch().high_water_bytes() as u64;
+        let high_water = self.service.arena().high_water_bytes() as u64;
         let st = self.host.stats();
         st.arena_resets.inc();
         st.arena_reset.observe_ns(reset_ns);

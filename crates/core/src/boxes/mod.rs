@@ -104,7 +104,7 @@ pub struct BoxTable {
     /// the same second would find nothing new).
     next_pass: AtomicU32,
 }
-/// The epoch held pinned on this thread for a batch of table operations (a
+/// The collector (crossbeam-epoch) held pinned on this thread for a batch of table operations (a
 /// worker's ready events of one turn): each poll inside pins again, which
 /// then costs a counter instead of the pin's fence (BENCHMARKS.md, "The poll path"). Never
 /// hold one across a wait: memory retired meanwhile is freed only after it

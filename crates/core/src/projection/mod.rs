@@ -237,30 +237,30 @@ impl Projector {
     /// lives:
     ///
     /// ```
-    /// # use pollbox_core::{epoch::Epoch, plan::{Plan, Value}, projection::*};
+    /// # use pollbox_core::{arena::Arena, plan::{Plan, Value}, projection::*};
     /// # use std::sync::Arc;
-    /// let mut epoch = Epoch::new(64 * 1024, 1 << 20);
+    /// let mut arena = Arena::new(64 * 1024, 1 << 20);
     /// let mut projector = Projector::new(Arc::new(Plan::default_plan()));
     /// let body = br#"{"key":"box-42","value":5,"player":"p-7","cargo":[1,2]}"#;
     /// let batch = projector
-    ///     .project(epoch.arena(), body, BodyFormat::Json, KeySource::Body)
+    ///     .project(arena.bump(), body, BodyFormat::Json, KeySource::Body)
     ///     .unwrap();
     /// let message = batch.items[0].unwrap();
     /// assert_eq!(message.key, "box-42");
     /// assert_eq!(message.values[0], Some(Value::I64(5)));
     /// drop(batch);
-    /// epoch.reset();
+    /// arena.reset();
     /// ```
     ///
     /// ```compile_fail
-    /// # use pollbox_core::{epoch::Epoch, plan::Plan, projection::*};
+    /// # use pollbox_core::{arena::Arena, plan::Plan, projection::*};
     /// # use std::sync::Arc;
-    /// let mut epoch = Epoch::new(64 * 1024, 1 << 20);
+    /// let mut arena = Arena::new(64 * 1024, 1 << 20);
     /// let mut projector = Projector::new(Arc::new(Plan::default_plan()));
     /// let batch = projector
-    ///     .project(epoch.arena(), b"{}", BodyFormat::Json, KeySource::Body)
+    ///     .project(arena.bump(), b"{}", BodyFormat::Json, KeySource::Body)
     ///     .unwrap();
-    /// epoch.reset(); // refused: `batch` still borrows the arena
+    /// arena.reset(); // refused: `batch` still borrows the arena
     /// drop(batch);
     /// ```
     pub fn project<'a>(

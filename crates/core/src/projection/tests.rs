@@ -1,6 +1,6 @@
 use super::*;
+use crate::arena::Arena;
 use crate::config::{BoxesConfig, FieldConfig, Reduce};
-use crate::epoch::Epoch;
 
 fn default_projector() -> Projector {
     Projector::new(Arc::new(Plan::default_plan()))
@@ -1002,14 +1002,14 @@ fn big_messages() {
 
 #[test]
 fn arena_full_is_an_error_not_a_panic() {
-    let mut epoch = Epoch::new(16 * 1024, 64 * 1024);
+    let mut arena = Arena::new(16 * 1024, 64 * 1024);
     let mut p = default_projector();
     // The body is scanned in place, not copied: one message bigger than the
     // arena limit takes only its key and fields from the arena.
     let big = message_of_size(1, 100 * 1024);
     for format in [BodyFormat::Json, BodyFormat::Ndjson] {
         let b = p
-            .project(epoch.arena(), big.as_bytes(), format, KeySource::Body)
+            .project(arena.bump(), big.as_bytes(), format, KeySource::Body)
             .unwrap();
         assert_eq!(b.items[0].unwrap().key, "box-1");
     }
@@ -1020,7 +1020,7 @@ fn arena_full_is_an_error_not_a_panic() {
     let mut big_keys = Projector::new(Arc::new(big_plan));
     let e = big_keys
         .project(
-            epoch.arena(),
+            arena.bump(),
             long_key.as_bytes(),
             BodyFormat::Json,
             KeySource::Body,
@@ -1033,7 +1033,7 @@ fn arena_full_is_an_error_not_a_panic() {
     let body = lines.join("\n");
     assert_eq!(
         p.project(
-            epoch.arena(),
+            arena.bump(),
             body.as_bytes(),
             BodyFormat::Ndjson,
             KeySource::Body
@@ -1045,7 +1045,7 @@ fn arena_full_is_an_error_not_a_panic() {
     let body = format!("[{}]", lines.join(","));
     assert_eq!(
         p.project(
-            epoch.arena(),
+            arena.bump(),
             body.as_bytes(),
             BodyFormat::Json,
             KeySource::Body
@@ -1054,10 +1054,10 @@ fn arena_full_is_an_error_not_a_panic() {
         BodyError::ArenaFull
     );
     // After the epoch ends, the same projector works again.
-    epoch.reset();
+    arena.reset();
     let b = p
         .project(
-            epoch.arena(),
+            arena.bump(),
             lines[7].as_bytes(),
             BodyFormat::Json,
             KeySource::Body,
@@ -1095,21 +1095,21 @@ fn extracted_strings_live_in_the_arena() {
 #[test]
 fn projector_is_reusable_after_errors_and_gives_back_spikes() {
     let mut p = default_projector();
-    let mut epoch = Epoch::new(1 << 20, 64 << 20);
+    let mut arena = Arena::new(1 << 20, 64 << 20);
     for round in 0..3 {
         assert!(p
-            .project(epoch.arena(), b"{", BodyFormat::Json, KeySource::Body)
+            .project(arena.bump(), b"{", BodyFormat::Json, KeySource::Body)
             .is_err());
-        let m = one(&mut p, epoch.arena(), r#"{"key":"k","value":1}"#).unwrap();
+        let m = one(&mut p, arena.bump(), r#"{"key":"k","value":1}"#).unwrap();
         assert_eq!(m.values[0], Some(Value::I64(1)), "round {round}");
-        epoch.reset();
+        arena.reset();
     }
     let small = p.working_bytes();
     let big = message_of_size(1, 64 * 1024);
-    one(&mut p, epoch.arena(), &big).unwrap();
+    one(&mut p, arena.bump(), &big).unwrap();
     // Scanning works in place: a big document leaves nothing behind.
     assert_eq!(p.working_bytes(), small);
-    assert_eq!(one(&mut p, epoch.arena(), &big).unwrap().key, "box-1");
+    assert_eq!(one(&mut p, arena.bump(), &big).unwrap().key, "box-1");
 }
 
 mod props {

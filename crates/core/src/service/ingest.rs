@@ -23,7 +23,7 @@ impl Service {
         // Split the service: the batch borrows the arena while answers are written.
         let Service {
             node,
-            epoch,
+            arena,
             projector,
             heads,
             key: path_key,
@@ -34,7 +34,7 @@ impl Service {
         let now_ms = *now_ms;
         let boxes = &node.boxes;
         text.clear();
-        let batch = match projector.project(epoch.arena(), &buf[frame.body.clone()], format, keys) {
+        let batch = match projector.project(arena.bump(), &buf[frame.body.clone()], format, keys) {
             Ok(b) => b,
             Err(e) => {
                 host.ingested(IngestResult::of_body(&e), 1);

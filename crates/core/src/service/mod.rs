@@ -26,9 +26,9 @@ pub use cors::{Cors, PREFLIGHT};
 pub use stream::{wants_event_stream, write_event, Event, Stream, DELETED, HEARTBEAT};
 pub use tally::{IngestResult, Removal, RouteLabel};
 
+use crate::arena::{Arena, ResetStats};
 use crate::boxes::{BoxTable, Removed, SweepBudget, Swept};
 use crate::config::Config;
-use crate::epoch::{Epoch, ResetStats};
 use crate::http::{
     parse_poll_query, percent_decode_into, route, Frame, HttpError, Method, Route, Version,
 };
@@ -178,7 +178,7 @@ impl<H> Exchange<'_, H> {
 /// One worker's answering state.
 pub struct Service {
     node: Arc<Node>,
-    epoch: Epoch,
+    arena: Arena,
     projector: Projector,
     heads: Heads,
     /// Percent-decoded key of the current request.
@@ -203,7 +203,7 @@ impl Service {
             0
         };
         Service {
-            epoch: Epoch::new(working, limits.arena_limit_bytes),
+            arena: Arena::new(working, limits.arena_limit_bytes),
             projector: Projector::new(node.plan.clone()),
             heads: Heads::new(now, Cors::new(&node.config.http.cors_origins)),
             key: Vec::with_capacity(node.config.boxes.max_key_bytes.max(256)),
@@ -243,14 +243,14 @@ impl Service {
         &self.node
     }
 
-    pub fn epoch(&self) -> &Epoch {
-        &self.epoch
+    pub fn arena(&self) -> &Arena {
+        &self.arena
     }
 
     /// Reset the arena (the epoch ends). Only between requests, so no parsed
     /// value is alive: the borrow checker enforces it (`&mut self`).
     pub fn reset_arena(&mut self) -> ResetStats {
-        self.epoch.reset()
+        self.arena.reset()
     }
 
     /// Follow the wall clock (the `Date` header and the heads rendered with it).

@@ -1,10 +1,16 @@
 //! The per-worker arena and its epochs.
 //!
-//! Each worker owns one [`Epoch`]. Request bodies are copied into its arena and
+//! Each worker owns one [`Arena`]. Request bodies are copied into its arena and
 //! parsed there; everything the projection extracts borrows from it. At every
-//! timer-wheel tick the worker calls [`Epoch::reset`], which needs `&mut self`:
-//! while any parsed value borrows the arena (`&Bump` from [`Epoch::arena`]), the
+//! timer-wheel tick the worker calls [`Arena::reset`], which needs `&mut self`:
+//! while any parsed value borrows the arena (`&Bump` from [`Arena::bump`]), the
 //! borrow checker refuses the reset, so nothing parsed can outlive its epoch.
+//!
+//! The word: in pollbox an *epoch* is the time between two resets of the
+//! arena, one tick of `server.epoch_ms`. Two libraries use it for other
+//! things: crossbeam-epoch, the collector the box table retires memory to
+//! (`boxes/`, "pinned"), and jemalloc's statistics epoch (the server's
+//! `alloc_stats.rs`, advanced at scrape time).
 
 use bumpalo::Bump;
 
@@ -21,7 +27,7 @@ pub struct ResetStats {
 }
 
 /// A bumpalo arena with an allocation limit, a working size and statistics.
-pub struct Epoch {
+pub struct Arena {
     bump: Bump,
     working_size: usize,
     limit: usize,
@@ -29,13 +35,13 @@ pub struct Epoch {
     resets: u64,
 }
 
-impl Epoch {
+impl Arena {
     /// `working_size`: the capacity the arena is expected to need per epoch (it
     /// is pre-allocated). `limit`: the most the arena may grow to
     /// (`arena_limit_bytes`); past it allocations fail and ingest answers 503.
-    pub fn new(working_size: usize, limit: usize) -> Epoch {
+    pub fn new(working_size: usize, limit: usize) -> Arena {
         let working_size = working_size.min(limit);
-        Epoch {
+        Arena {
             bump: Self::fresh(working_size, limit),
             working_size,
             limit,
@@ -52,7 +58,7 @@ impl Epoch {
 
     /// The arena of the current epoch.
     #[inline]
-    pub fn arena(&self) -> &Bump {
+    pub fn bump(&self) -> &Bump {
         &self.bump
     }
 
@@ -112,8 +118,8 @@ mod tests {
 
     #[test]
     fn reset_measures_use_and_high_water() {
-        let mut e = Epoch::new(64 * 1024, 1 << 20);
-        let _ = e.arena().alloc_slice_fill_copy(1000, 0u8);
+        let mut e = Arena::new(64 * 1024, 1 << 20);
+        let _ = e.bump().alloc_slice_fill_copy(1000, 0u8);
         assert!(e.used_bytes() >= 1000);
         let s = e.reset();
         assert!(s.used_before >= 1000);
@@ -125,9 +131,9 @@ mod tests {
 
     #[test]
     fn spike_is_given_back() {
-        let mut e = Epoch::new(16 * 1024, 8 << 20);
+        let mut e = Arena::new(16 * 1024, 8 << 20);
         for _ in 0..64 {
-            let _ = e.arena().alloc_slice_fill_copy(64 * 1024, 1u8);
+            let _ = e.bump().alloc_slice_fill_copy(64 * 1024, 1u8);
         }
         assert!(e.capacity_bytes() > 4 * 16 * 1024);
         let s = e.reset();
@@ -141,8 +147,8 @@ mod tests {
 
     #[test]
     fn limit_fails_allocation_instead_of_panicking() {
-        let e = Epoch::new(16 * 1024, 128 * 1024);
-        let big = e.arena().try_alloc_slice_fill_copy(1 << 20, 0u8);
+        let e = Arena::new(16 * 1024, 128 * 1024);
+        let big = e.bump().try_alloc_slice_fill_copy(1 << 20, 0u8);
         assert!(big.is_err());
     }
 }
