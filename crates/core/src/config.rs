@@ -5,6 +5,7 @@
 //! file in the repository and the binary's default can never drift apart.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// The default configuration, byte for byte `config/pollbox.toml`.
@@ -35,6 +36,7 @@ pub struct Config {
     pub auth: AuthConfig,
     pub boxes: BoxesConfig,
     pub snapshot: SnapshotConfig,
+    pub log: LogConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -159,6 +161,69 @@ pub struct SnapshotConfig {
     /// "" = no persistence.
     pub path: String,
     pub interval_s: u64,
+}
+
+/// `[log]`: with `brokers` set the node is a replica built from a Kafka topic
+/// (docs/operations.md#the-kafka-log); empty, it stands alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// "" = standalone; `host:9092,host2:9092` = the log's bootstrap brokers.
+    pub brokers: String,
+    pub topic: String,
+    /// How long an ingest waits for the log's acknowledgement and the local
+    /// apply before it answers 503.
+    pub ack_timeout_ms: u64,
+    /// Kafka client properties passed to the producer and the consumer as
+    /// they are (`security.protocol`, `sasl.*`, `ssl.*`, `compression.type`,
+    /// ...), but for the few pollbox sets itself ([`RESERVED_CLIENT_KEYS`]).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub client: BTreeMap<String, String>,
+}
+
+/// Client properties pollbox sets itself, because what it promises rests on
+/// them: acknowledged by every in-sync replica, written once, records of a
+/// key in one partition, every partition read by every node.
+pub const RESERVED_CLIENT_KEYS: &[&str] = &[
+    "bootstrap.servers",
+    "acks",
+    "enable.idempotence",
+    "group.id",
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "auto.offset.reset",
+    "partitioner",
+    "isolation.level",
+];
+
+impl LogConfig {
+    /// Whether a log is configured (else the node stands alone).
+    pub fn enabled(&self) -> bool {
+        !self.brokers.trim().is_empty()
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            brokers: String::new(),
+            topic: "pollbox".into(),
+            ack_timeout_ms: 5000,
+            client: BTreeMap::new(),
+        }
+    }
+}
+
+/// What `check-config` prints for a secret.
+pub const REDACTED: &str = "<redacted>";
+
+/// Whether a client property's value is a secret (`check-config` prints
+/// `"<redacted>"` for it).
+pub fn is_secret_property(key: &str) -> bool {
+    key.contains("password")
+        || key.contains("secret")
+        || (key.starts_with("sasl.") && key.ends_with(".config"))
+        || key == "ssl.key.pem"
 }
 
 impl Default for ServerConfig {
@@ -452,7 +517,7 @@ impl Config {
         if self.snapshot.interval_s == 0 {
             return Err(invalid("snapshot.interval_s", "must be greater than 0"));
         }
-        Ok(())
+        self.log.validate()
     }
 
     /// The effective configuration as TOML, in the layout of `config/pollbox.toml`.
@@ -465,6 +530,22 @@ impl Config {
         })
     }
 
+    /// The same configuration with its secrets (ingest and metrics tokens,
+    /// secret Kafka client properties) replaced by `"<redacted>"`, for
+    /// printing (`check-config`).
+    pub fn redacted(&self) -> Config {
+        let mut c = self.clone();
+        let hide = |v: &mut Vec<String>| v.iter_mut().for_each(|t| *t = REDACTED.into());
+        hide(&mut c.auth.ingest_tokens);
+        hide(&mut c.auth.metrics_tokens);
+        for (k, v) in c.log.client.iter_mut() {
+            if is_secret_property(k) {
+                *v = REDACTED.into();
+            }
+        }
+        c
+    }
+
     /// Number of worker threads to run: `workers`, or `cores` (the caller
     /// counts them; the core does not ask the OS) when 0.
     pub fn effective_workers(&self, cores: usize) -> usize {
@@ -473,6 +554,54 @@ impl Config {
         } else {
             cores
         }
+    }
+}
+
+impl LogConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let t = &self.topic;
+        // Kafka's own rule for topic names.
+        if t.is_empty()
+            || t.len() > 249
+            || t == "."
+            || t == ".."
+            || !t
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        {
+            return Err(invalid(
+                "log.topic",
+                format!("`{t}` is not a Kafka topic name (1-249 of a-z A-Z 0-9 . _ -)"),
+            ));
+        }
+        if !(1..=600_000).contains(&self.ack_timeout_ms) {
+            return Err(invalid("log.ack_timeout_ms", "must be 1 to 600000"));
+        }
+        if self.enabled() {
+            for b in self.brokers.split(',') {
+                let b = b.trim();
+                let port = b
+                    .rsplit_once(':')
+                    .map(|(host, port)| (host, port.parse::<u16>()));
+                if !matches!(port, Some((host, Ok(p))) if !host.is_empty() && p > 0) {
+                    return Err(invalid(
+                        "log.brokers",
+                        format!(
+                            "`{b}` is not a broker like kafka-1:9092 (a list: comma-separated)"
+                        ),
+                    ));
+                }
+            }
+        }
+        for key in self.client.keys() {
+            if RESERVED_CLIENT_KEYS.contains(&key.as_str()) {
+                return Err(invalid(
+                    format!("log.client.\"{key}\""),
+                    "pollbox sets this itself (docs/config.md#log)",
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -590,6 +719,15 @@ mod tests {
             ("[limits]\nmax_body_bytes = 0\n", "limits.max_body_bytes"),
             ("[boxes]\nmax_key_bytes = 0\n", "boxes.max_key_bytes"),
             ("[snapshot]\ninterval_s = 0\n", "snapshot.interval_s"),
+            ("[log]\ntopic = \"a/b\"\n", "log.topic"),
+            ("[log]\ntopic = \"\"\n", "log.topic"),
+            ("[log]\nack_timeout_ms = 0\n", "log.ack_timeout_ms"),
+            ("[log]\nbrokers = \"kafka-1\"\n", "log.brokers"),
+            ("[log]\nbrokers = \"a:9092,:9092\"\n", "log.brokers"),
+            (
+                "[log]\nbrokers = \"a:9092\"\n[log.client]\n\"acks\" = \"1\"\n",
+                "log.client.\"acks\"",
+            ),
             ("[boxes]\nttl_s = 2147483648\n", "boxes.ttl_s"),
             (
                 "[http]\ncors_origins = [\"game.example\"]\n",
@@ -662,5 +800,24 @@ mod tests {
         assert_eq!(parse_pointer("/a~1b/c~0d").unwrap(), vec!["a/b", "c~d"]);
         assert!(parse_pointer("/a~2").is_err());
         assert!(parse_pointer("a").is_err());
+    }
+
+    #[test]
+    fn a_log_with_client_properties_is_read_and_printed_back() {
+        let text = "[log]\nbrokers = \"k1:9092, k2:9092\"\ntopic = \"scores.v1\"\n\
+                    [log.client]\n\"security.protocol\" = \"SASL_SSL\"\n\
+                    \"sasl.password\" = \"hunter2\"\n";
+        let cfg = Config::from_toml(text).unwrap();
+        assert!(cfg.log.enabled());
+        assert_eq!(cfg.log.topic, "scores.v1");
+        assert_eq!(cfg.log.client["security.protocol"], "SASL_SSL");
+        assert!(is_secret_property("sasl.password"));
+        assert!(!is_secret_property("security.protocol"));
+        let again = Config::from_toml(&cfg.to_toml()).unwrap();
+        assert_eq!(again, cfg);
+        let shown = cfg.redacted().to_toml();
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("SASL_SSL"), "{shown}");
+        assert!(!Config::embedded().log.enabled());
     }
 }

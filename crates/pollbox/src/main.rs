@@ -143,8 +143,11 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         Cmd::Demo { seconds } => demo(seconds),
         Cmd::CheckConfig { file } => {
             let (cfg, _) = load_config(Some(&file))?;
-            println!("# {}: valid. Effective configuration:", file.display());
-            print!("{}", cfg.to_toml());
+            println!(
+                "# {}: valid. Effective configuration (secrets redacted):",
+                file.display()
+            );
+            print!("{}", cfg.redacted().to_toml());
             Ok(ExitCode::SUCCESS)
         }
     }
