@@ -186,6 +186,28 @@ fn new_words(image: &mut Vec<u8>, version: u64, key: &str, state: &[u8], p: Payl
     Words::new(image)
 }
 
+/// Where an applied message's version comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stamp {
+    /// One past the box's version (a new box: past its shard's floor).
+    Next,
+    /// The log's: the record's position.
+    At(u64),
+}
+
+/// What `update` and `create` return for a record the box already holds
+/// (never a version: versions start at 1).
+const REPLAYED: u64 = 0;
+
+/// What [`BoxTable::apply_logged`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logged {
+    /// The box is at this version now.
+    Applied(u64),
+    /// The box was already at the record's version or past it: unchanged.
+    Replayed,
+}
+
 impl BoxTable {
     pub fn new(plan: Arc<Plan>) -> BoxTable {
         BoxTable {
@@ -228,6 +250,40 @@ impl BoxTable {
         key: &str,
         values: &[Option<Value<'_>>],
         now_ms: u64,
+        out: Option<&mut Vec<u8>>,
+    ) -> Result<u64, MessageError> {
+        self.apply_stamped(key, values, Stamp::Next, now_ms, out)
+    }
+
+    /// Apply one message read from the log at `version` (its record's log
+    /// position: docs/boxes.md#versions-and-etags), as [`BoxTable::apply`]
+    /// does otherwise. A box already at `version` or past it has applied
+    /// this record (a replay after a restart from a snapshot, which may hold
+    /// boxes newer than its offsets): it is left as it is
+    /// ([`Logged::Replayed`]), so no record is applied twice. A new box
+    /// starts at `version`, whatever the floor: versions from the log are
+    /// never reused by a later incarnation.
+    pub fn apply_logged(
+        &self,
+        key: &str,
+        values: &[Option<Value<'_>>],
+        version: u64,
+        now_ms: u64,
+        out: Option<&mut Vec<u8>>,
+    ) -> Result<Logged, MessageError> {
+        debug_assert!(version > 0, "log versions are offsets + 1");
+        match self.apply_stamped(key, values, Stamp::At(version), now_ms, out)? {
+            REPLAYED => Ok(Logged::Replayed),
+            v => Ok(Logged::Applied(v)),
+        }
+    }
+
+    fn apply_stamped(
+        &self,
+        key: &str,
+        values: &[Option<Value<'_>>],
+        stamp: Stamp,
+        now_ms: u64,
         mut out: Option<&mut Vec<u8>>,
     ) -> Result<u64, MessageError> {
         self.check_key(key)?;
@@ -245,6 +301,7 @@ impl BoxTable {
                     place,
                     key,
                     values,
+                    stamp,
                     expires,
                     out.as_deref_mut(),
                     &guard,
@@ -254,6 +311,7 @@ impl BoxTable {
                     hash,
                     key,
                     values,
+                    stamp,
                     expires,
                     out.as_deref_mut(),
                     &guard,
@@ -314,6 +372,25 @@ impl BoxTable {
         let n = self.find(shard, hash, &guard, |p| {
             look(p.slot, &guard, key, None).map(|_| p.n)
         })?;
+        let removed = self.remove_slot(shard, n, None, &guard)?;
+        Some(record::version(&removed))
+    }
+
+    /// Remove the box of `key` for a tombstone read from the log at `version`:
+    /// only if the box is older than the tombstone (a box at `version` or
+    /// past it was created again after it: a replay). Returns the last
+    /// version the removed box served.
+    pub fn remove_logged(&self, key: &[u8], version: u64) -> Option<u64> {
+        let hash = self.hasher.hash_one(key);
+        let shard = self.shard(hash);
+        let guard = epoch::pin();
+        let _writer = shard.lock();
+        let n = self.find(shard, hash, &guard, |p| {
+            match look(p.slot, &guard, key, None)? {
+                Seen::At(v) if v < version => Some(Some(p.n)),
+                _ => Some(None),
+            }
+        })??;
         let removed = self.remove_slot(shard, n, None, &guard)?;
         Some(record::version(&removed))
     }
@@ -459,6 +536,7 @@ impl BoxTable {
         place: Place<'_>,
         key: &str,
         values: &[Option<Value<'_>>],
+        stamp: Stamp,
         expires: u32,
         out: Option<&mut Vec<u8>>,
         guard: &Guard,
@@ -479,8 +557,13 @@ impl BoxTable {
                 if r.is_empty() || !record::key_is(image, key.as_bytes()) {
                     return Ok(None);
                 }
+                let base = match stamp {
+                    Stamp::Next => record::version(image),
+                    Stamp::At(v) if v <= record::version(image) => return Ok(Some(REPLAYED)),
+                    Stamp::At(v) => v.saturating_sub(1),
+                };
                 let (version, len) =
-                    self.next_of(image, key, values, state, payload, out.is_some())?;
+                    self.next_of(image, key, base, values, state, payload, out.is_some())?;
                 let next = Payload::of(out.is_some(), payload, len);
                 let old = image.len();
                 match resize(key, state, len, old) {
@@ -512,12 +595,14 @@ impl BoxTable {
     }
 
     /// The message applied to the box whose record is in `image`: its next
-    /// version and payload length, the next state in `state` and, when
+    /// version (`base + 1`) and payload length, the next state in `state` and, when
     /// `render`, the payload in `payload`.
+    #[allow(clippy::too_many_arguments)]
     fn next_of(
         &self,
         image: &[u8],
         key: &str,
+        base: u64,
         values: &[Option<Value<'_>>],
         state: &mut Vec<u8>,
         payload: &mut Vec<u8>,
@@ -528,7 +613,7 @@ impl BoxTable {
             &self.heads,
             key,
             record::state(image),
-            record::version(image),
+            base,
             values,
             state,
             payload,
@@ -595,6 +680,7 @@ impl BoxTable {
         hash: u64,
         key: &str,
         values: &[Option<Value<'_>>],
+        stamp: Stamp,
         expires: u32,
         out: Option<&mut Vec<u8>>,
         guard: &Guard,
@@ -613,7 +699,10 @@ impl BoxTable {
                     &self.heads,
                     key,
                     &[],
-                    floor,
+                    match stamp {
+                        Stamp::Next => floor,
+                        Stamp::At(v) => v.saturating_sub(1),
+                    },
                     values,
                     state,
                     payload,
@@ -635,7 +724,7 @@ impl BoxTable {
             return Ok(None);
         }
         let now = shard.write.floor.load(Ordering::Relaxed);
-        if now != floor {
+        if now != floor && stamp == Stamp::Next {
             (version, len, words) = build(now)?;
         }
         self.reserve_box()?;

@@ -1093,3 +1093,69 @@ fn shard_sides_are_cache_lines_and_table_is_shareable() {
     assert_eq!(chunk_bytes(), 2048);
     assert_eq!(std::mem::size_of::<Slot>(), 32);
 }
+
+fn default_table() -> BoxTable {
+    BoxTable::new(Arc::new(Plan::default_plan()))
+}
+
+#[test]
+fn logged_messages_take_the_version_of_their_record_and_replays_change_nothing() {
+    let t = default_table();
+    let msg = [i(5), i(5), None, None];
+    assert_eq!(
+        t.apply_logged("r", &msg, 11, 0, None),
+        Ok(Logged::Applied(11))
+    );
+    assert_eq!(
+        t.apply_logged("r", &msg, 40, 0, None),
+        Ok(Logged::Applied(40))
+    );
+    // The same records again (a replay from older offsets): nothing moves.
+    assert_eq!(t.apply_logged("r", &msg, 11, 0, None), Ok(Logged::Replayed));
+    assert_eq!(t.apply_logged("r", &msg, 40, 0, None), Ok(Logged::Replayed));
+    assert_eq!(
+        payload(&t, "r"),
+        r#"{"k":"r","ver":40,"v":5,"sum":10,"n":2}"#
+    );
+    let mut out = Vec::new();
+    assert_eq!(
+        t.apply_logged("r", &msg, 41, 0, Some(&mut out)),
+        Ok(Logged::Applied(41))
+    );
+    assert_eq!(out, br#"{"k":"r","ver":41,"v":5,"sum":15,"n":3}"#);
+}
+
+#[test]
+fn a_tombstone_removes_only_an_older_box_and_the_key_comes_back_past_it() {
+    let t = default_table();
+    let msg = [i(1), i(1), None, None];
+    t.apply_logged("d", &msg, 3, 0, None).unwrap();
+    // A tombstone from before the box's version (a replay): the box stays.
+    assert_eq!(t.remove_logged(b"d", 2), None);
+    assert_eq!(t.remove_logged(b"d", 3), None);
+    assert_eq!(t.version(b"d"), Some(3));
+    assert_eq!(t.remove_logged(b"d", 8), Some(3));
+    assert_eq!(t.version(b"d"), None);
+    assert_eq!(t.remove_logged(b"d", 9), None, "no such box");
+    // Created again by a later record: a larger version than any before.
+    assert_eq!(
+        t.apply_logged("d", &msg, 12, 0, None),
+        Ok(Logged::Applied(12))
+    );
+    assert_eq!(
+        payload(&t, "d"),
+        r#"{"k":"d","ver":12,"v":1,"sum":1,"n":1}"#
+    );
+}
+
+#[test]
+fn a_rejected_logged_message_changes_nothing() {
+    let t = default_table();
+    t.apply_logged("o", &[i(i64::MAX), i(i64::MAX), None, None], 1, 0, None)
+        .unwrap();
+    assert_eq!(
+        t.apply_logged("o", &[i(1), i(1), None, None], 2, 0, None),
+        Err(MessageError::SumOverflow { field: 1 })
+    );
+    assert_eq!(t.version(b"o"), Some(1));
+}
