@@ -12,6 +12,8 @@
 //! - [`projection`]: a body validated by a single-pass JSON scanner, only the
 //!   configured paths read, into a worker's arena.
 //! - [`boxes`]: the box table shared by all workers; where a box is updated.
+//! - [`log`]: what a record of the Kafka log does to the box table (a node
+//!   of a log is a replica built from it).
 //! - [`snapshot`]: the snapshot format, written to any `Write` and read from
 //!   any `Read` (files are the server's).
 //! - [`render`]: payload rendering (docs/boxes.md#payloads).
@@ -29,6 +31,7 @@ mod bytes;
 pub mod config;
 pub mod conn;
 pub mod http;
+pub mod log;
 pub mod plan;
 pub mod projection;
 pub mod render;

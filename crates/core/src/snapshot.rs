@@ -6,11 +6,21 @@
 //! Format, little endian throughout:
 //!
 //! ```text
-//! magic "PBOXSNAP" | format u32 (= 3)
+//! magic "PBOXSNAP" | format u32 (= 4)
 //! field count u32 | per field: name_len u16, name, type u8, reduce u8
 //! per box:  1u8 | key_len u16, key | version u64 | idle_s u32 | state_len u32, state
-//! end:      0u8 | box count u64 | version floor u64 | CRC-32 (IEEE) u32 of every byte before it
+//! end:      0u8 | box count u64 | version floor u64
+//!           | topic_len u16, topic | partition count u32 | per partition: partition i32, next offset i64
+//!           | CRC-32 (IEEE) u32 of every byte before it
 //! ```
+//!
+//! The log position (format 4) is where a node of a Kafka log stands: the
+//! next offset to read in each partition of `topic` (`topic_len` 0: a
+//! standalone node's snapshot, no position). It is taken *before* the walk,
+//! so the boxes reflect at least every record before it; records applied
+//! during the walk are read again at a restart and skipped by their version
+//! (`BoxTable::apply_logged`), so none is applied twice. Format 3 (no
+//! position) is still read.
 //!
 //! `state` holds one entry per field in the box table's own field-state encoding
 //! (`boxes/codec.rs`: a tag, then a varint, 8 bytes or a string), so records and
@@ -37,14 +47,19 @@ use std::sync::Arc;
 use crate::boxes::codec;
 use crate::boxes::{BoxTable, RestoreError};
 use crate::config::{FieldType, Reduce};
+use crate::log::Position;
 use crate::plan::Plan;
 use crate::render::FieldState;
 
 const MAGIC: &[u8; 8] = b"PBOXSNAP";
 /// The snapshot format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 3;
-/// The older format this build still reads.
+pub const FORMAT_VERSION: u32 = 4;
+/// The older formats this build still reads: 3 has no log position, 2 no
+/// version floor and idle times either.
+const FORMAT_WITHOUT_POSITION: u32 = 3;
 const FORMAT_WITHOUT_LIFECYCLE: u32 = 2;
+/// Bounds that keep a corrupted count from asking for gigabytes.
+const MAX_PARTITIONS: u32 = 1 << 20;
 /// Bounds that keep a corrupted length from asking for gigabytes.
 const MAX_FIELDS: u32 = 4096;
 /// A box's encoded state is at most its payload (at most 64 KiB) plus a few
@@ -61,7 +76,7 @@ pub enum SnapshotError {
     Io(#[from] io::Error),
     #[error("not a pollbox snapshot (bad magic bytes)")]
     BadMagic,
-    #[error("snapshot format version {found} is not supported (this build reads versions {FORMAT_WITHOUT_LIFECYCLE} and {FORMAT_VERSION})")]
+    #[error("snapshot format version {found} is not supported (this build reads versions {FORMAT_WITHOUT_LIFECYCLE} to {FORMAT_VERSION})")]
     UnsupportedVersion { found: u32 },
     #[error("snapshot is truncated (it ends at byte {offset})")]
     Truncated { offset: u64 },
@@ -82,6 +97,17 @@ pub enum SnapshotError {
 /// expiry counts on). Boxes are written one by one, each whole; pass a
 /// buffered writer.
 pub fn write_snapshot(table: &BoxTable, now_ms: u64, w: &mut impl Write) -> io::Result<()> {
+    write_snapshot_at(table, now_ms, None, w)
+}
+
+/// [`write_snapshot`] with the log position the boxes reflect at least
+/// (taken before the walk).
+pub fn write_snapshot_at(
+    table: &BoxTable,
+    now_ms: u64,
+    position: Option<&Position>,
+    w: &mut impl Write,
+) -> io::Result<()> {
     let mut w = CrcWriter {
         inner: w,
         crc: crc32fast::Hasher::new(),
@@ -122,6 +148,26 @@ pub fn write_snapshot(table: &BoxTable, now_ms: u64, w: &mut impl Write) -> io::
     // After the walk: every box removed before it saw the box's shard is in it.
     end[9..].copy_from_slice(&table.version_floor().to_le_bytes());
     w.write_all(&end)?;
+    let mut log = Vec::with_capacity(64);
+    match position {
+        None => log.extend_from_slice(&0u16.to_le_bytes()),
+        Some(p) => {
+            if p.topic.is_empty() {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a log position needs its topic",
+                ));
+            }
+            log.extend_from_slice(&len_u16(p.topic.len())?.to_le_bytes());
+            log.extend_from_slice(p.topic.as_bytes());
+            log.extend_from_slice(&len_u32(p.next.len())?.to_le_bytes());
+            for (partition, next) in &p.next {
+                log.extend_from_slice(&partition.to_le_bytes());
+                log.extend_from_slice(&next.to_le_bytes());
+            }
+        }
+    }
+    w.write_all(&log)?;
     let crc = w.crc.clone().finalize();
     w.inner.write_all(&crc.to_le_bytes())?;
     w.inner.flush()
@@ -209,6 +255,16 @@ pub fn read_snapshot(
     now_ms: u64,
     r: &mut impl Read,
 ) -> Result<BoxTable, SnapshotError> {
+    read_snapshot_at(plan, now_ms, r).map(|(table, _)| table)
+}
+
+/// [`read_snapshot`] with the log position the snapshot holds (`None`: a
+/// standalone node's, or a format before 4).
+pub fn read_snapshot_at(
+    plan: Arc<Plan>,
+    now_ms: u64,
+    r: &mut impl Read,
+) -> Result<(BoxTable, Option<Position>), SnapshotError> {
     let mut r = CrcReader {
         inner: r,
         crc: crc32fast::Hasher::new(),
@@ -218,10 +274,16 @@ pub fn read_snapshot(
         return Err(SnapshotError::BadMagic);
     }
     let found = r.u32()?;
-    if found != FORMAT_VERSION && found != FORMAT_WITHOUT_LIFECYCLE {
+    if ![
+        FORMAT_VERSION,
+        FORMAT_WITHOUT_POSITION,
+        FORMAT_WITHOUT_LIFECYCLE,
+    ]
+    .contains(&found)
+    {
         return Err(SnapshotError::UnsupportedVersion { found });
     }
-    let lifecycle = found == FORMAT_VERSION;
+    let lifecycle = found != FORMAT_WITHOUT_LIFECYCLE;
     let at = r.offset;
     let n = r.u32()?;
     if n == 0 || n > MAX_FIELDS {
@@ -290,6 +352,30 @@ pub fn read_snapshot(
     let at = r.offset;
     let count = r.u64()?;
     let floor = if lifecycle { r.u64()? } else { 0 };
+    let mut position = None;
+    if found == FORMAT_VERSION {
+        let len = r.u16()?;
+        if len > 0 {
+            let at = r.offset;
+            let topic = String::from_utf8(r.bytes(len as usize)?)
+                .map_err(|_| r.corrupt_at(at, "log topic is not UTF-8"))?;
+            let at = r.offset;
+            let n = r.u32()?;
+            if n > MAX_PARTITIONS {
+                return Err(r.corrupt_at(at, "partition count out of range"));
+            }
+            let mut next = std::collections::BTreeMap::new();
+            for _ in 0..n {
+                let at = r.offset;
+                let partition = r.u32()? as i32;
+                let offset = r.u64()? as i64;
+                if partition < 0 || offset < 0 || next.insert(partition, offset).is_some() {
+                    return Err(r.corrupt_at(at, "bad log position"));
+                }
+            }
+            position = Some(Position { topic, next });
+        }
+    }
     let computed = r.crc.clone().finalize();
     let stored_crc = u32::from_le_bytes(r.array_unhashed::<4>()?);
     if stored_crc != computed {
@@ -319,7 +405,7 @@ pub fn read_snapshot(
         Some(e) => Err(e),
         None => {
             table.raise_version_floor(floor);
-            Ok(table)
+            Ok((table, position))
         }
     }
 }
@@ -571,6 +657,65 @@ mod tests {
             .expect("reads format 2");
         assert_eq!(dump(&back), dump(&t));
         assert_eq!(back.version_floor(), 0);
+    }
+
+    #[test]
+    fn the_log_position_survives_a_round_trip() {
+        let t = sample(every_type_plan(), 20);
+        let position = Position {
+            topic: "scores".into(),
+            next: [(0, 17), (1, 0), (7, 123_456_789_012)]
+                .into_iter()
+                .collect(),
+        };
+        let mut bytes = Vec::new();
+        write_snapshot_at(&t, 0, Some(&position), &mut bytes).expect("writes");
+        let (back, read) =
+            read_snapshot_at(Arc::new(every_type_plan()), 0, &mut bytes.as_slice()).expect("reads");
+        assert_eq!(dump(&back), dump(&t));
+        assert_eq!(read, Some(position));
+        // A standalone node's snapshot holds none.
+        let (_, read) =
+            read_snapshot_at(Arc::new(every_type_plan()), 0, &mut bytes_of(&t).as_slice())
+                .expect("reads");
+        assert_eq!(read, None);
+    }
+
+    #[test]
+    fn format_3_is_still_read() {
+        // Format 3 is format 4 without the position (a standalone node's
+        // format-4 file has an empty one: two zero bytes before the CRC).
+        let t = sample(every_type_plan(), 20);
+        let mut bytes = bytes_of(&t);
+        bytes.truncate(bytes.len() - 4 - 2);
+        bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
+        let crc = crc32fast::hash(&bytes);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        let (back, position) =
+            read_snapshot_at(Arc::new(every_type_plan()), 0, &mut bytes.as_slice())
+                .expect("reads format 3");
+        assert_eq!(dump(&back), dump(&t));
+        assert_eq!(position, None);
+    }
+
+    #[test]
+    fn a_damaged_log_position_is_refused() {
+        let t = BoxTable::new(Arc::new(Plan::default_plan()));
+        let position = Position {
+            topic: "t".into(),
+            next: [(0, 1)].into_iter().collect(),
+        };
+        let mut bytes = Vec::new();
+        write_snapshot_at(&t, 0, Some(&position), &mut bytes).expect("writes");
+        // The offset of partition 0 made negative, the checksum made right.
+        let at = bytes.len() - 4 - 1;
+        bytes[at] = 0x80;
+        let body = bytes.len() - 4;
+        let crc = crc32fast::hash(&bytes[..body]);
+        bytes[body..].copy_from_slice(&crc.to_le_bytes());
+        let e = read_snapshot_at(Arc::new(Plan::default_plan()), 0, &mut bytes.as_slice())
+            .expect_err("refused");
+        assert!(e.to_string().contains("bad log position"), "{e}");
     }
 
     #[test]

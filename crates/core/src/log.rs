@@ -1,0 +1,356 @@
+//! What a record of the log does to the box table (docs/operations.md#the-kafka-log).
+//!
+//! With `[log]` set, a Kafka topic is the source of truth and every node a
+//! replica built from it. A record is one message: its value a JSON object
+//! (decoded with the same projection as an HTTP body), its key the box's key
+//! (else the message's `key_field`), no value a delete (a tombstone). The
+//! box's version is the record's position, [`version_of`] its offset, so every
+//! node serves the same version and ETag for the same state, and a key created
+//! again starts past every version it served. Expiry counts from the record's
+//! timestamp, so every node and every replay removes the same boxes.
+//!
+//! A record the box already holds (a replay after a restart from a snapshot
+//! that was taken while records were applied) changes nothing: see
+//! [`BoxTable::apply_logged`]. A record that is not a valid message is
+//! [`Outcome::Invalid`]: counted and skipped by the caller, never a stop.
+//!
+//! What it is not: a Kafka client. The server's `log` module owns the
+//! client, its threads and sockets; it hands records in here, one at a time,
+//! and sends the wake-ups out.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::arena::Arena;
+use crate::boxes::{BoxTable, Logged};
+use crate::plan::{MessageError, Plan};
+use crate::projection::{BodyError, BodyFormat, KeySource, Projector, Shape};
+
+/// One record of the topic, as the client read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record<'a> {
+    pub partition: i32,
+    pub offset: i64,
+    /// Milliseconds since the Unix epoch (the producer's or the broker's
+    /// clock, whichever the topic keeps); expiry counts from it.
+    pub timestamp_ms: i64,
+    pub key: Option<&'a [u8]>,
+    /// `None`: a tombstone (delete the box).
+    pub value: Option<&'a [u8]>,
+}
+
+/// The version a box gets from the record at `offset`: `offset + 1`, so
+/// versions start at 1 and grow with the log.
+pub fn version_of(offset: i64) -> u64 {
+    u64::try_from(offset).map_or(0, |o| o.saturating_add(1))
+}
+
+/// Why a record was skipped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invalid {
+    /// The value is not one JSON object (the projection's reason).
+    Body(BodyError),
+    /// A JSON array or NDJSON: a record holds one message.
+    NotOneMessage,
+    /// The message was refused as an HTTP ingest would refuse it.
+    Message(MessageError),
+    /// The record key is not UTF-8.
+    KeyNotUtf8,
+    /// A tombstone without a key.
+    TombstoneWithoutKey,
+    /// A negative offset (never from a real broker).
+    BadOffset,
+}
+
+impl Invalid {
+    /// The reason, for the log line written once per invalid record.
+    pub fn describe(&self, plan: &Plan) -> String {
+        match self {
+            Invalid::Body(e) => e.to_string(),
+            Invalid::NotOneMessage => {
+                "a record holds one JSON object (not an array or a scalar)".into()
+            }
+            Invalid::Message(e) => {
+                let mut s = Vec::new();
+                e.write_reason(plan, &mut s);
+                String::from_utf8_lossy(&s).into_owned()
+            }
+            Invalid::KeyNotUtf8 => "record key is not valid UTF-8".into(),
+            Invalid::TombstoneWithoutKey => "a tombstone (no value) without a key".into(),
+            Invalid::BadOffset => "negative offset".into(),
+        }
+    }
+}
+
+/// What one record did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The box of this key is at `version` now: wake its waiters.
+    Applied { version: u64 },
+    /// A tombstone removed the box: wake its waiters.
+    Deleted { version: u64 },
+    /// A tombstone for a box that is not there (or newer than it).
+    NoBox,
+    /// The box already holds this record (a replay): nothing changed.
+    Replayed,
+    /// Not a valid message: counted, logged and skipped.
+    Invalid(Invalid),
+}
+
+impl Outcome {
+    /// Label for `pollbox_log_records_total{result=...}`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Applied { .. } => "applied",
+            Outcome::Deleted { .. } => "deleted",
+            Outcome::NoBox => "no_box",
+            Outcome::Replayed => "replayed",
+            Outcome::Invalid(_) => "invalid",
+        }
+    }
+}
+
+/// Arena bytes kept for records: a record of the largest message fits.
+const RECORD_ARENA_BYTES: usize = 256 * 1024;
+
+/// Applies records to the box table: the projection and the arena of the
+/// thread that consumes the log.
+pub struct Replica {
+    projector: Projector,
+    arena: Arena,
+}
+
+impl Replica {
+    pub fn new(plan: Arc<Plan>, arena_limit_bytes: usize) -> Replica {
+        Replica {
+            projector: Projector::new(plan),
+            arena: Arena::new(RECORD_ARENA_BYTES.min(arena_limit_bytes), arena_limit_bytes),
+        }
+    }
+
+    /// Apply `rec` to `boxes`. The key the record is about (to wake its
+    /// waiters) is the record key, or the message's `key_field`: it is
+    /// written into `key` (cleared first) whatever the outcome.
+    pub fn apply(&mut self, boxes: &BoxTable, rec: &Record<'_>, key: &mut Vec<u8>) -> Outcome {
+        key.clear();
+        if rec.offset < 0 {
+            return Outcome::Invalid(Invalid::BadOffset);
+        }
+        let version = version_of(rec.offset);
+        if let Some(k) = rec.key {
+            if std::str::from_utf8(k).is_err() {
+                return Outcome::Invalid(Invalid::KeyNotUtf8);
+            }
+            key.extend_from_slice(k);
+        }
+        let Some(value) = rec.value else {
+            if rec.key.is_none() {
+                return Outcome::Invalid(Invalid::TombstoneWithoutKey);
+            }
+            return match boxes.remove_logged(key, version) {
+                Some(_) => Outcome::Deleted { version },
+                None => Outcome::NoBox,
+            };
+        };
+        // Expiry counts in the table's clock, which is the wall clock on a
+        // node of a log.
+        let now_ms = u64::try_from(rec.timestamp_ms).unwrap_or(0);
+        let keys = if rec.key.is_some() {
+            KeySource::Path
+        } else {
+            KeySource::Body
+        };
+        let outcome = match self
+            .projector
+            .project(self.arena.bump(), value, BodyFormat::Json, keys)
+        {
+            Err(BodyError::NotObjectOrArray) => Outcome::Invalid(Invalid::NotOneMessage),
+            Err(e) => Outcome::Invalid(Invalid::Body(e)),
+            Ok(batch) if batch.shape != Shape::Object => Outcome::Invalid(Invalid::NotOneMessage),
+            Ok(batch) => match batch.items.first() {
+                Some(Ok(m)) => {
+                    if rec.key.is_none() {
+                        key.extend_from_slice(m.key.as_bytes());
+                    }
+                    // The key was checked as UTF-8 above or came from the scanner.
+                    let k = std::str::from_utf8(key).unwrap_or_default();
+                    match boxes.apply_logged(k, m.values, version, now_ms, None) {
+                        Ok(Logged::Applied(version)) => Outcome::Applied { version },
+                        Ok(Logged::Replayed) => Outcome::Replayed,
+                        Err(e) => Outcome::Invalid(Invalid::Message(e)),
+                    }
+                }
+                Some(Err(e)) => Outcome::Invalid(Invalid::Message(*e)),
+                None => Outcome::Invalid(Invalid::NotOneMessage),
+            },
+        };
+        // The record's values are no longer borrowed: empty the arena for
+        // the next one (a reset keeps its chunk: a few stores).
+        self.arena.reset();
+        outcome
+    }
+}
+
+/// Where a node stands in the log: the next offset to read in each partition
+/// (what a snapshot holds with the boxes, so a restart replays from there).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Position {
+    pub topic: String,
+    /// Partition → the next offset to read.
+    pub next: BTreeMap<i32, i64>,
+}
+
+impl fmt::Display for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.topic)?;
+        let mut sep = " ";
+        for (p, o) in &self.next {
+            write!(f, "{sep}{p}@{o}")?;
+            sep = ", ";
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replica() -> (Replica, BoxTable) {
+        let plan = Arc::new(Plan::default_plan());
+        (Replica::new(plan.clone(), 1 << 20), BoxTable::new(plan))
+    }
+
+    fn rec<'a>(offset: i64, key: Option<&'a str>, value: Option<&'a str>) -> Record<'a> {
+        Record {
+            partition: 0,
+            offset,
+            timestamp_ms: 1_764_000_000_000,
+            key: key.map(str::as_bytes),
+            value: value.map(str::as_bytes),
+        }
+    }
+
+    fn payload(t: &BoxTable, key: &str) -> String {
+        let mut out = Vec::new();
+        t.poll(key.as_bytes(), &mut out).expect("box exists");
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_record_is_a_message_and_its_offset_the_version() {
+        let (mut r, t) = replica();
+        let mut key = Vec::new();
+        let body = r#"{"value":5,"player":"p-7","cargo":[1,2]}"#;
+        let out = r.apply(&t, &rec(41, Some("box-42"), Some(body)), &mut key);
+        assert_eq!(out, Outcome::Applied { version: 42 });
+        assert_eq!(key, b"box-42");
+        assert_eq!(
+            payload(&t, "box-42"),
+            r#"{"k":"box-42","ver":42,"v":5,"sum":5,"n":1,"by":"p-7"}"#
+        );
+    }
+
+    #[test]
+    fn without_a_record_key_the_key_field_names_the_box() {
+        let (mut r, t) = replica();
+        let mut key = Vec::new();
+        let out = r.apply(
+            &t,
+            &rec(0, None, Some(r#"{"key":"a","value":2}"#)),
+            &mut key,
+        );
+        assert_eq!(out, Outcome::Applied { version: 1 });
+        assert_eq!(key, b"a");
+        // A record key wins over the body's key field.
+        let out = r.apply(
+            &t,
+            &rec(1, Some("b"), Some(r#"{"key":"a","value":3}"#)),
+            &mut key,
+        );
+        assert_eq!(out, Outcome::Applied { version: 2 });
+        assert_eq!(key, b"b");
+        assert_eq!(t.version(b"a"), Some(1));
+    }
+
+    #[test]
+    fn invalid_records_are_reported_and_change_nothing() {
+        let (mut r, t) = replica();
+        let mut key = Vec::new();
+        let plan = Plan::default_plan();
+        let cases = [
+            (rec(0, Some("k"), Some("{\"value\":")), "invalid json"),
+            (
+                rec(1, Some("k"), Some("[{\"value\":1}]")),
+                "one JSON object",
+            ),
+            (rec(2, Some("k"), Some("{\"value\":\"x\"}")), "integer"),
+            (rec(3, None, Some("{\"value\":1}")), "key"),
+            (rec(4, None, None), "tombstone"),
+            (rec(-1, Some("k"), Some("{}")), "negative"),
+        ];
+        for (record, why) in cases {
+            match r.apply(&t, &record, &mut key) {
+                Outcome::Invalid(e) => {
+                    let said = e.describe(&plan);
+                    assert!(said.contains(why), "{said:?} should say {why:?}");
+                }
+                other => panic!("{record:?}: {other:?}"),
+            }
+        }
+        assert!(t.is_empty());
+        // The next valid record applies.
+        let out = r.apply(&t, &rec(5, Some("k"), Some("{\"value\":1}")), &mut key);
+        assert_eq!(out, Outcome::Applied { version: 6 });
+    }
+
+    #[test]
+    fn a_record_key_that_is_not_utf8_is_invalid() {
+        let (mut r, t) = replica();
+        let mut key = Vec::new();
+        let bad = Record {
+            key: Some(&[0xff, 0xfe]),
+            ..rec(0, None, Some("{}"))
+        };
+        assert_eq!(
+            r.apply(&t, &bad, &mut key),
+            Outcome::Invalid(Invalid::KeyNotUtf8)
+        );
+    }
+
+    #[test]
+    fn tombstones_delete_and_replays_are_harmless() {
+        let (mut r, t) = replica();
+        let mut key = Vec::new();
+        let log = [
+            rec(0, Some("x"), Some(r#"{"value":1}"#)),
+            rec(1, Some("x"), Some(r#"{"value":2}"#)),
+            rec(2, Some("x"), None),
+            rec(3, Some("x"), Some(r#"{"value":7}"#)),
+        ];
+        let labels: Vec<_> = log
+            .iter()
+            .map(|x| r.apply(&t, x, &mut key).label())
+            .collect();
+        assert_eq!(labels, ["applied", "applied", "deleted", "applied"]);
+        assert_eq!(payload(&t, "x"), r#"{"k":"x","ver":4,"v":7,"sum":7,"n":1}"#);
+        // The whole log again (a node restarted from a snapshot taken after
+        // the last record, with offsets from before the first): no change.
+        let labels: Vec<_> = log
+            .iter()
+            .map(|x| r.apply(&t, x, &mut key).label())
+            .collect();
+        assert_eq!(labels, ["replayed", "replayed", "no_box", "replayed"]);
+        assert_eq!(payload(&t, "x"), r#"{"k":"x","ver":4,"v":7,"sum":7,"n":1}"#);
+    }
+
+    #[test]
+    fn a_position_reads_as_partitions_at_offsets() {
+        let p = Position {
+            topic: "t".into(),
+            next: [(0, 5), (1, 0)].into_iter().collect(),
+        };
+        assert_eq!(p.to_string(), "t 0@5, 1@0");
+    }
+}
