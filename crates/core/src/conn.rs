@@ -34,11 +34,12 @@
 //!   stream's body ends with the connection, so nothing after its request is
 //!   read;
 //! - a framing error is answered, then the connection closes (the next request
-//!   boundary is unknown); so is an HTTP/1.1 request without exactly one `Host`,
-//!   and a request that times out gets 408. Such a close lingers (docs/http.md#bad-input): the
-//!   answer is sent, the write side shut down, and what the client still sends
-//!   is read and dropped for up to [`LINGER_MS`] and [`LINGER_BYTES`], so the
-//!   client reads the answer instead of a reset.
+//!   boundary is unknown); so is an HTTP/1.1 request without exactly one `Host`
+//!   (as soon as its head is in, before its body), and a request that times
+//!   out gets 408. Such a close lingers (docs/http.md#bad-input): the answer is sent, the
+//!   write side shut down, and what the client still sends is read and dropped
+//!   for up to [`LINGER_MS`] and [`LINGER_BYTES`], so the client reads the
+//!   answer instead of a reset.
 
 use crate::buffers::{Buffers, SendQueue};
 use crate::http::{Frame, Framer, FramerState, HttpError, Limits, Progress, Version, CONTINUE};
@@ -439,6 +440,15 @@ impl Connection {
             // `memcpy` call per request (callgrind); only a parked poll keeps it.
             match &progress {
                 &Ok(Progress::Partial { send_continue }) => {
+                    // The Host rule needs only the head: a request that breaks
+                    // it is refused now, not once its body is in (nor told
+                    // 100 Continue first).
+                    if let Some(e) = self.framer.awaited_head().and_then(host_error) {
+                        self.sendq
+                            .append(&mut buffers.send, |out| service.refuse(e, out, *host));
+                        self.linger(cx.now_ms);
+                        break;
+                    }
                     if send_continue {
                         self.sendq
                             .append(&mut buffers.send, |out| out.extend_from_slice(CONTINUE));

@@ -1,79 +1,29 @@
 //! Allocation counts of the box table's hot paths, and its memory accounting
 //! against what the allocator was really asked for.
 //!
-//! A counting global allocator wraps `System`; counters are per thread, so the
-//! test harness running tests in parallel does not disturb a measurement.
+//! A counting global allocator (`pollbox-test-alloc`) wraps `System`; counters
+//! are per thread, so the test harness running tests in parallel does not
+//! disturb a measurement.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::Arc;
 
 use pollbox_core::boxes::{size_class, BoxTable};
 use pollbox_core::plan::{Plan, Value};
 
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-    /// Bytes live, as requested, and rounded to jemalloc size classes.
-    static LIVE: Cell<i64> = const { Cell::new(0) };
-    static LIVE_CLASSED: Cell<i64> = const { Cell::new(0) };
-}
-
-fn note(size: usize, sign: i64) {
-    let _ = LIVE.try_with(|c| c.set(c.get() + sign * size as i64));
-    let _ = LIVE_CLASSED.try_with(|c| c.set(c.get() + sign * size_class(size) as i64));
-}
-
-// SAFETY: every call is forwarded unchanged to `System`, which upholds the
-// GlobalAlloc contract; the counters touch only const-initialised thread
-// locals without destructors, which never allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        note(layout.size(), 1);
-        // SAFETY: same layout, forwarded.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        note(layout.size(), 1);
-        // SAFETY: same layout, forwarded.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        note(layout.size(), -1);
-        // SAFETY: `ptr` came from `System` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        note(layout.size(), -1);
-        note(new_size, 1);
-        // SAFETY: `ptr` came from `System` with `layout`; forwarded.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
+/// Live bytes are also kept rounded to jemalloc's size classes.
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static ALLOC: pollbox_test_alloc::Counting =
+    pollbox_test_alloc::Counting::new().size_classes(size_class);
 
-fn allocs() -> u64 {
-    ALLOCS.with(Cell::get)
-}
-
+/// Bytes live on this thread, as requested, and rounded to jemalloc size classes.
 fn live() -> (i64, i64) {
-    (LIVE.with(Cell::get), LIVE_CLASSED.with(Cell::get))
+    let b = ALLOC.live_on_this_thread();
+    (b.requested, b.classed)
 }
 
 /// Allocations made by `f` on this thread.
 fn count(f: impl FnOnce()) -> u64 {
-    let before = allocs();
-    f();
-    allocs() - before
+    ALLOC.count_on_this_thread(f)
 }
 
 fn table() -> BoxTable {

@@ -2,64 +2,21 @@
 //! docs/boxes.md#epochs-and-arenas): with a warm arena and a warm `Projector`,
 //! ingest parsing allocates nothing outside the arena.
 //!
-//! A counting global allocator wraps the system one and counts, per thread,
-//! every `alloc`, `alloc_zeroed` and `realloc` call, so tests running in
-//! parallel on other threads do not disturb the count.
+//! A counting global allocator (`pollbox-test-alloc`) wraps the system one and
+//! counts, per thread, every `alloc`, `alloc_zeroed` and `realloc` call, so
+//! tests running in parallel on other threads do not disturb the count.
 
 use pollbox_core::arena::Arena;
 use pollbox_core::plan::{Plan, Value};
 use pollbox_core::projection::{BodyFormat, KeySource, Projector, Shape};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::Arc;
 
-struct CountingAllocator;
-
-thread_local! {
-    // Const-initialised and without a destructor, so reading it from inside
-    // the allocator never allocates or registers anything.
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn count_one() {
-    // `try_with`: a thread being torn down may still allocate.
-    let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-}
+#[global_allocator]
+static ALLOC: pollbox_test_alloc::Counting = pollbox_test_alloc::Counting::new();
 
 fn allocations() -> u64 {
-    ALLOCATIONS.with(Cell::get)
+    ALLOC.on_this_thread()
 }
-
-// SAFETY: every method forwards to `System` with the caller's arguments
-// unchanged; the only addition is a thread-local counter bump, which neither
-// allocates nor unwinds.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count_one();
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count_one();
-        // SAFETY: forwarded contract.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count_one();
-        // SAFETY: forwarded contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: CountingAllocator = CountingAllocator;
 
 /// `{"key":"box-<i>","value":<i>,"player":"p-7", cargo...}` of about `size` bytes,
 /// with escaped strings and nested cargo.

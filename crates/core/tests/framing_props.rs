@@ -10,9 +10,6 @@
 //!   whole.
 //! - The steady-state framing path allocates nothing.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use pollbox_core::http::{
     parse_poll_query, percent_decode_into, route, write_response_head, DateCache, Frame, Framer,
     HttpError, Limits, Method, Progress, Route, Version,
@@ -561,58 +558,13 @@ fn soup_piece() -> impl Strategy<Value = Vec<u8>> {
 
 // ---- allocation ----
 
-/// Counts allocations made by the current thread while `COUNTING` is set, so
-/// tests running beside this one on other threads do not disturb it.
-struct CountingAlloc;
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn note_allocation() {
-    // `try_with`: the allocator also runs while thread locals are torn down.
-    let _ = COUNTING.try_with(|c| {
-        if c.get() {
-            let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-        }
-    });
-}
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the only
-// addition is a thread-local counter that never allocates (const-initialised
-// `Cell`s).
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note_allocation();
-        // SAFETY: same contract as ours, passed through.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note_allocation();
-        // SAFETY: same contract as ours, passed through.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note_allocation();
-        // SAFETY: same contract as ours, passed through.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours, passed through.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
+/// Counts per thread, so tests running beside these on other threads do not
+/// disturb them.
 #[global_allocator]
-static GLOBAL: CountingAlloc = CountingAlloc;
+static ALLOC: pollbox_test_alloc::Counting = pollbox_test_alloc::Counting::new();
 
 fn allocations_in(f: impl FnOnce()) -> u64 {
-    ALLOCATIONS.with(|n| n.set(0));
-    COUNTING.with(|c| c.set(true));
-    f();
-    COUNTING.with(|c| c.set(false));
-    ALLOCATIONS.with(|n| n.get())
+    ALLOC.count_on_this_thread(f)
 }
 
 #[test]

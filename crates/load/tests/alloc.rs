@@ -4,67 +4,14 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::{Behaviour, TestServer};
 use pollbox_load::{run, LoadArgs, Mix};
 
-static LOAD_THREAD_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    /// Inside the allocator already (looking up the thread's name may allocate).
-    static BUSY: Cell<bool> = const { Cell::new(false) };
-    /// 0 = not looked at yet, 1 = a load thread, 2 = another thread.
-    static IS_LOAD_THREAD: Cell<u8> = const { Cell::new(0) };
-}
-
-struct Counting;
-
-fn count() {
-    let _ = BUSY.try_with(|busy| {
-        if busy.replace(true) {
-            return;
-        }
-        let kind = IS_LOAD_THREAD.with(|k| {
-            if k.get() == 0 {
-                let load = std::thread::current()
-                    .name()
-                    .is_some_and(|n| n.starts_with("load-"));
-                k.set(if load { 1 } else { 2 });
-            }
-            k.get()
-        });
-        if kind == 1 {
-            LOAD_THREAD_ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
-        }
-        busy.set(false);
-    });
-}
-
-// SAFETY: every call is passed on unchanged to the system allocator; counting touches
-// only const-initialised thread-locals and an atomic, none of which allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
+/// Counts toward its total what the load threads allocate.
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOC: pollbox_test_alloc::Counting = pollbox_test_alloc::Counting::threads_named("load-");
 
 fn allocations_for(duration: Duration, rate: Option<f64>) -> (u64, u64) {
     let server = TestServer::start(Behaviour::default());
@@ -77,9 +24,9 @@ fn allocations_for(duration: Duration, rate: Option<f64>) -> (u64, u64) {
     a.rate = rate;
     a.mix = Mix::parse("poll:60,ingest:20,batch:10,longpoll:10").unwrap();
     a.longpoll_wait = Duration::from_millis(5);
-    let before = LOAD_THREAD_ALLOCATIONS.load(Ordering::SeqCst);
+    let before = ALLOC.total();
     let report = run(&a).unwrap();
-    let allocations = LOAD_THREAD_ALLOCATIONS.load(Ordering::SeqCst) - before;
+    let allocations = ALLOC.total() - before;
     assert_eq!(report.errors_total, 0, "{:?}", report.errors);
     (allocations, report.total_requests())
 }

@@ -100,6 +100,8 @@ pub struct Server {
     snapshot_path: Option<PathBuf>,
     snapshot_stop: Arc<(Mutex<bool>, Condvar)>,
     snapshot_thread: Option<JoinHandle<()>>,
+    /// Keeps another pollbox off the address while this one runs.
+    _claim: listener::Claim,
 }
 
 impl Server {
@@ -138,7 +140,7 @@ impl Server {
                 addr: config.server.listen.clone(),
                 source: io::ErrorKind::InvalidInput.into(),
             })?;
-        let (actual, listeners) =
+        let (actual, listeners, claim) =
             listener::bind_all(addr, n).map_err(|source| StartError::Listen {
                 addr: config.server.listen.clone(),
                 source,
@@ -243,6 +245,7 @@ impl Server {
             snapshot_path,
             snapshot_stop,
             snapshot_thread,
+            _claim: claim,
         })
     }
 

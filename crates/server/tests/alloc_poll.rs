@@ -5,33 +5,10 @@
 
 mod common;
 use common::*;
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{Read, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
-
-struct Counting;
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static ALLOC: pollbox_test_alloc::Counting = pollbox_test_alloc::Counting::new();
 
 /// The counter is process-wide: the tests here run one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -88,13 +65,13 @@ fn steady_state_allocations(c: pollbox_core::config::Config, req: &[u8], cond: &
         assert_eq!(poll_once(&mut stream, req, &mut buf), 200);
         assert_eq!(poll_once(&mut stream, cond, &mut buf), 304);
     }
-    let before = ALLOCS.load(Ordering::SeqCst);
+    let before = ALLOC.total();
     for i in 0..10_000 {
         let r = if i % 2 == 0 { req } else { cond };
         let code = poll_once(&mut stream, r, &mut buf);
         assert!(code == 200 || code == 304);
     }
-    let after = ALLOCS.load(Ordering::SeqCst);
+    let after = ALLOC.total();
     drop(stream);
     s.shutdown().unwrap();
     after - before
@@ -153,12 +130,12 @@ fn ten_thousand_polls_from_an_allowed_origin_allocate_nothing() {
 #[test]
 fn the_counter_sees_the_servers_allocations() {
     let _serial = serial();
-    let before = ALLOCS.load(Ordering::SeqCst);
+    let before = ALLOC.total();
     let mut c = config();
     c.server.workers = 1;
     let s = start(c);
     assert_eq!(post(s.addr(), "/v1/boxes/cold", "{}").status, 200);
-    assert!(ALLOCS.load(Ordering::SeqCst) > before);
+    assert!(ALLOC.total() > before);
     s.shutdown().unwrap();
 }
 
@@ -232,9 +209,9 @@ fn ingest_allocations(subs: usize) -> u64 {
     };
     // Warm-up: pools, buffers, the arena, a few ticks.
     round(1000, &mut ver);
-    let before = ALLOCS.load(Ordering::SeqCst);
+    let before = ALLOC.total();
     round(2000, &mut ver);
-    let after = ALLOCS.load(Ordering::SeqCst);
+    let after = ALLOC.total();
     drop(streams);
     s.shutdown().unwrap();
     after - before

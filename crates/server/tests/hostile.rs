@@ -913,3 +913,26 @@ fn header_bombs_get_431() {
     drop(conns);
     settle(s, a, steady);
 }
+
+#[test]
+fn a_head_without_host_gets_400_before_its_body() {
+    let mut c = config();
+    // Longer than the client's read timeout: a server that waited for the
+    // body would leave the read to time out, not answer 408 first.
+    c.limits.body_timeout_ms = 60_000;
+    let s = start(c);
+    let a = s.addr();
+    // `connect` sets a read timeout, so a missing answer fails the test
+    // instead of hanging it. The body is announced and never sent.
+    let mut r = Reader::new(connect(a));
+    r.send(b"GET / HTTP/1.1\r\nContent-Length: 5\r\n\r\n");
+    let resp = r.read(false);
+    assert_eq!(resp.status, 400, "{}", resp.text());
+    assert!(resp.text().contains("without a Host"), "{}", resp.text());
+    assert_eq!(resp.header("connection"), Some("close"));
+    assert!(r.closed(), "the connection closes after the answer");
+    drop(r);
+    wait_open_connections(&s, 0);
+    assert_eq!(get(a, "/healthz").status, 200);
+    s.shutdown().unwrap();
+}

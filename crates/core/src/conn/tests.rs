@@ -620,6 +620,46 @@ fn http11_needs_exactly_one_host() {
     );
 }
 
+/// The Host rule needs only the head: a request that breaks it is refused as
+/// soon as its head is in, not after its body (nor told 100 Continue first).
+#[test]
+fn the_host_rule_is_applied_before_the_body() {
+    let mut r = rig();
+    for (req, want) in [
+        (
+            &b"GET / HTTP/1.1\r\nContent-Length: 5\r\n\r\n"[..],
+            "without a Host",
+        ),
+        (
+            b"POST /v1/boxes/a HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 11\r\n\r\n",
+            "without a Host",
+        ),
+        (
+            b"POST /v1/boxes/a HTTP/1.1\r\nHost: a\r\nHost: b\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "more than one Host",
+        ),
+    ] {
+        let mut c = r.conn();
+        r.feed(&mut c, req);
+        let out = r.sent(&mut c);
+        assert!(
+            out.starts_with("HTTP/1.1 400") && out.contains(want),
+            "{out:?}"
+        );
+        assert!(!out.contains("100 Continue"), "{out:?}");
+        assert_lingers(&mut r, &mut c);
+    }
+    // HTTP/1.0 may omit it: the body is waited for.
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"POST /v1/boxes/a HTTP/1.0\r\nContent-Length: 11\r\n\r\n",
+    );
+    assert_eq!(r.sent(&mut c), "");
+    r.feed(&mut c, b"{\"value\":1}");
+    assert_eq!(statuses(&r.sent(&mut c)), ["200"]);
+}
+
 #[test]
 fn a_linger_is_bounded_in_bytes_and_in_time() {
     let mut r = rig();

@@ -189,6 +189,16 @@ impl Framer {
         }
     }
 
+    /// The head of the request whose body is still awaited
+    /// ([`FramerState::Body`]): rules that need only the head can be applied
+    /// before the body comes.
+    pub fn awaited_head(&self) -> Option<&Frame> {
+        match &self.phase {
+            Phase::Body { frame, .. } => Some(frame),
+            _ => None,
+        }
+    }
+
     /// Forget a partial (or refused) request; the next `advance` starts at a
     /// request boundary.
     pub fn reset(&mut self) {
