@@ -13,7 +13,8 @@
 //! server as the core sees it: counting, wake-ups, `/metrics`), [`metrics`]
 //! (the exposition), [`stats`] (per-worker counters), [`listener`] (sockets),
 //! [`alloc_stats`] (jemalloc's figures), [`snapshot_file`] (snapshot files:
-//! atomic save, load, the writer thread).
+//! atomic save, load, the writer thread), [`log`] (the Kafka client of a node
+//! built from a log).
 //!
 //! What it is not: a general HTTP server, or a place where protocol rules live.
 
@@ -21,6 +22,7 @@ pub mod alloc_stats;
 pub mod conns;
 pub mod host;
 pub mod listener;
+pub mod log;
 pub mod metrics;
 pub mod snapshot_file;
 pub mod stats;
@@ -64,17 +66,46 @@ pub struct Shared {
     /// pollbox accounts (the Rust runtime, argument parsing, the config, the
     /// workers' fixed structures). Measured once; it does not grow.
     pub runtime_bytes: AtomicUsize,
+    /// Where the node stands in its log (`[log]` set), else `None`.
+    pub log: Option<Arc<log::LogState>>,
 }
 
 impl Shared {
+    /// Listening, the snapshot loaded, and with a log: caught up with the log
+    /// as it stood at start.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
+        self.ready.load(Ordering::Acquire) && self.log.as_ref().is_none_or(|l| l.caught_up())
     }
 
-    /// Milliseconds since the server started (the clock box expiry counts on).
+    /// Milliseconds since the server started (the clock of timeouts).
     pub fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }
+
+    /// The clock box expiry counts on, from a worker's `now_ms`: on a
+    /// standalone node the server's own (ms since start, so a snapshot's idle
+    /// times carry over a restart); on a node of a log the wall clock (ms
+    /// since the Unix epoch), the clock of the records' timestamps, so every
+    /// node and every replay expires the same boxes.
+    pub fn table_clock(&self, now_ms: u64) -> u64 {
+        if self.log.is_some() {
+            wall_ms()
+        } else {
+            now_ms
+        }
+    }
+
+    /// [`Shared::table_clock`] now.
+    pub fn table_now_ms(&self) -> u64 {
+        self.table_clock(self.now_ms())
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Why the server did not start.
@@ -100,6 +131,8 @@ pub struct Server {
     snapshot_path: Option<PathBuf>,
     snapshot_stop: Arc<(Mutex<bool>, Condvar)>,
     snapshot_thread: Option<JoinHandle<()>>,
+    /// The thread consuming the log (`[log]` set).
+    log_thread: Option<JoinHandle<()>>,
     /// Keeps another pollbox off the address while this one runs.
     _claim: listener::Claim,
 }
@@ -112,13 +145,23 @@ impl Server {
         let plan = Arc::new(Plan::compile(&config.boxes)?);
         let snapshot_path =
             (!config.snapshot.path.is_empty()).then(|| PathBuf::from(&config.snapshot.path));
-        let boxes = match &snapshot_path {
+        let logged = config.log.enabled();
+        let (boxes, position) = match &snapshot_path {
             Some(p) => {
                 snapshot_file::check_dir(p)?;
-                let now_ms = started.elapsed().as_millis() as u64;
+                let now_ms = if logged {
+                    wall_ms()
+                } else {
+                    started.elapsed().as_millis() as u64
+                };
                 match snapshot_file::load(plan.clone(), now_ms, p) {
-                    Ok(Some(t)) => t,
-                    Ok(None) => BoxTable::new(plan.clone()),
+                    Ok(Some((t, position))) => {
+                        if logged {
+                            check_position(&config, p, position.as_ref())?;
+                        }
+                        (t, position)
+                    }
+                    Ok(None) => (BoxTable::new(plan.clone()), None),
                     Err(e) => {
                         return Err(StartError::Snapshot {
                             path: p.display().to_string(),
@@ -129,8 +172,9 @@ impl Server {
                     }
                 }
             }
-            None => BoxTable::new(plan.clone()),
+            None => (BoxTable::new(plan.clone()), None),
         };
+        let log_state = logged.then(|| Arc::new(log::LogState::new(&config.log, position)));
         let n = config.effective_workers(available_cores());
         let addr: SocketAddr = config
             .server
@@ -181,6 +225,7 @@ impl Server {
             snapshots_ok: AtomicUsize::new(0),
             snapshots_failed: AtomicUsize::new(0),
             runtime_bytes: AtomicUsize::new(0),
+            log: log_state,
         });
         // Worker i goes to the i-th core this process may run on (its affinity mask,
         // e.g. `taskset -c 8-15`), not to core i, so pinning stays inside the mask.
@@ -235,6 +280,10 @@ impl Server {
             }
             None => None,
         };
+        let log_thread = match &shared.log {
+            Some(l) => Some(log::consume::spawn(shared.clone(), l.clone())?),
+            None => None,
+        };
         shared.ready.store(true, Ordering::Release);
         Ok(Server {
             shared,
@@ -245,6 +294,7 @@ impl Server {
             snapshot_path,
             snapshot_stop,
             snapshot_thread,
+            log_thread,
             _claim: claim,
         })
     }
@@ -291,9 +341,14 @@ impl Server {
         if let Some(t) = self.snapshot_thread.take() {
             let _ = t.join();
         }
+        // The consumer sees `draining` within one wait for records.
+        if let Some(t) = self.log_thread.take() {
+            let _ = t.join();
+        }
         if let Some(p) = &self.snapshot_path {
-            let (boxes, now_ms) = (&self.shared.node.boxes, self.shared.now_ms());
-            if let Err(e) = snapshot_file::save_atomic(boxes, now_ms, p) {
+            let position = self.shared.log.as_ref().and_then(|l| l.position());
+            let (boxes, now_ms) = (&self.shared.node.boxes, self.shared.table_now_ms());
+            if let Err(e) = snapshot_file::save_atomic(boxes, now_ms, position.as_ref(), p) {
                 first_err.get_or_insert(format!("final snapshot to {}: {e}", p.display()));
             }
         }
@@ -301,6 +356,33 @@ impl Server {
             None => Ok(()),
             Some(e) => Err(e),
         }
+    }
+}
+
+/// On a node of a log, the snapshot must say where in which topic its boxes
+/// stand: a standalone node's snapshot (no position) or another topic's would
+/// be completed wrongly by a replay.
+fn check_position(
+    config: &Config,
+    path: &std::path::Path,
+    position: Option<&pollbox_core::log::Position>,
+) -> Result<(), StartError> {
+    let refuse = |reason: String| StartError::Snapshot {
+        path: path.display().to_string(),
+        reason,
+    };
+    match position {
+        None => Err(refuse(
+            "it holds no log position (written by a standalone node): a replay cannot \
+             complete it; move it away to build this node from the log, or give it a \
+             peer's snapshot"
+                .into(),
+        )),
+        Some(p) if p.topic != config.log.topic => Err(refuse(format!(
+            "it was written from topic {:?}, this node reads {:?} (log.topic); move it away",
+            p.topic, config.log.topic
+        ))),
+        Some(_) => Ok(()),
     }
 }
 

@@ -460,6 +460,9 @@ pub fn render(shared: &Shared, out: &mut Vec<u8>) {
             .snapshots_failed
             .load(std::sync::atomic::Ordering::Relaxed) as u64,
     );
+    if let Some(log) = &shared.log {
+        render_log(out, log);
+    }
 
     let p = process_stats();
     single(
@@ -545,4 +548,67 @@ pub fn process_stats() -> ProcessStats {
     }
     p.open_fds = open_fds();
     p
+}
+
+/// The log's metrics (a node built from a Kafka log only).
+fn render_log(out: &mut Vec<u8>, log: &crate::log::LogState) {
+    header(
+        out,
+        "pollbox_log_records_total",
+        "counter",
+        "Records read from the log, by what they did (invalid: skipped, logged once).",
+    );
+    for (result, n) in crate::log::RESULTS.iter().zip(&log.records) {
+        let _ = writeln!(
+            out,
+            "pollbox_log_records_total{{result=\"{result}\"}} {}",
+            n.load(Ordering::Relaxed)
+        );
+    }
+    single(
+        out,
+        "pollbox_log_consume_errors_total",
+        "counter",
+        "Errors the Kafka client reported while consuming (it retries).",
+        log.consume_errors.load(Ordering::Relaxed),
+    );
+    single(
+        out,
+        "pollbox_log_connected",
+        "gauge",
+        "1 when the last exchange with the log worked.",
+        log.connected.load(Ordering::Relaxed) as u64,
+    );
+    single(
+        out,
+        "pollbox_log_caught_up",
+        "gauge",
+        "1 once the node applied the log up to its end at start (/readyz waits for it).",
+        log.caught_up() as u64,
+    );
+    if let Some(parts) = log.partitions() {
+        header(
+            out,
+            "pollbox_log_lag_records",
+            "gauge",
+            "Records in the log this node has not applied yet, by partition.",
+        );
+        for (p, st) in parts.iter().enumerate() {
+            let lag = (st.end.load(Ordering::Relaxed) - st.next.load(Ordering::Relaxed)).max(0);
+            let _ = writeln!(out, "pollbox_log_lag_records{{partition=\"{p}\"}} {lag}");
+        }
+        header(
+            out,
+            "pollbox_log_next_offset",
+            "gauge",
+            "The next offset this node applies, by partition.",
+        );
+        for (p, st) in parts.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "pollbox_log_next_offset{{partition=\"{p}\"}} {}",
+                st.next.load(Ordering::Relaxed)
+            );
+        }
+    }
 }

@@ -13,21 +13,28 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use pollbox_core::boxes::BoxTable;
+use pollbox_core::log::Position;
 use pollbox_core::plan::Plan;
-use pollbox_core::snapshot::{read_snapshot, write_snapshot, SnapshotError};
+use pollbox_core::snapshot::{read_snapshot_at, write_snapshot_at, SnapshotError};
 
 use crate::{Shared, StartError};
 
-/// Write `table` to `path` at `now_ms` (the server's clock, which box expiry
-/// counts on) so that a crash leaves either the old or the new snapshot, never
+/// Write `table` to `path` at `now_ms` (the table's clock, which box expiry
+/// counts on), with the log `position` it reflects at least (taken before
+/// this call), so that a crash leaves either the old or the new snapshot, never
 /// a mix: write `path.tmp`, fsync it, rename it over `path`, fsync the
 /// directory. On error the temp file is removed.
-pub fn save_atomic(table: &BoxTable, now_ms: u64, path: &Path) -> io::Result<()> {
+pub fn save_atomic(
+    table: &BoxTable,
+    now_ms: u64,
+    position: Option<&Position>,
+    path: &Path,
+) -> io::Result<()> {
     let tmp = tmp_path(path);
     let result = (|| {
         let file = File::create(&tmp)?;
         let mut w = BufWriter::with_capacity(1 << 16, file);
-        write_snapshot(table, now_ms, &mut w)?;
+        write_snapshot_at(table, now_ms, position, &mut w)?;
         let file = w.into_inner().map_err(io::IntoInnerError::into_error)?;
         file.sync_all()?;
         drop(file);
@@ -47,17 +54,21 @@ pub fn tmp_path(path: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Load the snapshot at `path` at `now_ms` (the server's clock): `Ok(None)`
+/// A table loaded from a snapshot, and the log position it holds (none: a
+/// standalone node's).
+pub type Loaded = (BoxTable, Option<Position>);
+
+/// Load the snapshot at `path` at `now_ms` (the table's clock): `Ok(None)`
 /// when there is no file (first start), an error for anything else that keeps
 /// it from loading whole.
-pub fn load(plan: Arc<Plan>, now_ms: u64, path: &Path) -> Result<Option<BoxTable>, SnapshotError> {
+pub fn load(plan: Arc<Plan>, now_ms: u64, path: &Path) -> Result<Option<Loaded>, SnapshotError> {
     let file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e.into()),
     };
     let mut r = BufReader::with_capacity(1 << 16, file);
-    read_snapshot(plan, now_ms, &mut r).map(Some)
+    read_snapshot_at(plan, now_ms, &mut r).map(Some)
 }
 
 /// The directory `path` is in (`.` for a bare file name).
@@ -105,7 +116,14 @@ pub(crate) fn writer_loop(shared: Arc<Shared>, stop: Arc<(Mutex<bool>, Condvar)>
         if *stopped {
             return;
         }
-        match save_atomic(&shared.node.boxes, shared.now_ms(), &path) {
+        // The position first: the walk then sees every record before it.
+        let position = shared.log.as_ref().and_then(|l| l.position());
+        match save_atomic(
+            &shared.node.boxes,
+            shared.table_now_ms(),
+            position.as_ref(),
+            &path,
+        ) {
             Ok(()) => {
                 shared.snapshots_ok.fetch_add(1, Ordering::Relaxed);
             }
@@ -200,15 +218,20 @@ mod tests {
         let path = dir.join("boxes.snap");
         let plan = || Arc::new(Plan::default_plan());
         assert!(load(plan(), 0, &path).expect("no file is fine").is_none());
+        let position = Position {
+            topic: "t".into(),
+            next: [(0, 9)].into_iter().collect(),
+        };
         let t = sample(20);
-        save_atomic(&t, 0, &path).expect("saves");
+        save_atomic(&t, 0, Some(&position), &path).expect("saves");
         assert!(!tmp_path(&path).exists(), "temp file renamed away");
-        let back = load(plan(), 0, &path).expect("loads").expect("file exists");
+        let (back, read) = load(plan(), 0, &path).expect("loads").expect("file exists");
+        assert_eq!(read, Some(position));
         assert_same_boxes(&t, &back);
         // Saving again replaces the file whole.
         t.apply("new", &[], 0, None).expect("ok");
-        save_atomic(&t, 0, &path).expect("saves");
-        let back = load(plan(), 0, &path).expect("loads").expect("exists");
+        save_atomic(&t, 0, None, &path).expect("saves");
+        let (back, _) = load(plan(), 0, &path).expect("loads").expect("exists");
         assert_eq!(back.len(), t.len());
         // A damaged file is an error, not an empty start.
         let mut bytes = fs::read(&path).expect("read");
@@ -226,7 +249,7 @@ mod tests {
         let dir = scratch_dir("missing");
         let path = dir.join("no/such/dir/boxes.snap");
         let t = sample(1);
-        assert!(save_atomic(&t, 0, &path).is_err());
+        assert!(save_atomic(&t, 0, None, &path).is_err());
         assert!(!tmp_path(&path).exists());
         fs::remove_dir_all(&dir).expect("cleanup");
     }

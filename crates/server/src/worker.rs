@@ -606,7 +606,8 @@ impl Worker {
         self.fired = fired;
         // A bounded step of box expiry (SweepBudget::PER_TICK): the boxes'
         // long-polls are woken through the same path as an ingest's.
-        self.service.expire(self.now_ms, &mut self.host);
+        let table_ms = self.host.shared.table_clock(self.now_ms);
+        self.service.expire(table_ms, &mut self.host);
         let work = tick_start.elapsed().as_nanos() as u64;
         let st = self.host.stats();
         st.tick.observe_ns(work);

@@ -310,6 +310,16 @@ impl Service {
             (Listener::Main, Route::Metrics) if metrics_apart => r = Route::NotFound,
             (Listener::Main, _) => {}
         }
+        if self.node.config.log.enabled()
+            && matches!(
+                r,
+                Route::IngestKey { .. } | Route::Ingest | Route::Delete { .. }
+            )
+        {
+            // A node of a log applies only what the log holds.
+            let what = "this node is a replica of a Kafka log: produce to the topic";
+            return self.error(x, RouteLabel::Other, 503, what);
+        }
         match r {
             Route::Poll { key } => self.poll(x, key),
             Route::IngestKey { key } => {

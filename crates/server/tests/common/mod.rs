@@ -8,6 +8,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+pub mod kafka;
+
 /// The embedded config on a free port with 2 workers. `POLLBOX_TEST_IO_URING=1`
 /// runs the suite with `server.io_uring = true` (the io_uring loop), so both
 /// loops are tested (CI runs the server's tests both ways).
@@ -97,6 +99,24 @@ impl Reader {
                     "read failed: {e} (have {:?})",
                     String::from_utf8_lossy(&self.buf)
                 ),
+            }
+        }
+    }
+
+    /// Read raw bytes until what was read contains `needle`; returns it all
+    /// (as text) and forgets it (for event streams).
+    pub fn read_until_contains(&mut self, needle: &str) -> String {
+        loop {
+            let text = String::from_utf8_lossy(&self.buf).into_owned();
+            if text.contains(needle) {
+                self.buf.clear();
+                return text;
+            }
+            let mut tmp = [0u8; 65536];
+            match self.stream.read(&mut tmp) {
+                Ok(0) => panic!("EOF before {needle:?} (have {text:?})"),
+                Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
+                Err(e) => panic!("read failed: {e} (have {text:?})"),
             }
         }
     }

@@ -1,0 +1,312 @@
+//! The consuming thread: every partition of the topic, from where the
+//! snapshot left it, applied in partition order and waking whoever waits on
+//! the keys. See the module above for what it shares.
+
+use super::{LogState, PartitionState, LOG_REFUSED_EXIT};
+use crate::Shared;
+use pollbox_core::config::LogConfig;
+use pollbox_core::log::{Outcome, Record, Replica};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaResult;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use std::io;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long one wait for records lasts: the thread checks for shutdown (and
+/// refreshes the log's end) at least this often.
+const POLL: Duration = Duration::from_millis(100);
+/// How often the log's end is read again for the lag.
+const END_EVERY: Duration = Duration::from_secs(1);
+/// Between two attempts to reach an unreachable log.
+const RETRY: Duration = Duration::from_secs(1);
+/// One metadata or watermark request.
+const REQUEST: Duration = Duration::from_secs(5);
+/// The group id the client needs to be assigned partitions; nothing is
+/// committed under it (each node's position is in its snapshot).
+const GROUP: &str = "pollbox-replica";
+
+/// The client properties of every pollbox client: the operator's
+/// `[log.client]`, then the brokers.
+pub fn client_config(cfg: &LogConfig) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    for (k, v) in &cfg.client {
+        c.set(k, v);
+    }
+    c.set("bootstrap.servers", &cfg.brokers);
+    c
+}
+
+/// A consumer that is assigned partitions (no group membership, no commits)
+/// and reads only committed records (a transactional producer's aborted
+/// records never reach the boxes).
+pub fn consumer(cfg: &LogConfig) -> KafkaResult<BaseConsumer> {
+    let mut c = client_config(cfg);
+    c.set("group.id", GROUP)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "false")
+        .set("isolation.level", "read_committed");
+    if !cfg.client.contains_key("fetch.wait.max.ms") {
+        // The broker answers a fetch as soon as a record is there; this only
+        // bounds an idle fetch.
+        c.set("fetch.wait.max.ms", "100");
+    }
+    c.create()
+}
+
+/// Start the consuming thread.
+pub fn spawn(shared: Arc<Shared>, log: Arc<LogState>) -> io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("pollbox-log".into())
+        .spawn(move || run(&shared, &log))
+}
+
+/// Say `what` once, until something else is said (a log down for an hour is
+/// one line, not 3,600).
+struct Once {
+    last: String,
+}
+
+impl Once {
+    fn say(&mut self, what: String) {
+        if what != self.last {
+            eprintln!("pollbox: log: {what}");
+            self.last = what;
+        }
+    }
+}
+
+fn stopping(shared: &Shared) -> bool {
+    shared.draining.load(Ordering::Acquire)
+}
+
+fn run(shared: &Shared, log: &LogState) {
+    let cfg = &shared.node.config.log;
+    let mut said = Once {
+        last: String::new(),
+    };
+    let consumer = match consumer(cfg) {
+        Ok(c) => c,
+        Err(e) => refuse(&format!("cannot create the Kafka client: {e}")),
+    };
+    // Where each partition starts, once the log answers.
+    let Some(starts) = starting_offsets(shared, log, &consumer, &mut said) else {
+        return; // shut down before the log answered
+    };
+    let mut tpl = TopicPartitionList::new();
+    for (p, &next) in starts.iter().enumerate() {
+        if let Err(e) = tpl.add_partition_offset(&log.topic, p as i32, Offset::Offset(next)) {
+            refuse(&format!("cannot assign partition {p}: {e}"));
+        }
+    }
+    if let Err(e) = consumer.assign(&tpl) {
+        refuse(&format!("cannot assign the topic's partitions: {e}"));
+    }
+    let mut replica = Replica::new(
+        shared.node.plan.clone(),
+        shared.node.config.limits.arena_limit_bytes,
+    );
+    let mut key = Vec::with_capacity(256);
+    let mut ends_read = Instant::now();
+    let reader = consumer_for_ends(cfg);
+    if log.check_caught_up() {
+        eprintln!("pollbox: log: caught up (nothing to replay)");
+    }
+    while !stopping(shared) {
+        match consumer.poll(POLL) {
+            None => {}
+            Some(Err(e)) => {
+                log.consume_errors.fetch_add(1, Ordering::Relaxed);
+                log.connected.store(false, Ordering::Relaxed);
+                said.say(format!("consuming: {e} (retrying)"));
+            }
+            Some(Ok(m)) => {
+                log.connected.store(true, Ordering::Relaxed);
+                let rec = Record {
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    timestamp_ms: m.timestamp().to_millis().unwrap_or_else(wall_ms),
+                    key: m.key(),
+                    value: m.payload(),
+                };
+                let outcome = replica.apply(&shared.node.boxes, &rec, &mut key);
+                log.count(outcome.label());
+                match &outcome {
+                    Outcome::Applied { .. } | Outcome::Deleted { .. } => {
+                        shared.waiters.notify(&key);
+                    }
+                    Outcome::Invalid(why) => eprintln!(
+                        "pollbox: log: skipped the record at {}/{} offset {}: {}",
+                        log.topic,
+                        rec.partition,
+                        rec.offset,
+                        why.describe(&shared.node.plan)
+                    ),
+                    Outcome::NoBox | Outcome::Replayed => {}
+                }
+                if let Some(p) = log
+                    .partitions()
+                    .and_then(|ps| ps.get(rec.partition as usize))
+                {
+                    p.next.fetch_max(rec.offset + 1, Ordering::AcqRel);
+                }
+                if !log.caught_up() && log.check_caught_up() {
+                    eprintln!("pollbox: log: caught up; ready");
+                }
+            }
+        }
+        if ends_read.elapsed() >= END_EVERY {
+            ends_read = Instant::now();
+            if let Some(reader) = &reader {
+                read_ends(reader, log);
+            }
+        }
+    }
+}
+
+/// The offsets each partition starts from: the snapshot's, else the log's
+/// start. A snapshot the log can no longer complete (retention removed the
+/// records after its offsets) is refused, naming the partitions; so is a
+/// node without a snapshot on a log whose start is gone. Retries (and stays
+/// unready) while the log cannot be reached.
+fn starting_offsets(
+    shared: &Shared,
+    log: &LogState,
+    consumer: &BaseConsumer,
+    said: &mut Once,
+) -> Option<Vec<i64>> {
+    loop {
+        if stopping(shared) {
+            return None;
+        }
+        match watermarks(consumer, &log.topic) {
+            Ok(marks) => {
+                log.connected.store(true, Ordering::Relaxed);
+                let loaded = log.loaded.as_ref();
+                let mut starts = Vec::with_capacity(marks.len());
+                let mut gone = Vec::new();
+                for (p, &(low, _)) in marks.iter().enumerate() {
+                    let from = loaded
+                        .and_then(|l| l.next.get(&(p as i32)).copied())
+                        .unwrap_or(0);
+                    if from < low {
+                        gone.push(format!(
+                            "partition {p} (needs offset {from}, the log starts at {low})"
+                        ));
+                    }
+                    starts.push(from);
+                }
+                if !gone.is_empty() {
+                    let whose = if loaded.is_some() {
+                        "the snapshot's offsets are no longer in the log"
+                    } else {
+                        "this node has no snapshot and the log no longer starts at offset 0"
+                    };
+                    refuse(&format!(
+                        "{whose} (retention removed them): {}; start this node from a recent snapshot of a peer (snapshots are portable between nodes)",
+                        gone.join(", ")
+                    ));
+                }
+                let from = match loaded {
+                    Some(l) => format!("the snapshot's offsets ({l})"),
+                    None => "the log's start (no snapshot)".to_string(),
+                };
+                eprintln!(
+                    "pollbox: log: {} partitions of {}; replaying from {from} up to the end at start ({})",
+                    marks.len(),
+                    log.topic,
+                    marks
+                        .iter()
+                        .enumerate()
+                        .map(|(p, (_, high))| format!("{p}@{high}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                log.set_partitions(
+                    marks
+                        .iter()
+                        .zip(&starts)
+                        .map(|(&(_, high), &next)| PartitionState {
+                            next: AtomicI64::new(next),
+                            end: AtomicI64::new(high),
+                            end_at_start: AtomicI64::new(high),
+                        })
+                        .collect(),
+                );
+                return Some(starts);
+            }
+            Err(e) => {
+                log.connected.store(false, Ordering::Relaxed);
+                said.say(format!(
+                    "cannot read topic {} from {}: {e}; serving the snapshot's boxes, not ready, retrying",
+                    log.topic, shared.node.config.log.brokers
+                ));
+                std::thread::sleep(RETRY);
+            }
+        }
+    }
+}
+
+/// Low and high watermark of each partition of `topic`, by partition id.
+fn watermarks(c: &BaseConsumer, topic: &str) -> Result<Vec<(i64, i64)>, String> {
+    let md = c
+        .fetch_metadata(Some(topic), REQUEST)
+        .map_err(|e| e.to_string())?;
+    let t = md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .ok_or_else(|| format!("topic {topic} not in the metadata"))?;
+    if let Some(e) = t.error() {
+        return Err(format!("topic {topic}: {e:?}"));
+    }
+    let n = t.partitions().len();
+    if n == 0 {
+        return Err(format!("topic {topic} has no partitions"));
+    }
+    let mut ids: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
+    ids.sort_unstable();
+    if ids.iter().enumerate().any(|(i, &id)| id != i as i32) {
+        return Err(format!("topic {topic}: partition ids are not 0..{n}"));
+    }
+    ids.iter()
+        .map(|&p| {
+            c.fetch_watermarks(topic, p, REQUEST)
+                .map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+/// A second client, assigned nothing, that reads the log's end for the lag
+/// (asked of the consuming client it waits behind its fetches).
+fn consumer_for_ends(cfg: &LogConfig) -> Option<BaseConsumer> {
+    consumer(cfg).ok()
+}
+
+fn read_ends(reader: &BaseConsumer, log: &LogState) {
+    let Some(parts) = log.partitions() else {
+        return;
+    };
+    for (p, state) in parts.iter().enumerate() {
+        if let Ok((_, high)) = reader.fetch_watermarks(&log.topic, p as i32, REQUEST) {
+            state.end.store(high, Ordering::Relaxed);
+        }
+    }
+}
+
+fn wall_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The log cannot serve this node: say why and exit (a supervisor that
+/// restarts it would meet the same refusal, so the code says "config").
+fn refuse(why: &str) -> ! {
+    eprintln!("pollbox: log: {why}; refusing to start");
+    std::process::exit(LOG_REFUSED_EXIT)
+}

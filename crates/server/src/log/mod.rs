@@ -1,0 +1,126 @@
+//! The Kafka log (docs/operations.md#the-kafka-log): the client around
+//! [`pollbox_core::log`]. With `[log] brokers` set, the topic is the source of
+//! truth and this node a replica of the boxes built from it.
+//!
+//! - [`consume`]: one thread reads every partition of the topic from the
+//!   offsets the snapshot holds (the log's start without one), hands each
+//!   record to the core's [`Replica`](pollbox_core::log::Replica) and wakes
+//!   the long-polls and event streams of the key, as an HTTP ingest does.
+//!   It never takes a lock a poll needs: polls go on while it applies.
+//! - [`LogState`]: where the node stands (the next offset of each partition,
+//!   the end of the log as it stood at start, caught up or not), shared with
+//!   the snapshot writer (the position it stores), `/readyz` and `/metrics`.
+//!
+//! What it is not: the rules of a record (the core's), or a consumer group:
+//! every node reads every partition and commits nothing; its position lives
+//! in its snapshot.
+
+pub mod consume;
+
+use pollbox_core::config::LogConfig;
+use pollbox_core::log::Position;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// Exit code of a node whose snapshot the log cannot complete, or whose log
+/// is misconfigured (EX_CONFIG): restarting it would not help.
+pub const LOG_REFUSED_EXIT: i32 = 78;
+
+/// One partition as this node sees it.
+#[derive(Debug)]
+pub struct PartitionState {
+    /// The next offset to apply: every record before it is applied.
+    pub next: AtomicI64,
+    /// The log's end (high watermark) as last seen, for the lag.
+    pub end: AtomicI64,
+    /// The end when the node started: `/readyz` waits for it.
+    pub end_at_start: AtomicI64,
+}
+
+/// Records by what they did (`pollbox_log_records_total{result}`).
+pub const RESULTS: [&str; 5] = ["applied", "deleted", "no_box", "replayed", "invalid"];
+
+/// Where this node stands in the log.
+#[derive(Debug)]
+pub struct LogState {
+    pub topic: String,
+    /// The position the snapshot held (none: the log's start).
+    pub loaded: Option<Position>,
+    /// Known once the topic's metadata was read; index = partition id.
+    partitions: OnceLock<Box<[PartitionState]>>,
+    /// Every partition reached the end it had at start.
+    caught_up: AtomicBool,
+    /// The last attempt to reach the log worked.
+    pub connected: AtomicBool,
+    /// By [`RESULTS`].
+    pub records: [AtomicU64; 5],
+    /// Errors the client reported while consuming (transport, broker).
+    pub consume_errors: AtomicU64,
+}
+
+impl LogState {
+    pub fn new(config: &LogConfig, loaded: Option<Position>) -> LogState {
+        LogState {
+            topic: config.topic.clone(),
+            loaded,
+            partitions: OnceLock::new(),
+            caught_up: AtomicBool::new(false),
+            connected: AtomicBool::new(false),
+            records: Default::default(),
+            consume_errors: AtomicU64::new(0),
+        }
+    }
+
+    /// The partitions, once known.
+    pub fn partitions(&self) -> Option<&[PartitionState]> {
+        self.partitions.get().map(|p| &p[..])
+    }
+
+    pub(crate) fn set_partitions(&self, p: Box<[PartitionState]>) {
+        let _ = self.partitions.set(p);
+    }
+
+    /// Whether the node has applied the log up to where it ended at start.
+    pub fn caught_up(&self) -> bool {
+        self.caught_up.load(Ordering::Acquire)
+    }
+
+    /// Check (and remember) whether every partition reached its end at start.
+    pub(crate) fn check_caught_up(&self) -> bool {
+        if self.caught_up() {
+            return true;
+        }
+        let Some(parts) = self.partitions() else {
+            return false;
+        };
+        let done = parts
+            .iter()
+            .all(|p| p.next.load(Ordering::Acquire) >= p.end_at_start.load(Ordering::Relaxed));
+        if done {
+            self.caught_up.store(true, Ordering::Release);
+        }
+        done
+    }
+
+    /// The position to store with a snapshot. Taken before the snapshot
+    /// walks the boxes, so they reflect at least every record before it.
+    pub fn position(&self) -> Option<Position> {
+        match self.partitions() {
+            None => self.loaded.clone(),
+            Some(parts) => Some(Position {
+                topic: self.topic.clone(),
+                next: parts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| (i as i32, p.next.load(Ordering::Acquire)))
+                    .collect(),
+            }),
+        }
+    }
+
+    pub(crate) fn count(&self, result: &str) {
+        if let Some(i) = RESULTS.iter().position(|r| *r == result) {
+            self.records[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}

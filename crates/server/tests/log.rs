@@ -1,0 +1,198 @@
+//! Nodes built from a Kafka log (docs/operations.md#the-kafka-log), against a
+//! real broker (`scripts/kafka/start.sh`): records produced by any Kafka client
+//! reach polls, long-polls and event streams of every node, with the same
+//! versions and ETags everywhere; invalid records are counted and skipped; a
+//! restart from a snapshot replays the log to the same boxes.
+//!
+//! Ignored in plain `cargo test` (they need Java and the broker's jars);
+//! `.ci/run` runs them: `cargo test -p pollbox-server --test log -- --ignored`.
+
+mod common;
+use common::kafka::Broker;
+use common::*;
+use pollbox_core::config::Config;
+use pollbox_server::Server;
+use std::time::{Duration, Instant};
+
+fn node(broker: &Broker, topic: &str, snapshot: Option<&std::path::Path>) -> Server {
+    start(log_config(broker, topic, snapshot))
+}
+
+fn log_config(broker: &Broker, topic: &str, snapshot: Option<&std::path::Path>) -> Config {
+    let mut c = config();
+    c.log.brokers = broker.bootstrap.clone();
+    c.log.topic = topic.into();
+    if let Some(p) = snapshot {
+        c.snapshot.path = p.display().to_string();
+        c.snapshot.interval_s = 3600;
+    }
+    c
+}
+
+/// Wait (at most 60 s, then fail) until `f` holds.
+fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn ready(s: &Server) -> bool {
+    get(s.addr(), "/readyz").status == 200
+}
+
+fn metric(s: &Server, line_start: &str) -> u64 {
+    let m = get(s.addr(), "/metrics").text();
+    m.lines()
+        .find_map(|l| l.strip_prefix(line_start))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {line_start} in the metrics"))
+}
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("pollbox-log-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+#[ignore = "needs a Kafka broker (scripts/kafka)"]
+fn records_from_any_producer_reach_every_node_with_the_same_versions() {
+    let broker = Broker::start();
+    broker.create_topic("scores", 3);
+    let (a, b) = (node(&broker, "scores", None), node(&broker, "scores", None));
+    until("both nodes ready", || ready(&a) && ready(&b));
+    let plain = broker.producer();
+    // Parked before the record exists: a long-poll and an event stream on B.
+    let mut parked = Reader::new(connect(b.addr()));
+    parked.send(b"GET /v1/boxes/r1?after=0&wait_ms=30000 HTTP/1.1\r\nHost: t\r\n\r\n");
+    let mut stream = Reader::new(connect(b.addr()));
+    stream.send(b"GET /v1/boxes/r1 HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n");
+    let head = stream.read_until_contains("retry: ");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+
+    let (_, offset) = plain.send("scores", Some("r1"), Some(r#"{"value":5,"player":"p-7"}"#));
+    let want = format!(
+        r#"{{"k":"r1","ver":{},"v":5,"sum":5,"n":1,"by":"p-7"}}"#,
+        offset + 1
+    );
+    let woken = parked.read(false);
+    assert_eq!(woken.status, 200);
+    assert_eq!(woken.text(), want);
+    let event = stream.read_until_contains(&format!("data: {want}\n\n"));
+    assert!(event.contains(&format!("id: {}\n", offset + 1)), "{event}");
+    until("A applies it", || {
+        get(a.addr(), "/v1/boxes/r1").status == 200
+    });
+    let (ra, rb) = (get(a.addr(), "/v1/boxes/r1"), get(b.addr(), "/v1/boxes/r1"));
+    assert_eq!(ra.text(), want);
+    assert_eq!(rb.text(), want);
+    let etag = ra.header("etag").unwrap().to_string();
+    assert_eq!(
+        rb.header("etag"),
+        Some(etag.as_str()),
+        "one ETag everywhere"
+    );
+    let again = raw(
+        b.addr(),
+        format!("GET /v1/boxes/r1 HTTP/1.1\r\nHost: t\r\nIf-None-Match: {etag}\r\n\r\n").as_bytes(),
+    )
+    .0;
+    assert_eq!(again.status, 304, "B answers A's ETag with 304");
+
+    // Invalid JSON is counted and skipped; the next valid record applies.
+    plain.send("scores", Some("r1"), Some("{\"value\":"));
+    plain.send("scores", Some("r1"), Some(r#"{"value":"text"}"#));
+    let (_, offset) = plain.send("scores", Some("r1"), Some(r#"{"value":2}"#));
+    for s in [&a, &b] {
+        until("the valid record", || {
+            get(s.addr(), "/v1/boxes/r1")
+                .text()
+                .contains(&format!("\"ver\":{}", offset + 1))
+        });
+        assert!(get(s.addr(), "/v1/boxes/r1").text().contains("\"sum\":7"));
+        assert_eq!(
+            metric(s, "pollbox_log_records_total{result=\"invalid\"}"),
+            2
+        );
+    }
+    // Without a record key, the message's key field names the box.
+    plain.send("scores", None, Some(r#"{"key":"r2","value":1}"#));
+    // A tombstone deletes the box everywhere; the key created again gets a
+    // larger version than any it served.
+    let (_, deleted_at) = plain.send("scores", Some("r1"), None);
+    for s in [&a, &b] {
+        until("the delete", || get(s.addr(), "/v1/boxes/r1").status == 404);
+        until("r2", || get(s.addr(), "/v1/boxes/r2").status == 200);
+    }
+    let (_, offset) = plain.send("scores", Some("r1"), Some(r#"{"value":1}"#));
+    assert!(offset > deleted_at);
+    until("r1 again", || get(b.addr(), "/v1/boxes/r1").status == 200);
+    let v = get(b.addr(), "/v1/boxes/r1").json()["ver"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(v, offset as u64 + 1);
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+}
+
+#[test]
+#[ignore = "needs a Kafka broker (scripts/kafka)"]
+fn a_restart_from_a_snapshot_replays_to_the_boxes_of_a_node_that_read_everything() {
+    let broker = Broker::start();
+    broker.create_topic("t", 2);
+    let plain = broker.producer();
+    let dir = scratch("restart");
+    let snap = dir.join("boxes.snap");
+    let send = |from: usize, to: usize| {
+        for i in from..to {
+            let key = format!("k{}", i % 7);
+            if i % 11 == 10 {
+                plain.send("t", Some(&key), None);
+            } else {
+                plain.send("t", Some(&key), Some(&format!(r#"{{"value":{i}}}"#)));
+            }
+        }
+    };
+    send(0, 40);
+    let first = node(&broker, "t", Some(&snap));
+    until("caught up", || ready(&first));
+    first.shutdown().unwrap(); // writes the snapshot with its offsets
+    send(40, 80);
+    let restarted = node(&broker, "t", Some(&snap));
+    let fresh = node(&broker, "t", None);
+    until("both caught up", || ready(&restarted) && ready(&fresh));
+    for i in 0..7 {
+        let path = format!("/v1/boxes/k{i}");
+        let (r, f) = (get(restarted.addr(), &path), get(fresh.addr(), &path));
+        assert_eq!(r.status, f.status, "{path}");
+        assert_eq!(r.text(), f.text(), "{path}: payload and version");
+    }
+    assert!(
+        metric(&restarted, "pollbox_log_records_total{result=\"applied\"}")
+            < metric(&fresh, "pollbox_log_records_total{result=\"applied\"}"),
+        "the restarted node replayed only what came after its snapshot"
+    );
+    restarted.shutdown().unwrap();
+    fresh.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_unreachable_log_leaves_the_node_serving_but_not_ready() {
+    // No broker at all: the node starts, serves /healthz and polls, and is not
+    // ready; it retries in the background. (Needs no broker: runs always.)
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let mut c = config();
+    c.log.brokers = format!("127.0.0.1:{port}");
+    let s = start(c);
+    assert_eq!(get(s.addr(), "/healthz").status, 200);
+    assert_eq!(get(s.addr(), "/readyz").status, 503);
+    assert_eq!(get(s.addr(), "/v1/boxes/nothing").status, 404);
+    assert_eq!(metric(&s, "pollbox_log_caught_up"), 0);
+    s.shutdown().unwrap();
+}
