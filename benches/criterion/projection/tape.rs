@@ -255,7 +255,11 @@ impl TapeProjector {
                 Err(e) => return Ok(Err(e)),
             }
         }
-        Ok(Ok(Message { key, values }))
+        Ok(Ok(Message {
+            key,
+            values,
+            span: (0, 0),
+        }))
     }
 
     fn check_key<'a>(&self, tape: &[Node<'a>]) -> Result<&'a str, MessageError> {

@@ -112,6 +112,9 @@ pub struct Message<'a> {
     /// One per plan field, in plan order; `None` = absent or null (leave the
     /// field unchanged). `count` fields are always `None`.
     pub values: &'a [Option<Value<'a>>],
+    /// Where the message's object lies in the body (start and end byte
+    /// offsets): what a node of a log produces as the record's value.
+    pub span: (u32, u32),
 }
 
 /// Every message of a body, in body order; rejected messages keep their place
@@ -388,11 +391,15 @@ impl Projector {
         base: usize,
     ) -> Result<Result<Message<'a>, MessageError>, BodyError> {
         self.slots.fill(Found::Absent);
+        let start = sc.pos;
         self.paths
             .find(sc, &mut self.slots)
             .map_err(|f| error::invalid_json(f, base))?;
         match self.read(arena, sc.buf(), keys) {
-            Ok(m) => Ok(Ok(m)),
+            Ok(mut m) => {
+                m.span = ((base + start) as u32, (base + sc.pos) as u32);
+                Ok(Ok(m))
+            }
             Err(Reject::Message(e)) => Ok(Err(e)),
             Err(Reject::Body(e)) => Err(e),
         }
@@ -427,7 +434,11 @@ impl Projector {
                 *slot = value;
             }
         }
-        Ok(Message { key, values })
+        Ok(Message {
+            key,
+            values,
+            span: (0, 0),
+        })
     }
 
     fn read_key<'a>(&self, arena: &'a Bump, doc: &[u8]) -> Result<&'a str, Reject> {

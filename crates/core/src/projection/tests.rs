@@ -1174,3 +1174,51 @@ fn newlines_are_counted_exactly() {
     let all: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
     assert_eq!(crate::bytes::count_lf(&all), 16);
 }
+
+#[test]
+fn each_message_knows_where_its_object_lies_in_the_body() {
+    let mut arena = Arena::new(64 * 1024, 1 << 20);
+    let mut p = Projector::new(Arc::new(Plan::default_plan()));
+    let cases: [(&str, BodyFormat, KeySource, &[&str]); 4] = [
+        (
+            r#"  {"key":"a","value":1}  "#,
+            BodyFormat::Json,
+            KeySource::Body,
+            &[r#"{"key":"a","value":1}"#],
+        ),
+        (
+            r#"{"value":1,"cargo":{"x":[1,{"y":2}]}}"#,
+            BodyFormat::Json,
+            KeySource::Path,
+            &[r#"{"value":1,"cargo":{"x":[1,{"y":2}]}}"#],
+        ),
+        (
+            r#"[ {"key":"a"} , 7, {"key":"b","s":"}"}]"#,
+            BodyFormat::Json,
+            KeySource::Body,
+            &[r#"{"key":"a"}"#, "", r#"{"key":"b","s":"}"}"#],
+        ),
+        (
+            "{\"key\":\"a\"}\n\n  {\"key\":\"b\",\"value\":2}\r\n",
+            BodyFormat::Ndjson,
+            KeySource::Body,
+            &[r#"{"key":"a"}"#, r#"{"key":"b","value":2}"#],
+        ),
+    ];
+    for (body, format, keys, want) in cases {
+        let batch = p
+            .project(arena.bump(), body.as_bytes(), format, keys)
+            .unwrap();
+        let got: Vec<&str> = batch
+            .items
+            .iter()
+            .map(|m| match m {
+                Ok(m) => &body[m.span.0 as usize..m.span.1 as usize],
+                Err(_) => "",
+            })
+            .collect();
+        assert_eq!(got, want, "{body:?}");
+        drop(batch);
+        arena.reset();
+    }
+}
