@@ -10,6 +10,9 @@
 //!   while the client does not read its answers);
 //! - watch a key ([`Connection::watched_key`]: a parked long-poll or an event
 //!   stream; register it where ingests wake it);
+//! - route a log request's reports to it ([`Connection::awaited_request`]: an
+//!   ingest or `DELETE` of a node of a log, answered through
+//!   [`Connection::on_log_report`] once its records are applied);
 //! - arm a timer at [`Connection::deadline`];
 //! - close ([`Connection::finished`]), shutting the write side down first when
 //!   [`Connection::shuts_down_write`] says so.
@@ -23,7 +26,8 @@
 //!   begun, header (`header_timeout_ms` from the head's first byte), body
 //!   (`body_timeout_ms` from the last byte of progress), or the long-poll's;
 //! - a parked long-poll holds back the requests pipelined behind it, and they are
-//!   answered in order once it is answered;
+//!   answered in order once it is answered; so does a logged ingest, until its
+//!   records are reported or `log.ack_timeout_ms` passes (503);
 //! - an event stream (docs/http.md#event-streams) is a state like a parked poll: it sends the
 //!   box's newest version when woken, but never queues more than one event
 //!   behind a client that does not read (while its queue is not empty it only
@@ -44,7 +48,8 @@
 use crate::buffers::{Buffers, SendQueue};
 use crate::http::{Frame, Framer, FramerState, HttpError, Limits, Progress, Version, CONTINUE};
 use crate::service::{
-    Event, Host, Listener, Park, Reply, RouteLabel, Service, Stream, DELETED, HEARTBEAT,
+    Event, Host, Listener, Park, Pending, Reply, Report, RouteLabel, Service, Stream, DELETED,
+    HEARTBEAT,
 };
 
 /// A connection with this many unsent bytes is not read until it drains.
@@ -90,6 +95,15 @@ struct Parked {
     deadline_ms: u64,
 }
 
+/// An ingest or a `DELETE` of a node of a log, waiting for its records to be
+/// acknowledged and applied (docs/operations.md#the-kafka-log).
+#[derive(Debug)]
+struct Logging {
+    frame: Frame,
+    pending: Pending,
+    deadline_ms: u64,
+}
+
 /// An event stream this connection sends (docs/http.md#event-streams).
 #[derive(Debug)]
 struct Streaming {
@@ -124,6 +138,7 @@ pub struct Connection {
     /// Bytes of the current partial request seen at the last check (body progress).
     partial_seen: usize,
     parked: Option<Parked>,
+    logging: Option<Logging>,
     streaming: Option<Streaming>,
     closing: Option<Closing>,
     /// The last read wanted a buffer the worker's budget did not allow.
@@ -146,6 +161,7 @@ impl Connection {
             head_started_ms: None,
             partial_seen: 0,
             parked: None,
+            logging: None,
             streaming: None,
             closing: None,
             starved: false,
@@ -163,6 +179,7 @@ impl Connection {
         match self.closing {
             None => {
                 self.parked.is_none()
+                    && self.logging.is_none()
                     && self.streaming.is_none()
                     && self.sendq.pending() < SEND_BACKPRESSURE
             }
@@ -254,6 +271,9 @@ impl Connection {
 
     /// When the server must call [`Connection::on_timer`] (ms on the worker clock).
     pub fn deadline(&self) -> u64 {
+        if let Some(l) = &self.logging {
+            return l.deadline_ms;
+        }
         if let (Some(s), None) = (&self.streaming, self.closing) {
             return s.heartbeat_ms;
         }
@@ -271,6 +291,10 @@ impl Connection {
         }
         if self.parked.is_some() {
             self.answer_parked(true, cx);
+            return;
+        }
+        if self.logging.is_some() {
+            self.answer_logging(true, cx);
             return;
         }
         if let (Some(s), None) = (&mut self.streaming, self.closing) {
@@ -310,6 +334,32 @@ impl Connection {
         }
     }
 
+    /// The log request this connection waits for (a node of a log's ingest
+    /// or `DELETE`): the server routes its records' reports here.
+    pub fn awaited_request(&self) -> Option<u64> {
+        self.logging.as_ref().map(|l| l.pending.request)
+    }
+
+    /// Record `index` of the awaited log request met its fate: once every
+    /// record has, the request is answered (then what was pipelined behind
+    /// it). Returns whether it was answered.
+    pub fn on_log_report<H: Host>(
+        &mut self,
+        index: u32,
+        report: Report,
+        cx: &mut Ctx<'_, H>,
+    ) -> bool {
+        let plan = &cx.service.node().plan;
+        let done = match self.logging.as_mut() {
+            Some(l) => l.pending.report(index, report, plan),
+            None => return false,
+        };
+        if done {
+            self.answer_logging(false, cx);
+        }
+        done
+    }
+
     /// Whether this connection is an event stream (until it ends).
     pub fn streaming(&self) -> bool {
         self.streaming.is_some() && self.closing.is_none()
@@ -340,7 +390,10 @@ impl Connection {
     /// client that half-closes and then waits for a parked answer loses it, as
     /// with Nchan; no HTTP client does that.)
     pub fn peer_hung_up(&mut self) {
-        if self.parked.take().is_some() || self.streaming.take().is_some() {
+        if self.parked.take().is_some()
+            || self.logging.take().is_some()
+            || self.streaming.take().is_some()
+        {
             self.closing = Some(Closing::Now);
         }
     }
@@ -373,6 +426,9 @@ impl Connection {
         if self.parked.is_some() {
             self.answer_parked(true, cx);
             self.closing.get_or_insert(Closing::AfterSend);
+        } else if self.logging.is_some() {
+            // Its answer comes from the log (or its deadline), with
+            // `Connection: close`.
         } else if self.streaming.is_some() {
             // The stream ends with the connection: once what is queued is
             // sent. An EventSource reconnects (elsewhere) after `retry`.
@@ -412,6 +468,7 @@ impl Connection {
         self.sendq.clear(&mut buffers.send);
         self.give_back_rbuf(buffers);
         self.parked = None;
+        self.logging = None;
         self.streaming = None;
     }
 
@@ -426,6 +483,7 @@ impl Connection {
         cx.service.set_now(cx.now_ms);
         while self.closing.is_none()
             && self.parked.is_none()
+            && self.logging.is_none()
             && self.streaming.is_none()
             && self.rstart < self.rend
         {
@@ -476,6 +534,20 @@ impl Connection {
                             let key = service.key().into();
                             let frame = frame.clone();
                             self.park(frame, key, p, cx.now_ms + p.wait_ms, cx.buffers);
+                            return;
+                        }
+                        Reply::Log => {
+                            let Some(pending) = service.take_pending() else {
+                                return;
+                            };
+                            let deadline_ms = cx.now_ms + service.node().config.log.ack_timeout_ms;
+                            let frame = frame.clone();
+                            self.hold_request(cx.buffers);
+                            self.logging = Some(Logging {
+                                frame,
+                                pending,
+                                deadline_ms,
+                            });
                             return;
                         }
                         Reply::Stream(stream) => {
@@ -601,17 +673,48 @@ impl Connection {
         deadline_ms: u64,
         buffers: &mut Buffers,
     ) {
-        let rest = self.rbuf[self.rstart..self.rend].to_vec();
-        self.give_back_rbuf(buffers);
-        self.rend = rest.len();
-        buffers.hold_read(rest.len());
-        self.rbuf = rest;
+        self.hold_request(buffers);
         self.parked = Some(Parked {
             frame,
             key,
             park,
             deadline_ms,
         });
+    }
+
+    /// Keep the request's bytes (and any pipelined after it) while it waits,
+    /// in a buffer of their size: the read buffer goes back to the pool.
+    fn hold_request(&mut self, buffers: &mut Buffers) {
+        let rest = self.rbuf[self.rstart..self.rend].to_vec();
+        self.give_back_rbuf(buffers);
+        self.rstart = 0;
+        self.rend = rest.len();
+        buffers.hold_read(rest.len());
+        self.rbuf = rest;
+    }
+
+    /// Answer the logged ingest or `DELETE` (every record reported, or
+    /// `timed_out`: 503), then what was pipelined behind it.
+    fn answer_logging<H: Host>(&mut self, timed_out: bool, cx: &mut Ctx<'_, H>) {
+        let Some(l) = self.logging.take() else {
+            return;
+        };
+        let keep_alive = l.frame.keep_alive && !cx.host.draining();
+        let buf = &self.rbuf[self.rstart..self.rend];
+        let Ctx {
+            service,
+            buffers,
+            host,
+            ..
+        } = cx;
+        let r = self.sendq.append(&mut buffers.send, |out| {
+            service.answer_logged(&l.frame, buf, l.pending, timed_out, keep_alive, out, *host)
+        });
+        if r == Reply::Close {
+            self.closing = Some(Closing::AfterSend);
+        }
+        self.next_request(l.frame.consumed);
+        self.serve(cx);
     }
 
     /// Answer the parked long-poll (200 with the new payload, 404 when the box
@@ -679,7 +782,7 @@ impl Connection {
 
     /// Choose the deadline from the state.
     fn update_deadline<H: Host>(&mut self, cx: &Ctx<'_, H>) {
-        if self.parked.is_some() || self.streaming.is_some() {
+        if self.parked.is_some() || self.logging.is_some() || self.streaming.is_some() {
             return;
         }
         let l = &cx.service.node().config.limits;

@@ -5,7 +5,7 @@ use crate::boxes::BoxTable;
 use crate::config::Config;
 use crate::plan::Plan;
 use crate::service::testing::Recorder;
-use crate::service::Node;
+use crate::service::{IngestResult, Node};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -972,4 +972,171 @@ fn only_get_with_accept_event_stream_subscribes() {
     );
     assert_eq!(statuses(&r.sent(&mut c)), ["400"]);
     assert!(!c.streaming());
+}
+
+// A node of a log: ingest and DELETE produce, then wait for their records.
+
+fn log_rig() -> Rig {
+    rig_with(|c| c.log.brokers = "kafka:9092".into())
+}
+
+fn post(path: &str, body: &str) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// What the consuming thread does with a produced record: apply it at a
+/// version past everything so far, and say how it went.
+fn consume(r: &mut Rig, i: usize, version: u64) -> Report {
+    let (_, _, key, value) = r.host.produced[i].clone();
+    let key = String::from_utf8(key).unwrap();
+    let boxes = &r.service.node().boxes;
+    let Some(value) = value else {
+        return match boxes.remove_logged(key.as_bytes(), version) {
+            Some(_) => Report::Applied,
+            None => Report::NoBox,
+        };
+    };
+    let mut replica = crate::log::Replica::new(r.service.node().plan.clone(), 1 << 20);
+    let rec = crate::log::Record {
+        partition: 0,
+        offset: version as i64 - 1,
+        timestamp_ms: 0,
+        key: Some(key.as_bytes()),
+        value: Some(&value),
+    };
+    match replica.apply(boxes, &rec, &mut Vec::new()) {
+        crate::log::Outcome::Invalid(crate::log::Invalid::Message(e)) => Report::Refused(e),
+        crate::log::Outcome::Invalid(other) => panic!("{other:?}"),
+        _ => Report::Applied,
+    }
+}
+
+#[test]
+fn a_logged_ingest_is_answered_once_its_record_is_applied_here() {
+    let mut r = log_rig();
+    let mut c = r.conn();
+    // A poll pipelined behind it waits for it: answers keep request order.
+    let req = post("/v1/boxes/r", r#"{"value":5,"key":"ignored","cargo":[1]}"#)
+        + "GET /v1/boxes/r HTTP/1.1\r\nHost: x\r\n\r\n";
+    r.feed(&mut c, req.as_bytes());
+    assert_eq!(r.sent(&mut c), "", "nothing before the log has it");
+    assert!(!c.wants_read());
+    let request = c.awaited_request().expect("waits for the log");
+    assert_eq!(r.host.produced.len(), 1);
+    let (req_id, index, key, value) = r.host.produced[0].clone();
+    assert_eq!((req_id, index), (request, 0));
+    assert_eq!(key, b"r");
+    assert_eq!(
+        value.as_deref(),
+        Some(br#"{"value":5,"key":"ignored","cargo":[1]}"#.as_slice()),
+        "the record's value is the message as sent"
+    );
+    assert!(
+        r.service.node().boxes.version(b"r").is_none(),
+        "not applied by the ingest"
+    );
+    let report = consume(&mut r, 0, 8);
+    let mut cx = r.cx();
+    assert!(c.on_log_report(0, report, &mut cx));
+    let out = r.sent(&mut c);
+    let first = out.find("HTTP/1.1 200").unwrap();
+    assert!(
+        out.contains(r#"{"k":"r","ver":8,"v":5,"sum":5,"n":1}"#),
+        "{out}"
+    );
+    assert_eq!(out.matches("HTTP/1.1 200").count(), 2, "{out}");
+    assert_eq!(first, 0);
+    assert_eq!(c.awaited_request(), None);
+    assert!(r.host.ingested.contains(&(IngestResult::Accepted, 1)));
+}
+
+#[test]
+fn a_logged_batch_is_checked_before_the_log_and_counted_after_it() {
+    let mut r = log_rig();
+    let mut c = r.conn();
+    let body = r#"[{"key":"a","value":1},{"value":2},{"key":"b","value":"x"},{"key":"c","value":9223372036854775807},{"key":"c","value":1}]"#;
+    r.feed(&mut c, post("/v1/ingest", body).as_bytes());
+    assert_eq!(r.sent(&mut c), "");
+    // Only the three valid messages reach the log, each with its own bytes.
+    let keys: Vec<_> = r.host.produced.iter().map(|p| (p.1, p.2.clone())).collect();
+    assert_eq!(
+        keys,
+        [(0, b"a".to_vec()), (3, b"c".to_vec()), (4, b"c".to_vec())]
+    );
+    assert_eq!(
+        r.host.produced[1].3.as_deref(),
+        Some(br#"{"key":"c","value":9223372036854775807}"#.as_slice())
+    );
+    let mut answered = false;
+    for (i, version) in [(0, 1), (1, 2), (2, 3)] {
+        let report = consume(&mut r, i, version);
+        let index = r.host.produced[i].1;
+        let mut cx = r.cx();
+        answered = c.on_log_report(index, report, &mut cx);
+    }
+    assert!(answered);
+    let out = r.sent(&mut c);
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(
+        out.ends_with(r#"{"accepted":2,"rejected":3,"errors":[{"i":1,"error":"missing key"},{"i":2,"error":"field v: expected an integer (i64)"},{"i":4,"error":"field sum: sum overflows"}]}"#),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_log_that_takes_nothing_or_answers_too_late_is_503() {
+    let mut r = log_rig();
+    r.host.log_down = true;
+    let mut c = r.conn();
+    r.feed(&mut c, post("/v1/boxes/k", r#"{"value":1}"#).as_bytes());
+    let out = r.sent(&mut c);
+    assert!(out.starts_with("HTTP/1.1 503"), "{out}");
+    assert!(out.ends_with(r#"{"error":"log unavailable"}"#), "{out}");
+    assert!(r.host.ingested.contains(&(IngestResult::LogUnavailable, 1)));
+
+    // Taken, never acknowledged: 503 at log.ack_timeout_ms.
+    r.host.log_down = false;
+    let mut c = r.conn();
+    r.feed(&mut c, post("/v1/boxes/k", r#"{"value":1}"#).as_bytes());
+    assert_eq!(r.sent(&mut c), "");
+    let timeout = r.service.node().config.log.ack_timeout_ms;
+    assert_eq!(c.deadline(), r.now_ms + timeout);
+    r.now_ms += timeout;
+    let mut cx = r.cx();
+    c.on_timer(&mut cx);
+    let out = r.sent(&mut c);
+    assert!(out.starts_with("HTTP/1.1 503"), "{out}");
+    // A report after the answer changes nothing.
+    let mut cx = r.cx();
+    assert!(!c.on_log_report(0, Report::Applied, &mut cx));
+    assert_eq!(r.sent(&mut c), "");
+}
+
+#[test]
+fn a_logged_delete_produces_a_tombstone_for_a_box_that_exists() {
+    let mut r = log_rig();
+    let mut c = r.conn();
+    r.feed(&mut c, b"DELETE /v1/boxes/gone HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(
+        r.sent(&mut c).starts_with("HTTP/1.1 404"),
+        "unknown: not produced"
+    );
+    assert!(r.host.produced.is_empty());
+    r.service
+        .node()
+        .boxes
+        .apply_logged("d", &[None, None, None, None], 3, 0, None)
+        .unwrap();
+    r.feed(&mut c, b"DELETE /v1/boxes/d HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(r.sent(&mut c), "");
+    assert_eq!(r.host.produced[0].2, b"d");
+    assert_eq!(r.host.produced[0].3, None, "a tombstone");
+    let report = consume(&mut r, 0, 4);
+    let mut cx = r.cx();
+    assert!(c.on_log_report(0, report, &mut cx));
+    assert!(r.sent(&mut c).starts_with("HTTP/1.1 204"));
+    assert!(r.service.node().boxes.version(b"d").is_none());
 }

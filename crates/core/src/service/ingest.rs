@@ -6,7 +6,7 @@ use crate::plan::MessageError;
 use crate::projection::{BodyFormat, KeySource, Shape};
 
 /// At most this many errors are listed in a batch answer (docs/http.md#ingest).
-const MAX_LISTED_ERRORS: usize = 16;
+pub(super) const MAX_LISTED_ERRORS: usize = 16;
 
 impl Service {
     pub(super) fn ingest<H: Host>(&mut self, x: &mut Exchange<'_, H>, keys: KeySource) -> Reply {
@@ -140,7 +140,7 @@ fn refuse<H: Host>(
     heads.write(out, host, &Answer { code, ..answer }, text);
 }
 
-fn is_ndjson(content_type: &[u8]) -> bool {
+pub(super) fn is_ndjson(content_type: &[u8]) -> bool {
     let mime = content_type
         .split(|&b| b == b';')
         .next()

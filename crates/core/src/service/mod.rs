@@ -17,12 +17,14 @@ mod answer;
 mod auth;
 mod cors;
 mod ingest;
+mod logged;
 mod stream;
 mod tally;
 
 pub use answer::{error_body, Answer, Heads, JSON, TEXT};
 pub use auth::{constant_time_eq, Tokens};
 pub use cors::{Cors, PREFLIGHT};
+pub use logged::{Pending, Report};
 pub use stream::{wants_event_stream, write_event, Event, Stream, DELETED, HEARTBEAT};
 pub use tally::{IngestResult, Removal, RouteLabel};
 
@@ -67,6 +69,10 @@ impl Node {
     }
 }
 
+/// The log cannot take a record now ([`Host::produce`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogUnavailable;
+
 /// What the service and the connections need from the server around them.
 pub trait Host {
     /// Shutting down: answers close their connection, `/readyz` says 503.
@@ -84,6 +90,25 @@ pub trait Host {
     fn answered(&mut self, route: RouteLabel, code: u16);
     /// `n` messages ended with `result`.
     fn ingested(&mut self, result: IngestResult, n: u64);
+    /// A node of a log: an id for the records of one request (they are
+    /// reported back with it).
+    fn log_request(&mut self) -> u64 {
+        0
+    }
+    /// A node of a log: produce one record for record `index` of `request`
+    /// (`value` `None`: a tombstone); its fate is reported to the waiting
+    /// connection ([`crate::conn::Connection::on_log_report`]). `Err`: the log
+    /// cannot take it now.
+    fn produce(
+        &mut self,
+        request: u64,
+        index: u32,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<(), LogUnavailable> {
+        let _ = (request, index, key, value);
+        Err(LogUnavailable)
+    }
     /// An event stream sent an event; `coalesced` versions of its box were
     /// skipped since its previous event (docs/http.md#event-streams).
     fn sse_event(&mut self, coalesced: u64) {
@@ -113,6 +138,9 @@ pub enum Reply {
     /// The head of an event stream was written (and the box, if there was
     /// something to send): the connection now streams the key (docs/http.md#event-streams).
     Stream(Stream),
+    /// Not answered: a node of a log produced the request's records and
+    /// waits for them ([`Service::take_pending`]).
+    Log,
 }
 
 /// A long-poll that has to wait until the box's version passes `after`, at most
@@ -190,6 +218,10 @@ pub struct Service {
     now_ms: u64,
     /// Boxes the last expiry step removed, until their long-polls are woken.
     expired: Vec<Removed>,
+    /// A node of a log: ingest produces instead of applying.
+    logged: bool,
+    /// The wait of the request just answered [`Reply::Log`].
+    pending: Option<Pending>,
 }
 
 impl Service {
@@ -210,6 +242,8 @@ impl Service {
             body: Vec::with_capacity(16 * 1024),
             now_ms: 0,
             expired: Vec::with_capacity(expiring),
+            logged: node.config.log.enabled(),
+            pending: None,
             node,
         }
     }
@@ -310,16 +344,6 @@ impl Service {
             (Listener::Main, Route::Metrics) if metrics_apart => r = Route::NotFound,
             (Listener::Main, _) => {}
         }
-        if self.node.config.log.enabled()
-            && matches!(
-                r,
-                Route::IngestKey { .. } | Route::Ingest | Route::Delete { .. }
-            )
-        {
-            // A node of a log applies only what the log holds.
-            let what = "this node is a replica of a Kafka log: produce to the topic";
-            return self.error(x, RouteLabel::Other, 503, what);
-        }
         match r {
             Route::Poll { key } => self.poll(x, key),
             Route::IngestKey { key } => {
@@ -329,11 +353,17 @@ impl Service {
                 if let Err(what) = self.decode_key(key) {
                     return self.error(x, RouteLabel::IngestKey, 400, what);
                 }
+                if self.logged {
+                    return self.ingest_logged(x, KeySource::Path);
+                }
                 self.ingest(x, KeySource::Path)
             }
             Route::Ingest => {
                 if !self.authorized(x) {
                     return self.unauthorized(x, RouteLabel::Ingest);
+                }
+                if self.logged {
+                    return self.ingest_logged(x, KeySource::Body);
                 }
                 self.ingest(x, KeySource::Body)
             }
@@ -450,6 +480,9 @@ impl Service {
         }
         if let Err(what) = self.decode_key(raw_key) {
             return self.error(x, route, 400, what);
+        }
+        if self.logged {
+            return self.delete_logged(x);
         }
         if self.node.boxes.remove(&self.key).is_none() {
             return self.error(x, route, 404, "no such box");

@@ -72,10 +72,13 @@ pub enum IngestResult {
     InvalidBody,
     /// The worker's arena was full (503 until the next epoch).
     ArenaFull,
+    /// A node of a log: the log did not take or acknowledge the message in
+    /// time (503; it may or may not be in the log).
+    LogUnavailable,
 }
 
 impl IngestResult {
-    pub const ALL: [IngestResult; 10] = [
+    pub const ALL: [IngestResult; 11] = [
         IngestResult::Accepted,
         IngestResult::NotObject,
         IngestResult::BadKey,
@@ -86,6 +89,7 @@ impl IngestResult {
         IngestResult::TooManyBoxes,
         IngestResult::InvalidBody,
         IngestResult::ArenaFull,
+        IngestResult::LogUnavailable,
     ];
 
     pub fn name(self) -> &'static str {
@@ -100,6 +104,7 @@ impl IngestResult {
             IngestResult::TooManyBoxes => "too_many_boxes",
             IngestResult::InvalidBody => "invalid_body",
             IngestResult::ArenaFull => "arena_full",
+            IngestResult::LogUnavailable => "log_unavailable",
         }
     }
 

@@ -1,7 +1,10 @@
 //! A [`Host`] that records what it is told, for unit tests of the service and
 //! the connection state machine.
 
-use super::{Host, IngestResult, Removal, RouteLabel};
+use super::{Host, IngestResult, LogUnavailable, Removal, RouteLabel};
+
+/// A record a node of a log produced: request, index, key, value.
+pub type Produced = (u64, u32, Vec<u8>, Option<Vec<u8>>);
 
 #[derive(Default)]
 pub struct Recorder {
@@ -13,6 +16,11 @@ pub struct Recorder {
     pub removed: Vec<(Removal, u64)>,
     /// One entry per event stream event: the versions it coalesced.
     pub sse_events: Vec<u64>,
+    /// A node of a log: the records produced (request, index, key, value).
+    pub produced: Vec<Produced>,
+    /// The log takes no record.
+    pub log_down: bool,
+    pub requests: u64,
 }
 
 impl Host for Recorder {
@@ -36,6 +44,24 @@ impl Host for Recorder {
     }
     fn sse_event(&mut self, coalesced: u64) {
         self.sse_events.push(coalesced);
+    }
+    fn log_request(&mut self) -> u64 {
+        self.requests += 1;
+        self.requests
+    }
+    fn produce(
+        &mut self,
+        request: u64,
+        index: u32,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<(), LogUnavailable> {
+        if self.log_down {
+            return Err(LogUnavailable);
+        }
+        self.produced
+            .push((request, index, key.to_vec(), value.map(<[u8]>::to_vec)));
+        Ok(())
     }
     fn ingested(&mut self, result: IngestResult, n: u64) {
         if n > 0 {
