@@ -35,6 +35,9 @@ pub struct Conn {
     pub starved: bool,
     /// Its socket's `TCP_NOTSENT_LOWAT` was set (an event stream's).
     pub lowat_set: bool,
+    /// The log request it is registered under in the worker's index (a node
+    /// of a log's ingest waiting for its records).
+    pub awaiting: Option<u64>,
 }
 
 impl Conn {
@@ -47,6 +50,7 @@ impl Conn {
             armed_ms: 0,
             unread: false,
             peer_hup: false,
+            awaiting: None,
             registered: None,
             registered_stream: false,
             queued: false,

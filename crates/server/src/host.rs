@@ -1,9 +1,10 @@
 //! The server as the core sees it ([`Host`]): per-worker counting, request
 //! durations, cross-worker wake-ups and `/metrics`.
 
+use crate::log::produce::Ticket;
 use crate::stats::{IngestResult, Removal, RouteLabel, WorkerStats};
 use crate::{metrics, Shared};
-use pollbox_core::service::Host;
+use pollbox_core::service::{Host, LogUnavailable};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -18,6 +19,8 @@ pub struct WorkerHost {
     /// histogram: [`WorkerHost::finish`] observes them all with one clock
     /// read (one per read, not one per pipelined request).
     unobserved: u64,
+    /// Log requests this worker numbered (their records' tickets say which).
+    log_requests: u64,
     /// Fault injection for the tests of docs/operations.md#worker-panics, in debug
     /// builds only: `POLLBOX_TEST_PANIC_AFTER=N` panics the worker that answers
     /// its N-th request.
@@ -32,6 +35,7 @@ impl WorkerHost {
             id,
             mark: Instant::now(),
             unobserved: 0,
+            log_requests: 0,
             #[cfg(debug_assertions)]
             panic_after: std::env::var("POLLBOX_TEST_PANIC_AFTER")
                 .ok()
@@ -73,6 +77,28 @@ impl WorkerHost {
 }
 
 impl Host for WorkerHost {
+    fn log_request(&mut self) -> u64 {
+        self.log_requests += 1;
+        self.log_requests
+    }
+
+    fn produce(
+        &mut self,
+        request: u64,
+        index: u32,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<(), LogUnavailable> {
+        let producer = self.shared.producer.get().ok_or(LogUnavailable)?;
+        let ticket = Ticket {
+            node: 0,
+            worker: self.id as u16,
+            request,
+            index,
+        };
+        producer.send(&self.shared.node.config.log.topic, ticket, key, value)
+    }
+
     fn draining(&self) -> bool {
         self.shared.draining.load(Ordering::Relaxed)
     }

@@ -68,6 +68,8 @@ pub struct Shared {
     pub runtime_bytes: AtomicUsize,
     /// Where the node stands in its log (`[log]` set), else `None`.
     pub log: Option<Arc<log::LogState>>,
+    /// What ingest produces to, on a node of a log (set once at start).
+    pub producer: std::sync::OnceLock<log::produce::Producer>,
 }
 
 impl Shared {
@@ -117,6 +119,8 @@ pub enum StartError {
     Listen { addr: String, source: io::Error },
     #[error("snapshot {path}: {reason}")]
     Snapshot { path: String, reason: String },
+    #[error("log: {0}")]
+    Log(String),
     #[error("{0}")]
     Io(#[from] io::Error),
 }
@@ -226,7 +230,17 @@ impl Server {
             snapshots_failed: AtomicUsize::new(0),
             runtime_bytes: AtomicUsize::new(0),
             log: log_state,
+            producer: std::sync::OnceLock::new(),
         });
+        if let Some(l) = &shared.log {
+            let p = log::produce::Producer::new(
+                &shared.node.config.log,
+                l.node,
+                Arc::downgrade(&shared),
+            )
+            .map_err(|e| StartError::Log(format!("cannot create the Kafka producer: {e}")))?;
+            let _ = shared.producer.set(p);
+        }
         // Worker i goes to the i-th core this process may run on (its affinity mask,
         // e.g. `taskset -c 8-15`), not to core i, so pinning stays inside the mask.
         let cores = if shared.node.config.server.pin_workers {

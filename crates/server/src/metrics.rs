@@ -574,6 +574,13 @@ fn render_log(out: &mut Vec<u8>, log: &crate::log::LogState) {
     );
     single(
         out,
+        "pollbox_log_produce_errors_total",
+        "counter",
+        "Records produced by this node that the log did not take or acknowledge in time.",
+        log.produce_errors.load(Ordering::Relaxed),
+    );
+    single(
+        out,
         "pollbox_log_connected",
         "gauge",
         "1 when the last exchange with the log worked.",

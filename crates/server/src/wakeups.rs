@@ -16,7 +16,14 @@
 //! overflow flag instead, and the worker then looks at every parked connection:
 //! a burst of ingests can cost a wider look, never a lost wake-up or unbounded
 //! memory.
+//!
+//! On a node of a log the same inboxes carry the fate of each record an ingest
+//! produced ([`LogReport`], from the consuming thread or the producer's
+//! delivery reports) to the worker whose connection waits for it. Those are
+//! never dropped: one per record in flight, so they are bounded by what the
+//! workers produced.
 
+use pollbox_core::service::Report;
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -35,6 +42,16 @@ struct Inbox {
     rx: crossbeam_channel::Receiver<u64>,
     overflow: AtomicBool,
     waker: Arc<mio::Waker>,
+    reports: crossbeam_channel::Sender<LogReport>,
+    reported: crossbeam_channel::Receiver<LogReport>,
+}
+
+/// Record `index` of log request `request` met its fate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogReport {
+    pub request: u64,
+    pub index: u32,
+    pub report: Report,
 }
 
 /// What woke a worker.
@@ -65,11 +82,14 @@ impl Waiters {
                 .into_iter()
                 .map(|waker| {
                     let (tx, rx) = crossbeam_channel::bounded(INBOX);
+                    let (reports, reported) = crossbeam_channel::unbounded();
                     Inbox {
                         tx,
                         rx,
                         overflow: AtomicBool::new(false),
                         waker,
+                        reports,
+                        reported,
                     }
                 })
                 .collect(),
@@ -151,6 +171,19 @@ impl Waiters {
             return Some(Wake::All);
         }
         inbox.rx.try_recv().ok().map(Wake::Key)
+    }
+
+    /// Tell `worker` what became of a record one of its connections waits for.
+    pub fn report(&self, worker: usize, r: LogReport) {
+        if let Some(inbox) = self.inboxes.get(worker) {
+            let _ = inbox.reports.send(r);
+            let _ = inbox.waker.wake();
+        }
+    }
+
+    /// The next record report for `worker`, if any.
+    pub fn next_report(&self, worker: usize) -> Option<LogReport> {
+        self.inboxes.get(worker)?.reported.try_recv().ok()
     }
 
     /// Keys with parked polls, over all workers (for tests and metrics).

@@ -22,6 +22,7 @@ use pollbox_core::buffers::Buffers;
 use pollbox_core::conn::{Connection, Ctx, SEND_BACKPRESSURE};
 use pollbox_core::service::{Listener, Service};
 use pollbox_core::wheel::Wheel;
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -73,6 +74,9 @@ pub struct Worker {
     transmit: Box<dyn Transmit + Send>,
     wheel: Wheel<ConnTimer>,
     parked: ParkedIndex,
+    /// A node of a log: the connections whose ingest waits for its records,
+    /// by log request.
+    awaiting: HashMap<u64, (usize, u32)>,
     started: Instant,
     now_ms: u64,
     epoch_ms: u64,
@@ -139,6 +143,7 @@ impl Worker {
             transmit,
             wheel: Wheel::new(epoch_ms, 512, 0),
             parked: ParkedIndex::default(),
+            awaiting: HashMap::new(),
             // One clock for every worker: boxes' expiry stamps are compared
             // across workers.
             started,
@@ -352,6 +357,7 @@ impl Worker {
                 c.core.peer_hung_up();
             }
             self.sync_parking(slot, &mut c);
+            self.sync_awaiting(slot, &mut c);
             if !c.core.send_queue().is_empty() {
                 let urgent = c.core.closing().is_some()
                     || c.core.send_queue().pending() >= SEND_BACKPRESSURE;
@@ -498,6 +504,22 @@ impl Worker {
         }
     }
 
+    /// Keep the index of log requests in step with the one the connection
+    /// waits for.
+    fn sync_awaiting(&mut self, slot: usize, c: &mut Conn) {
+        let want = c.core.awaited_request();
+        if want == c.awaiting {
+            return;
+        }
+        if let Some(old) = c.awaiting.take() {
+            self.awaiting.remove(&old);
+        }
+        if let Some(r) = want {
+            self.awaiting.insert(r, (slot, c.gen));
+            c.awaiting = Some(r);
+        }
+    }
+
     /// Take the connection out of the parked index (and the gauges).
     fn unregister(&mut self, slot: usize, c: &mut Conn) {
         let Some(old) = c.registered.take() else {
@@ -547,6 +569,9 @@ impl Worker {
             self.wheel.cancel(t);
         }
         self.unregister(slot, &mut c);
+        if let Some(r) = c.awaiting.take() {
+            self.awaiting.remove(&r);
+        }
         c.core.release(&mut self.buffers);
         self.conn_send_bytes -= c.accounted;
         self.conns.release(slot);
@@ -616,8 +641,19 @@ impl Worker {
         }
     }
 
-    /// Another worker (or this one) applied an update to keys we wait on.
+    /// Another worker (or this one) applied an update to keys we wait on; or,
+    /// on a node of a log, records our ingests wait for met their fate.
     fn on_wake(&mut self) {
+        while let Some(r) = self.host.shared.waiters.next_report(self.id) {
+            let Some(&(slot, gen)) = self.awaiting.get(&r.request) else {
+                continue; // answered already (timed out) or closed
+            };
+            let Some(mut c) = self.conns.take_gen(slot, gen) else {
+                continue;
+            };
+            self.timed(|cx| c.core.on_log_report(r.index, r.report, cx));
+            self.settle(slot, c);
+        }
         while let Some(wake) = self.host.shared.waiters.next(self.id) {
             self.woken.clear();
             self.parked.woken(wake, &mut self.woken);

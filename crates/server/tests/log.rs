@@ -196,3 +196,143 @@ fn an_unreachable_log_leaves_the_node_serving_but_not_ready() {
     assert_eq!(metric(&s, "pollbox_log_caught_up"), 0);
     s.shutdown().unwrap();
 }
+
+#[test]
+#[ignore = "needs a Kafka broker (scripts/kafka)"]
+fn an_ingest_on_one_node_is_answered_after_the_log_has_it_and_seen_on_the_other() {
+    let broker = Broker::start();
+    broker.create_topic("games", 4);
+    let (a, b) = (node(&broker, "games", None), node(&broker, "games", None));
+    until("both nodes ready", || ready(&a) && ready(&b));
+    // Parked on B before the ingest on A: a long-poll and an event stream.
+    let mut parked = Reader::new(connect(b.addr()));
+    parked.send(b"GET /v1/boxes/g1?after=0&wait_ms=30000 HTTP/1.1\r\nHost: t\r\n\r\n");
+    let mut stream = Reader::new(connect(b.addr()));
+    stream.send(b"GET /v1/boxes/g1 HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n");
+    stream.read_until_contains("retry: ");
+
+    let r = post(
+        a.addr(),
+        "/v1/boxes/g1",
+        r#"{"value":5,"player":"p-7","cargo":"x"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let body = r.json();
+    let ver = body["ver"].as_u64().unwrap();
+    assert_eq!(body["v"], 5);
+    assert_eq!(body["n"], 1);
+    // A poll of A after the answer sees it, at once.
+    assert_eq!(get(a.addr(), "/v1/boxes/g1").json()["ver"], ver);
+    // B: the parked long-poll and the stream are woken; its ETag is A's.
+    let woken = parked.read(false);
+    assert_eq!(woken.status, 200);
+    assert_eq!(woken.json()["ver"], ver);
+    stream.read_until_contains(&format!("id: {ver}\n"));
+    let etag = get(a.addr(), "/v1/boxes/g1")
+        .header("etag")
+        .unwrap()
+        .to_string();
+    let again = raw(
+        b.addr(),
+        format!("GET /v1/boxes/g1 HTTP/1.1\r\nHost: t\r\nIf-None-Match: {etag}\r\n\r\n").as_bytes(),
+    )
+    .0;
+    assert_eq!(again.status, 304, "B answers A's ETag with 304");
+
+    // A batch: checked as standalone, the bad ones never reach the log.
+    let r = post(
+        a.addr(),
+        "/v1/ingest",
+        r#"[{"key":"g2","value":1},{"value":2},{"key":"g3","value":"x"},{"key":"g2","value":4}]"#,
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.text(),
+        r#"{"accepted":2,"rejected":2,"errors":[{"i":1,"error":"missing key"},{"i":2,"error":"field v: expected an integer (i64)"}]}"#
+    );
+    assert_eq!(get(a.addr(), "/v1/boxes/g2").json()["sum"], 5);
+    until("B has g2", || get(b.addr(), "/v1/boxes/g2").status == 200);
+    assert_eq!(get(b.addr(), "/v1/boxes/g2").json()["sum"], 5);
+
+    // DELETE on B removes the box on A; created again, a larger version.
+    assert_eq!(delete(b.addr(), "/v1/boxes/g1").status, 204);
+    assert_eq!(get(b.addr(), "/v1/boxes/g1").status, 404);
+    until("A deletes g1", || {
+        get(a.addr(), "/v1/boxes/g1").status == 404
+    });
+    assert_eq!(delete(b.addr(), "/v1/boxes/g1").status, 404);
+    let r = post(b.addr(), "/v1/boxes/g1", r#"{"value":1}"#);
+    assert_eq!(r.status, 200);
+    assert!(r.json()["ver"].as_u64().unwrap() > ver);
+    // Both nodes applied the same records (once each).
+    let applied = |s: &Server| metric(s, "pollbox_log_records_total{result=\"applied\"}");
+    until("A applied what B did", || applied(&a) == applied(&b));
+    assert_eq!(
+        applied(&a),
+        4,
+        "g1, g2 twice, g1 again (the delete is counted apart)"
+    );
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+}
+
+#[test]
+#[ignore = "needs a Kafka broker (scripts/kafka)"]
+fn with_the_log_gone_ingest_is_503_polls_go_on_and_it_comes_back() {
+    let broker = Broker::start();
+    broker.create_topic("t", 2);
+    let mut c = log_config(&broker, "t", None);
+    c.log.ack_timeout_ms = 2000;
+    let a = start(c);
+    until("ready", || ready(&a));
+    let mut acked = Vec::new();
+    for i in 0..5 {
+        let key = format!("/v1/boxes/before-{i}");
+        assert_eq!(post(a.addr(), &key, r#"{"value":1}"#).status, 200);
+        acked.push(key);
+    }
+    let mut stream = Reader::new(connect(a.addr()));
+    stream.send(b"GET /v1/boxes/before-0 HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n");
+    stream.read_until_contains("\"k\":\"before-0\"");
+
+    broker.stop_keeping_data();
+    let r = post(a.addr(), "/v1/boxes/during", r#"{"value":1}"#);
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.text(), r#"{"error":"log unavailable"}"#);
+    let r = post(
+        a.addr(),
+        "/v1/ingest",
+        r#"[{"key":"d1","value":1},{"key":"d2"}]"#,
+    );
+    assert_eq!(r.status, 503);
+    // Polls and the stream's connection go on.
+    for key in &acked {
+        assert_eq!(get(a.addr(), key).status, 200);
+    }
+    assert!(
+        metric(
+            &a,
+            "pollbox_ingest_messages_total{result=\"log_unavailable\"}"
+        ) >= 3
+    );
+
+    broker.restart();
+    // Ingest works again once the client reconnects.
+    until("ingest through the log again", || {
+        post(a.addr(), "/v1/boxes/after", r#"{"value":2}"#).status == 200
+    });
+    acked.push("/v1/boxes/after".into());
+    let r = post(a.addr(), "/v1/boxes/before-0", r#"{"value":7}"#);
+    assert_eq!(r.status, 200);
+    stream.read_until_contains("\"v\":7");
+    // Nothing acknowledged was lost, on this node or on one that reads the
+    // log from its start.
+    let b = node(&broker, "t", None);
+    until("B ready", || ready(&b));
+    for key in &acked {
+        assert_eq!(get(a.addr(), key).status, 200, "{key} on A");
+        assert_eq!(get(b.addr(), key).status, 200, "{key} on B");
+    }
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+}

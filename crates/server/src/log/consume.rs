@@ -2,10 +2,13 @@
 //! snapshot left it, applied in partition order and waking whoever waits on
 //! the keys. See the module above for what it shares.
 
+use super::produce::Ticket;
 use super::{LogState, PartitionState, LOG_REFUSED_EXIT};
+use crate::wakeups::LogReport;
 use crate::Shared;
 use pollbox_core::config::LogConfig;
-use pollbox_core::log::{Outcome, Record, Replica};
+use pollbox_core::log::{Invalid, Outcome, Record, Replica};
+use pollbox_core::service::Report;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaResult;
@@ -135,6 +138,25 @@ fn run(shared: &Shared, log: &LogState) {
                 };
                 let outcome = replica.apply(&shared.node.boxes, &rec, &mut key);
                 log.count(outcome.label());
+                if let Some(t) = Ticket::of(m.headers()).filter(|t| t.node == log.node) {
+                    // A record one of this node's connections waits for.
+                    let report = match &outcome {
+                        Outcome::Applied { .. } | Outcome::Deleted { .. } | Outcome::Replayed => {
+                            Report::Applied
+                        }
+                        Outcome::NoBox => Report::NoBox,
+                        Outcome::Invalid(Invalid::Message(e)) => Report::Refused(*e),
+                        Outcome::Invalid(_) => Report::Failed,
+                    };
+                    shared.waiters.report(
+                        t.worker as usize,
+                        LogReport {
+                            request: t.request,
+                            index: t.index,
+                            report,
+                        },
+                    );
+                }
                 match &outcome {
                     Outcome::Applied { .. } | Outcome::Deleted { .. } => {
                         shared.waiters.notify(&key);

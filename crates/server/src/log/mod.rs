@@ -7,6 +7,9 @@
 //!   record to the core's [`Replica`](pollbox_core::log::Replica) and wakes
 //!   the long-polls and event streams of the key, as an HTTP ingest does.
 //!   It never takes a lock a poll needs: polls go on while it applies.
+//! - [`produce`]: what this node's clients ingest goes to the topic, each
+//!   record with a ticket that brings its outcome back to the waiting
+//!   connection when this node applies it.
 //! - [`LogState`]: where the node stands (the next offset of each partition,
 //!   the end of the log as it stood at start, caught up or not), shared with
 //!   the snapshot writer (the position it stores), `/readyz` and `/metrics`.
@@ -16,6 +19,7 @@
 //! in its snapshot.
 
 pub mod consume;
+pub mod produce;
 
 use pollbox_core::config::LogConfig;
 use pollbox_core::log::Position;
@@ -56,6 +60,10 @@ pub struct LogState {
     pub records: [AtomicU64; 5],
     /// Errors the client reported while consuming (transport, broker).
     pub consume_errors: AtomicU64,
+    /// Records the log did not take (delivery failed or timed out).
+    pub produce_errors: AtomicU64,
+    /// This process, in the tickets of the records it produces.
+    pub node: u64,
 }
 
 impl LogState {
@@ -68,6 +76,8 @@ impl LogState {
             connected: AtomicBool::new(false),
             records: Default::default(),
             consume_errors: AtomicU64::new(0),
+            produce_errors: AtomicU64::new(0),
+            node: node_id(),
         }
     }
 
@@ -123,4 +133,18 @@ impl LogState {
             self.records[i].fetch_add(1, Ordering::Relaxed);
         }
     }
+}
+
+/// An id for this process that no other node (and no earlier run of this
+/// one) has: the tickets of its records name it.
+fn node_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
 }

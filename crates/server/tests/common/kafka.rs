@@ -78,6 +78,34 @@ impl Broker {
     }
 }
 
+impl Broker {
+    /// Stop the broker, keeping its data and ports (the log goes away).
+    pub fn stop_keeping_data(&self) {
+        let st = Command::new(repo_root().join("scripts/kafka/stop.sh"))
+            .args([self.dir.as_str(), "--keep"])
+            .status()
+            .expect("stop.sh");
+        assert!(st.success());
+    }
+
+    /// Start it again after [`Broker::stop_keeping_data`] (the log comes back).
+    pub fn restart(&self) {
+        let out = Command::new(repo_root().join("scripts/kafka/restart.sh"))
+            .args([
+                self.dir.as_str(),
+                "--watch-pid",
+                &std::process::id().to_string(),
+            ])
+            .output()
+            .expect("restart.sh");
+        assert!(
+            out.status.success(),
+            "restart.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 impl Drop for Broker {
     fn drop(&mut self) {
         let _ = Command::new(repo_root().join("scripts/kafka/stop.sh"))

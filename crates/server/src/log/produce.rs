@@ -1,0 +1,170 @@
+//! Producing what this node's clients ingest: one record per accepted message
+//! (the box key as the record key, so Kafka's default partitioner puts a key's
+//! records in one partition whoever produces them; the message's bytes as the
+//! value; a `DELETE` a tombstone), acknowledged by every in-sync replica
+//! (`acks=all`) and written once (`enable.idempotence`).
+//!
+//! Each record carries a [`TICKET`] header naming this process, the worker
+//! and the request: when this node's consuming thread applies the record it
+//! reports the outcome to that worker, whose connection then answers. A
+//! record the log does not take in time is reported `Failed` by the delivery
+//! report. Other nodes, and any other consumer, ignore the header.
+
+use crate::wakeups::LogReport;
+use crate::Shared;
+use pollbox_core::config::LogConfig;
+use pollbox_core::service::{LogUnavailable, Report};
+use rdkafka::error::KafkaResult;
+use rdkafka::message::{DeliveryResult, Header, Headers, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, ProducerContext, ThreadedProducer};
+use rdkafka::ClientContext;
+use std::sync::atomic::Ordering;
+use std::sync::Weak;
+
+/// The header that routes a record's outcome back to its connection.
+pub const TICKET: &str = "pollbox-ticket";
+
+/// Where a record's outcome goes: this process, a worker, its request and
+/// the record's place in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket {
+    pub node: u64,
+    pub worker: u16,
+    pub request: u64,
+    pub index: u32,
+}
+
+impl Ticket {
+    const LEN: usize = 8 + 2 + 8 + 4;
+
+    pub fn encode(&self) -> [u8; Ticket::LEN] {
+        let mut b = [0u8; Ticket::LEN];
+        b[..8].copy_from_slice(&self.node.to_le_bytes());
+        b[8..10].copy_from_slice(&self.worker.to_le_bytes());
+        b[10..18].copy_from_slice(&self.request.to_le_bytes());
+        b[18..].copy_from_slice(&self.index.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Option<Ticket> {
+        let b: &[u8; Ticket::LEN] = b.try_into().ok()?;
+        let (node, rest) = b.split_at(8);
+        let (worker, rest) = rest.split_at(2);
+        let (request, index) = rest.split_at(8);
+        Some(Ticket {
+            node: u64::from_le_bytes(node.try_into().ok()?),
+            worker: u16::from_le_bytes(worker.try_into().ok()?),
+            request: u64::from_le_bytes(request.try_into().ok()?),
+            index: u32::from_le_bytes(index.try_into().ok()?),
+        })
+    }
+
+    /// The ticket a record carries, if it has one.
+    pub fn of(headers: Option<&rdkafka::message::BorrowedHeaders>) -> Option<Ticket> {
+        let h = headers?;
+        h.iter()
+            .find(|h| h.key == TICKET)
+            .and_then(|h| h.value)
+            .and_then(Ticket::decode)
+    }
+}
+
+/// Delivery reports: a record the log did not take is reported `Failed` to
+/// the worker waiting for it (a taken one is reported when it is applied).
+pub struct Deliveries {
+    shared: Weak<Shared>,
+}
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, r: &DeliveryResult<'_>, _: ()) {
+        use rdkafka::Message;
+        let Err((_, m)) = r else {
+            return;
+        };
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        if let Some(log) = &shared.log {
+            log.produce_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(t) = Ticket::of(m.headers()) {
+            shared.waiters.report(
+                t.worker as usize,
+                LogReport {
+                    request: t.request,
+                    index: t.index,
+                    report: Report::Failed,
+                },
+            );
+        }
+    }
+}
+
+pub struct Producer {
+    inner: ThreadedProducer<Deliveries>,
+    node: u64,
+}
+
+impl Producer {
+    /// The producer of a node (`node`: this process's id in tickets).
+    pub fn new(cfg: &LogConfig, node: u64, shared: Weak<Shared>) -> KafkaResult<Producer> {
+        let mut c = super::consume::client_config(cfg);
+        c.set("acks", "all").set("enable.idempotence", "true");
+        if !cfg.client.contains_key("linger.ms") {
+            // An ingest waits for its record: send at once (librdkafka's
+            // default waits 5 ms to fill batches).
+            c.set("linger.ms", "0");
+        }
+        if !cfg.client.contains_key("message.timeout.ms") {
+            // Give up on a record when its ingest has been answered 503.
+            c.set("message.timeout.ms", cfg.ack_timeout_ms.to_string());
+        }
+        let inner = c.create_with_context(Deliveries { shared })?;
+        Ok(Producer { inner, node })
+    }
+
+    /// Produce one record for `ticket` (its node is filled in). `Err`: the
+    /// client's queue is full (the log is away or far behind).
+    pub fn send(
+        &self,
+        topic: &str,
+        mut ticket: Ticket,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<(), LogUnavailable> {
+        ticket.node = self.node;
+        let t = ticket.encode();
+        let headers = OwnedHeaders::new_with_capacity(1).insert(Header {
+            key: TICKET,
+            value: Some(&t[..]),
+        });
+        let mut rec: BaseRecord<'_, [u8], [u8], ()> =
+            BaseRecord::to(topic).key(key).headers(headers);
+        if let Some(v) = value {
+            rec = rec.payload(v);
+        }
+        self.inner.send(rec).map_err(|_| LogUnavailable)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ticket_round_trips_and_anything_else_is_none() {
+        let t = Ticket {
+            node: 0xdead_beef_0123,
+            worker: 7,
+            request: 1 << 40,
+            index: 99,
+        };
+        assert_eq!(Ticket::decode(&t.encode()), Some(t));
+        assert_eq!(Ticket::decode(b"short"), None);
+        assert_eq!(Ticket::decode(&[0; 23]), None);
+    }
+}
