@@ -12,7 +12,7 @@
 # pipeline 2 for the duration. Per message: the instructions of the worker's
 # `Worker::read` (inclusive: reading, framing, projection, apply, answers)
 # divided by the messages the server accepted (its /metrics), and the same
-# for the projection (`Projector::project`), the apply (`BoxTable::apply`)
+# for the projection (`Projector::project`), the apply (`BoxTable::apply`, or `apply_stamped` where `apply` is inlined into it)
 # and the read buffer's growth (`Connection::make_room`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -52,7 +52,7 @@ path, build, size, msgs = sys.argv[1], sys.argv[2], sys.argv[3], int(float(sys.a
 # its inlined code came from; the largest is the whole call (the cost of the
 # calls into it), the others are parts of it.
 want = {"read": r"worker::Worker::read( |$)", "project": r"Projector::project( |$)",
-        "apply": r"BoxTable::apply( |$)", "room": r"Connection::make_room( |$)"}
+        "apply": r"BoxTable::apply(_stamped)?( |$)", "room": r"Connection::make_room( |$)"}
 got = {k: 0 for k in want}
 for line in open(path):
     m = re.match(r"\s*([\d,]+) ", line)
