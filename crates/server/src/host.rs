@@ -95,6 +95,7 @@ impl Host for WorkerHost {
             worker: self.id as u16,
             request,
             index,
+            sent_ns: self.shared.started.elapsed().as_nanos() as u64,
         };
         producer.send(&self.shared.node.config.log.topic, ticket, key, value)
     }

@@ -572,6 +572,15 @@ fn render_log(out: &mut Vec<u8>, log: &crate::log::LogState) {
         "Errors the Kafka client reported while consuming (it retries).",
         log.consume_errors.load(Ordering::Relaxed),
     );
+    let counts: Vec<u64> = log.ack.counts().collect();
+    histogram(
+        out,
+        "pollbox_log_ack_seconds",
+        "From producing an ingested message to this node applying it (the log's acknowledgement, the fetch, the apply).",
+        &crate::log::ACK_BUCKETS,
+        &counts,
+        log.ack.sum_ns(),
+    );
     single(
         out,
         "pollbox_log_produce_errors_total",

@@ -264,6 +264,14 @@ fn an_ingest_on_one_node_is_answered_after_the_log_has_it_and_seen_on_the_other(
     let r = post(b.addr(), "/v1/boxes/g1", r#"{"value":1}"#);
     assert_eq!(r.status, 200);
     assert!(r.json()["ver"].as_u64().unwrap() > ver);
+    // A's own records were timed from produce to apply.
+    let m = get(a.addr(), "/metrics").text();
+    let acks = m
+        .lines()
+        .find_map(|l| l.strip_prefix("pollbox_log_ack_seconds_count "))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .expect("the ack histogram");
+    assert_eq!(acks, 3, "g1 and the batch's two messages");
     // Both nodes applied the same records (once each).
     let applied = |s: &Server| metric(s, "pollbox_log_records_total{result=\"applied\"}");
     until("A applied what B did", || applied(&a) == applied(&b));

@@ -140,6 +140,8 @@ fn run(shared: &Shared, log: &LogState) {
                 log.count(outcome.label());
                 if let Some(t) = Ticket::of(m.headers()).filter(|t| t.node == log.node) {
                     // A record one of this node's connections waits for.
+                    let now_ns = shared.started.elapsed().as_nanos() as u64;
+                    log.ack.observe_ns(now_ns.saturating_sub(t.sent_ns));
                     let report = match &outcome {
                         Outcome::Applied { .. } | Outcome::Deleted { .. } | Outcome::Replayed => {
                             Report::Applied

@@ -21,6 +21,7 @@
 pub mod consume;
 pub mod produce;
 
+use crate::stats::Histogram;
 use pollbox_core::config::LogConfig;
 use pollbox_core::log::Position;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -45,7 +46,6 @@ pub struct PartitionState {
 pub const RESULTS: [&str; 5] = ["applied", "deleted", "no_box", "replayed", "invalid"];
 
 /// Where this node stands in the log.
-#[derive(Debug)]
 pub struct LogState {
     pub topic: String,
     /// The position the snapshot held (none: the log's start).
@@ -64,7 +64,15 @@ pub struct LogState {
     pub produce_errors: AtomicU64,
     /// This process, in the tickets of the records it produces.
     pub node: u64,
+    /// From producing a record to applying it here (the log's
+    /// acknowledgement, the fetch and the apply), for this node's records.
+    pub ack: Histogram<14>,
 }
+
+/// Upper bounds (seconds) of the acknowledgement latency histogram.
+pub const ACK_BUCKETS: [f64; 14] = [
+    0.000_25, 0.000_5, 0.001, 0.002, 0.005, 0.010, 0.025, 0.050, 0.100, 0.250, 0.5, 1.0, 2.5, 5.0,
+];
 
 impl LogState {
     pub fn new(config: &LogConfig, loaded: Option<Position>) -> LogState {
@@ -78,6 +86,7 @@ impl LogState {
             consume_errors: AtomicU64::new(0),
             produce_errors: AtomicU64::new(0),
             node: node_id(),
+            ack: Histogram::new(&ACK_BUCKETS),
         }
     }
 

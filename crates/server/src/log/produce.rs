@@ -25,24 +25,27 @@ use std::sync::Weak;
 pub const TICKET: &str = "pollbox-ticket";
 
 /// Where a record's outcome goes: this process, a worker, its request and
-/// the record's place in it.
+/// the record's place in it; and when it was produced (ns on the server's
+/// clock), for the acknowledgement latency.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ticket {
     pub node: u64,
     pub worker: u16,
     pub request: u64,
     pub index: u32,
+    pub sent_ns: u64,
 }
 
 impl Ticket {
-    const LEN: usize = 8 + 2 + 8 + 4;
+    const LEN: usize = 8 + 2 + 8 + 4 + 8;
 
     pub fn encode(&self) -> [u8; Ticket::LEN] {
         let mut b = [0u8; Ticket::LEN];
         b[..8].copy_from_slice(&self.node.to_le_bytes());
         b[8..10].copy_from_slice(&self.worker.to_le_bytes());
         b[10..18].copy_from_slice(&self.request.to_le_bytes());
-        b[18..].copy_from_slice(&self.index.to_le_bytes());
+        b[18..22].copy_from_slice(&self.index.to_le_bytes());
+        b[22..].copy_from_slice(&self.sent_ns.to_le_bytes());
         b
     }
 
@@ -50,12 +53,14 @@ impl Ticket {
         let b: &[u8; Ticket::LEN] = b.try_into().ok()?;
         let (node, rest) = b.split_at(8);
         let (worker, rest) = rest.split_at(2);
-        let (request, index) = rest.split_at(8);
+        let (request, rest) = rest.split_at(8);
+        let (index, sent_ns) = rest.split_at(4);
         Some(Ticket {
             node: u64::from_le_bytes(node.try_into().ok()?),
             worker: u16::from_le_bytes(worker.try_into().ok()?),
             request: u64::from_le_bytes(request.try_into().ok()?),
             index: u32::from_le_bytes(index.try_into().ok()?),
+            sent_ns: u64::from_le_bytes(sent_ns.try_into().ok()?),
         })
     }
 
@@ -162,6 +167,7 @@ mod tests {
             worker: 7,
             request: 1 << 40,
             index: 99,
+            sent_ns: 123_456_789,
         };
         assert_eq!(Ticket::decode(&t.encode()), Some(t));
         assert_eq!(Ticket::decode(b"short"), None);
