@@ -344,3 +344,98 @@ fn with_the_log_gone_ingest_is_503_polls_go_on_and_it_comes_back() {
     a.shutdown().unwrap();
     b.shutdown().unwrap();
 }
+
+/// HAProxy with `deploy/haproxy/haproxy-replicas.cfg.tmpl` in front of `nodes`,
+/// stopped when dropped.
+struct Front {
+    child: std::process::Child,
+    addr: std::net::SocketAddr,
+}
+
+impl Front {
+    fn start(nodes: [std::net::SocketAddr; 2]) -> Front {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let child = std::process::Command::new("haproxy")
+            .arg("-db")
+            .arg("-f")
+            .arg(common::kafka::repo_root().join("deploy/haproxy/haproxy-replicas.cfg.tmpl"))
+            .env("FRONT_PORT", port.to_string())
+            .env("NODE1", nodes[0].to_string())
+            .env("NODE2", nodes[1].to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("haproxy on PATH (apt-get install haproxy)");
+        let addr = format!("127.0.0.1:{port}").parse().unwrap();
+        until("haproxy listens", || {
+            std::net::TcpStream::connect(addr).is_ok()
+        });
+        Front { child, addr }
+    }
+}
+
+impl Drop for Front {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+#[ignore = "needs a Kafka broker (scripts/kafka) and haproxy"]
+fn behind_haproxy_any_node_serves_any_box_and_one_going_away_loses_nothing() {
+    let broker = Broker::start();
+    broker.create_topic("front", 4);
+    let (a, b) = (node(&broker, "front", None), node(&broker, "front", None));
+    until("both nodes ready", || ready(&a) && ready(&b));
+    let front = Front::start([a.addr(), b.addr()]);
+    // Ingest through the front: a batch of many keys, routed to no node in
+    // particular (any node takes any key).
+    let body: String = (0..20)
+        .map(|i| format!(r#"{{"key":"f{i}","value":{i}}}"#))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let r = raw(
+        front.addr,
+        format!(
+            "POST /v1/ingest HTTP/1.1\r\nHost: t\r\nContent-Type: application/x-ndjson\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .0;
+    assert_eq!(r.text(), r#"{"accepted":20,"rejected":0,"errors":[]}"#);
+    for s in [&a, &b] {
+        until("every key on both nodes", || {
+            (0..20).all(|i| get(s.addr(), &format!("/v1/boxes/f{i}")).status == 200)
+        });
+    }
+    // Polls through the front, on fresh connections (least connections sends
+    // them to both nodes): one payload and one ETag for each box.
+    for i in 0..20 {
+        let path = format!("/v1/boxes/f{i}");
+        let (p, direct_a, direct_b) = (
+            get(front.addr, &path),
+            get(a.addr(), &path),
+            get(b.addr(), &path),
+        );
+        assert_eq!(p.text(), direct_a.text());
+        assert_eq!(p.text(), direct_b.text());
+        assert_eq!(direct_a.header("etag"), direct_b.header("etag"));
+    }
+    // One node goes away: the front goes on with the other, every box there.
+    a.shutdown().unwrap();
+    for i in 0..20 {
+        let r = get(front.addr, &format!("/v1/boxes/f{i}"));
+        assert_eq!(r.status, 200, "f{i} after node A left");
+        assert_eq!(r.json()["v"], i);
+    }
+    let r = post(front.addr, "/v1/boxes/f0", r#"{"value":100}"#);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["sum"], 100);
+    drop(front);
+    b.shutdown().unwrap();
+}
