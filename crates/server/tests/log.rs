@@ -439,3 +439,29 @@ fn behind_haproxy_any_node_serves_any_box_and_one_going_away_loses_nothing() {
     drop(front);
     b.shutdown().unwrap();
 }
+
+#[test]
+#[ignore = "needs a Kafka broker (scripts/kafka)"]
+fn records_in_every_compression_codec_are_read() {
+    let broker = Broker::start();
+    broker.create_topic("codecs", 1);
+    let a = node(&broker, "codecs", None);
+    until("ready", || ready(&a));
+    for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
+        let p = broker.producer_with(&[("compression.type", codec)]);
+        p.send(
+            "codecs",
+            Some(codec),
+            Some(r#"{"value":1,"cargo":"xxxxxxxxxxxxxxxx"}"#),
+        );
+    }
+    for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
+        let path = format!("/v1/boxes/{codec}");
+        until(codec, || get(a.addr(), &path).status == 200);
+    }
+    assert_eq!(
+        metric(&a, "pollbox_log_records_total{result=\"invalid\"}"),
+        0
+    );
+    a.shutdown().unwrap();
+}

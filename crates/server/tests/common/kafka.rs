@@ -67,11 +67,20 @@ impl Broker {
 
     /// A producer as any team's would be (acks=all, idempotent).
     pub fn producer(&self) -> Plain {
-        let p = ClientConfig::new()
-            .set("bootstrap.servers", &self.bootstrap)
+        self.producer_with(&[])
+    }
+
+    /// The same with more client properties (e.g. `compression.type`).
+    pub fn producer_with(&self, props: &[(&str, &str)]) -> Plain {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.bootstrap)
             .set("acks", "all")
             .set("enable.idempotence", "true")
-            .set("linger.ms", "0")
+            .set("linger.ms", "0");
+        for (k, v) in props {
+            c.set(*k, *v);
+        }
+        let p = c
             .create_with_context(Deliveries::default())
             .expect("producer");
         Plain(p, AtomicUsize::new(0))
