@@ -385,11 +385,13 @@ impl Service {
                 x.reply()
             }
             Route::Readyz => {
-                let ready = x.host.ready() && !x.host.draining();
-                let (code, body): (u16, &[u8]) = if ready {
+                let (code, body): (u16, &[u8]) = if x.host.draining() {
+                    (503, b"draining")
+                } else if x.host.ready() {
                     (200, b"ready")
                 } else {
-                    (503, b"draining")
+                    // Starting: a node of a log catching up with it.
+                    (503, b"not ready")
                 };
                 let a = x.plain(RouteLabel::Readyz, code, TEXT);
                 self.heads.write(x.out, x.host, &a, body);

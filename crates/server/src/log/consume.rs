@@ -68,18 +68,25 @@ pub fn spawn(shared: Arc<Shared>, log: Arc<LogState>) -> io::Result<JoinHandle<(
         .spawn(move || run(&shared, &log))
 }
 
-/// Say `what` once, until something else is said (a log down for an hour is
-/// one line, not 3,600).
+/// Say `what` once, until something else is said, and at most one line in
+/// [`QUIET`] (a log down for an hour, its client alternating between two
+/// errors, is a few lines, not thousands).
 struct Once {
     last: String,
+    at: Option<Instant>,
 }
+
+/// The least time between two lines of [`Once`].
+const QUIET: Duration = Duration::from_secs(30);
 
 impl Once {
     fn say(&mut self, what: String) {
-        if what != self.last {
-            eprintln!("pollbox: log: {what}");
-            self.last = what;
+        if what == self.last || self.at.is_some_and(|t| t.elapsed() < QUIET) {
+            return;
         }
+        eprintln!("pollbox: log: {what}");
+        self.last = what;
+        self.at = Some(Instant::now());
     }
 }
 
@@ -91,6 +98,7 @@ fn run(shared: &Shared, log: &LogState) {
     let cfg = &shared.node.config.log;
     let mut said = Once {
         last: String::new(),
+        at: None,
     };
     let consumer = match consumer(cfg) {
         Ok(c) => c,
@@ -137,7 +145,19 @@ fn run(shared: &Shared, log: &LogState) {
                     value: m.payload(),
                 };
                 let outcome = replica.apply(&shared.node.boxes, &rec, &mut key);
-                log.count(outcome.label());
+                if outcome == Outcome::Replayed && log.caught_up() {
+                    // Not a replay: after the catch-up every record is new.
+                    log.count("out_of_order");
+                    said.say(format!(
+                        "the record at {}/{} offset {} is older than its box {:?}: that key's records are in several partitions (producers must partition by murmur2, and partitions must not be added); skipped",
+                        log.topic,
+                        rec.partition,
+                        rec.offset,
+                        String::from_utf8_lossy(&key)
+                    ));
+                } else {
+                    log.count(outcome.label());
+                }
                 if let Some(t) = Ticket::of(m.headers()).filter(|t| t.node == log.node) {
                     // A record one of this node's connections waits for.
                     let now_ns = shared.started.elapsed().as_nanos() as u64;
@@ -311,15 +331,20 @@ fn consumer_for_ends(cfg: &LogConfig) -> Option<BaseConsumer> {
     consumer(cfg).ok()
 }
 
+/// Read the log's end of each partition (for the lag); whether that worked
+/// says whether the log is there, records or not.
 fn read_ends(reader: &BaseConsumer, log: &LogState) {
     let Some(parts) = log.partitions() else {
         return;
     };
+    let mut reached = true;
     for (p, state) in parts.iter().enumerate() {
-        if let Ok((_, high)) = reader.fetch_watermarks(&log.topic, p as i32, REQUEST) {
-            state.end.store(high, Ordering::Relaxed);
+        match reader.fetch_watermarks(&log.topic, p as i32, REQUEST) {
+            Ok((_, high)) => state.end.store(high, Ordering::Relaxed),
+            Err(_) => reached = false,
         }
     }
+    log.connected.store(reached, Ordering::Relaxed);
 }
 
 fn wall_ms() -> i64 {

@@ -43,7 +43,17 @@ pub struct PartitionState {
 }
 
 /// Records by what they did (`pollbox_log_records_total{result}`).
-pub const RESULTS: [&str; 5] = ["applied", "deleted", "no_box", "replayed", "invalid"];
+/// `out_of_order`: a record older than its box, read after the node caught
+/// up, so not a replay: its key's records are in more than one partition (a
+/// producer that does not partition by murmur2, or partitions added).
+pub const RESULTS: [&str; 6] = [
+    "applied",
+    "deleted",
+    "no_box",
+    "replayed",
+    "invalid",
+    "out_of_order",
+];
 
 /// Where this node stands in the log.
 pub struct LogState {
@@ -57,7 +67,7 @@ pub struct LogState {
     /// The last attempt to reach the log worked.
     pub connected: AtomicBool,
     /// By [`RESULTS`].
-    pub records: [AtomicU64; 5],
+    pub records: [AtomicU64; 6],
     /// Errors the client reported while consuming (transport, broker).
     pub consume_errors: AtomicU64,
     /// Records the log did not take (delivery failed or timed out).
@@ -125,7 +135,11 @@ impl LogState {
     /// walks the boxes, so they reflect at least every record before it.
     pub fn position(&self) -> Option<Position> {
         match self.partitions() {
-            None => self.loaded.clone(),
+            // Nothing read yet: the snapshot's position, or the log's start.
+            None => Some(self.loaded.clone().unwrap_or_else(|| Position {
+                topic: self.topic.clone(),
+                next: Default::default(),
+            })),
             Some(parts) => Some(Position {
                 topic: self.topic.clone(),
                 next: parts

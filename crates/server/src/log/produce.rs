@@ -118,7 +118,13 @@ impl Producer {
     /// The producer of a node (`node`: this process's id in tickets).
     pub fn new(cfg: &LogConfig, node: u64, shared: Weak<Shared>) -> KafkaResult<Producer> {
         let mut c = super::consume::client_config(cfg);
-        c.set("acks", "all").set("enable.idempotence", "true");
+        // murmur2, as Kafka's Java client and most others partition keyed
+        // records: a key's records land in one partition whoever produces
+        // them (librdkafka's own default hashes with CRC32). Its versions come
+        // from that partition's offsets.
+        c.set("acks", "all")
+            .set("enable.idempotence", "true")
+            .set("partitioner", "murmur2_random");
         if !cfg.client.contains_key("linger.ms") {
             // An ingest waits for its record: send at once (librdkafka's
             // default waits 5 ms to fill batches).
