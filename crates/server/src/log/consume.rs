@@ -61,11 +61,28 @@ pub fn consumer(cfg: &LogConfig) -> KafkaResult<BaseConsumer> {
     c.create()
 }
 
-/// Start the consuming thread.
+/// Start the consuming thread, and beside it the one that reads the log's
+/// end every second (for the lag; a request to the broker that the consuming
+/// thread would otherwise wait for between records).
 pub fn spawn(shared: Arc<Shared>, log: Arc<LogState>) -> io::Result<JoinHandle<()>> {
+    let (s, l) = (shared.clone(), log.clone());
+    std::thread::Builder::new()
+        .name("pollbox-log-end".into())
+        .spawn(move || watch_ends(&s, &l))?;
     std::thread::Builder::new()
         .name("pollbox-log".into())
         .spawn(move || run(&shared, &log))
+}
+
+/// Read the log's end every [`END_EVERY`] until shutdown.
+fn watch_ends(shared: &Shared, log: &LogState) {
+    let Ok(reader) = consumer(&shared.node.config.log) else {
+        return;
+    };
+    while !stopping(shared) {
+        std::thread::sleep(END_EVERY);
+        read_ends(&reader, log);
+    }
 }
 
 /// Say `what` once, until something else is said, and at most one line in
@@ -122,8 +139,6 @@ fn run(shared: &Shared, log: &LogState) {
         shared.node.config.limits.arena_limit_bytes,
     );
     let mut key = Vec::with_capacity(256);
-    let mut ends_read = Instant::now();
-    let reader = consumer_for_ends(cfg);
     if log.check_caught_up() {
         eprintln!("pollbox: log: caught up (nothing to replay)");
     }
@@ -201,12 +216,6 @@ fn run(shared: &Shared, log: &LogState) {
                 if !log.caught_up() && log.check_caught_up() {
                     eprintln!("pollbox: log: caught up; ready");
                 }
-            }
-        }
-        if ends_read.elapsed() >= END_EVERY {
-            ends_read = Instant::now();
-            if let Some(reader) = &reader {
-                read_ends(reader, log);
             }
         }
     }
@@ -325,12 +334,8 @@ fn watermarks(c: &BaseConsumer, topic: &str) -> Result<Vec<(i64, i64)>, String> 
         .collect()
 }
 
-/// A second client, assigned nothing, that reads the log's end for the lag
-/// (asked of the consuming client it waits behind its fetches).
-fn consumer_for_ends(cfg: &LogConfig) -> Option<BaseConsumer> {
-    consumer(cfg).ok()
-}
-
+/// Read with a second client, assigned nothing: asked of the consuming
+/// client, a watermark request waits behind its fetches.
 /// Read the log's end of each partition (for the lag); whether that worked
 /// says whether the log is there, records or not.
 fn read_ends(reader: &BaseConsumer, log: &LogState) {
