@@ -143,11 +143,11 @@ fi
 # make these checks say nothing about the code being checked.
 BIN="${POLLBOX_BIN:-}"
 if [[ -n "$BIN" ]]; then
-    run "pollbox: check-config deploy/systemd/pollbox.toml" "$BIN" check-config $D/systemd/pollbox.toml
+    run "pollbox: check-config deploy/systemd/pollbox.toml" "$BIN" check-config --file-only $D/systemd/pollbox.toml
     replica_config() {
         python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import check_static as c
 sys.stdout.write(c.configmap_toml(open(sys.argv[2]).read()))' $D $D/k8s/replicas/configmap.yaml >"$TMP/replica.toml" &&
-            "$BIN" check-config "$TMP/replica.toml"
+            "$BIN" check-config --file-only "$TMP/replica.toml"
     }
     run "pollbox: check-config of deploy/k8s/replicas/configmap.yaml" replica_config
     # live_metrics [CONFIG]: serve (the embedded config, or CONFIG), ingest and poll

@@ -106,6 +106,12 @@ pub struct AuthConfig {
     pub ingest_tokens: Vec<String>,
     /// Empty = `/metrics` needs no token.
     pub metrics_tokens: Vec<String>,
+    /// A file of more ingest tokens, one a line (`#` comments and blank
+    /// lines skipped): a Kubernetes Secret mounted as a file, so tokens need
+    /// not be in the config. Read at start; "" = none.
+    pub ingest_tokens_file: String,
+    /// The same for `/metrics`.
+    pub metrics_tokens_file: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -179,6 +185,10 @@ pub struct LogConfig {
     /// ...), but for the few pollbox sets itself ([`RESERVED_CLIENT_KEYS`]).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub client: BTreeMap<String, String>,
+    /// A file of more client properties, `key=value` a line (`#` comments and
+    /// blank lines skipped), over `[log.client]`: SASL passwords and key
+    /// files from a Secret. Read at start; "" = none.
+    pub client_file: String,
 }
 
 /// Client properties pollbox sets itself, because what it promises rests on
@@ -210,6 +220,7 @@ impl Default for LogConfig {
             topic: "pollbox".into(),
             ack_timeout_ms: 5000,
             client: BTreeMap::new(),
+            client_file: String::new(),
         }
     }
 }
@@ -343,18 +354,20 @@ impl Config {
     /// Check every value that types alone cannot.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let s = &self.server;
-        if s.listen.parse::<std::net::SocketAddr>().is_err() {
+        if !is_host_port(&s.listen) {
             return Err(invalid(
                 "server.listen",
-                format!("`{}` is not an address like 127.0.0.1:8080", s.listen),
+                format!(
+                    "`{}` is not an address like 127.0.0.1:8080 or localhost:8080",
+                    s.listen
+                ),
             ));
         }
-        if !s.metrics_listen.is_empty() && s.metrics_listen.parse::<std::net::SocketAddr>().is_err()
-        {
+        if !s.metrics_listen.is_empty() && !is_host_port(&s.metrics_listen) {
             return Err(invalid(
                 "server.metrics_listen",
                 format!(
-                    "`{}` is not an address like 127.0.0.1:9090",
+                    "`{}` is not an address like 127.0.0.1:9090 or localhost:9090",
                     s.metrics_listen
                 ),
             ));
@@ -468,6 +481,12 @@ impl Config {
             names.push(&f.name);
             match f.reduce {
                 Reduce::Count => {
+                    if f.path.is_some() {
+                        return Err(invalid(
+                            at("path"),
+                            "a count counts every accepted message and reads no path: leave `path` out",
+                        ));
+                    }
                     if f.ty.is_some_and(|t| t != FieldType::I64) {
                         return Err(invalid(at("type"), "a count is an i64; leave `type` out"));
                     }
@@ -513,6 +532,18 @@ impl Config {
                     }
                 }
             }
+        }
+        let worst = largest_payload(b);
+        if worst > b.max_payload_bytes {
+            return Err(invalid(
+                "boxes.max_payload_bytes",
+                format!(
+                    "the fields' largest values render a payload of {worst} bytes with an \
+                     empty key, over {}: every box whose fields grow that large would be \
+                     refused (422); raise max_payload_bytes or lower the fields' max_len",
+                    b.max_payload_bytes
+                ),
+            ));
         }
         if self.snapshot.interval_s == 0 {
             return Err(invalid("snapshot.interval_s", "must be greater than 0"));
@@ -603,6 +634,96 @@ impl LogConfig {
         }
         Ok(())
     }
+}
+
+/// Secrets read from files at start (`auth.*_tokens_file`, `log.client_file`)
+/// join the configuration here; the caller reads the files (the core reads
+/// none). `what` names the file in messages.
+impl Config {
+    /// Add the tokens of a tokens file (one a line, `#` comments and blank
+    /// lines skipped) to `auth.ingest_tokens` (`metrics`: `metrics_tokens`).
+    /// A file without a token is refused: it would leave the route open.
+    pub fn add_tokens(&mut self, metrics: bool, text: &str, what: &str) -> Result<(), ConfigError> {
+        let key = if metrics {
+            "auth.metrics_tokens_file"
+        } else {
+            "auth.ingest_tokens_file"
+        };
+        let tokens: Vec<String> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(String::from)
+            .collect();
+        if tokens.is_empty() {
+            return Err(invalid(key, format!("{what} holds no token")));
+        }
+        let list = if metrics {
+            &mut self.auth.metrics_tokens
+        } else {
+            &mut self.auth.ingest_tokens
+        };
+        list.extend(tokens);
+        self.validate()
+    }
+
+    /// Add the properties of a client file (`key=value` a line, `#` comments
+    /// and blank lines skipped) to `[log.client]`, over what it holds.
+    pub fn add_client_properties(&mut self, text: &str, what: &str) -> Result<(), ConfigError> {
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let Some((k, v)) = line.split_once('=') else {
+                return Err(invalid(
+                    "log.client_file",
+                    format!("{what} line {}: not key=value", n + 1),
+                ));
+            };
+            self.log.client.insert(k.trim().into(), v.trim().into());
+        }
+        self.validate()
+    }
+}
+
+/// `ip:port`, `[ipv6]:port` or `name:port` (the name is resolved when the
+/// server binds, as other servers do).
+fn is_host_port(a: &str) -> bool {
+    if a.parse::<std::net::SocketAddr>().is_ok() {
+        return true;
+    }
+    let Some((host, port)) = a.rsplit_once(':') else {
+        return false;
+    };
+    port.parse::<u16>().is_ok()
+        && !host.is_empty()
+        && host.len() <= 253
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+}
+
+/// The longest payload the fields can render, with an empty key: `{"k":"",
+/// "ver":` and a 20-digit version, then each field at its widest (an i64 or
+/// a count 20 characters, an f64 24, a bool 5, a string its `max_len` and
+/// two quotes, unescaped). A key may then take what is left of
+/// `max_payload_bytes`; a string that needs escapes renders longer.
+pub fn largest_payload(b: &BoxesConfig) -> usize {
+    let head = r#"{"k":"","ver":}"#.len() + 20;
+    head + b
+        .fields
+        .iter()
+        .map(|f| {
+            let value = match (f.reduce, f.ty) {
+                (Reduce::Count, _) | (_, Some(FieldType::I64)) | (_, None) => 20,
+                (_, Some(FieldType::F64)) => 24,
+                (_, Some(FieldType::Bool)) => 5,
+                (_, Some(FieldType::Str)) => f.max_len.unwrap_or(0) + 2,
+            };
+            r#","":"#.len() + f.name.len() + value
+        })
+        .sum::<usize>()
 }
 
 /// The longest `boxes.ttl_s`: expiry times are kept as 32-bit seconds.
@@ -819,5 +940,61 @@ mod tests {
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(shown.contains("SASL_SSL"), "{shown}");
         assert!(!Config::embedded().log.enabled());
+    }
+
+    #[test]
+    fn a_count_with_a_path_is_refused() {
+        let text =
+            "[[boxes.field]]\nname = \"hits\"\npath = \"/x\"\ntype = \"i64\"\nreduce = \"count\"\n";
+        let e = Config::from_toml(text).unwrap_err().to_string();
+        assert!(e.contains("boxes.field[0].path"), "{e}");
+        assert!(e.contains("reads no path"), "{e}");
+    }
+
+    #[test]
+    fn fields_that_cannot_fit_the_payload_limit_are_found_at_check_time() {
+        let field = |n: usize| {
+            format!("[[boxes.field]]\nname = \"s{n}\"\npath = \"/s{n}\"\ntype = \"str\"\nmax_len = 120\nreduce = \"last\"\n")
+        };
+        let three: String = (0..3).map(field).collect();
+        let e = Config::from_toml(&three).unwrap_err().to_string();
+        assert!(e.contains("boxes.max_payload_bytes"), "{e}");
+        assert!(e.contains("419 bytes"), "{e}");
+        let raised = format!("[boxes]\nmax_payload_bytes = 512\n{three}");
+        assert!(Config::from_toml(&raised).is_ok());
+        // The default's largest payload leaves room for a key.
+        assert!(largest_payload(&Config::embedded().boxes) < 256 - 100);
+    }
+
+    #[test]
+    fn tokens_and_client_properties_come_from_files_too() {
+        let mut c = Config::embedded();
+        c.add_tokens(false, "# ingest\n\n  tok-a  \ntok-b\n", "ingest.txt")
+            .unwrap();
+        assert_eq!(c.auth.ingest_tokens, ["tok-a", "tok-b"]);
+        let e = c
+            .add_tokens(true, "# nothing\n\n", "metrics.txt")
+            .unwrap_err();
+        assert!(e.to_string().contains("metrics.txt holds no token"), "{e}");
+        let e = c.add_tokens(true, "has space\n", "m.txt").unwrap_err();
+        assert!(e.to_string().contains("auth.metrics_tokens[0]"), "{e}");
+        let mut c = Config::embedded();
+        c.log.client.insert("sasl.username".into(), "u".into());
+        c.add_client_properties(
+            "# kafka\nsasl.password = s3cret\nsasl.username=v\n",
+            "k.properties",
+        )
+        .unwrap();
+        assert_eq!(c.log.client["sasl.password"], "s3cret");
+        assert_eq!(c.log.client["sasl.username"], "v", "the file wins");
+        assert!(!c.redacted().to_toml().contains("s3cret"));
+        let e = c
+            .add_client_properties("acks=1\n", "k.properties")
+            .unwrap_err();
+        assert!(e.to_string().contains("log.client.\"acks\""), "{e}");
+        let e = c
+            .add_client_properties("nonsense\n", "k.properties")
+            .unwrap_err();
+        assert!(e.to_string().contains("k.properties line 1"), "{e}");
     }
 }

@@ -64,8 +64,16 @@ enum Cmd {
         #[arg(long, default_value_t = 10)]
         seconds: u64,
     },
-    /// Validate a config file and print the effective config.
-    CheckConfig { file: PathBuf },
+    /// Check a config file as `serve` would before it binds (the values, the
+    /// files it names, the listen addresses, the snapshot and its directory)
+    /// and print the effective config, secrets redacted.
+    CheckConfig {
+        file: PathBuf,
+        /// Check the file alone, not this machine (for a config meant for
+        /// another one: no snapshot directory, token files or names checked).
+        #[arg(long)]
+        file_only: bool,
+    },
 }
 
 fn load_config(path: Option<&PathBuf>) -> Result<(Config, String), String> {
@@ -141,8 +149,16 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         }
         Cmd::Memcheck { url, watch } => pollbox_memcheck::run(&url, watch),
         Cmd::Demo { seconds } => demo(seconds),
-        Cmd::CheckConfig { file } => {
+        Cmd::CheckConfig { file, file_only } => {
             let (cfg, _) = load_config(Some(&file))?;
+            // What `serve` checks before it binds: the files the config names,
+            // the listen address, the snapshot and its directory.
+            let cfg = if file_only {
+                cfg
+            } else {
+                pollbox_server::Server::check(cfg)
+                    .map_err(|e| format!("{}: {e}", file.display()))?
+            };
             println!(
                 "# {}: valid. Effective configuration (secrets redacted):",
                 file.display()

@@ -141,10 +141,63 @@ pub struct Server {
     _claim: listener::Claim,
 }
 
-impl Server {
-    /// Load the snapshot (if configured), bind, and start the workers.
-    pub fn start(config: Config) -> Result<Server, StartError> {
+/// What a start needs before it binds: the config with the secrets its files
+/// hold, the compiled plan, the boxes and log position of the snapshot, the
+/// address to listen on. [`Server::check`] stops here (`check-config`).
+struct Preflight {
+    config: Config,
+    plan: Arc<Plan>,
+    boxes: BoxTable,
+    position: Option<pollbox_core::log::Position>,
+    snapshot_path: Option<PathBuf>,
+    addr: SocketAddr,
+    started: Instant,
+}
+
+/// Read a file a config names (a token list, client properties).
+fn read_named(key: &str, path: &str) -> Result<String, StartError> {
+    std::fs::read_to_string(path).map_err(|e| {
+        StartError::Config(pollbox_core::config::ConfigError::Invalid {
+            key: key.into(),
+            reason: format!("cannot read {path}: {e}"),
+        })
+    })
+}
+
+/// The first address `a` (`ip:port` or `name:port`) resolves to, IPv4 first
+/// (a name like `localhost` may resolve to ::1 where IPv6 is off).
+pub fn resolve(a: &str) -> io::Result<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    a.to_socket_addrs()?
+        .min_by_key(SocketAddr::is_ipv6)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "the name resolves to no address"))
+}
+
+impl Preflight {
+    fn run(mut config: Config) -> Result<Preflight, StartError> {
         config.validate()?;
+        if !config.auth.ingest_tokens_file.is_empty() {
+            let f = config.auth.ingest_tokens_file.clone();
+            config.add_tokens(false, &read_named("auth.ingest_tokens_file", &f)?, &f)?;
+        }
+        if !config.auth.metrics_tokens_file.is_empty() {
+            let f = config.auth.metrics_tokens_file.clone();
+            config.add_tokens(true, &read_named("auth.metrics_tokens_file", &f)?, &f)?;
+        }
+        if !config.log.client_file.is_empty() {
+            let f = config.log.client_file.clone();
+            config.add_client_properties(&read_named("log.client_file", &f)?, &f)?;
+        }
+        let addr = resolve(&config.server.listen).map_err(|source| StartError::Listen {
+            addr: config.server.listen.clone(),
+            source,
+        })?;
+        if !config.server.metrics_listen.is_empty() {
+            resolve(&config.server.metrics_listen).map_err(|source| StartError::Listen {
+                addr: config.server.metrics_listen.clone(),
+                source,
+            })?;
+        }
         let started = Instant::now();
         let plan = Arc::new(Plan::compile(&config.boxes)?);
         let snapshot_path =
@@ -178,16 +231,40 @@ impl Server {
             }
             None => (BoxTable::new(plan.clone()), None),
         };
+        Ok(Preflight {
+            config,
+            plan,
+            boxes,
+            position,
+            snapshot_path,
+            addr,
+            started,
+        })
+    }
+}
+
+impl Server {
+    /// Check everything [`Server::start`] checks before it binds (the
+    /// config, the files it names, the listen address, the snapshot and its
+    /// directory) and return the effective config (`check-config`).
+    pub fn check(config: Config) -> Result<Config, StartError> {
+        Preflight::run(config).map(|p| p.config)
+    }
+
+    /// Load the snapshot (if configured), bind, and start the workers.
+    pub fn start(config: Config) -> Result<Server, StartError> {
+        let Preflight {
+            config,
+            plan,
+            boxes,
+            position,
+            snapshot_path,
+            addr,
+            started,
+        } = Preflight::run(config)?;
+        let logged = config.log.enabled();
         let log_state = logged.then(|| Arc::new(log::LogState::new(&config.log, position)));
         let n = config.effective_workers(available_cores());
-        let addr: SocketAddr = config
-            .server
-            .listen
-            .parse()
-            .map_err(|_| StartError::Listen {
-                addr: config.server.listen.clone(),
-                source: io::ErrorKind::InvalidInput.into(),
-            })?;
         let (actual, listeners, claim) =
             listener::bind_all(addr, n).map_err(|source| StartError::Listen {
                 addr: config.server.listen.clone(),
@@ -199,7 +276,8 @@ impl Server {
             None
         } else {
             let a = config.server.metrics_listen.clone();
-            let l = std::net::TcpListener::bind(&a)
+            let l = resolve(&a)
+                .and_then(std::net::TcpListener::bind)
                 .and_then(|l| l.set_nonblocking(true).map(|()| l))
                 .map_err(|source| StartError::Listen { addr: a, source })?;
             Some(mio::net::TcpListener::from_std(l))
