@@ -162,12 +162,25 @@ impl MessageError {
     }
 
     /// Append the human-readable reason (plain text, no JSON quoting) to `out`,
-    /// e.g. `missing key` or `field by: string longer than 16 bytes`.
+    /// e.g. `missing key: no member named key` or `field by: string longer
+    /// than 16 bytes`.
     pub fn write_reason(&self, plan: &Plan, out: &mut Vec<u8>) {
         let field = |i: u16| plan.fields.get(i as usize);
         match *self {
             MessageError::NotAnObject => out.extend_from_slice(b"not an object"),
-            MessageError::MissingKey => out.extend_from_slice(b"missing key"),
+            MessageError::MissingKey => {
+                // Named, so a batch sent with another key member says what is
+                // missing; a name that would need JSON escapes is not echoed.
+                out.extend_from_slice(b"missing key: no member named ");
+                let k = plan.key_field.as_bytes();
+                if k.iter()
+                    .all(|&b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
+                {
+                    out.extend_from_slice(k);
+                } else {
+                    out.extend_from_slice(b"boxes.key_field");
+                }
+            }
             MessageError::KeyNotString => out.extend_from_slice(b"key is not a string"),
             MessageError::EmptyKey => out.extend_from_slice(b"key is empty"),
             MessageError::KeyTooLong => {

@@ -29,7 +29,11 @@ fn bodies_that_are_not_what_we_take() {
     let (r, _) = raw(a, &bad);
     assert_error(&r, 400, "invalid json");
     assert_error(&post(a, "/v1/ingest", "42"), 400, "error");
-    assert_error(&post(a, "/v1/ingest", r#"{"value":1}"#), 422, "missing key");
+    assert_error(
+        &post(a, "/v1/ingest", r#"{"value":1}"#),
+        422,
+        "missing key: no member named key",
+    );
     assert_error(&post(a, "/v1/ingest", r#"{"key":7}"#), 422, "key");
     assert_error(&post(a, "/v1/ingest", r#"{"key":""}"#), 422, "key");
     let long = "k".repeat(129);

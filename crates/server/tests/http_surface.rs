@@ -84,7 +84,7 @@ fn ingest_object_array_and_ndjson() {
     assert_eq!(v["rejected"], 3, "{body}");
     let errs = v["errors"].as_array().unwrap();
     assert_eq!(errs[0]["i"], 1);
-    assert_eq!(errs[0]["error"], "missing key");
+    assert_eq!(errs[0]["error"], "missing key: no member named key");
     assert_eq!(errs[1]["i"], 2);
     assert_eq!(errs[2]["i"], 3);
 

@@ -257,7 +257,7 @@ fn an_ingest_on_one_node_is_answered_after_the_log_has_it_and_seen_on_the_other(
     assert_eq!(r.status, 200);
     assert_eq!(
         r.text(),
-        r#"{"accepted":2,"rejected":2,"errors":[{"i":1,"error":"missing key"},{"i":2,"error":"field v: expected an integer (i64)"}]}"#
+        r#"{"accepted":2,"rejected":2,"errors":[{"i":1,"error":"missing key: no member named key"},{"i":2,"error":"field v: expected an integer (i64)"}]}"#
     );
     assert_eq!(get(a.addr(), "/v1/boxes/g2").json()["sum"], 5);
     until("B has both of g2's messages", || {

@@ -1081,7 +1081,7 @@ fn a_logged_batch_is_checked_before_the_log_and_counted_after_it() {
     let out = r.sent(&mut c);
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
     assert!(
-        out.ends_with(r#"{"accepted":2,"rejected":3,"errors":[{"i":1,"error":"missing key"},{"i":2,"error":"field v: expected an integer (i64)"},{"i":4,"error":"field sum: sum overflows"}]}"#),
+        out.ends_with(r#"{"accepted":2,"rejected":3,"errors":[{"i":1,"error":"missing key: no member named key"},{"i":2,"error":"field v: expected an integer (i64)"},{"i":4,"error":"field sum: sum overflows"}]}"#),
         "{out}"
     );
 }

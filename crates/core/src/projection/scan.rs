@@ -120,8 +120,15 @@ impl<'b> Scanner<'b> {
 
     /// After the top-level value: only whitespace may follow.
     pub(super) fn finish(&mut self) -> Result<(), Fail> {
+        let end = self.pos;
         match self.skip_ws() {
             None => Ok(()),
+            // Another object or array on a line of its own: NDJSON sent
+            // without its content type, the mistake worth naming.
+            Some(b'{' | b'[') if self.buf[end..self.pos].contains(&b'\n') => Err((
+                self.pos,
+                "trailing characters after the value (one JSON value a line? send Content-Type: application/x-ndjson)",
+            )),
             Some(_) => Err((self.pos, "trailing characters after the value")),
         }
     }
@@ -1186,6 +1193,14 @@ mod tests {
         assert_eq!(bad(b"\"abc"), (0, "unterminated string"));
         assert_eq!(bad(b"tru"), (0, UNEXPECTED));
         assert_eq!(bad(b"[] x"), (3, "trailing characters after the value"));
+        assert_eq!(
+            bad(b"{}\n{}"),
+            (
+                3,
+                "trailing characters after the value (one JSON value a line? send Content-Type: application/x-ndjson)"
+            )
+        );
+        assert_eq!(bad(b"{} {}").1, "trailing characters after the value");
         assert_eq!(bad(b"\xef\xbb\xbf{}"), (0, UNEXPECTED)); // no BOM
         assert_eq!(bad(b"\x0c1"), (0, UNEXPECTED)); // form feed is not whitespace
         assert_eq!(bad(b"[").1, EOF);

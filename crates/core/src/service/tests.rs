@@ -193,7 +193,7 @@ fn batch_answers_count_and_list_errors() {
     );
     let (_, out) = ask(&mut s, &mut h, Listener::Main, &req);
     assert!(
-        out.ends_with(r#"{"accepted":1,"rejected":2,"errors":[{"i":1,"error":"missing key"},{"i":2,"error":"field v: expected an integer (i64)"}]}"#),
+        out.ends_with(r#"{"accepted":1,"rejected":2,"errors":[{"i":1,"error":"missing key: no member named key"},{"i":2,"error":"field v: expected an integer (i64)"}]}"#),
         "{out}"
     );
     assert_eq!(
