@@ -91,8 +91,14 @@ impl Memory {
                 "VERDICT: jemalloc holds {} more than pollbox accounts for ({pct:+.1}%): memory is held outside pollbox's accounting",
                 mib(gap)
             )
-        } else {
+        } else if pct >= -10.0 {
             format!("verdict: ok — jemalloc allocated is within 10% of accounted ({pct:+.1}%)")
+        } else {
+            format!(
+                "verdict: ok — jemalloc allocated is {:.1}% under accounted: pollbox counts \
+                 capacity it reserved and has not filled yet; nothing is held outside its accounting",
+                -pct
+            )
         }
     }
 }
@@ -217,6 +223,19 @@ process_resident_memory_bytes 8000\n";
         let worse = Memory::from_metrics(&SAMPLE.replace("4200", "4500")).unwrap();
         assert!(worse.leaking());
         assert!(worse.verdict().starts_with("VERDICT"));
+        assert!(
+            m.verdict().contains("within 10% of accounted (+5.0%)"),
+            "{}",
+            m.verdict()
+        );
+        let under = Memory::from_metrics(&SAMPLE.replace("4200", "3200")).unwrap();
+        assert!(!under.leaking());
+        let v = under.verdict();
+        assert!(
+            v.starts_with("verdict: ok — jemalloc allocated is 20.0% under accounted"),
+            "{v}"
+        );
+        assert!(!v.contains("within 10%"), "{v}");
     }
 
     #[test]

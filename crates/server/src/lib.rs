@@ -494,9 +494,12 @@ impl ShutdownSignals {
 /// Serve until SIGTERM or SIGINT, then shut down gracefully.
 pub fn serve_until_signal(server: Server, mut signals: ShutdownSignals) -> Result<(), String> {
     if let Some(sig) = signals.0.forever().next() {
-        eprintln!(
-            "pollbox: signal {sig}: draining (stop accepting, finish requests, write snapshot)"
-        );
+        let snapshot = if server.snapshot_path.is_some() {
+            ", write the snapshot"
+        } else {
+            ""
+        };
+        eprintln!("pollbox: signal {sig}: draining (stop accepting, finish requests{snapshot})");
     }
     let boxes = server.shared.node.boxes.len();
     let r = server.shutdown();
