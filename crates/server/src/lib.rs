@@ -103,6 +103,21 @@ impl Shared {
     }
 }
 
+/// Run the calling thread at nice 19 (and the threads it starts from now on,
+/// which inherit it): on a core it shares with a worker it gets what the
+/// worker leaves, so it never stands in front of a readable poll for long.
+pub(crate) fn lower_priority(what: &str) {
+    // SAFETY: gettid takes no arguments and cannot fail; setpriority with
+    // PRIO_PROCESS and a thread id changes only that thread's nice value (Linux).
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) };
+    if r != 0 {
+        eprintln!(
+            "pollbox: {what} thread keeps its priority ({})",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 /// Milliseconds since the Unix epoch.
 pub fn wall_ms() -> u64 {
     std::time::SystemTime::now()

@@ -140,15 +140,7 @@ pub(crate) fn writer_loop(shared: Arc<Shared>, stop: Arc<(Mutex<bool>, Condvar)>
 /// lock for a few copies at a time, and a thread that may never be scheduled
 /// again while holding it would stall every box creation in that shard.)
 fn lower_priority() {
-    // SAFETY: gettid takes no arguments and cannot fail; setpriority with
-    // PRIO_PROCESS and a thread id changes only that thread's nice value (Linux).
-    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) };
-    if r != 0 {
-        eprintln!(
-            "pollbox: snapshot thread keeps its priority ({})",
-            std::io::Error::last_os_error()
-        );
-    }
+    crate::lower_priority("snapshot");
 }
 
 #[cfg(test)]

@@ -50,6 +50,25 @@ fn metric(s: &Server, line_start: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {line_start} in the metrics"))
 }
 
+/// The nice values of this process's threads with these names.
+fn thread_nices(names: &[&str]) -> Vec<i64> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if !names.contains(&comm.trim()) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        // After the command's closing parenthesis: state is field 3, nice 19.
+        if let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) {
+            if let Some(n) = rest.split_whitespace().nth(16).and_then(|v| v.parse().ok()) {
+                out.push(n);
+            }
+        }
+    }
+    out
+}
+
 fn scratch(name: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("pollbox-log-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -198,6 +217,11 @@ fn an_unreachable_log_leaves_the_node_serving_but_not_ready() {
     assert_eq!(r.text(), "not ready");
     assert_eq!(get(s.addr(), "/v1/boxes/nothing").status, 404);
     assert_eq!(metric(&s, "pollbox_log_caught_up"), 0);
+    // The log's threads give way to the workers.
+    until("the log's threads at nice 19", || {
+        let nices = thread_nices(&["pollbox-log", "pollbox-log-end"]);
+        nices.len() == 2 && nices.iter().all(|&n| n == 19)
+    });
     s.shutdown().unwrap();
     // Its snapshot (written at shutdown, the log never reached) says "the
     // log's start", so the next start takes it.

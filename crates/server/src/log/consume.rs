@@ -83,6 +83,7 @@ pub fn spawn(shared: Arc<Shared>, log: Arc<LogState>) -> io::Result<JoinHandle<(
 
 /// Read the log's end every [`END_EVERY`] until shutdown.
 fn watch_ends(shared: &Shared, log: &LogState) {
+    crate::lower_priority("log end");
     let Ok(reader) = consumer(&shared.node.config.log) else {
         return;
     };
@@ -119,6 +120,11 @@ fn stopping(shared: &Shared) -> bool {
 }
 
 fn run(shared: &Shared, log: &LogState) {
+    // Polls first: this thread, and the client's threads it starts (they
+    // fetch and decompress), run at nice 19 on the cores the workers use, so
+    // a poll that becomes readable is not kept waiting by a replay. Idle
+    // workers leave it all the CPU; saturated ones, little (its lag shows it).
+    crate::lower_priority("log");
     let cfg = &shared.node.config.log;
     let mut said = Once {
         last: String::new(),
