@@ -699,22 +699,9 @@ impl Connection {
         let Some(l) = self.logging.take() else {
             return;
         };
-        let keep_alive = l.frame.keep_alive && !cx.host.draining();
-        let buf = &self.rbuf[self.rstart..self.rend];
-        let Ctx {
-            service,
-            buffers,
-            host,
-            ..
-        } = cx;
-        let r = self.sendq.append(&mut buffers.send, |out| {
-            service.answer_logged(&l.frame, buf, l.pending, timed_out, keep_alive, out, *host)
+        self.answer_held(&l.frame, cx, |service, buf, keep_alive, out, host| {
+            service.answer_logged(&l.frame, buf, l.pending, timed_out, keep_alive, out, host)
         });
-        if r == Reply::Close {
-            self.closing = Some(Closing::AfterSend);
-        }
-        self.next_request(l.frame.consumed);
-        self.serve(cx);
     }
 
     /// Answer the parked long-poll (200 with the new payload, 404 when the box
@@ -724,7 +711,22 @@ impl Connection {
         let Some(p) = self.parked.take() else {
             return;
         };
-        let keep_alive = p.frame.keep_alive && !cx.host.draining();
+        self.answer_held(&p.frame, cx, |service, buf, keep_alive, out, host| {
+            service.answer_parked(
+                &p.frame, buf, &p.key, p.park, timed_out, keep_alive, out, host,
+            )
+        });
+    }
+
+    /// Write the answer to a request that waited (its bytes held since), then
+    /// serve what was pipelined behind it.
+    fn answer_held<H: Host>(
+        &mut self,
+        frame: &Frame,
+        cx: &mut Ctx<'_, H>,
+        answer: impl FnOnce(&mut Service, &[u8], bool, &mut Vec<u8>, &mut H) -> Reply,
+    ) {
+        let keep_alive = frame.keep_alive && !cx.host.draining();
         let buf = &self.rbuf[self.rstart..self.rend];
         let Ctx {
             service,
@@ -733,14 +735,12 @@ impl Connection {
             ..
         } = cx;
         let r = self.sendq.append(&mut buffers.send, |out| {
-            service.answer_parked(
-                &p.frame, buf, &p.key, p.park, timed_out, keep_alive, out, *host,
-            )
+            answer(service, buf, keep_alive, out, host)
         });
         if r == Reply::Close {
             self.closing = Some(Closing::AfterSend);
         }
-        self.next_request(p.frame.consumed);
+        self.next_request(frame.consumed);
         self.serve(cx);
     }
 
