@@ -44,40 +44,13 @@ fn spawn(cfg: &Path) -> (common::Server, SocketAddr) {
     (child, addr)
 }
 
-fn request(s: &mut TcpStream, req: &[u8]) -> Option<(u16, String)> {
-    s.write_all(req).ok()?;
-    let mut buf = Vec::new();
-    let mut tmp = [0u8; 4096];
-    loop {
-        let n = s.read(&mut tmp).ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&tmp[..n]);
-        let mut h = [httparse::EMPTY_HEADER; 16];
-        let mut r = httparse::Response::new(&mut h);
-        if let Ok(httparse::Status::Complete(head)) = r.parse(&buf) {
-            let len: usize = r
-                .headers
-                .iter()
-                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-                .map(|h| std::str::from_utf8(h.value).unwrap().parse().unwrap())
-                .unwrap();
-            if buf.len() >= head + len {
-                let body = String::from_utf8_lossy(&buf[head..head + len]).into_owned();
-                return Some((r.code.unwrap(), body));
-            }
-        }
-    }
-}
-
 fn ingest(s: &mut TcpStream, key: &str, value: u64) -> Option<u64> {
     let body = format!(r#"{{"value":{value}}}"#);
     let req = format!(
         "POST /v1/boxes/{key} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
-    let (code, body) = request(s, req.as_bytes())?;
+    let (code, body) = common::request(s, req.as_bytes())?;
     if code != 200 {
         return None;
     }
@@ -87,7 +60,7 @@ fn ingest(s: &mut TcpStream, key: &str, value: u64) -> Option<u64> {
 
 fn version(addr: SocketAddr, key: &str) -> Option<u64> {
     let mut s = TcpStream::connect(addr).unwrap();
-    let (code, body) = request(
+    let (code, body) = common::request(
         &mut s,
         format!("GET /v1/boxes/{key} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes(),
     )?;

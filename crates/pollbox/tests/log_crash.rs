@@ -10,7 +10,6 @@ mod common;
 mod kafka;
 
 use kafka::Broker;
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,39 +53,14 @@ fn spawn(cfg: &Path) -> (common::Server, SocketAddr) {
     (child, addr)
 }
 
-/// One request on `s`; `None` if the connection failed (the server died).
-fn request(s: &mut TcpStream, req: &str) -> Option<(u16, String)> {
-    s.write_all(req.as_bytes()).ok()?;
-    let mut buf = Vec::new();
-    let mut tmp = [0u8; 4096];
-    loop {
-        let n = s.read(&mut tmp).ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&tmp[..n]);
-        let mut h = [httparse::EMPTY_HEADER; 16];
-        let mut r = httparse::Response::new(&mut h);
-        if let Ok(httparse::Status::Complete(head)) = r.parse(&buf) {
-            let len: usize = r
-                .headers
-                .iter()
-                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-                .map_or(0, |h| {
-                    std::str::from_utf8(h.value).unwrap().parse().unwrap()
-                });
-            if buf.len() >= head + len {
-                let body = String::from_utf8_lossy(&buf[head..head + len]).into_owned();
-                return Some((r.code.unwrap(), body));
-            }
-        }
-    }
-}
-
 fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    request(&mut s, &format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n")).expect("answer")
+    common::request(
+        &mut s,
+        format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes(),
+    )
+    .expect("answer")
 }
 
 fn until(what: &str, mut f: impl FnMut() -> bool) {
@@ -129,7 +103,7 @@ fn kill_9_under_ingest_loses_nothing_acknowledged_and_applies_nothing_twice() {
                     body.len()
                 );
                 while !stop.load(Ordering::Relaxed) {
-                    match request(&mut s, &req) {
+                    match common::request(&mut s, req.as_bytes()) {
                         Some((200, _)) => acked += 1,
                         Some((code, b)) => panic!("{code} {b}"),
                         None => break, // A was killed

@@ -1,8 +1,8 @@
 //! Starting the real binary for the tests of this crate.
 
 use std::ffi::OsStr;
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::ops::{Deref, DerefMut};
 use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
@@ -62,4 +62,38 @@ where
         .unwrap();
     let said = std::thread::spawn(move || lines.map_while(Result::ok).collect());
     (Server(child), addr, said)
+}
+
+/// Send `req` on `s` and read one response: its status and body. `None` if
+/// the connection failed (the server died or closed it).
+#[allow(dead_code)] // each test binary uses what it needs
+pub fn request(s: &mut TcpStream, req: &[u8]) -> Option<(u16, String)> {
+    s.write_all(req).ok()?;
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 4096];
+    loop {
+        let n = s.read(&mut tmp).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&tmp[..n]);
+        let mut h = [httparse::EMPTY_HEADER; 16];
+        let mut r = httparse::Response::new(&mut h);
+        if let Ok(httparse::Status::Complete(head)) = r.parse(&buf) {
+            let len: usize = r
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                .map_or(0, |h| {
+                    std::str::from_utf8(h.value)
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0)
+                });
+            if buf.len() >= head + len {
+                let body = String::from_utf8_lossy(&buf[head..head + len]).into_owned();
+                return Some((r.code.unwrap_or(0), body));
+            }
+        }
+    }
 }
