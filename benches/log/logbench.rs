@@ -136,6 +136,9 @@ fn pollbox_consumer(brokers: &str, client: &[(String, String)]) -> BaseConsumer 
     if !client.iter().any(|(k, _)| k == "fetch.wait.max.ms") {
         c.set("fetch.wait.max.ms", "100");
     }
+    if !client.iter().any(|(k, _)| k == "fetch.queue.backoff.ms") {
+        c.set("fetch.queue.backoff.ms", "10");
+    }
     c.create()
         .unwrap_or_else(|e| die(&format!("consumer: {e}")))
 }
