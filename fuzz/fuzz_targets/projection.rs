@@ -7,7 +7,8 @@
 //! - byte 0: field count (bits 0-1, 1 to 4), `key_field` (bits 2-3), arena
 //!   limit (bits 4-5), `max_boxes` (bits 6-7);
 //! - byte 1: `max_key_bytes` (1 to 16, or 128 with the top bit);
-//! - byte 2: `max_payload_bytes` (16 + byte);
+//! - byte 2: `max_payload_bytes` (16 + byte, raised to what the fields need
+//!   at their widest: the config check's rule);
 //! - byte 3: the key a `POST /v1/boxes/{key}` would carry;
 //! - two bytes per field: type, reducer, JSON pointer, `max_len`, name.
 //!
@@ -31,9 +32,9 @@ use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use model::*;
-use pollbox_core::boxes::BoxTable;
-use pollbox_core::config::{BoxesConfig, Config, FieldConfig, FieldType, Reduce};
 use pollbox_core::arena::Arena;
+use pollbox_core::boxes::BoxTable;
+use pollbox_core::config::{largest_payload, BoxesConfig, Config, FieldConfig, FieldType, Reduce};
 use pollbox_core::plan::{MessageError, Plan, Value};
 use pollbox_core::projection::{BodyError, BodyFormat, KeySource, Projector};
 use serde_json::Value as Json;
@@ -170,6 +171,10 @@ fn setup(data: &[u8]) -> Option<(Setup, &[u8])> {
         };
         boxes.fields.push(field);
     }
+    // The config check refuses fields whose widest values cannot fit the
+    // payload limit with an empty key; a long key or escapes still can pass
+    // it, so payloads over the limit stay reachable.
+    boxes.max_payload_bytes = boxes.max_payload_bytes.max(largest_payload(&boxes));
     static EMBEDDED: OnceLock<Config> = OnceLock::new();
     let mut config = EMBEDDED.get_or_init(Config::embedded).clone();
     config.boxes = boxes;

@@ -38,8 +38,8 @@ use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use model::*;
-use pollbox_core::config::{FieldType, Reduce};
 use pollbox_core::arena::Arena;
+use pollbox_core::config::{FieldType, Reduce};
 use pollbox_core::plan::{FieldPlan, Plan};
 use pollbox_core::projection::{self, BodyError, BodyFormat, KeySource, Projector};
 
@@ -121,12 +121,19 @@ fn check(body: &[u8]) {
     // containers only in the server) answers as one cursor does, error and
     // offset included, wherever the split falls. Split points from the
     // body's bytes, so the fuzzer steers them too.
-    let seed = body.iter().fold(body.len(), |h, &b| h.wrapping_mul(31) ^ usize::from(b));
+    let seed = body
+        .iter()
+        .fold(body.len(), |h, &b| h.wrapping_mul(31) ^ usize::from(b));
     for k in 0..4 {
         let w = (seed >> (k * 3)) % 8;
         let target = (seed >> (k * 5 + 12)) % (body.len() + 1);
         let split = projection::validate_split(body, w, target);
-        assert_eq!(split, ours, "split after {w} steps at {target}: {:?}", show());
+        assert_eq!(
+            split,
+            ours,
+            "split after {w} steps at {target}: {:?}",
+            show()
+        );
     }
     let mut arena = Arena::new(1 << 16, 16 << 20);
     for plan in plans() {
