@@ -124,7 +124,7 @@ impl Service {
 }
 
 /// Answer `{"error":"<reason>"}` with `code` (the reason needs no escaping).
-fn refuse<H: Host>(
+pub(super) fn refuse<H: Host>(
     heads: &Heads,
     out: &mut Vec<u8>,
     host: &mut H,

@@ -13,7 +13,8 @@
 //! out (`log.ack_timeout_ms`: 503 "log unavailable"), [`Service::answer_logged`]
 //! writes the answer.
 
-use super::{error_body, Answer, Exchange, Host, IngestResult, Reply, RouteLabel, Service};
+use super::ingest::refuse;
+use super::{Answer, Exchange, Host, IngestResult, Reply, RouteLabel, Service};
 use crate::http::Frame;
 use crate::plan::MessageError;
 use crate::projection::{BodyFormat, KeySource, Shape};
@@ -186,10 +187,16 @@ impl Service {
             Ok(b) => b,
             Err(e) => {
                 x.host.ingested(IngestResult::of_body(&e), 1);
-                let mut text = Vec::new();
-                error_body(&mut text, &e.to_string());
                 let a = x.json(route, e.status());
-                self.heads.write(x.out, x.host, &a, &text);
+                refuse(
+                    &self.heads,
+                    x.out,
+                    x.host,
+                    a,
+                    e.status(),
+                    &mut self.body,
+                    |t| e.write_message(t),
+                );
                 return x.reply();
             }
         };
@@ -338,12 +345,17 @@ impl Service {
             },
             Kind::Single { key } => match p.single {
                 Some(Report::Refused(e)) => {
-                    self.body.clear();
-                    self.body.extend_from_slice(b"{\"error\":\"");
-                    e.write_reason(self.node.boxes.plan(), &mut self.body);
-                    self.body.extend_from_slice(b"\"}");
+                    let plan = self.node.boxes.plan();
                     let a = x.json(route, e.status());
-                    self.heads.write(x.out, x.host, &a, &self.body);
+                    refuse(
+                        &self.heads,
+                        x.out,
+                        x.host,
+                        a,
+                        e.status(),
+                        &mut self.body,
+                        |t| e.write_reason(plan, t),
+                    );
                     x.reply()
                 }
                 _ => {
