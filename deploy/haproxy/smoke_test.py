@@ -9,6 +9,8 @@ config makes, not pollbox itself (the system test with real nodes does that):
   same node, for 1,000 keys, and both nodes get a fair share of keys;
 - percent-encoded and plain spellings of one key reach the same node;
 - POST /v1/ingest and a path with a broken %-escape are refused with 400 by HAProxy;
+- a node that closes a connection without answering: a GET is retried on that
+  same node (200), a POST and a long-poll are not retried (502, seen once);
 - a dead node's keys fail with 503 and are not re-hashed onto the live node, the
   live node's keys keep working, and the dead node gets its keys back on return.
 
@@ -56,6 +58,9 @@ class StubNode:
         self.server = None
         self.conns = set()
         self.lock = threading.Lock()
+        # close_next > 0: close that many requests' connections without answering.
+        self.close_next = 0
+        self.seen = {"GET": 0, "POST": 0}
 
     def start(self):
         name = self.name
@@ -85,6 +90,17 @@ class StubNode:
                 if length:
                     self.rfile.read(length)
                 path = self.path.split("?", 1)[0]
+                if path != "/healthz":
+                    with node.lock:
+                        node.seen[self.command] += 1
+                        close = node.close_next > 0
+                        node.close_next -= close
+                    if close:
+                        # Like a node dying mid-request, or closing a kept-alive
+                        # connection just as HAProxy reuses it: no answer at all.
+                        self.close_connection = True
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        return
                 if path == "/healthz":
                     body = b"ok"
                 else:
@@ -149,6 +165,18 @@ class Client:
         return json.loads(data)["node"]
 
 
+def once(port, method, path, body=None):
+    """One request on a new connection, never retried: (status, body)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        conn.request(method, path, body=body, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
 def wait_for_port(port, proc, deadline_s=10.0):
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
@@ -196,6 +224,29 @@ def run(client, nodes):
     status, data = client.request("GET", "/v1/boxes/bad%zzkey")
     check(status == 400 and b"percent-encoding" in data, f"broken escape: got {status} {data!r}")
     print("  POST /v1/ingest and broken %-escapes answered 400 by the load balancer")
+
+    # 4. A node closes without answering: a GET is retried once, on the same node
+    #    (the key's), a POST or a long-poll is not. Each on a new client connection
+    #    that never retries: on a kept-alive one HAProxy passes the close on, for
+    #    the client to retry (see haproxy.cfg).
+    node = nodes[0]
+    key = next(k for k, v in owner.items() if v == node.name)
+    attempts = [
+        ("GET", f"/v1/boxes/{key}", None, 200, 2),
+        ("POST", f"/v1/boxes/{key}", json.dumps({"value": 1}), 502, 1),
+        ("GET", f"/v1/boxes/{key}?after=1&wait_ms=25", None, 502, 1),
+    ]
+    for method, path, body, want, sent in attempts:
+        before = dict(node.seen)
+        node.close_next = 1
+        status, data = once(client.port, method, path, body)
+        check(status == want, f"{method} {path} with one closed connection: expected {want}, got {status} {data[:120]!r}")
+        if want == 200:
+            check(json.loads(data)["node"] == node.name, f"{method} {path} was retried on another node")
+        got = node.seen[method] - before[method]
+        check(got == sent, f"{method} {path}: {node.name} saw it {got} times, expected {sent}")
+        check(node.close_next == 0, f"{method} {path}: never reached {node.name}")
+    print("  a connection closed unanswered: GET retried on its key's node; POST and long-poll not re-sent (502)")
     return owner
 
 
@@ -217,7 +268,7 @@ def main():
         client = Client(front)
         owner = run(client, nodes)
 
-        # 4. A dead node's keys fail; they are not moved to the live node.
+        # 5. A dead node's keys fail; they are not moved to the live node.
         dead, live = nodes[1], nodes[0]
         dead.stop()
         # Long enough for the health backend to mark it down (inter 2s, fall 3),
@@ -232,7 +283,7 @@ def main():
             check(client.node_of("GET", f"/v1/boxes/{key}") == live.name, f"{key} left {live.name}")
         print(f"  {dead.name} stopped: its keys answer 503, none re-hashed; {live.name}'s keys unaffected")
 
-        # 5. The node comes back on its address and gets its keys back.
+        # 6. The node comes back on its address and gets its keys back.
         dead.start()
         for key in dead_keys:
             check(client.node_of("GET", f"/v1/boxes/{key}") == dead.name, f"{key} did not return to {dead.name}")
