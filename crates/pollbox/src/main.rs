@@ -1,6 +1,8 @@
 //! `pollbox`: the binary. Thin on purpose: argument parsing and wiring of
 //! `pollbox-server` (serve), `pollbox-load` (load, demo) and `pollbox-memcheck`.
 
+mod demo;
+
 use clap::{Parser, Subcommand};
 use pollbox_core::config::{Config, DEFAULT_TOML};
 use std::path::PathBuf;
@@ -58,7 +60,8 @@ enum Cmd {
         #[arg(long)]
         watch: Option<u64>,
     },
-    /// Start a server on a free loopback port, drive 10 s of mixed load, report, stop.
+    /// Start a server on a free loopback port, show a poll, a long-poll and an
+    /// event stream (with their curl commands), drive 10 s of mixed load, report, stop.
     Demo {
         /// Seconds of load.
         #[arg(long, default_value_t = 10)]
@@ -148,7 +151,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Memcheck { url, watch } => pollbox_memcheck::run(&url, watch),
-        Cmd::Demo { seconds } => demo(seconds),
+        Cmd::Demo { seconds } => demo::run(seconds),
         Cmd::CheckConfig { file, file_only } => {
             let (cfg, _) = load_config(Some(&file))?;
             // What `serve` checks before it binds: the files the config names,
@@ -167,33 +170,4 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-fn demo(seconds: u64) -> Result<ExitCode, String> {
-    let mut cfg = Config::embedded();
-    cfg.server.listen = "127.0.0.1:0".into();
-    let server = pollbox_server::Server::start(cfg).map_err(|e| e.to_string())?;
-    let url = format!("http://{}", server.addr());
-    eprintln!(
-        "pollbox demo: server on {url}; {seconds} s of mixed load (poll 80, ingest 15, batch 5)"
-    );
-    // The generator runs as a child process, so the memory table below shows
-    // the server alone.
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    println!("\n== latency (pollbox load)");
-    let status = std::process::Command::new(exe)
-        .args(["load", "--url", &url, "--connections", "32", "--duration"])
-        .arg(format!("{seconds}s"))
-        .args(["--mix", "poll:80,ingest:15,batch:5", "--preseed"])
-        .status()
-        .map_err(|e| format!("cannot start the load generator: {e}"))?;
-    println!("\n== memory (pollbox memcheck)");
-    pollbox_memcheck::run(&url, None)?;
-    server.shutdown()?;
-    println!("\npollbox demo: server stopped cleanly");
-    Ok(if status.success() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
 }
