@@ -97,17 +97,18 @@ pub enum SnapshotError {
 /// expiry counts on). Boxes are written one by one, each whole; pass a
 /// buffered writer.
 pub fn write_snapshot(table: &BoxTable, now_ms: u64, w: &mut impl Write) -> io::Result<()> {
-    write_snapshot_at(table, now_ms, None, w)
+    write_snapshot_at(table, now_ms, None, w).map(|_| ())
 }
 
 /// [`write_snapshot`] with the log position the boxes reflect at least
-/// (taken before the walk).
+/// (taken before the walk). Returns the snapshot's checksum (what a seal
+/// names: docs/operations.md#snapshots-and-durability).
 pub fn write_snapshot_at(
     table: &BoxTable,
     now_ms: u64,
     position: Option<&Position>,
     w: &mut impl Write,
-) -> io::Result<()> {
+) -> io::Result<u32> {
     let mut w = CrcWriter {
         inner: w,
         crc: crc32fast::Hasher::new(),
@@ -170,7 +171,8 @@ pub fn write_snapshot_at(
     w.write_all(&log)?;
     let crc = w.crc.clone().finalize();
     w.inner.write_all(&crc.to_le_bytes())?;
-    w.inner.flush()
+    w.inner.flush()?;
+    Ok(crc)
 }
 
 fn encode_box(
@@ -265,6 +267,46 @@ pub fn read_snapshot_at(
     now_ms: u64,
     r: &mut impl Read,
 ) -> Result<(BoxTable, Option<Position>), SnapshotError> {
+    read_snapshot_into(BoxTable::new(plan), now_ms, Versions::Keep, r)
+        .map(|s| (s.table, s.position))
+}
+
+/// What a snapshot's versions become when its boxes are restored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Versions {
+    /// As written: nothing was served past them (a snapshot sealed at a
+    /// graceful stop), or they are log positions, which a replay reproduces.
+    Keep,
+    /// Past the table's version clock (and past their own): the process that
+    /// wrote the snapshot may have served later versions of a box before it
+    /// stopped, with other content, so no version it may have served is
+    /// reused (docs/boxes.md#versions-and-etags).
+    Restamp,
+}
+
+/// A snapshot read whole.
+pub struct Restored {
+    pub table: BoxTable,
+    /// The log position it holds (`None`: a standalone node's, or a format before 4).
+    pub position: Option<Position>,
+    /// Its checksum (the one [`write_snapshot_at`] returned).
+    pub crc: u32,
+}
+
+/// Read a snapshot into `table` (empty; the caller's, so that it keeps the
+/// caller's version clock), its versions kept or re-stamped.
+pub fn read_snapshot_into(
+    table: BoxTable,
+    now_ms: u64,
+    versions: Versions,
+    r: &mut impl Read,
+) -> Result<Restored, SnapshotError> {
+    let plan = table.plan();
+    // Every version the writer may have served is below the clock now.
+    let past = match versions {
+        Versions::Keep => None,
+        Versions::Restamp => Some(table.version_clock()),
+    };
     let mut r = CrcReader {
         inner: r,
         crc: crc32fast::Hasher::new(),
@@ -301,10 +343,9 @@ pub fn read_snapshot_at(
     let same_layout = stored.len() == plan.fields.len()
         && stored
             .iter()
-            .zip(layout(&plan))
+            .zip(layout(plan))
             .all(|((n, t, r), (pn, pt, pr))| n == pn && *t == pt && *r == pr);
 
-    let table = BoxTable::new(Arc::clone(&plan));
     // The first box the table refused; reported once the checksum vouches for
     // the file.
     let mut refused: Option<SnapshotError> = None;
@@ -344,6 +385,7 @@ pub fn read_snapshot_at(
         }
         boxes += 1;
         if same_layout && refused.is_none() {
+            let version = past.map_or(version, |p| version.max(p) + 1);
             if let Err(reason) = table.restore(&key, version, idle_s, &state, now_ms) {
                 refused = Some(SnapshotError::BoxRefused { key, reason });
             }
@@ -395,7 +437,7 @@ pub fn read_snapshot_at(
         return Err(SnapshotError::LayoutMismatch {
             snapshot: describe(&stored),
             config: describe(
-                &layout(&plan)
+                &layout(plan)
                     .map(|(n, t, r)| (n.to_string(), t, r))
                     .collect::<Vec<_>>(),
             ),
@@ -405,7 +447,11 @@ pub fn read_snapshot_at(
         Some(e) => Err(e),
         None => {
             table.raise_version_floor(floor);
-            Ok((table, position))
+            Ok(Restored {
+                table,
+                position,
+                crc: computed,
+            })
         }
     }
 }

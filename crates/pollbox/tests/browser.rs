@@ -11,12 +11,25 @@
 //! The same page from an origin that is not in `cors_origins` is refused by
 //! the browser: every `fetch` rejects.
 //!
+//! A second page runs the README's `EventSource` client (its code, taken from
+//! README.md) through a rolling restart of the `pollbox` binary: the server is
+//! stopped under the open stream (SIGTERM, then kill -9), its port answers 503
+//! for a while (a proxy's answer while the node restarts, after which
+//! `EventSource` gives up for good), and the server comes back on the same
+//! port; the page reopens with back-off and gets the next update.
+//!
 //! Needs Debian's `chromium` (`.ci/run` installs it); run with
 //! `cargo test -p pollbox --test browser -- --ignored`.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use pollbox_core::config::Config;
@@ -146,6 +159,12 @@ fn serve_page(listener: TcpListener, page: String) {
 /// Load `url` in headless Chromium and return the DOM once the page's script
 /// is done (virtual time waits for pending fetches).
 fn dump_dom(url: &str) -> String {
+    chromium_dump_dom(url, &["--virtual-time-budget=60000"])
+}
+
+/// Load `url` in headless Chromium with `flags` and return the DOM it dumps
+/// (without a virtual time budget: once the page's load event has fired).
+fn chromium_dump_dom(url: &str, flags: &[&str]) -> String {
     let profile = std::env::temp_dir().join(format!(
         "pollbox-chromium-{}-{}",
         std::process::id(),
@@ -158,9 +177,9 @@ fn dump_dom(url: &str) -> String {
             "--disable-gpu",
             "--disable-dev-shm-usage",
             "--no-first-run",
-            "--virtual-time-budget=60000",
             "--dump-dom",
         ])
+        .args(flags)
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg(url)
         .stdout(Stdio::piped())
@@ -282,4 +301,354 @@ fn a_page_on_an_allowed_origin_polls_long_polls_ingests_and_deletes() {
         "preflights refused: nothing was ingested"
     );
     server.shutdown().expect("clean stop");
+}
+
+/// The page of the rolling restart: `POLLBOX` is filled in, and `README_CLIENT`
+/// with the README's `EventSource` client (from `let lastId` to `subscribe();`),
+/// which calls the page's `box` and `show`. The image `/hold` holds the page's
+/// load event, so `--dump-dom` waits until the test answers it (and the page's
+/// timers run in real time, not in virtual time). The page writes what it saw
+/// into `#results` at every change and reports it to the test (its own
+/// origin), which restarts pollbox while the page runs.
+const RESTART_PAGE: &str = r#"<!doctype html>
+<html><head><meta charset="utf-8"><title>pollbox through a rolling restart</title></head>
+<body><pre id="results">pending</pre>
+<img src="/hold" alt="">
+<script>
+const results = { shown: [], opened: [], errors: [] };
+function record() {
+  document.getElementById("results").textContent = JSON.stringify(results);
+}
+function report(what) {
+  fetch("/report?" + what, { cache: "no-store" }).catch(() => {});
+}
+// Every EventSource the client opens, and the readyState of each of their
+// errors (2, CLOSED: it gave up), recorded and reported; nothing else changes.
+const NativeEventSource = EventSource;
+window.EventSource = class extends NativeEventSource {
+  constructor(url) {
+    super(url);
+    results.opened.push(url);
+    record();
+    this.addEventListener("error", () => {
+      results.errors.push(this.readyState);
+      record();
+      report("error=" + this.readyState);
+    });
+  }
+};
+const box = "POLLBOX/v1/boxes/" + encodeURIComponent("rolling-box");
+function show(p) {
+  results.shown.push(p === null ? null : p.v);
+  record();
+  report("shown=" + (p === null ? "null" : p.v));
+}
+record();
+README_CLIENT
+</script></body></html>
+"#;
+
+/// The README's browser client that subscribes: from `let lastId = "";` to the
+/// `subscribe();` that starts it, as the README shows it.
+fn readme_event_source_client() -> &'static str {
+    let readme = include_str!("../../../README.md");
+    let start = readme
+        .find("let lastId = \"\";")
+        .expect("README.md: the EventSource client starts with `let lastId = \"\";`");
+    let end = start
+        + readme[start..]
+            .find("\nsubscribe();\n")
+            .expect("README.md: the EventSource client ends with `subscribe();`")
+        + "\nsubscribe();\n".len();
+    &readme[start..end]
+}
+
+/// Answers `/hold` only once released (or after two minutes).
+#[derive(Default)]
+struct Hold {
+    released: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Hold {
+    fn wait(&self) {
+        let released = self.released.lock().unwrap();
+        let _ = self
+            .cv
+            .wait_timeout_while(released, Duration::from_secs(120), |r| !*r)
+            .unwrap();
+    }
+
+    fn release(&self) {
+        *self.released.lock().unwrap() = true;
+        self.cv.notify_all();
+    }
+}
+
+/// Read a request head from `stream`; its target (`/` if unreadable).
+fn request_target(stream: &TcpStream) -> String {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    let mut target = None;
+    while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+        if line == "\r\n" {
+            break;
+        }
+        target.get_or_insert_with(|| line.split(' ').nth(1).unwrap_or("/").to_owned());
+        line.clear();
+    }
+    target.unwrap_or_else(|| "/".into())
+}
+
+/// Serve the restart page on `listener`: `/report?WHAT` sends `WHAT` to the
+/// test, `/hold` waits for `hold`, anything else gets the page.
+fn serve_restart_page(
+    listener: TcpListener,
+    page: String,
+    reports: Sender<String>,
+    hold: Arc<Hold>,
+) {
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let (page, reports, hold) = (page.clone(), reports.clone(), hold.clone());
+            std::thread::spawn(move || {
+                let target = request_target(&stream);
+                let (kind, body) = if let Some(what) = target.strip_prefix("/report?") {
+                    let _ = reports.send(what.to_owned());
+                    ("text/plain", String::new())
+                } else if target == "/hold" {
+                    hold.wait();
+                    ("text/plain", String::new())
+                } else {
+                    ("text/html; charset=utf-8", page)
+                };
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nCache-Control: no-store\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+}
+
+/// Wait up to `within` until the page has reported `what` `times` times
+/// (counting the reports not read yet); else what it reported meanwhile.
+fn reports_until(
+    reports: &Receiver<String>,
+    what: &str,
+    times: usize,
+    within: Duration,
+) -> Result<(), Vec<String>> {
+    let deadline = Instant::now() + within;
+    let mut seen = Vec::new();
+    while seen.iter().filter(|r| *r == what).count() < times {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match reports.recv_timeout(left) {
+            Ok(r) => seen.push(r),
+            Err(_) => return Err(seen),
+        }
+    }
+    Ok(())
+}
+
+/// What a proxy in front of a restarting node answers: 503 to every request
+/// on `port` (no CORS headers, as HAProxy's own 503), until ended.
+struct Outage {
+    stop: Arc<AtomicBool>,
+    answered: Arc<AtomicUsize>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Outage {
+    fn start(port: u16) -> Outage {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let listener = loop {
+            match TcpListener::bind(("127.0.0.1", port)) {
+                Ok(l) => break l,
+                Err(e) if Instant::now() < deadline => {
+                    eprintln!("outage: bind {port}: {e}; again");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("outage: bind {port}: {e}"),
+            }
+        };
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let answered = Arc::new(AtomicUsize::new(0));
+        let thread = std::thread::spawn({
+            let (stop, answered) = (stop.clone(), answered.clone());
+            move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok((mut stream, _)) = listener.accept() else {
+                        std::thread::sleep(Duration::from_millis(5));
+                        continue;
+                    };
+                    let _ = stream.set_nonblocking(false);
+                    request_target(&stream);
+                    let body = "<html><body><h1>503 Service Unavailable</h1>\n\
+                                No server is available to handle this request.\n</body></html>\n";
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/html\r\n\
+                         Content-Length: {}\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    answered.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        Outage {
+            stop,
+            answered,
+            thread,
+        }
+    }
+
+    /// Stop answering and free the port; how many requests were answered 503.
+    fn end(self) -> usize {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap();
+        self.answered.load(Ordering::Relaxed)
+    }
+}
+
+/// A port no socket listens on now (the kernel's pick, given back).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `pollbox serve --config cfg`, which must listen on `port`.
+fn serve_on(cfg: &Path, port: u16) -> common::Server {
+    let (server, addr, _) = common::serve(
+        ["serve".as_ref(), "--config".as_ref(), cfg.as_os_str()],
+        &[],
+    );
+    assert_eq!(addr.port(), port, "the server listens where the page looks");
+    server
+}
+
+/// POST `{"value": value}` to the page's box on `port`; the status.
+fn ingest_on(port: u16, value: u64) -> u16 {
+    let body = format!(r#"{{"value":{value},"player":"test"}}"#);
+    let req = format!(
+        "POST /v1/boxes/rolling-box HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to pollbox");
+    common::request(&mut s, req.as_bytes()).map_or(0, |(code, _)| code)
+}
+
+fn signal(child: &std::process::Child, sig: &str) {
+    let st = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+#[test]
+#[ignore = "needs chromium (Debian package chromium); .ci/run installs it"]
+fn the_readme_event_source_client_gets_the_next_update_after_a_rolling_restart() {
+    let (page_listener, page_addr) = page_origin();
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("pollbox-browser-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("pollbox.toml");
+    // No snapshot: the restarted server starts empty, its versions from the
+    // clock (past every version the page saw), so the page's last id hides
+    // nothing.
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\nworkers = 2\n\
+             [http]\ncors_origins = [\"http://{page_addr}\"]\n"
+        ),
+    )
+    .unwrap();
+    let mut server = serve_on(&cfg, port);
+    assert_eq!(ingest_on(port, 1), 200);
+
+    let page = RESTART_PAGE
+        .replace("POLLBOX", &format!("http://127.0.0.1:{port}"))
+        .replace("README_CLIENT", readme_event_source_client());
+    let (report_tx, reports) = std::sync::mpsc::channel();
+    let hold = Arc::new(Hold::default());
+    serve_restart_page(page_listener, page, report_tx, hold.clone());
+    let url = format!("http://{page_addr}/");
+    let browser = std::thread::spawn(move || chromium_dump_dom(&url, &[]));
+
+    let first = reports_until(&reports, "shown=1", 1, Duration::from_secs(60));
+    assert!(
+        first.is_ok(),
+        "the page did not get the box: it reported {first:?}"
+    );
+    let mut outages = Vec::new();
+    for (sig, value) in [("-TERM", 2), ("-KILL", 3)] {
+        signal(&server, sig);
+        let status = server.wait().unwrap();
+        if sig == "-TERM" {
+            assert!(status.success(), "SIGTERM: exit status {status:?}");
+        }
+        // The port answers 503 until the page's EventSource has given up
+        // (readyState CLOSED) twice: its own reconnect was answered 503, and
+        // so was the client's first reopen (the next comes after 2 s).
+        let outage = Outage::start(port);
+        let gave_up = reports_until(&reports, "error=2", 2, Duration::from_secs(30));
+        let answered = outage.end();
+        server = serve_on(&cfg, port);
+        assert_eq!(ingest_on(port, value), 200);
+        let shown = reports_until(
+            &reports,
+            &format!("shown={value}"),
+            1,
+            Duration::from_secs(60),
+        );
+        assert!(
+            shown.is_ok(),
+            "{sig}: the page did not get {value} from the restarted server: it reported {shown:?} \
+             (during the outage, {answered} requests answered 503: {gave_up:?})"
+        );
+        outages.push((sig, gave_up, answered));
+    }
+    hold.release();
+    let dom = browser.join().expect("chromium");
+    let r = results(&dom);
+    eprintln!("rolling restart: {r:#}");
+    assert_eq!(r["shown"], serde_json::json!([1, 2, 3]), "{r}");
+    for (sig, gave_up, answered) in outages {
+        assert!(
+            gave_up.is_ok() && answered >= 2,
+            "{sig}: the page gave up twice in the outage ({answered} answered 503): {gave_up:?}"
+        );
+    }
+    let closed = r["errors"]
+        .as_array()
+        .expect("errors")
+        .iter()
+        .filter(|e| **e == 2);
+    assert!(
+        closed.count() >= 4,
+        "EventSource gave up (CLOSED) on each 503: {r}"
+    );
+    let opened = r["opened"].as_array().expect("opened");
+    assert!(opened.len() >= 5, "the client reopened: {r}");
+    assert!(
+        opened[1..]
+            .iter()
+            .all(|u| u.as_str().is_some_and(|u| u.contains("?last_event_id="))),
+        "reopened from the last id: {r}"
+    );
+    signal(&server, "-TERM");
+    assert!(server.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -431,6 +431,9 @@ fn decode_chunked(data: &[u8]) -> io::Result<Option<(Vec<u8>, usize)>> {
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Acked {
     ver: u64,
+    /// Messages the box took (its `n`): a new box's first version is the
+    /// clock's, then each message adds 1.
+    n: u64,
     v: f64,
     sum: f64,
 }
@@ -451,14 +454,11 @@ fn parse_box(key: &str, what: &str, r: &Response) -> Acked {
         .as_u64()
         .unwrap_or_else(|| panic!("{key}: {what}: no ver in {}", r.body));
     // The default projection counts messages in `n`: one per ingest, like `ver`.
-    assert_eq!(
-        num("n"),
-        ver as f64,
-        "{key}: {what}: n != ver in {}",
-        r.body
-    );
+    let n = num("n") as u64;
+    assert!(ver >= n, "{key}: {what}: ver < n in {}", r.body);
     Acked {
         ver,
+        n,
         v: num("v"),
         sum: num("sum"),
     }
@@ -473,6 +473,7 @@ fn ingest_and_poll(front: SocketAddr, t: usize) -> Vec<(String, Acked)> {
         let key = key_name(i);
         let path = format!("/v1/boxes/{key}");
         let mut sum = 0.0;
+        let mut first = 0;
         for j in 0..1 + i % 3 {
             let value = (i * 10 + j) as u64;
             sum += value as f64;
@@ -481,8 +482,12 @@ fn ingest_and_poll(front: SocketAddr, t: usize) -> Vec<(String, Acked)> {
                 .unwrap_or_else(|e| panic!("POST {path}: {e}"));
             assert_eq!(r.status, 200, "POST {path}: {}", r.body);
             let acked = parse_box(&key, "ingest", &r);
+            if j == 0 {
+                first = acked.ver;
+            }
             let want = Acked {
-                ver: j as u64 + 1,
+                ver: first + j as u64,
+                n: j as u64 + 1,
                 v: value as f64,
                 sum,
             };
@@ -501,7 +506,8 @@ fn ingest_and_poll(front: SocketAddr, t: usize) -> Vec<(String, Acked)> {
         out.push((
             key,
             Acked {
-                ver: (1 + i % 3) as u64,
+                ver: first + (i % 3) as u64,
+                n: (1 + i % 3) as u64,
                 v: (i * 10 + i % 3) as f64,
                 sum,
             },
@@ -802,13 +808,21 @@ fn two_nodes_behind_haproxy_scraped_by_prometheus() {
 
     // 5. Event streams through HAProxy: the same path, so `balance uri` keeps a
     //    stream with its box's node; the box at once, each update, the end on DELETE.
-    let mut subs: Vec<(String, TcpStream, Vec<u8>)> = (0..4)
+    // A new box's first version is the clock's: each is read from its ingest.
+    let ver_of = |body: &str| -> u64 {
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        v["ver"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no ver in {body}"))
+    };
+    let mut subs: Vec<(String, TcpStream, Vec<u8>, u64)> = (0..4)
         .map(|i| {
             let key = format!("sys-sse-{i}");
             let r = client
                 .request("POST", &format!("/v1/boxes/{key}"), Some(r#"{"value":1}"#))
                 .unwrap();
             assert_eq!(r.status, 200, "{key}: {}", r.body);
+            let first = ver_of(&r.body);
             let mut st = TcpStream::connect(front).unwrap();
             st.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
             write!(
@@ -816,7 +830,7 @@ fn two_nodes_behind_haproxy_scraped_by_prometheus() {
                 "GET /v1/boxes/{key} HTTP/1.1\r\nHost: pollbox\r\nAccept: text/event-stream\r\n\r\n"
             )
             .unwrap();
-            (key, st, Vec::new())
+            (key, st, Vec::new(), first)
         })
         .collect();
     let until = |st: &mut TcpStream, buf: &mut Vec<u8>, what: &str| {
@@ -829,8 +843,8 @@ fn two_nodes_behind_haproxy_scraped_by_prometheus() {
             );
         }
     };
-    for (key, st, buf) in &mut subs {
-        until(st, buf, "\"ver\":1,");
+    for (key, st, buf, first) in &mut subs {
+        until(st, buf, &format!("\"ver\":{first},"));
         let head = String::from_utf8_lossy(buf).to_ascii_lowercase();
         assert!(head.starts_with("http/1.1 200"), "{key}: {head}");
         assert!(
@@ -838,14 +852,14 @@ fn two_nodes_behind_haproxy_scraped_by_prometheus() {
             "{key}: {head}"
         );
         assert!(
-            head.contains(&format!("id: 1\ndata: {{\"k\":\"{key}\",")),
+            head.contains(&format!("id: {first}\ndata: {{\"k\":\"{key}\",")),
             "{key}: {head}"
         );
         let r = client
             .request("POST", &format!("/v1/boxes/{key}"), Some(r#"{"value":2}"#))
             .unwrap();
         assert_eq!(r.status, 200);
-        until(st, buf, "id: 2\ndata: ");
+        until(st, buf, &format!("id: {}\ndata: ", *first + 1));
         let r = client
             .request("DELETE", &format!("/v1/boxes/{key}"), None)
             .unwrap();
@@ -889,13 +903,22 @@ fn two_nodes_behind_haproxy_scraped_by_prometheus() {
         &url,
     ]);
     assert!(r.starts_with("HTTP/2 200"), "ingest over h2: {r}");
-    assert!(r.contains(&format!("{{\"k\":\"{key}\",\"ver\":1,")), "{r}");
+    let body = r.split("\r\n\r\n").nth(1).unwrap_or_default();
+    assert!(
+        body.starts_with(&format!("{{\"k\":\"{key}\",\"ver\":")),
+        "{r}"
+    );
+    let first = ver_of(body);
     let r = curl(&[&url]);
     assert!(r.starts_with("HTTP/2 200"), "poll over h2: {r}");
-    assert!(r.to_ascii_lowercase().contains("etag: \"1\""), "{r}");
+    assert!(
+        r.to_ascii_lowercase()
+            .contains(&format!("etag: \"{first}\"")),
+        "{r}"
+    );
     assert!(
         r.contains(&format!(
-            "{{\"k\":\"{key}\",\"ver\":1,\"v\":7,\"sum\":7,\"n\":1,\"by\":\"h2\"}}"
+            "{{\"k\":\"{key}\",\"ver\":{first},\"v\":7,\"sum\":7,\"n\":1,\"by\":\"h2\"}}"
         )),
         "poll over h2: {r}"
     );
@@ -933,7 +956,7 @@ fn two_nodes_behind_haproxy_scraped_by_prometheus() {
         }
         String::from_utf8_lossy(&seen).into_owned()
     };
-    let head = until("id: 1\ndata: ");
+    let head = until(&format!("id: {first}\ndata: "));
     assert!(head.starts_with("HTTP/2 200"), "stream over h2: {head}");
     assert!(
         head.to_ascii_lowercase()
@@ -952,7 +975,11 @@ fn two_nodes_behind_haproxy_scraped_by_prometheus() {
     assert!(r.starts_with("HTTP/2 200"), "second ingest over h2: {r}");
     let events = until("\"sum\":12,");
     assert!(
-        events.contains(&format!("id: 2\ndata: {{\"k\":\"{key}\",\"ver\":2,")),
+        events.contains(&format!(
+            "id: {}\ndata: {{\"k\":\"{key}\",\"ver\":{},",
+            first + 1,
+            first + 1
+        )),
         "the update over the h2 stream: {events}"
     );
     let _ = sub.kill();

@@ -118,6 +118,14 @@ pub(crate) fn lower_priority(what: &str) {
     }
 }
 
+/// Microseconds since the Unix epoch: a standalone node's version clock
+/// (`pollbox_core::boxes::VersionClock`).
+pub fn wall_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
 /// Milliseconds since the Unix epoch.
 pub fn wall_ms() -> u64 {
     std::time::SystemTime::now()
@@ -218,6 +226,12 @@ impl Preflight {
         let snapshot_path =
             (!config.snapshot.path.is_empty()).then(|| PathBuf::from(&config.snapshot.path));
         let logged = config.log.enabled();
+        // A node of a log takes its versions from the log; a standalone one
+        // starts new boxes past the wall clock (docs/boxes.md#versions-and-etags).
+        let new_table = || match logged {
+            true => BoxTable::new(plan.clone()),
+            false => BoxTable::with_version_clock(plan.clone(), wall_us),
+        };
         let (boxes, position) = match &snapshot_path {
             Some(p) => {
                 snapshot_file::check_dir(p)?;
@@ -226,14 +240,14 @@ impl Preflight {
                 } else {
                     started.elapsed().as_millis() as u64
                 };
-                match snapshot_file::load(plan.clone(), now_ms, p) {
+                match snapshot_file::load(new_table, now_ms, p) {
                     Ok(Some((t, position))) => {
                         if logged {
                             check_position(&config, p, position.as_ref())?;
                         }
                         (t, position)
                     }
-                    Ok(None) => (BoxTable::new(plan.clone()), None),
+                    Ok(None) => (new_table(), None),
                     Err(e) => {
                         return Err(StartError::Snapshot {
                             path: p.display().to_string(),
@@ -244,7 +258,7 @@ impl Preflight {
                     }
                 }
             }
-            None => (BoxTable::new(plan.clone()), None),
+            None => (new_table(), None),
         };
         Ok(Preflight {
             config,
@@ -285,6 +299,14 @@ impl Server {
                 addr: config.server.listen.clone(),
                 source,
             })?;
+        // From here on versions past the snapshot's may be served: a crash
+        // must find it unsealed (and re-stamp its versions).
+        if let Some(p) = &snapshot_path {
+            snapshot_file::unseal(p).map_err(|e| StartError::Snapshot {
+                path: p.display().to_string(),
+                reason: format!("cannot remove its seal: {e}"),
+            })?;
+        }
         // `metrics_listen` is served by worker 0, with the same connection state
         // machine as every other listener (it routes only `/metrics` there).
         let mut metrics_listener = if config.server.metrics_listen.is_empty() {
@@ -455,7 +477,11 @@ impl Server {
         if let Some(p) = &self.snapshot_path {
             let position = self.shared.log.as_ref().and_then(|l| l.position());
             let (boxes, now_ms) = (&self.shared.node.boxes, self.shared.table_now_ms());
-            if let Err(e) = snapshot_file::save_atomic(boxes, now_ms, position.as_ref(), p) {
+            // Every worker has stopped: no version past this snapshot's was
+            // served, so the next start may keep its versions (the seal).
+            if let Err(e) = snapshot_file::save_atomic(boxes, now_ms, position.as_ref(), p)
+                .and_then(|crc| snapshot_file::seal(p, crc))
+            {
                 first_err.get_or_insert(format!("final snapshot to {}: {e}", p.display()));
             }
         }

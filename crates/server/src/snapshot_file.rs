@@ -14,8 +14,7 @@ use std::time::Duration;
 
 use pollbox_core::boxes::BoxTable;
 use pollbox_core::log::Position;
-use pollbox_core::plan::Plan;
-use pollbox_core::snapshot::{read_snapshot_at, write_snapshot_at, SnapshotError};
+use pollbox_core::snapshot::{read_snapshot_into, write_snapshot_at, SnapshotError, Versions};
 
 use crate::{Shared, StartError};
 
@@ -23,23 +22,34 @@ use crate::{Shared, StartError};
 /// counts on), with the log `position` it reflects at least (taken before
 /// this call), so that a crash leaves either the old or the new snapshot, never
 /// a mix: write `path.tmp`, fsync it, rename it over `path`, fsync the
-/// directory. On error the temp file is removed.
+/// directory. On error the temp file is removed. Returns the snapshot's
+/// checksum.
 pub fn save_atomic(
     table: &BoxTable,
     now_ms: u64,
     position: Option<&Position>,
     path: &Path,
-) -> io::Result<()> {
-    let tmp = tmp_path(path);
+) -> io::Result<u32> {
+    write_atomic(path, |w| write_snapshot_at(table, now_ms, position, w))
+}
+
+/// Write `path` through `write` as [`save_atomic`] does (temp file, fsync,
+/// rename, fsync the directory).
+fn write_atomic<T>(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<File>) -> io::Result<T>,
+) -> io::Result<T> {
+    let tmp = suffixed(path, ".tmp");
     let result = (|| {
         let file = File::create(&tmp)?;
         let mut w = BufWriter::with_capacity(1 << 16, file);
-        write_snapshot_at(table, now_ms, position, &mut w)?;
+        let done = write(&mut w)?;
         let file = w.into_inner().map_err(io::IntoInnerError::into_error)?;
         file.sync_all()?;
         drop(file);
         fs::rename(&tmp, path)?;
-        File::open(parent_dir(path))?.sync_all()
+        File::open(parent_dir(path))?.sync_all()?;
+        Ok(done)
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
@@ -49,26 +59,94 @@ pub fn save_atomic(
 
 /// `path` with `.tmp` appended (`boxes.snap` → `boxes.snap.tmp`).
 pub fn tmp_path(path: &Path) -> PathBuf {
+    suffixed(path, ".tmp")
+}
+
+/// `path` with `.sealed` appended: the seal of the snapshot at `path`.
+pub fn seal_path(path: &Path) -> PathBuf {
+    suffixed(path, ".sealed")
+}
+
+fn suffixed(path: &Path, suffix: &str) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
-    s.push(".tmp");
+    s.push(suffix);
     PathBuf::from(s)
+}
+
+const SEAL_HEAD: &str = "pollbox snapshot seal, crc32 ";
+
+/// Seal the snapshot at `path` whose checksum is `crc`, written once every
+/// worker had stopped: nothing was served past its versions, so the next start
+/// keeps them (and the ETags clients hold stay true). Written atomically.
+pub fn seal(path: &Path, crc: u32) -> io::Result<()> {
+    write_atomic(&seal_path(path), |w| {
+        io::Write::write_all(w, format!("{SEAL_HEAD}{crc:08x}\n").as_bytes())
+    })
+}
+
+/// Remove the seal of the snapshot at `path`, if any, durably (before
+/// anything is served: a crash from then on must find the snapshot unsealed).
+pub fn unseal(path: &Path) -> io::Result<()> {
+    match fs::remove_file(seal_path(path)) {
+        Ok(()) => File::open(parent_dir(path))?.sync_all(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The checksum the seal of the snapshot at `path` names, if it has one (a
+/// seal that cannot be read or parsed counts as none: the versions are then
+/// re-stamped, which is always safe).
+fn sealed_crc(path: &Path) -> Option<u32> {
+    let text = fs::read_to_string(seal_path(path)).ok()?;
+    u32::from_str_radix(text.strip_prefix(SEAL_HEAD)?.trim_end(), 16).ok()
 }
 
 /// A table loaded from a snapshot, and the log position it holds (none: a
 /// standalone node's).
 pub type Loaded = (BoxTable, Option<Position>);
 
-/// Load the snapshot at `path` at `now_ms` (the table's clock): `Ok(None)`
-/// when there is no file (first start), an error for anything else that keeps
-/// it from loading whole.
-pub fn load(plan: Arc<Plan>, now_ms: u64, path: &Path) -> Result<Option<Loaded>, SnapshotError> {
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e.into()),
+/// Load the snapshot at `path` into a table from `new_table` (empty, with
+/// the clock the server gives new versions) at `now_ms` (the table's clock):
+/// `Ok(None)` when there is no file (first start), an error for anything else
+/// that keeps it from loading whole. A table with a version clock (a
+/// standalone node) keeps the snapshot's versions only when its seal names
+/// it; otherwise they are re-stamped past the clock
+/// (docs/boxes.md#versions-and-etags). A node of a log keeps them: they are
+/// log positions.
+pub fn load(
+    new_table: impl Fn() -> BoxTable,
+    now_ms: u64,
+    path: &Path,
+) -> Result<Option<Loaded>, SnapshotError> {
+    let table = new_table();
+    let clocked = table.version_clock() != 0;
+    let sealed = sealed_crc(path).filter(|_| clocked);
+    let versions = match clocked && sealed.is_none() {
+        true => Versions::Restamp,
+        false => Versions::Keep,
     };
-    let mut r = BufReader::with_capacity(1 << 16, file);
-    read_snapshot_at(plan, now_ms, &mut r).map(Some)
+    let Some(mut r) = open(path)? else {
+        return Ok(None);
+    };
+    let mut restored = read_snapshot_into(table, now_ms, versions, &mut r)?;
+    if sealed.is_some_and(|crc| crc != restored.crc) {
+        // The seal of another snapshot (the file was replaced by hand since):
+        // read it again, re-stamped.
+        let Some(mut r) = open(path)? else {
+            return Ok(None);
+        };
+        restored = read_snapshot_into(new_table(), now_ms, Versions::Restamp, &mut r)?;
+    }
+    Ok(Some((restored.table, restored.position)))
+}
+
+fn open(path: &Path) -> Result<Option<BufReader<File>>, SnapshotError> {
+    match File::open(path) {
+        Ok(f) => Ok(Some(BufReader::with_capacity(1 << 16, f))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The directory `path` is in (`.` for a bare file name).
@@ -124,7 +202,7 @@ pub(crate) fn writer_loop(shared: Arc<Shared>, stop: Arc<(Mutex<bool>, Condvar)>
             position.as_ref(),
             &path,
         ) {
-            Ok(()) => {
+            Ok(_) => {
                 shared.snapshots_ok.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) => {
@@ -146,6 +224,7 @@ fn lower_priority() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pollbox_core::plan::Plan;
 
     #[test]
     fn the_snapshot_thread_runs_at_nice_19() {
@@ -208,8 +287,8 @@ mod tests {
     fn save_atomic_then_load() {
         let dir = scratch_dir("save");
         let path = dir.join("boxes.snap");
-        let plan = || Arc::new(Plan::default_plan());
-        assert!(load(plan(), 0, &path).expect("no file is fine").is_none());
+        let plan = || BoxTable::new(Arc::new(Plan::default_plan()));
+        assert!(load(plan, 0, &path).expect("no file is fine").is_none());
         let position = Position {
             topic: "t".into(),
             next: [(0, 9)].into_iter().collect(),
@@ -217,22 +296,65 @@ mod tests {
         let t = sample(20);
         save_atomic(&t, 0, Some(&position), &path).expect("saves");
         assert!(!tmp_path(&path).exists(), "temp file renamed away");
-        let (back, read) = load(plan(), 0, &path).expect("loads").expect("file exists");
+        let (back, read) = load(plan, 0, &path).expect("loads").expect("file exists");
         assert_eq!(read, Some(position));
         assert_same_boxes(&t, &back);
         // Saving again replaces the file whole.
         t.apply("new", &[], 0, None).expect("ok");
         save_atomic(&t, 0, None, &path).expect("saves");
-        let (back, _) = load(plan(), 0, &path).expect("loads").expect("exists");
+        let (back, _) = load(plan, 0, &path).expect("loads").expect("exists");
         assert_eq!(back.len(), t.len());
         // A damaged file is an error, not an empty start.
         let mut bytes = fs::read(&path).expect("read");
         bytes.truncate(bytes.len() / 2);
         fs::write(&path, bytes).expect("write");
         assert!(matches!(
-            load(plan(), 0, &path),
+            load(plan, 0, &path),
             Err(SnapshotError::Truncated { .. })
         ));
+        fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    fn clock() -> u64 {
+        1_000_000
+    }
+
+    #[test]
+    fn a_clocked_table_keeps_versions_only_of_the_snapshot_its_seal_names() {
+        let dir = scratch_dir("seal");
+        let path = dir.join("boxes.snap");
+        let clocked = || BoxTable::with_version_clock(Arc::new(Plan::default_plan()), clock);
+        let version = |t: &BoxTable| t.version(b"box-0").expect("restored");
+        let t = sample(3);
+        let before = version(&t);
+        assert!(before < clock());
+        let crc = save_atomic(&t, 0, None, &path).expect("saves");
+
+        // Unsealed (a crash, or a periodic snapshot): past the clock.
+        let (back, _) = load(clocked, 0, &path).expect("loads").expect("exists");
+        assert_eq!(version(&back), clock() + 1);
+        // A table without a clock (a node of a log): as written.
+        let plain = || BoxTable::new(Arc::new(Plan::default_plan()));
+        let (back, _) = load(plain, 0, &path).expect("loads").expect("exists");
+        assert_eq!(version(&back), before);
+
+        // Sealed at a graceful stop: as written.
+        seal(&path, crc).expect("seals");
+        assert!(!tmp_path(&seal_path(&path)).exists());
+        let (back, _) = load(clocked, 0, &path).expect("loads").expect("exists");
+        assert_eq!(version(&back), before);
+        // The seal of another snapshot does not count.
+        seal(&path, crc ^ 1).expect("seals");
+        let (back, _) = load(clocked, 0, &path).expect("loads").expect("exists");
+        assert_eq!(version(&back), clock() + 1);
+
+        // Unsealed at start: the next load re-stamps again.
+        seal(&path, crc).expect("seals");
+        unseal(&path).expect("unseals");
+        assert!(!seal_path(&path).exists());
+        unseal(&path).expect("no seal is fine");
+        let (back, _) = load(clocked, 0, &path).expect("loads").expect("exists");
+        assert_eq!(version(&back), clock() + 1);
         fs::remove_dir_all(&dir).expect("cleanup");
     }
 

@@ -116,6 +116,7 @@ fn answers_to_an_allowed_origin_carry_cors_headers_and_others_do_not() {
     let r = ingest(&from(GAME));
     assert_eq!(r.status, 200);
     assert_cors(&r, GAME);
+    let ver = r.version();
     let poll = |origin: &str, extra: &str| {
         ask(
             a,
@@ -134,7 +135,7 @@ fn answers_to_an_allowed_origin_carry_cors_headers_and_others_do_not() {
     let r = ask(
         a,
         format!(
-            "GET /v1/boxes/a?after=1&wait_ms=0 HTTP/1.1\r\nHost: t\r\n{}\r\n",
+            "GET /v1/boxes/a?after={ver}&wait_ms=0 HTTP/1.1\r\nHost: t\r\n{}\r\n",
             from(GAME)
         ),
     );
@@ -198,11 +199,13 @@ fn a_long_poll_answered_later_still_carries_cors_headers() {
         )
         .0
     };
-    assert_eq!(post(a).status, 200);
+    let first = post(a);
+    assert_eq!(first.status, 200);
+    let ver = first.version();
     let mut r = Reader::new(connect(a));
     r.send(
         format!(
-            "GET /v1/boxes/w?after=1&wait_ms=60000 HTTP/1.1\r\nHost: t\r\nOrigin: {GAME}\r\n\r\n"
+            "GET /v1/boxes/w?after={ver}&wait_ms=60000 HTTP/1.1\r\nHost: t\r\nOrigin: {GAME}\r\n\r\n"
         )
         .as_bytes(),
     );
@@ -214,6 +217,7 @@ fn a_long_poll_answered_later_still_carries_cors_headers() {
     assert_eq!(post(a).status, 200);
     let got = r.read(false);
     assert_eq!(got.status, 200);
+    assert_eq!(got.version(), ver + 1, "woken by the second ingest");
     assert_cors(&got, GAME);
     s.shutdown().unwrap();
 }

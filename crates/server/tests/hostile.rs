@@ -31,7 +31,9 @@ use std::time::{Duration, Instant};
 struct Steady {
     stop: Arc<AtomicBool>,
     answers: Arc<AtomicU64>,
-    thread: Option<JoinHandle<u64>>,
+    /// Returns the version its first ingest created the box at, and how many
+    /// it ingested.
+    thread: Option<JoinHandle<(u64, u64)>>,
 }
 
 impl Steady {
@@ -42,6 +44,9 @@ impl Steady {
         let thread = std::thread::spawn(move || {
             let mut r = Reader::new(connect(addr));
             let mut ingested = 0u64;
+            // The box's first version (a standalone server starts a new box at
+            // the wall clock): the first request is an ingest, which creates it.
+            let mut first = None;
             let mut i = 0u64;
             while !stop2.load(Ordering::Acquire) {
                 let body = r#"{"value":1,"player":"steady"}"#;
@@ -60,13 +65,15 @@ impl Steady {
                 let resp = r.read(false);
                 assert_eq!(resp.status, 200, "steady client: {}", resp.text());
                 let j = resp.json();
-                assert_eq!(j["ver"], ingested, "steady client: {j}");
+                let ver = j["ver"].as_u64().expect("ver");
+                let first = *first.get_or_insert(ver);
+                assert_eq!(ver, first + ingested - 1, "steady client: {j}");
                 assert_eq!(j["sum"], ingested, "steady client: {j}");
                 answers2.fetch_add(1, Ordering::Release);
                 i += 1;
                 std::thread::sleep(Duration::from_millis(2));
             }
-            ingested
+            (first.expect("answered at least once"), ingested)
         });
         // Wait for the first answer, so the connection is in before any attack.
         let t0 = Instant::now();
@@ -107,13 +114,13 @@ impl Steady {
     /// Stop, and check its box holds exactly what it ingested.
     fn finish(mut self, addr: SocketAddr) {
         self.stop.store(true, Ordering::Release);
-        let ingested = match self.thread.take().map(JoinHandle::join) {
-            Some(Ok(n)) => n,
+        let (first, ingested) = match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(got)) => got,
             Some(Err(p)) => std::panic::resume_unwind(p),
             None => unreachable!(),
         };
         let j = get(addr, "/v1/boxes/steady").json();
-        assert_eq!(j["ver"], ingested, "{j}");
+        assert_eq!(j["ver"], first + ingested - 1, "{j}");
         assert_eq!(j["sum"], ingested, "{j}");
         assert_eq!(j["n"], ingested, "{j}");
     }
@@ -129,8 +136,11 @@ impl Drop for Steady {
 
 const SEEDED: i64 = 50;
 
-fn seed(addr: SocketAddr) {
+/// Seeds `SEEDED` boxes of one message each; returns the version each was
+/// created at.
+fn seed(addr: SocketAddr) -> Vec<u64> {
     let mut r = Reader::new(connect(addr));
+    let mut created = Vec::new();
     for i in 0..SEEDED {
         let body = format!(r#"{{"value":{i},"player":"seed"}}"#);
         r.send(
@@ -140,37 +150,43 @@ fn seed(addr: SocketAddr) {
             )
             .as_bytes(),
         );
-        assert_eq!(r.read(false).status, 200);
+        let resp = r.read(false);
+        assert_eq!(resp.status, 200);
+        created.push(resp.version());
     }
+    created
 }
 
-fn check_seeded(addr: SocketAddr) {
+/// Each seeded box still holds its one message, at the version it was created at.
+fn check_seeded(addr: SocketAddr, created: &[u64]) {
+    assert_eq!(created.len(), SEEDED as usize);
     let mut r = Reader::new(connect(addr));
-    for i in 0..SEEDED {
+    for (i, &ver) in (0..SEEDED).zip(created) {
         r.send(format!("GET /v1/boxes/seed-{i} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
         let resp = r.read(false);
         assert_eq!(resp.status, 200);
         let j = resp.json();
-        assert_eq!(j["ver"], 1, "{j}");
+        assert_eq!(j["ver"], ver, "{j}");
         assert_eq!(j["v"], i, "{j}");
         assert_eq!(j["by"], "seed", "{j}");
     }
 }
 
 /// Start a server with `config`, seed it, start the well-behaved client.
-fn arena(c: pollbox_core::config::Config) -> (Server, SocketAddr, Steady) {
+/// Returns the versions the seeded boxes were created at too.
+fn arena(c: pollbox_core::config::Config) -> (Server, SocketAddr, Steady, Vec<u64>) {
     let s = start(c);
     let a = s.addr();
-    seed(a);
+    let seeded = seed(a);
     let steady = Steady::start(a);
-    (s, a, steady)
+    (s, a, steady, seeded)
 }
 
 /// After an attack: connections released, data intact, steady client fine.
-fn settle(s: Server, a: SocketAddr, steady: Steady) {
+fn settle(s: Server, a: SocketAddr, steady: Steady, seeded: &[u64]) {
     wait_open_connections(&s, 1);
     steady.finish(a);
-    check_seeded(a);
+    check_seeded(a, seeded);
     assert_eq!(get(a, "/healthz").status, 200);
     s.shutdown().unwrap();
 }
@@ -281,6 +297,11 @@ impl Hostile {
 
     /// Statuses of the complete responses received, in order.
     fn statuses(&self) -> Vec<u16> {
+        self.responses().into_iter().map(|(st, _)| st).collect()
+    }
+
+    /// The complete responses received, in order: status and body.
+    fn responses(&self) -> Vec<(u16, &[u8])> {
         let mut out = Vec::new();
         let mut at = 0;
         while at < self.got.len() {
@@ -295,7 +316,10 @@ impl Hostile {
                 .find(|h| h.name.eq_ignore_ascii_case("content-length"))
                 .and_then(|h| std::str::from_utf8(h.value).ok()?.parse().ok())
                 .unwrap_or(0);
-            out.push(r.code.unwrap_or(0));
+            let Some(body) = self.got.get(at + n..at + n + len) else {
+                break;
+            };
+            out.push((r.code.unwrap_or(0), body));
             at += n + len;
         }
         out
@@ -342,7 +366,7 @@ fn assert_answered(conns: &mut [Hostile], want: &[u16], what: &str) {
 fn slowloris_heads_trickling_on_300_connections_get_408() {
     let mut c = config();
     c.limits.header_timeout_ms = 500;
-    let (s, a, steady) = arena(c);
+    let (s, a, steady, seeded) = arena(c);
     let mut conns: Vec<Hostile> = steady.during("slowloris", || {
         let mut conns: Vec<Hostile> = (0..300).map(|_| Hostile::connect(a)).collect();
         for h in &mut conns {
@@ -368,14 +392,14 @@ fn slowloris_heads_trickling_on_300_connections_get_408() {
     });
     assert_answered(&mut conns, &[408], "slowloris");
     assert!(metric(&s, "pollbox_http_requests_total", "code=\"408\"") >= 300.0);
-    settle(s, a, steady);
+    settle(s, a, steady, &seeded);
 }
 
 #[test]
 fn body_trickle_is_served_while_it_moves_and_408_once_it_stalls() {
     let mut c = config();
     c.limits.body_timeout_ms = 500;
-    let (s, a, steady) = arena(c);
+    let (s, a, steady, seeded) = arena(c);
     let body = br#"{"value":7}"#;
     let head = |key: String| {
         format!(
@@ -412,26 +436,30 @@ fn body_trickle_is_served_while_it_moves_and_408_once_it_stalls() {
     assert_answered(&mut moving, &[200, 200], "moving body");
     assert_answered(&mut stalled, &[408], "stalled body");
     let mut r = Reader::new(connect(a));
-    for i in 0..100 {
+    for (i, h) in moving.iter().enumerate() {
+        // The version the trickled POST created the box at, from its answer.
+        let posted: serde_json::Value =
+            serde_json::from_slice(h.responses()[0].1).expect("the POST's answer");
+        let created = posted["ver"].as_u64().expect("ver");
         r.send(format!("GET /v1/boxes/moving-{i} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
         let j = r.read(false).json();
         assert_eq!(
-            (j["ver"].as_u64(), j["v"].as_i64()),
-            (Some(1), Some(7)),
+            (j["ver"].as_u64(), j["v"].as_i64(), j["n"].as_u64()),
+            (Some(created), Some(7), Some(1)),
             "{j}"
         );
         r.send(format!("GET /v1/boxes/stalled-{i} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
         assert_eq!(r.read(false).status, 404, "a stalled body was applied");
     }
     drop(r);
-    settle(s, a, steady);
+    settle(s, a, steady, &seeded);
 }
 
 #[test]
 fn connection_flood_past_max_connections_gets_503_and_spares_existing_ones() {
     let mut c = config();
     c.limits.max_connections = 16;
-    let (s, a, steady) = arena(c);
+    let (s, a, steady, seeded) = arena(c);
     wait_open_connections(&s, 1);
     // Fill the cap: the steady client holds one.
     let mut holders: Vec<Reader> = (0..15)
@@ -463,16 +491,17 @@ fn connection_flood_past_max_connections_gets_503_and_spares_existing_ones() {
     wait_open_connections(&s, 1);
     // Slots come back: a new connection is served.
     assert_eq!(get(a, "/healthz").status, 200);
-    settle(s, a, steady);
+    settle(s, a, steady, &seeded);
 }
 
-/// `n` requests on `/v1/boxes/{key}`: three POSTs of `value = i` then a GET,
-/// repeating. Returns the bytes and, per request, the version and `v` its
-/// answer must show.
+/// `n` requests on `/v1/boxes/{key}` (a new box): three POSTs of `value = i`
+/// then a GET, repeating. Returns the bytes and, per request, how far past
+/// the first answer's version its answer's must be (the messages applied
+/// since the first), and the `v` it must show.
 fn pipeline(key: &str, n: usize) -> (Vec<u8>, Vec<(u64, i64)>) {
     let mut bytes = Vec::new();
     let mut want = Vec::with_capacity(n);
-    let (mut ver, mut v) = (0u64, 0i64);
+    let (mut applied, mut v) = (0u64, 0i64);
     for i in 0..n {
         if i % 4 == 3 {
             bytes.extend_from_slice(
@@ -487,18 +516,25 @@ fn pipeline(key: &str, n: usize) -> (Vec<u8>, Vec<(u64, i64)>) {
                 )
                 .as_bytes(),
             );
-            ver += 1;
+            applied += 1;
             v = i as i64;
         }
-        want.push((ver, v));
+        want.push((applied - 1, v));
     }
     (bytes, want)
 }
 
 /// Write `bytes` in one `write_all` from another thread (optionally shutting
 /// down the write side after), while this thread reads `want.len()`
-/// answers and checks them in order. Returns the reader for more checks.
-fn run_pipeline(addr: SocketAddr, bytes: Vec<u8>, want: &[(u64, i64)], half_close: bool) -> Reader {
+/// answers and checks them in order. Returns the reader for more checks and
+/// the first answer's version (the box's first: a standalone server starts a
+/// new box at the wall clock).
+fn run_pipeline(
+    addr: SocketAddr,
+    bytes: Vec<u8>,
+    want: &[(u64, i64)],
+    half_close: bool,
+) -> (Reader, u64) {
     let stream = connect(addr);
     let mut writer = stream.try_clone().unwrap();
     let w = std::thread::spawn(move || {
@@ -510,20 +546,25 @@ fn run_pipeline(addr: SocketAddr, bytes: Vec<u8>, want: &[(u64, i64)], half_clos
         }
     });
     let mut r = Reader::new(stream);
-    for (i, &(ver, v)) in want.iter().enumerate() {
+    let mut first = None;
+    for (i, &(past, v)) in want.iter().enumerate() {
         let resp = r
             .try_read(false)
             .unwrap_or_else(|| panic!("EOF after {i} answers"));
         assert_eq!(resp.status, 200, "answer {i}: {}", resp.text());
         let j = resp.json();
+        let ver = j["ver"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("answer {i}: {j}"));
+        let first = *first.get_or_insert(ver);
         assert_eq!(
-            (j["ver"].as_u64(), j["v"].as_i64()),
-            (Some(ver), Some(v)),
+            (ver, j["v"].as_i64()),
+            (first + past, Some(v)),
             "answer {i}: {j}"
         );
     }
     w.join().unwrap();
-    r
+    (r, first.expect("at least one answer"))
 }
 
 /// Found by this test (fixed in 4a79a9d): the worker stops reading a
@@ -535,16 +576,16 @@ fn run_pipeline(addr: SocketAddr, bytes: Vec<u8>, want: &[(u64, i64)], half_clos
 /// requests, the connection would have been closed after `idle_timeout_ms`).
 #[test]
 fn ten_thousand_pipelined_requests_in_one_write_are_answered_in_order() {
-    let (s, a, steady) = arena(config());
+    let (s, a, steady, seeded) = arena(config());
     let (bytes, want) = pipeline("pipe", 10_000);
-    let mut r = steady.during("10,000 pipelined requests", || {
+    let (mut r, first) = steady.during("10,000 pipelined requests", || {
         run_pipeline(a, bytes, &want, false)
     });
     // The connection is still usable afterwards.
     r.send(b"GET /v1/boxes/pipe HTTP/1.1\r\nHost: t\r\n\r\n");
-    assert_eq!(r.read(false).json()["ver"], 7500);
+    assert_eq!(r.read(false).json()["ver"], first + 7499);
     drop(r);
-    settle(s, a, steady);
+    settle(s, a, steady, &seeded);
 }
 
 /// The back-pressure stall described at
@@ -552,24 +593,24 @@ fn ten_thousand_pipelined_requests_in_one_write_are_answered_in_order() {
 /// the write side shut down after the pipeline.
 #[test]
 fn half_closed_after_a_long_pipeline_still_gets_every_answer() {
-    let (s, a, steady) = arena(config());
+    let (s, a, steady, seeded) = arena(config());
     let (bytes, want) = pipeline("half-long", 4000);
     steady.during("half-closed long pipeline", || {
-        let mut r = run_pipeline(a, bytes, &want, true);
+        let (mut r, _) = run_pipeline(a, bytes, &want, true);
         assert!(r.closed(), "open after the half-closed pipeline");
     });
-    settle(s, a, steady);
+    settle(s, a, steady, &seeded);
 }
 
 #[test]
 fn half_closed_clients_still_get_every_answer() {
-    let (s, a, steady) = arena(config());
-    steady.during("half-closed clients", || {
+    let (s, a, steady, seeded) = arena(config());
+    let half_first = steady.during("half-closed clients", || {
         // A pipeline, then shutdown(Write): every answer, then EOF. (Its
         // answers stay under the 256 KiB back-pressure mark; past it see
         // `half_closed_after_a_long_pipeline_still_gets_every_answer`.)
         let (bytes, want) = pipeline("half", 1000);
-        let mut r = run_pipeline(a, bytes, &want, true);
+        let (mut r, half_first) = run_pipeline(a, bytes, &want, true);
         assert!(r.closed(), "open after the half-closed pipeline");
 
         // A chunked NDJSON batch, then shutdown(Write).
@@ -605,7 +646,7 @@ fn half_closed_clients_still_get_every_answer() {
             .map(|i| {
                 std::thread::spawn(move || {
                     let (bytes, want) = pipeline(&format!("half-{i}"), 40);
-                    let mut r = run_pipeline(a, bytes, &want, true);
+                    let (mut r, _) = run_pipeline(a, bytes, &want, true);
                     assert!(r.closed());
                 })
             })
@@ -613,28 +654,32 @@ fn half_closed_clients_still_get_every_answer() {
         for c in clients {
             c.join().unwrap();
         }
+        half_first
     });
     let j = get(a, "/v1/boxes/half").json();
     assert_eq!(
         (j["ver"].as_u64(), j["n"].as_u64()),
-        (Some(750), Some(750)),
+        (Some(half_first + 749), Some(750)),
         "{j}"
     );
+    // Every line of the batch applied once. (A batch's answer carries no
+    // version, so the box's first one is unknown here: its count says how
+    // many messages it took.)
     let j = get(a, "/v1/boxes/half-batch").json();
     assert_eq!(
-        (j["ver"].as_u64(), j["sum"].as_i64()),
+        (j["n"].as_u64(), j["sum"].as_i64()),
         (Some(500), Some(499 * 500 / 2)),
         "{j}"
     );
     assert_eq!(get(a, "/v1/boxes/half-partial").status, 404);
-    settle(s, a, steady);
+    settle(s, a, steady, &seeded);
 }
 
 #[test]
 fn resets_mid_request_leave_nothing_behind() {
     let mut c = config();
     c.limits.max_wait_ms = 1000;
-    let (s, a, steady) = arena(c);
+    let (s, a, steady, seeded) = arena(c);
     steady.during("resets", || {
         let mut conns = Vec::new();
         for i in 0..100 {
@@ -665,10 +710,14 @@ fn resets_mid_request_leave_nothing_behind() {
             conns.push(h);
         }
         // Parked long-polls.
+        let mut lp = Vec::new();
         for i in 0..20 {
-            assert_eq!(post(a, &format!("/v1/boxes/lp-{i}"), r#"{"value":1}"#).status, 200);
+            let r = post(a, &format!("/v1/boxes/lp-{i}"), r#"{"value":1}"#);
+            assert_eq!(r.status, 200);
+            let ver = r.version();
+            lp.push(ver);
             let mut h = Hostile::connect(a);
-            h.send(format!("GET /v1/boxes/lp-{i}?after=1&wait_ms=1000 HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+            h.send(format!("GET /v1/boxes/lp-{i}?after={ver}&wait_ms=1000 HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
             conns.push(h);
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -676,9 +725,9 @@ fn resets_mid_request_leave_nothing_behind() {
             h.reset();
         }
         // Wake the (reset) long-polls: their answers go to dead sockets.
-        for i in 0..20 {
+        for (i, ver) in lp.into_iter().enumerate() {
             let j = post(a, &format!("/v1/boxes/lp-{i}"), r#"{"value":1}"#).json();
-            assert_eq!(j["ver"], 2, "{j}");
+            assert_eq!(j["ver"], ver + 1, "{j}");
         }
         wait_open_connections(&s, 1);
     });
@@ -691,7 +740,7 @@ fn resets_mid_request_leave_nothing_behind() {
             );
         }
     }
-    settle(s, a, steady);
+    settle(s, a, steady, &seeded);
 }
 
 /// A deterministic byte soup (xorshift).
@@ -711,7 +760,7 @@ fn soup(seed: u64, n: usize) -> Vec<u8> {
 fn garbage_bytes_get_400_and_close() {
     let mut c = config();
     c.limits.header_timeout_ms = 1000;
-    let (s, a, steady) = arena(c);
+    let (s, a, steady, seeded) = arena(c);
     let mut results = steady.during("garbage", || {
         let mut conns: Vec<(String, Hostile)> = Vec::new();
         for seed in 0..100u64 {
@@ -775,12 +824,12 @@ fn garbage_bytes_get_400_and_close() {
         );
         assert!(h.last_says_close(), "{what}: no Connection: close");
     }
-    settle(s, a, steady);
+    settle(s, a, steady, &seeded);
 }
 
 #[test]
 fn absurd_chunk_sizes_get_413_or_400() {
-    let (s, a, steady) = arena(config());
+    let (s, a, steady, seeded) = arena(config());
     let head = "POST /v1/ingest HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n";
     let cases: &[(&str, u16)] = &[
         ("ffffffffffffffff\r\n{\"key\":\"absurd\"}\r\n0\r\n\r\n", 413),
@@ -828,12 +877,12 @@ fn absurd_chunk_sizes_get_413_or_400() {
         assert!(h.last_says_close(), "{chunks:?}: no Connection: close");
     }
     assert_eq!(get(a, "/v1/boxes/absurd").status, 404);
-    settle(s, a, steady);
+    settle(s, a, steady, &seeded);
 }
 
 #[test]
 fn header_bombs_get_431() {
-    let (s, a, steady) = arena(config());
+    let (s, a, steady, seeded) = arena(config());
     // A head with `n` header fields, `Host` included.
     let many = |n: usize| {
         let mut req = b"GET /healthz HTTP/1.1\r\nHost: t\r\n".to_vec();
@@ -911,7 +960,7 @@ fn header_bombs_get_431() {
         assert!(h.last_says_close(), "{what}: no Connection: close");
     }
     drop(conns);
-    settle(s, a, steady);
+    settle(s, a, steady, &seeded);
 }
 
 #[test]

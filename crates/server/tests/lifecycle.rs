@@ -108,8 +108,10 @@ fn delete_needs_an_ingest_token_when_tokens_are_set() {
 fn parked_long_polls_of_a_deleted_box_are_answered_404() {
     let s = start(config());
     let a = s.addr();
-    assert_eq!(post(a, "/v1/boxes/hot", r#"{"value":1}"#).status, 200);
-    let mut polls = park(a, &s, "hot", 1);
+    let r = post(a, "/v1/boxes/hot", r#"{"value":1}"#);
+    assert_eq!(r.status, 200);
+    // Parked at the box's version: nothing newer to answer with.
+    let mut polls = park(a, &s, "hot", r.version());
     assert_eq!(delete(a, "/v1/boxes/hot").status, 204);
     for r in &mut polls {
         let first = r.read(false);
@@ -127,8 +129,9 @@ fn a_box_with_ttl_expires_and_its_parked_polls_get_404() {
     c.boxes.ttl_s = 1;
     let s = start(c);
     let a = s.addr();
-    assert_eq!(post(a, "/v1/boxes/short", r#"{"value":1}"#).status, 200);
-    let mut polls = park(a, &s, "short", 1);
+    let r = post(a, "/v1/boxes/short", r#"{"value":1}"#);
+    assert_eq!(r.status, 200);
+    let mut polls = park(a, &s, "short", r.version());
     eventually("the box expires", || {
         get(a, "/v1/boxes/short").status == 404
     });

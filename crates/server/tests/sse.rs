@@ -366,12 +366,12 @@ fn a_paused_reader_is_queued_little_in_the_kernel_too() {
     // that, its own receive window and one event.
     let s = start(config());
     let a = s.addr();
-    assert_eq!(ingest(a, "stale", 1), 1);
+    let first = ingest(a, "stale", 1);
     let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     sock.set_recv_buffer_size(4096).unwrap();
     sock.connect(&a.into()).unwrap();
     let mut sub = Sub::on(sock.into(), "/v1/boxes/stale", "");
-    assert_eq!(sub.event().id, Some(1));
+    assert_eq!(sub.event().id, Some(first));
     eventually("subscribed", || subscribers(&s) == 1);
 
     // 5,000 updates (about 375 KB of events), pipelined 50 at a time.
@@ -390,7 +390,7 @@ fn a_paused_reader_is_queued_little_in_the_kernel_too() {
             assert_eq!(w.read(false).status, 200);
         }
     }
-    let last = 1 + updates;
+    let last = first + updates;
     // Let the last wake-ups land (were some still on their way, the reader would
     // only find fewer stale bytes; what it must find is bounded either way).
     std::thread::sleep(Duration::from_millis(100));

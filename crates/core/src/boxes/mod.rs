@@ -103,6 +103,22 @@ pub struct BoxTable {
     /// pass a second at most (stamps count whole seconds, so a second pass in
     /// the same second would find nothing new).
     next_pass: AtomicU32,
+    /// Where a new box's version starts at least (docs/boxes.md#versions-and-etags).
+    clock: VersionClock,
+}
+
+/// The clock a new box's first version is taken from: a standalone server's
+/// is the wall clock in microseconds since the Unix epoch, so a box created
+/// again (after a restart, a crash, on another node) starts past every
+/// version an earlier incarnation served, as long as no box took more than
+/// one version a microsecond on average. Below 2^53 until the year 2255, so a
+/// version stays exact as a JavaScript number.
+pub type VersionClock = fn() -> u64;
+
+/// The clock of a table without one (tests, tools, a node of a log, whose
+/// versions are log positions): new boxes start at 1.
+fn no_clock() -> u64 {
+    0
 }
 /// The collector (crossbeam-epoch) held pinned on this thread for a batch of table operations (a
 /// worker's ready events of one turn): each poll inside pins again, which
@@ -218,7 +234,21 @@ impl BoxTable {
             boxes: AtomicUsize::new(0),
             sweep: AtomicU64::new(SWEEP_START),
             next_pass: AtomicU32::new(0),
+            clock: no_clock,
         }
+    }
+
+    /// A table whose new boxes start past `clock` (see [`VersionClock`]).
+    pub fn with_version_clock(plan: Arc<Plan>, clock: VersionClock) -> BoxTable {
+        BoxTable {
+            clock,
+            ..BoxTable::new(plan)
+        }
+    }
+
+    /// The table's version clock now (0 without one).
+    pub fn version_clock(&self) -> u64 {
+        (self.clock)()
     }
 
     /// A table that hashes keys as `other` does (tests that compare two
@@ -240,8 +270,8 @@ impl BoxTable {
     /// entry per plan field (`None`: absent, the field keeps its state; a
     /// `count` field counts anyway). Reducers and the payload's length are
     /// checked before anything is written, so a rejected message changes
-    /// nothing. A new box starts at version 1, or past every version a removed
-    /// box of its shard served. If `out` is given, the new payload is rendered
+    /// nothing. A new box starts at version 1 (or past the table's version
+    /// clock), and past every version a removed box of its shard served. If `out` is given, the new payload is rendered
     /// and appended to it; otherwise it is rendered by the first read that
     /// wants it (lazy rendering: updates that no poll sees are never
     /// rendered). Returns the box's new version.
@@ -700,7 +730,7 @@ impl BoxTable {
                     key,
                     &[],
                     match stamp {
-                        Stamp::Next => floor,
+                        Stamp::Next => floor.max(self.version_clock()),
                         Stamp::At(v) => v.saturating_sub(1),
                     },
                     values,

@@ -875,6 +875,36 @@ fn a_key_created_again_starts_past_every_version_it_served() {
     assert_eq!(t.version_floor(), 5);
 }
 
+static CLOCK: AtomicU64 = AtomicU64::new(0);
+
+fn test_clock() -> u64 {
+    CLOCK.load(Ordering::Relaxed)
+}
+
+#[test]
+fn new_boxes_start_past_the_version_clock_and_updates_count_on_from_there() {
+    CLOCK.store(1_000, Ordering::Relaxed);
+    let t = BoxTable::with_version_clock(Arc::new(Plan::default_plan()), test_clock);
+    assert_eq!(t.version_clock(), 1_000);
+    assert_eq!(apply(&t, "a", &[i(1)]), Ok(1_001));
+    assert_eq!(apply(&t, "a", &[i(2)]), Ok(1_002));
+    assert_eq!(payload(&t, "a"), r#"{"k":"a","ver":1002,"v":2,"n":2}"#);
+    // An existing box is not moved by the clock; a new incarnation is.
+    CLOCK.store(5_000, Ordering::Relaxed);
+    assert_eq!(apply(&t, "a", &[i(3)]), Ok(1_003));
+    assert_eq!(t.remove(b"a"), Some(1_003));
+    assert_eq!(apply(&t, "a", &[i(4)]), Ok(5_001));
+    // The removed box's floor wins over a clock that went back.
+    CLOCK.store(10, Ordering::Relaxed);
+    for _ in 0..5 {
+        apply(&t, "a", &[i(5)]).expect("ok");
+    }
+    assert_eq!(t.remove(b"a"), Some(5_006));
+    assert_eq!(apply(&t, "a", &[]), Ok(5_007));
+    // A logged message keeps its record's version whatever the clock.
+    assert_eq!(t.apply_logged("b", &[], 7, 0, None), Ok(Logged::Applied(7)));
+}
+
 #[test]
 fn a_raised_floor_applies_to_every_shard() {
     let t = BoxTable::new(Arc::new(Plan::default_plan()));

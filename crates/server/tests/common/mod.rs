@@ -59,6 +59,35 @@ impl Resp {
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.text()))
     }
+    /// The version of a box's answer (its ETag's value). A standalone
+    /// server starts new boxes at the wall clock in microseconds, so tests
+    /// compare versions with the first one they read, not with 1.
+    /// (An ingest's answer has no ETag: its payload's `ver`.)
+    pub fn version(&self) -> u64 {
+        match self.header("ETag") {
+            Some(etag) => etag
+                .trim_matches('"')
+                .parse()
+                .unwrap_or_else(|e| panic!("ETag {etag}: {e}")),
+            None => self.json()["ver"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no version: {}", self.text())),
+        }
+    }
+}
+
+/// A payload's version and the payload with it written as `V`
+/// (`{"k":"a","ver":V,...}`), to compare payloads whose first version is the
+/// clock's.
+#[allow(dead_code)] // each test binary uses what it needs
+pub fn split_ver(payload: &str) -> (u64, String) {
+    let at = payload.find("\"ver\":").expect("a payload with a version") + 6;
+    let digits = payload[at..].bytes().take_while(u8::is_ascii_digit).count();
+    let ver = payload[at..at + digits].parse().expect("a version");
+    (
+        ver,
+        format!("{}V{}", &payload[..at], &payload[at + digits..]),
+    )
 }
 
 /// Reads responses from a stream, keeping leftover bytes between calls.
