@@ -68,6 +68,8 @@ pub struct LimitsConfig {
     pub body_timeout_ms: u64,
     pub idle_timeout_ms: u64,
     pub max_wait_ms: u64,
+    /// The most keys one `GET /v1/boxes?keys=...` may name.
+    pub max_keys_per_request: usize,
     pub arena_limit_bytes: usize,
     /// All connections' buffers together (read buffers, send queues).
     pub max_buffered_bytes: usize,
@@ -261,6 +263,7 @@ impl Default for LimitsConfig {
             body_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
             max_wait_ms: 30_000,
+            max_keys_per_request: 64,
             arena_limit_bytes: 67_108_864,
             max_buffered_bytes: 268_435_456,
         }
@@ -390,6 +393,7 @@ impl Config {
             ("limits.header_timeout_ms", l.header_timeout_ms),
             ("limits.body_timeout_ms", l.body_timeout_ms),
             ("limits.idle_timeout_ms", l.idle_timeout_ms),
+            ("limits.max_keys_per_request", l.max_keys_per_request as u64),
             ("limits.arena_limit_bytes", l.arena_limit_bytes as u64),
         ];
         for (key, v) in positive {
@@ -402,6 +406,12 @@ impl Config {
         }
         if l.max_headers > 1024 {
             return Err(invalid("limits.max_headers", "must be at most 1024"));
+        }
+        if l.max_keys_per_request > 1024 {
+            return Err(invalid(
+                "limits.max_keys_per_request",
+                "must be at most 1024",
+            ));
         }
         if l.arena_limit_bytes < 64 * 1024 {
             return Err(invalid(

@@ -334,6 +334,12 @@ impl Connection {
         }
     }
 
+    /// Whether [`Connection::watched_key`] is the keys of a many-box poll
+    /// ([`crate::service::ManyKeys`]): wake-ups of each of them concern it.
+    pub fn watches_many(&self) -> bool {
+        self.parked.as_ref().is_some_and(|p| p.park.many)
+    }
+
     /// The log request this connection waits for (a node of a log's ingest
     /// or `DELETE`): the server routes its records' reports here.
     pub fn awaited_request(&self) -> Option<u64> {
@@ -377,7 +383,7 @@ impl Connection {
         let due = self
             .parked
             .as_ref()
-            .is_some_and(|p| p.park.due(cx.service.version(&p.key)));
+            .is_some_and(|p| cx.service.park_due(&p.key, &p.park));
         if due {
             self.answer_parked(false, cx);
         }

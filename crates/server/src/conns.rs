@@ -24,6 +24,9 @@ pub struct Conn {
     pub registered: Option<u64>,
     /// What registered it: an event stream (else a long-poll).
     pub registered_stream: bool,
+    /// The hashes of the keys a many-box long-poll is registered on (empty
+    /// otherwise: `registered` is then the key's hash).
+    pub registered_keys: Vec<u64>,
     /// Its answers wait for the end of the loop turn (batched writes).
     pub queued: bool,
     /// Its write side was shut down (lingering, or closing).
@@ -53,6 +56,7 @@ impl Conn {
             awaiting: None,
             registered: None,
             registered_stream: false,
+            registered_keys: Vec::new(),
             queued: false,
             write_shut: false,
             accounted: 0,

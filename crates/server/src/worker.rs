@@ -479,7 +479,17 @@ impl Worker {
                 return;
             };
             let shared = &self.host.shared;
-            self.parked.add(hash, slot, c.gen, &shared.waiters, self.id);
+            if c.core.watches_many() {
+                // A poll of many boxes: a wake-up of any of its keys concerns it.
+                let keys = c.core.watched_key().unwrap_or_default();
+                for key in pollbox_core::service::ManyKeys(keys) {
+                    let h = shared.waiters.hash(key);
+                    self.parked.add(h, slot, c.gen, &shared.waiters, self.id);
+                    c.registered_keys.push(h);
+                }
+            } else {
+                self.parked.add(hash, slot, c.gen, &shared.waiters, self.id);
+            }
             c.registered_stream = c.core.streaming();
             let st = &shared.stats[self.id];
             if c.registered_stream {
@@ -526,9 +536,14 @@ impl Worker {
             return;
         };
         let shared = &self.host.shared;
-        if self
-            .parked
-            .remove(old, slot, c.gen, &shared.waiters, self.id)
+        let mut removed = false;
+        for h in c.registered_keys.drain(..) {
+            removed |= self.parked.remove(h, slot, c.gen, &shared.waiters, self.id);
+        }
+        if removed
+            || self
+                .parked
+                .remove(old, slot, c.gen, &shared.waiters, self.id)
         {
             let st = &shared.stats[self.id];
             if c.registered_stream {

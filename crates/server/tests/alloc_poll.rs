@@ -125,6 +125,59 @@ fn ten_thousand_polls_from_an_allowed_origin_allocate_nothing() {
     );
 }
 
+/// A poll of many pre-rendered boxes (docs/http.md#many-boxes-at-once), plain
+/// and conditional (304) in turn, allocates nothing either: the keys are
+/// decoded into the worker's buffers, the payloads copied into its body.
+#[test]
+fn ten_thousand_polls_of_twenty_boxes_allocate_nothing() {
+    let _serial = serial();
+    let mut c = config();
+    c.server.workers = 1;
+    let s = start(c);
+    let a = s.addr();
+    let keys: Vec<String> = (0..20).map(|i| format!("box-{i}")).collect();
+    for k in &keys {
+        let r = post(
+            a,
+            &format!("/v1/boxes/{k}"),
+            r#"{"value":5,"player":"p-7"}"#,
+        );
+        assert_eq!(r.status, 200);
+    }
+    let req = format!(
+        "GET /v1/boxes?keys={},missing HTTP/1.1\r\nHost: t\r\n\r\n",
+        keys.join(",")
+    );
+    let r = raw(a, req.as_bytes()).0;
+    assert_eq!(r.status, 200);
+    assert!(r.text().ends_with(",null]"), "{}", r.text());
+    let etag = r.header("ETag").expect("an ETag").to_string();
+    let cond = format!(
+        "{}If-None-Match: {etag}\r\n\r\n",
+        req.strip_suffix("\r\n").unwrap()
+    );
+    let (req, cond) = (req.as_bytes(), cond.as_bytes());
+    let mut stream = connect(a);
+    let mut buf = vec![0u8; 16 * 1024];
+    for _ in 0..2000 {
+        assert_eq!(poll_once(&mut stream, req, &mut buf), 200);
+        assert_eq!(poll_once(&mut stream, cond, &mut buf), 304);
+    }
+    let before = ALLOC.total();
+    for i in 0..10_000 {
+        let (r, want) = if i % 2 == 0 { (req, 200) } else { (cond, 304) };
+        assert_eq!(poll_once(&mut stream, r, &mut buf), want);
+    }
+    let after = ALLOC.total();
+    drop(stream);
+    s.shutdown().unwrap();
+    assert_eq!(
+        after - before,
+        0,
+        "allocations during 10,000 steady-state polls of 20 boxes"
+    );
+}
+
 /// Positive control: the counter sees the server's allocations (a cold
 /// server allocates while it starts and serves its first requests), so zero
 /// above means zero.

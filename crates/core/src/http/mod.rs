@@ -84,7 +84,10 @@ pub use response::{
     status_reason, write_fields, write_head_end, write_response_head, write_response_start,
     CONTINUE,
 };
-pub use route::{parse_poll_query, percent_decode_into, route, BadEscape, PollQuery, Route};
+pub use route::{
+    parse_many_query, parse_poll_query, percent_decode_into, route, BadEscape, ManyQuery,
+    PollQuery, Route,
+};
 
 /// Framing limits of one connection (docs/config.md#limits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

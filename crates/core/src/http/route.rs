@@ -20,6 +20,8 @@ pub enum Route<'a> {
     Delete {
         key: &'a [u8],
     },
+    /// `GET`/`HEAD /v1/boxes?keys=a,b,c` (docs/http.md#many-boxes-at-once)
+    PollMany,
     /// `POST /v1/ingest`
     Ingest,
     Metrics,
@@ -61,6 +63,7 @@ pub fn route(method: Method, path: &[u8]) -> Route<'_> {
         }
     };
     match path {
+        b"/v1/boxes" => read_only(Route::PollMany),
         b"/v1/ingest" if method == Method::Post => Route::Ingest,
         b"/v1/ingest" => Route::MethodNotAllowed { allow: "POST" },
         b"/metrics" => read_only(Route::Metrics),
@@ -119,6 +122,45 @@ pub fn parse_poll_query(q: &[u8]) -> Result<PollQuery, &'static str> {
         return Ok(PollQuery::default());
     }
     parse_query_pairs(q)
+}
+
+/// The parameters of `GET /v1/boxes?keys=a,b,c&wait_ms=N`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ManyQuery<'a> {
+    /// The raw (percent-encoded) keys, comma-separated.
+    pub keys: &'a [u8],
+    /// How long a poll whose `If-None-Match` is current waits for any of the
+    /// boxes to move, in milliseconds (capped by the caller).
+    pub wait_ms: Option<u64>,
+}
+
+/// Parse the query of a many-box poll: `keys` is required (once); `wait_ms`
+/// as for one box; unknown parameters are ignored.
+pub fn parse_many_query(q: &[u8]) -> Result<ManyQuery<'_>, &'static str> {
+    let mut keys = None;
+    let mut wait_ms = None;
+    for pair in q.split(|&b| b == b'&').filter(|p| !p.is_empty()) {
+        let (name, value) = match pair.iter().position(|&b| b == b'=') {
+            Some(eq) => (&pair[..eq], &pair[eq + 1..]),
+            None => (pair, &b""[..]),
+        };
+        match name {
+            b"keys" if keys.is_some() => return Err("keys given more than once"),
+            b"keys" => keys = Some(value),
+            b"wait_ms" if wait_ms.is_some() => return Err("wait_ms given more than once"),
+            b"wait_ms" => {
+                wait_ms = Some(parse_decimal(value).map_err(|e| match e {
+                    DecimalError::NotDecimal => "wait_ms is not a non-negative decimal integer",
+                    DecimalError::TooLarge => "wait_ms is too large",
+                })?);
+            }
+            _ => {}
+        }
+    }
+    Ok(ManyQuery {
+        keys: keys.ok_or("keys is missing (GET /v1/boxes?keys=a,b,c)")?,
+        wait_ms,
+    })
 }
 
 fn parse_query_pairs(q: &[u8]) -> Result<PollQuery, &'static str> {
@@ -198,7 +240,6 @@ mod tests {
     fn empty_or_slashed_keys_are_not_found() {
         for p in [
             &b"/v1/boxes/"[..],
-            b"/v1/boxes",
             b"/v1/boxes/a/b",
             b"/v1/boxes//",
             b"/v1/boxes/a/",
@@ -214,6 +255,13 @@ mod tests {
         assert_eq!(
             route(Method::Get, b"/v1/boxes/a%2Fb"),
             Route::Poll { key: b"a%2Fb" }
+        );
+        // `/v1/boxes` itself is the many-box poll (its keys are in the query).
+        assert_eq!(route(Method::Get, b"/v1/boxes"), Route::PollMany);
+        assert_eq!(route(Method::Head, b"/v1/boxes"), Route::PollMany);
+        assert_eq!(
+            route(Method::Post, b"/v1/boxes"),
+            Route::MethodNotAllowed { allow: "GET, HEAD" }
         );
     }
 

@@ -18,6 +18,7 @@ mod auth;
 mod cors;
 mod ingest;
 mod logged;
+mod many;
 mod stream;
 mod tally;
 
@@ -25,6 +26,7 @@ pub use answer::{error_body, Answer, Heads, JSON, TEXT};
 pub use auth::{constant_time_eq, Tokens};
 pub use cors::{Cors, PREFLIGHT};
 pub use logged::{Pending, Report};
+pub use many::ManyKeys;
 pub use stream::{wants_event_stream, write_event, Event, Stream, DELETED, HEARTBEAT};
 pub use tally::{IngestResult, Removal, RouteLabel};
 
@@ -152,6 +154,9 @@ pub struct Park {
     /// The box existed when the poll parked: should it be deleted or expire,
     /// the poll is answered 404 at once (an unknown key waits for its creation).
     pub existed: bool,
+    /// A poll of many boxes (docs/http.md#many-boxes-at-once): `after` is their
+    /// ETag's value, and the poll is answered when it changes.
+    pub many: bool,
 }
 
 impl Park {
@@ -213,6 +218,8 @@ pub struct Service {
     key: Vec<u8>,
     /// Rendered body of the current response.
     body: Vec<u8>,
+    /// One decoded key of a many-box poll, before it joins `key`.
+    scratch: Vec<u8>,
     /// The server's monotonic clock (ms) for the requests being answered: box
     /// expiry counts on it.
     now_ms: u64,
@@ -240,6 +247,7 @@ impl Service {
             heads: Heads::new(now, Cors::new(&node.config.http.cors_origins)),
             key: Vec::with_capacity(node.config.boxes.max_key_bytes.max(256)),
             body: Vec::with_capacity(16 * 1024),
+            scratch: Vec::with_capacity(node.config.boxes.max_key_bytes.max(256)),
             now_ms: 0,
             expired: Vec::with_capacity(expiring),
             logged: node.config.log.enabled(),
@@ -306,7 +314,18 @@ impl Service {
         self.node.boxes.version(key).unwrap_or(0)
     }
 
-    /// The decoded key of the request just answered (or parked).
+    /// Whether the long-poll `park` of `key` (its keys, for many boxes) is
+    /// answered now.
+    pub fn park_due(&self, key: &[u8], park: &Park) -> bool {
+        if park.many {
+            self.many_tag(key) != park.after
+        } else {
+            park.due(self.version(key))
+        }
+    }
+
+    /// The decoded key of the request just answered (or parked); of a
+    /// many-box poll, its keys ([`ManyKeys`]).
     pub fn key(&self) -> &[u8] {
         &self.key
     }
@@ -346,6 +365,7 @@ impl Service {
         }
         match r {
             Route::Poll { key } => self.poll(x, key),
+            Route::PollMany => self.poll_many(x),
             Route::IngestKey { key } => {
                 if !self.authorized(x) {
                     return self.unauthorized(x, RouteLabel::IngestKey);
@@ -433,6 +453,7 @@ impl Service {
                         after,
                         wait_ms: wait,
                         existed: version > 0,
+                        many: false,
                     });
                 }
                 // Nothing newer and no time to wait: the wait has run out (304).
@@ -458,6 +479,10 @@ impl Service {
         out: &mut Vec<u8>,
         host: &mut H,
     ) -> Reply {
+        if park.many {
+            return self
+                .answer_parked_many(frame, buf, key, park, timed_out, keep_alive, out, host);
+        }
         self.heads.begin(frame.field(&frame.origin, buf));
         self.key.clear();
         self.key.extend_from_slice(key);

@@ -111,6 +111,7 @@ fn long_poll_parks_only_when_the_box_has_not_moved() {
             after: 0,
             wait_ms: 1000,
             existed: false,
+            many: false,
         })
     );
     assert_eq!(out, "");

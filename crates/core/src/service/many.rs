@@ -1,0 +1,224 @@
+//! `GET /v1/boxes?keys=a,b,c` (docs/http.md#many-boxes-at-once): many boxes in
+//! one answer, a JSON array of their payloads in the order asked (`null` for a
+//! box that does not exist), with one ETag for all of them; with `wait_ms` and a
+//! current `If-None-Match`, a long-poll answered when any of them moves.
+//!
+//! The keys of a request are kept decoded in one buffer, each behind its
+//! length ([`ManyKeys`]): that is also what a parked poll keeps and what the
+//! server registers wake-ups for, one per key. Nothing here allocates once the
+//! buffers have grown to the largest request.
+
+use super::{Exchange, Park, Reply, RouteLabel, Service};
+use crate::http::{parse_many_query, percent_decode_into, Frame, Method};
+use crate::service::{Answer, Host};
+
+/// Decoded keys, each as a little-endian `u16` length and its bytes.
+pub struct ManyKeys<'a>(pub &'a [u8]);
+
+impl<'a> Iterator for ManyKeys<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let (len, rest) = self.0.split_first_chunk::<2>()?;
+        let len = u16::from_le_bytes(*len) as usize;
+        let (key, rest) = rest.split_at_checked(len)?;
+        self.0 = rest;
+        Some(key)
+    }
+}
+
+/// The ETag value of boxes at `versions` (0: no such box), in the order
+/// asked: FNV-1a over the versions, so any box that moves (or appears, or
+/// goes) changes it, and every node of a log computes the same one.
+fn tag(versions: impl Iterator<Item = u64>) -> u64 {
+    versions.fold(TAG_START, tag_step)
+}
+
+/// FNV-1a's offset basis.
+const TAG_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+impl Service {
+    /// `GET /v1/boxes?keys=...`, with or without `wait_ms`.
+    pub(super) fn poll_many<H: Host>(&mut self, x: &mut Exchange<'_, H>) -> Reply {
+        let (frame, buf) = (x.frame, x.buf);
+        let q = match parse_many_query(&buf[frame.query.clone()]) {
+            Ok(q) => q,
+            Err(what) => return self.error(x, RouteLabel::Poll, 400, what),
+        };
+        if let Err(what) = self.decode_keys(q.keys) {
+            return self.error(x, RouteLabel::Poll, 400, &what);
+        }
+        if frame.method == Method::Get && super::wants_event_stream(frame, buf) {
+            let what = "event streams of many boxes are not served yet: one stream per box";
+            return self.error(x, RouteLabel::Sse, 501, what);
+        }
+        let Some(wait) = q.wait_ms else {
+            return self.write_many(x, RouteLabel::Poll, false);
+        };
+        let wait = wait.min(self.node.config.limits.max_wait_ms);
+        let now = self.many_tag(&self.key);
+        let current = frame
+            .field(&frame.if_none_match, buf)
+            .is_some_and(|v| super::etag_matches(v, super::render_etag(now, &mut [0; 24])));
+        if current && wait > 0 {
+            return Reply::Park(Park {
+                after: now,
+                wait_ms: wait,
+                existed: false,
+                many: true,
+            });
+        }
+        self.write_many(x, RouteLabel::LongPoll, false)
+    }
+
+    /// The ETag value of the boxes of `keys` ([`ManyKeys`]) as they are now.
+    pub fn many_tag(&self, keys: &[u8]) -> u64 {
+        tag(ManyKeys(keys).map(|k| self.version(k)))
+    }
+
+    /// Answer a parked many-box long-poll: 200 when any box moved, else (the
+    /// wait ran out) 304.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn answer_parked_many<H: Host>(
+        &mut self,
+        frame: &Frame,
+        buf: &[u8],
+        keys: &[u8],
+        park: Park,
+        timed_out: bool,
+        keep_alive: bool,
+        out: &mut Vec<u8>,
+        host: &mut H,
+    ) -> Reply {
+        self.heads.begin(frame.field(&frame.origin, buf));
+        self.key.clear();
+        self.key.extend_from_slice(keys);
+        let x = &mut Exchange {
+            frame,
+            buf,
+            keep_alive,
+            out,
+            host,
+        };
+        let unchanged = self.many_tag(keys) == park.after;
+        self.write_many(x, RouteLabel::LongPoll, timed_out && unchanged)
+    }
+
+    /// Decode the comma-separated raw `keys` into `self.key` ([`ManyKeys`]):
+    /// each percent-decoded, none empty or repeated, at most
+    /// `limits.max_keys_per_request`.
+    fn decode_keys(&mut self, raw: &[u8]) -> Result<(), String> {
+        let max = self.node.config.limits.max_keys_per_request;
+        self.key.clear();
+        if raw.is_empty() {
+            return Err("keys is empty".into());
+        }
+        for (i, raw_key) in raw.split(|&b| b == b',').enumerate() {
+            if i == max {
+                return Err(format!(
+                    "too many keys: at most {max} (limits.max_keys_per_request)"
+                ));
+            }
+            if raw_key.is_empty() {
+                return Err(format!("key {} of keys is empty", i + 1));
+            }
+            let at = self.key.len();
+            self.key.extend_from_slice(&[0, 0]);
+            percent_decode_into(raw_key, &mut self.scratch)
+                .map_err(|_| format!("bad percent-encoding in key {} of keys", i + 1))?;
+            if std::str::from_utf8(&self.scratch).is_err() {
+                return Err(format!("key {} of keys is not valid UTF-8", i + 1));
+            }
+            let Ok(len) = u16::try_from(self.scratch.len()) else {
+                return Err(format!("key {} of keys is too long", i + 1));
+            };
+            if ManyKeys(&self.key[..at]).any(|k| k == self.scratch.as_slice()) {
+                return Err(format!("key {} of keys is repeated", i + 1));
+            }
+            self.key[at..at + 2].copy_from_slice(&len.to_le_bytes());
+            self.key.extend_from_slice(&self.scratch);
+        }
+        Ok(())
+    }
+
+    /// Answer the boxes of `self.key` ([`ManyKeys`]): 200 with their payloads,
+    /// or 304 when `not_modified` (the wait ran out) or `If-None-Match` names
+    /// their ETag.
+    fn write_many<H: Host>(
+        &mut self,
+        x: &mut Exchange<'_, H>,
+        route: RouteLabel,
+        not_modified: bool,
+    ) -> Reply {
+        let frame = x.frame;
+        self.body.clear();
+        self.body.push(b'[');
+        let mut h = TAG_START;
+        for (i, key) in ManyKeys(&self.key).enumerate() {
+            if i > 0 {
+                self.body.push(b',');
+            }
+            let v = match self.node.boxes.poll(key, &mut self.body) {
+                Some(v) => v,
+                None => {
+                    self.body.extend_from_slice(b"null");
+                    0
+                }
+            };
+            h = tag_step(h, v);
+        }
+        self.body.push(b']');
+        let not_modified = not_modified
+            || frame
+                .field(&frame.if_none_match, x.buf)
+                .is_some_and(|v| super::etag_matches(v, super::render_etag(h, &mut [0; 24])));
+        let a = Answer {
+            head_only: frame.method == Method::Head || not_modified,
+            etag: Some(h),
+            ..x.json(route, if not_modified { 304 } else { 200 })
+        };
+        self.heads.write(x.out, x.host, &a, &self.body);
+        x.reply()
+    }
+}
+
+/// One version into [`tag`]'s hash.
+#[inline]
+fn tag_step(mut h: u64, v: u64) -> u64 {
+    for b in v.to_le_bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tag_changes_when_any_version_does_and_with_the_order() {
+        let t = tag([5, 0, 7].into_iter());
+        assert_eq!(t, tag_step(tag_step(tag_step(TAG_START, 5), 0), 7));
+        assert_ne!(t, tag([5, 0, 8].into_iter()));
+        assert_ne!(t, tag([5, 1, 7].into_iter()));
+        assert_ne!(t, tag([7, 0, 5].into_iter()));
+        assert_ne!(t, tag([5, 0].into_iter()));
+    }
+
+    #[test]
+    fn keys_iterate_as_encoded() {
+        let mut enc = Vec::new();
+        for k in [&b"a"[..], b"", b"caf\xc3\xa9"] {
+            enc.extend_from_slice(&(k.len() as u16).to_le_bytes());
+            enc.extend_from_slice(k);
+        }
+        let keys: Vec<&[u8]> = ManyKeys(&enc).collect();
+        assert_eq!(keys, vec![&b"a"[..], b"", b"caf\xc3\xa9"]);
+        assert_eq!(
+            ManyKeys(&enc[..enc.len() - 1]).count(),
+            2,
+            "a cut key ends it"
+        );
+    }
+}

@@ -1,0 +1,255 @@
+//! Many boxes on one connection (docs/http.md#many-boxes-at-once):
+//! `GET /v1/boxes?keys=a,b,c`, its ETag, 304, the long-poll of many boxes,
+//! its limits and CORS, over real sockets.
+
+mod common;
+use common::*;
+
+fn ingest(a: std::net::SocketAddr, key: &str, value: i64) -> u64 {
+    let r = post(
+        a,
+        &format!("/v1/boxes/{key}"),
+        &format!(r#"{{"value":{value}}}"#),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.version()
+}
+
+fn payload(a: std::net::SocketAddr, key: &str) -> String {
+    let r = get(a, &format!("/v1/boxes/{key}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.text()
+}
+
+fn error_of(r: &Resp) -> String {
+    r.json()["error"].as_str().unwrap_or_default().to_string()
+}
+
+#[test]
+fn the_payloads_in_the_order_asked_with_null_for_a_missing_box_and_one_etag() {
+    let s = start(config());
+    let a = s.addr();
+    ingest(a, "a", 1);
+    ingest(a, "c%2Fd", 3);
+    let r = get(a, "/v1/boxes?keys=c%2Fd,nope,a");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("Content-Type"), Some("application/json"));
+    assert_eq!(
+        r.text(),
+        format!("[{},null,{}]", payload(a, "c%2Fd"), payload(a, "a"))
+    );
+    let etag = r.header("ETag").expect("an ETag").to_string();
+
+    // The same boxes unchanged: 304 with the ETag, no body; HEAD: the head.
+    let (same, _) = raw(
+        a,
+        format!(
+            "GET /v1/boxes?keys=c%2Fd,nope,a HTTP/1.1\r\nHost: t\r\nIf-None-Match: {etag}\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    assert_eq!(same.status, 304);
+    assert_eq!(same.header("ETag"), Some(etag.as_str()));
+    let (head, _) = raw(
+        a,
+        b"HEAD /v1/boxes?keys=c%2Fd,nope,a HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
+    assert_eq!(head.status, 200);
+    assert_eq!(head.header("ETag"), Some(etag.as_str()));
+    assert_eq!(
+        head.header("Content-Length"),
+        Some(r.text().len().to_string().as_str())
+    );
+
+    // Any box that moves, appears or goes changes the ETag.
+    let mut seen = vec![etag.clone()];
+    let mut step = |what: &str| {
+        let r = get(a, "/v1/boxes?keys=c%2Fd,nope,a");
+        assert_eq!(r.status, 200);
+        let e = r.header("ETag").expect("an ETag").to_string();
+        assert!(!seen.contains(&e), "{what}: ETag {e} was served before");
+        seen.push(e);
+        r.text()
+    };
+    ingest(a, "a", 2);
+    assert!(step("a moved").ends_with(&format!("{}]", payload(a, "a"))));
+    ingest(a, "nope", 9);
+    assert!(step("nope appeared").contains(r#""v":9"#));
+    assert_eq!(delete(a, "/v1/boxes/c%2Fd").status, 204);
+    assert!(step("c/d went").starts_with("[null,"));
+    // The order asked is part of the answer (and of its ETag).
+    let r = get(a, "/v1/boxes?keys=a,c%2Fd,nope");
+    assert!(r.text().starts_with(&format!("[{},null,", payload(a, "a"))));
+    assert!(!seen.contains(&r.header("ETag").unwrap().to_string()));
+    s.shutdown().unwrap();
+}
+
+#[test]
+fn bad_repeated_or_too_many_keys_are_400_with_the_reason() {
+    let mut c = config();
+    c.limits.max_keys_per_request = 3;
+    let s = start(c);
+    let a = s.addr();
+    for (path, want) in [
+        ("/v1/boxes", "keys is missing"),
+        ("/v1/boxes?wait_ms=10", "keys is missing"),
+        ("/v1/boxes?keys=", "keys is empty"),
+        ("/v1/boxes?keys=a,,b", "key 2 of keys is empty"),
+        ("/v1/boxes?keys=a,", "key 2 of keys is empty"),
+        ("/v1/boxes?keys=a,b,a", "key 3 of keys is repeated"),
+        ("/v1/boxes?keys=a,%61", "key 2 of keys is repeated"),
+        (
+            "/v1/boxes?keys=a,b%zz",
+            "bad percent-encoding in key 2 of keys",
+        ),
+        ("/v1/boxes?keys=%ff", "key 1 of keys is not valid UTF-8"),
+        ("/v1/boxes?keys=a,b,c,d", "too many keys: at most 3"),
+        ("/v1/boxes?keys=a&keys=b", "keys given more than once"),
+        (
+            "/v1/boxes?keys=a&wait_ms=x",
+            "wait_ms is not a non-negative",
+        ),
+    ] {
+        let r = get(a, path);
+        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        assert!(error_of(&r).contains(want), "{path}: {}", r.text());
+    }
+    assert_eq!(get(a, "/v1/boxes?keys=a,b,c").status, 200, "three is fine");
+    let (r, _) = raw(
+        a,
+        b"GET /v1/boxes?keys=a,b HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n",
+    );
+    assert_eq!(r.status, 501);
+    assert!(error_of(&r).contains("not served yet"), "{}", r.text());
+    let r = post(a, "/v1/boxes?keys=a", "{}");
+    assert_eq!(r.status, 405);
+    assert_eq!(r.header("Allow"), Some("GET, HEAD"));
+    // The counters name the route.
+    let m = get(a, "/metrics").text();
+    assert!(
+        m.contains("pollbox_http_requests_total{route=\"poll\",code=\"400\"} 12"),
+        "{m}"
+    );
+    s.shutdown().unwrap();
+}
+
+#[test]
+fn a_long_poll_of_many_boxes_is_answered_when_any_of_them_moves_and_304_at_the_deadline() {
+    let mut c = config();
+    c.server.workers = 2;
+    let s = start(c);
+    let a = s.addr();
+    ingest(a, "x", 1);
+    let r = get(a, "/v1/boxes?keys=x,y,z");
+    let etag = r.header("ETag").unwrap().to_string();
+    let ask = format!(
+        "GET /v1/boxes?keys=x,y,z&wait_ms=20000 HTTP/1.1\r\nHost: t\r\nIf-None-Match: {etag}\r\n\r\n"
+    );
+    // Parked (an ETag that is not current is answered at once).
+    let (now, _) = raw(
+        a,
+        b"GET /v1/boxes?keys=x,y,z&wait_ms=20000 HTTP/1.1\r\nHost: t\r\nIf-None-Match: \"1\"\r\n\r\n",
+    );
+    assert_eq!(now.status, 200);
+    assert_eq!(now.header("ETag"), Some(etag.as_str()));
+    // A box that did not exist appears: every parked poll is answered, on any
+    // worker, and a request pipelined behind one is answered after it.
+    let mut parked: Vec<Reader> = (0..8)
+        .map(|_| {
+            let mut r = Reader::new(connect(a));
+            r.send(ask.as_bytes());
+            r.send(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+            r
+        })
+        .collect();
+    wait_parked(a, 8);
+    let made = ingest(a, "z", 5);
+    for r in &mut parked {
+        let resp = r.read(false);
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        assert_ne!(resp.header("ETag"), Some(etag.as_str()));
+        assert!(
+            resp.text()
+                .ends_with(&format!(r#","ver":{made},"v":5,"sum":5,"n":1}}]"#)),
+            "{}",
+            resp.text()
+        );
+        assert_eq!(r.read(false).text(), "ok");
+    }
+    wait_parked(a, 0);
+
+    // The wait runs out: 304 with the ETag; a deletion answers at once.
+    let etag = get(a, "/v1/boxes?keys=x,y,z")
+        .header("ETag")
+        .unwrap()
+        .to_string();
+    let (r, _) = raw(
+        a,
+        format!(
+            "GET /v1/boxes?keys=x,y,z&wait_ms=50 HTTP/1.1\r\nHost: t\r\nIf-None-Match: {etag}\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    assert_eq!((r.status, r.header("ETag")), (304, Some(etag.as_str())));
+    let mut waiting = Reader::new(connect(a));
+    waiting.send(
+        format!(
+            "GET /v1/boxes?keys=x,y,z&wait_ms=20000 HTTP/1.1\r\nHost: t\r\nIf-None-Match: {etag}\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    wait_parked(a, 1);
+    assert_eq!(delete(a, "/v1/boxes/x").status, 204);
+    let r = waiting.read(false);
+    assert_eq!(r.status, 200);
+    assert!(r.text().starts_with("[null,null,"), "{}", r.text());
+    wait_parked(a, 0);
+    s.shutdown().unwrap();
+}
+
+#[test]
+fn answers_to_an_allowed_origin_carry_cors_headers() {
+    let mut c = config();
+    c.http.cors_origins = vec!["https://game.example".into()];
+    let s = start(c);
+    let a = s.addr();
+    ingest(a, "a", 1);
+    let (r, _) = raw(
+        a,
+        b"GET /v1/boxes?keys=a,b HTTP/1.1\r\nHost: t\r\nOrigin: https://game.example\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("Access-Control-Allow-Origin"),
+        Some("https://game.example")
+    );
+    assert_eq!(r.header("Access-Control-Expose-Headers"), Some("ETag"));
+    let (r, _) = raw(
+        a,
+        b"GET /v1/boxes?keys=a,a HTTP/1.1\r\nHost: t\r\nOrigin: https://game.example\r\n\r\n",
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.header("Access-Control-Allow-Origin"),
+        Some("https://game.example")
+    );
+    s.shutdown().unwrap();
+}
+
+/// Wait (up to 3 s) until `/metrics` says `n` polls are parked.
+fn wait_parked(a: std::net::SocketAddr, n: u64) {
+    let mut parked = 0;
+    for _ in 0..300 {
+        parked = get(a, "/metrics")
+            .text()
+            .lines()
+            .find_map(|l| l.strip_prefix("pollbox_parked_polls "))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        if parked == n {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(parked, n, "polls parked");
+}
