@@ -48,8 +48,8 @@
 use crate::buffers::{Buffers, SendQueue};
 use crate::http::{Frame, Framer, FramerState, HttpError, Limits, Progress, Version, CONTINUE};
 use crate::service::{
-    Event, Host, Listener, Park, Pending, Reply, Report, RouteLabel, Service, Stream, DELETED,
-    HEARTBEAT,
+    Event, Host, Listener, Park, Pending, Reply, Report, RouteLabel, Service, Stream, Watched,
+    DELETED, HEARTBEAT,
 };
 
 /// A connection with this many unsent bytes is not read until it drains.
@@ -107,8 +107,11 @@ struct Logging {
 /// An event stream this connection sends (docs/http.md#event-streams).
 #[derive(Debug)]
 struct Streaming {
+    /// The key, or the keys of a stream of many boxes ([`crate::service::ManyKeys`]).
     key: Box<[u8]>,
     stream: Stream,
+    /// A stream of many boxes: where it stands with each, in the keys' order.
+    many: Option<Box<[Watched]>>,
     /// The box moved while the send queue was not empty: send its newest
     /// version once the queue drains (coalescing).
     dirty: bool,
@@ -337,7 +340,11 @@ impl Connection {
     /// Whether [`Connection::watched_key`] is the keys of a many-box poll
     /// ([`crate::service::ManyKeys`]): wake-ups of each of them concern it.
     pub fn watches_many(&self) -> bool {
-        self.parked.as_ref().is_some_and(|p| p.park.many)
+        match (&self.parked, &self.streaming) {
+            (Some(p), _) => p.park.many,
+            (None, Some(s)) => s.many.is_some(),
+            _ => false,
+        }
     }
 
     /// The log request this connection waits for (a node of a log's ingest
@@ -377,7 +384,24 @@ impl Connection {
     /// box's newest version (or, with answers still queued, remember to), or
     /// `event: deleted` and end it. Returns whether something was written.
     pub fn on_box_updated<H: Host>(&mut self, cx: &mut Ctx<'_, H>) -> bool {
-        if self.streaming.is_some() {
+        self.on_keys_updated(&|_| true, cx)
+    }
+
+    /// [`Connection::on_box_updated`] when the server knows which of the keys
+    /// of a many-box stream may have moved (`moved(i)`: the `i`th of its keys):
+    /// only those are looked at.
+    pub fn on_keys_updated<H: Host>(
+        &mut self,
+        moved: &dyn Fn(usize) -> bool,
+        cx: &mut Ctx<'_, H>,
+    ) -> bool {
+        if let Some(s) = self.streaming.as_mut() {
+            if let Some(watched) = s.many.as_mut() {
+                for (i, w) in watched.iter_mut().enumerate() {
+                    w.dirty |= moved(i);
+                }
+                s.dirty = watched.iter().any(|w| w.dirty);
+            }
             return self.stream_update(cx);
         }
         let due = self
@@ -558,6 +582,7 @@ impl Connection {
                         }
                         Reply::Stream(stream) => {
                             let key = service.key().into();
+                            let many = stream.many.then(|| service.take_watched());
                             let heartbeat_ms =
                                 cx.now_ms + service.node().config.http.sse_heartbeat_ms;
                             // The stream's body ends with the connection: what
@@ -566,6 +591,7 @@ impl Connection {
                             self.streaming = Some(Streaming {
                                 key,
                                 stream,
+                                many,
                                 dirty: false,
                                 heartbeat_ms,
                             });
@@ -596,6 +622,28 @@ impl Connection {
         };
         if self.closing.is_some() {
             return false;
+        }
+        if let Some(watched) = s.many.as_mut() {
+            // Many boxes: those marked dirty are looked at once the queue is
+            // empty, each coalesced on its own; a box that goes is an event,
+            // and the stream goes on.
+            if !s.dirty || !self.sendq.is_empty() {
+                return false;
+            }
+            s.dirty = false;
+            let Ctx {
+                service,
+                buffers,
+                host,
+                now_ms,
+            } = cx;
+            let sent = self.sendq.append(&mut buffers.send, |out| {
+                service.stream_many(&s.key, watched, out, *host)
+            });
+            if sent > 0 {
+                s.heartbeat_ms = *now_ms + service.node().config.http.sse_heartbeat_ms;
+            }
+            return sent > 0;
         }
         let version = cx.service.version(&s.key);
         if version == 0 {

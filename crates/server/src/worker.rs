@@ -14,7 +14,7 @@ use crate::conns::{Conn, Slab};
 use crate::host::WorkerHost;
 use crate::stats::Rejected;
 use crate::transmit::{Ready, Ring, SendNow, Sent, Transmit};
-use crate::wakeups::ParkedIndex;
+use crate::wakeups::{ParkedIndex, Wake};
 use crate::Shared;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Interest, Poll, Token};
@@ -677,7 +677,14 @@ impl Worker {
                 let Some(mut c) = self.conns.take_gen(slot, gen) else {
                     continue;
                 };
-                self.timed(|cx| c.core.on_box_updated(cx));
+                // A stream of many boxes looks only at the keys with the
+                // woken hash (the keys were registered in their order).
+                let keys = &c.registered_keys;
+                let moved = |i: usize| match wake {
+                    Wake::Key(h) => keys.get(i) == Some(&h),
+                    Wake::All => true,
+                };
+                self.timed(|cx| c.core.on_keys_updated(&moved, cx));
                 self.settle(slot, c);
             }
         }

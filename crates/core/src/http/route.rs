@@ -132,6 +132,8 @@ pub struct ManyQuery<'a> {
     /// How long a poll whose `If-None-Match` is current waits for any of the
     /// boxes to move, in milliseconds (capped by the caller).
     pub wait_ms: Option<u64>,
+    /// Where an event stream resumes (as `Last-Event-ID` does), raw.
+    pub last_event_id: Option<&'a [u8]>,
 }
 
 /// Parse the query of a many-box poll: `keys` is required (once); `wait_ms`
@@ -139,6 +141,7 @@ pub struct ManyQuery<'a> {
 pub fn parse_many_query(q: &[u8]) -> Result<ManyQuery<'_>, &'static str> {
     let mut keys = None;
     let mut wait_ms = None;
+    let mut last_event_id = None;
     for pair in q.split(|&b| b == b'&').filter(|p| !p.is_empty()) {
         let (name, value) = match pair.iter().position(|&b| b == b'=') {
             Some(eq) => (&pair[..eq], &pair[eq + 1..]),
@@ -148,6 +151,10 @@ pub fn parse_many_query(q: &[u8]) -> Result<ManyQuery<'_>, &'static str> {
             b"keys" if keys.is_some() => return Err("keys given more than once"),
             b"keys" => keys = Some(value),
             b"wait_ms" if wait_ms.is_some() => return Err("wait_ms given more than once"),
+            b"last_event_id" if last_event_id.is_some() => {
+                return Err("last_event_id given more than once")
+            }
+            b"last_event_id" => last_event_id = Some(value),
             b"wait_ms" => {
                 wait_ms = Some(parse_decimal(value).map_err(|e| match e {
                     DecimalError::NotDecimal => "wait_ms is not a non-negative decimal integer",
@@ -160,6 +167,7 @@ pub fn parse_many_query(q: &[u8]) -> Result<ManyQuery<'_>, &'static str> {
     Ok(ManyQuery {
         keys: keys.ok_or("keys is missing (GET /v1/boxes?keys=a,b,c)")?,
         wait_ms,
+        last_event_id,
     })
 }
 

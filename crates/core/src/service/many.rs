@@ -8,9 +8,21 @@
 //! server registers wake-ups for, one per key. Nothing here allocates once the
 //! buffers have grown to the largest request.
 
-use super::{Exchange, Park, Reply, RouteLabel, Service};
+use super::{Exchange, Park, Reply, RouteLabel, Service, Stream};
+use crate::bytes::parse_decimal;
 use crate::http::{parse_many_query, percent_decode_into, Frame, Method};
+use crate::render::write_json_str;
 use crate::service::{Answer, Host};
+
+/// Where a stream of many boxes stands with one of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Watched {
+    /// The newest version of the box the client has (0: none).
+    pub last: u64,
+    /// The box moved since the stream last looked: look again once the
+    /// stream's queue is empty (coalescing, box by box).
+    pub dirty: bool,
+}
 
 /// Decoded keys, each as a little-endian `u16` length and its bytes.
 pub struct ManyKeys<'a>(pub &'a [u8]);
@@ -49,8 +61,16 @@ impl Service {
             return self.error(x, RouteLabel::Poll, 400, &what);
         }
         if frame.method == Method::Get && super::wants_event_stream(frame, buf) {
-            let what = "event streams of many boxes are not served yet: one stream per box";
-            return self.error(x, RouteLabel::Sse, 501, what);
+            let resume = match (frame.field(&frame.last_event_id, buf), q.last_event_id) {
+                (Some(header), _) => Some(header.to_vec()),
+                // In a query its commas may be escaped (%2C).
+                (None, Some(raw)) => {
+                    let mut id = Vec::new();
+                    percent_decode_into(raw, &mut id).ok().map(|()| id)
+                }
+                (None, None) => None,
+            };
+            return self.subscribe_many(x, resume.as_deref());
         }
         let Some(wait) = q.wait_ms else {
             return self.write_many(x, RouteLabel::Poll, false);
@@ -102,6 +122,99 @@ impl Service {
         };
         let unchanged = self.many_tag(keys) == park.after;
         self.write_many(x, RouteLabel::LongPoll, timed_out && unchanged)
+    }
+
+    /// Start an event stream of the boxes of `self.key`: the head, `retry:`,
+    /// then every box newer than where the client resumes from (a
+    /// `Last-Event-ID` of this route: [`write_many_id`]), and `event: deleted`
+    /// for a box the client had that is gone. The connection then takes
+    /// [`Service::take_watched`].
+    fn subscribe_many<H: Host>(&mut self, x: &mut Exchange<'_, H>, resume: Option<&[u8]>) -> Reply {
+        let (out, host) = (&mut *x.out, &mut *x.host);
+        let retry_ms = self.node.config.http.sse_retry_ms;
+        self.heads
+            .write_stream_head(out, host, RouteLabel::Sse, retry_ms);
+        let n = ManyKeys(&self.key).count();
+        self.watched.clear();
+        self.watched.resize(n, Watched::default());
+        if let Some(lasts) = resume.and_then(|r| parse_many_id(r, n)) {
+            for (w, last) in self.watched.iter_mut().zip(lasts) {
+                w.last = last;
+            }
+        }
+        for w in self.watched.iter_mut() {
+            w.dirty = true;
+        }
+        let keys = std::mem::take(&mut self.key);
+        let mut watched = std::mem::take(&mut self.watched);
+        self.stream_many(&keys, &mut watched, out, host);
+        self.key = keys;
+        self.watched = watched;
+        Reply::Stream(Stream {
+            last: 0,
+            existed: false,
+            many: true,
+        })
+    }
+
+    /// What a many-box stream just started stands at, box by box (the
+    /// connection keeps it).
+    pub fn take_watched(&mut self) -> Box<[Watched]> {
+        self.watched.as_slice().into()
+    }
+
+    /// Append an event for each box of `keys` marked dirty in `watched` that
+    /// moved past what the client has: its payload (whose `k` names it), or
+    /// `event: deleted` with `{"k":...}` for a box the client had that is gone.
+    /// The last event written carries the stream's id ([`write_many_id`]): an
+    /// `EventSource` keeps the last id it was sent. Returns the events written.
+    pub fn stream_many<H: Host>(
+        &mut self,
+        keys: &[u8],
+        watched: &mut [Watched],
+        out: &mut Vec<u8>,
+        host: &mut H,
+    ) -> usize {
+        let mut sent = 0;
+        for (key, w) in ManyKeys(keys).zip(watched.iter_mut()) {
+            if !std::mem::take(&mut w.dirty) {
+                continue;
+            }
+            self.body.clear();
+            match self.node.boxes.poll(key, &mut self.body) {
+                Some(version) if version > w.last => {
+                    // Versions between two events of a box were coalesced; a
+                    // first event (or a new incarnation) skips nothing.
+                    let skipped = match w.last {
+                        0 => 0,
+                        last => version.saturating_sub(last + 1),
+                    };
+                    out.extend_from_slice(b"data: ");
+                    out.extend_from_slice(&self.body);
+                    out.extend_from_slice(b"\n\n");
+                    w.last = version;
+                    host.sse_event(skipped);
+                    sent += 1;
+                }
+                Some(_) => {}
+                None if w.last > 0 => {
+                    out.extend_from_slice(b"event: deleted\ndata: {\"k\":");
+                    write_json_str(std::str::from_utf8(key).unwrap_or_default(), out);
+                    out.extend_from_slice(b"}\n\n");
+                    w.last = 0;
+                    host.sse_event(0);
+                    sent += 1;
+                }
+                None => {}
+            }
+        }
+        if sent > 0 {
+            // The id goes on the last event: before its blank line.
+            out.pop();
+            write_many_id(watched, out);
+            out.push(b'\n');
+        }
+        sent
     }
 
     /// Decode the comma-separated raw `keys` into `self.key` ([`ManyKeys`]):
@@ -180,6 +293,35 @@ impl Service {
         self.heads.write(x.out, x.host, &a, &self.body);
         x.reply()
     }
+}
+
+/// `id: v1,v2,...\n`: the version of each box the client has, in the order
+/// of the keys (empty for none). A reconnecting `EventSource` sends it back as
+/// `Last-Event-ID`, and is sent only the boxes that moved since.
+fn write_many_id(watched: &[Watched], out: &mut Vec<u8>) {
+    out.extend_from_slice(b"id: ");
+    for (i, w) in watched.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        if w.last > 0 {
+            out.extend_from_slice(itoa::Buffer::new().format(w.last).as_bytes());
+        }
+    }
+    out.push(b'\n');
+}
+
+/// The versions a [`write_many_id`] id names, if it is one for `n` boxes
+/// (anything else is no id: every box is sent).
+fn parse_many_id(id: &[u8], n: usize) -> Option<impl Iterator<Item = u64> + '_> {
+    let parts = id.split(|&b| b == b',');
+    if parts.clone().count() != n {
+        return None;
+    }
+    let ok = parts
+        .clone()
+        .all(|p| p.is_empty() || parse_decimal(p).is_ok());
+    ok.then(|| parts.map(|p| parse_decimal(p).unwrap_or(0)))
 }
 
 /// One version into [`tag`]'s hash.

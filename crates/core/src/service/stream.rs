@@ -30,6 +30,9 @@ pub struct Stream {
     /// (deleted, expired), the stream sends `event: deleted` and ends. A stream
     /// of an unknown key waits for its creation.
     pub existed: bool,
+    /// A stream of many boxes (docs/http.md#many-boxes-at-once): where it
+    /// stands with each is in [`Service::take_watched`], not here.
+    pub many: bool,
 }
 
 /// What [`Service::stream_event`] found.
@@ -81,6 +84,7 @@ impl Service {
         let mut stream = Stream {
             last: resume_from(frame, buf, last_event_id),
             existed: false,
+            many: false,
         };
         let key = std::mem::take(&mut self.key);
         match self.stream_event(&key, &mut stream, out, host) {

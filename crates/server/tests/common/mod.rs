@@ -150,6 +150,27 @@ impl Reader {
         }
     }
 
+    /// Read until `needle` has come; returns what came up to and with it (as
+    /// text) and keeps the rest for the next read (for event streams).
+    pub fn read_through(&mut self, needle: &str) -> String {
+        loop {
+            if let Some(i) = self
+                .buf
+                .windows(needle.len())
+                .position(|w| w == needle.as_bytes())
+            {
+                let through: Vec<u8> = self.buf.drain(..i + needle.len()).collect();
+                return String::from_utf8_lossy(&through).into_owned();
+            }
+            let mut tmp = [0u8; 65536];
+            match self.stream.read(&mut tmp) {
+                Ok(0) => panic!("EOF before {needle:?}"),
+                Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
+                Err(e) => panic!("read failed: {e}"),
+            }
+        }
+    }
+
     /// True when the server closed the connection (EOF or reset) with nothing more to read.
     pub fn closed(&mut self) -> bool {
         if !self.buf.is_empty() {
