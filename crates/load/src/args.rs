@@ -50,7 +50,8 @@ pub struct LoadArgs {
     #[arg(long, short = 'R')]
     pub rate: Option<f64>,
 
-    /// Weighted mix of operations: poll, ingest, batch, longpoll.
+    /// Weighted mix of operations: poll, ingest, batch, longpoll, poll_many,
+    /// longpoll_many.
     #[arg(long, default_value = "poll:90,ingest:10", value_parser = Mix::parse)]
     pub mix: Mix,
 
@@ -74,9 +75,17 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 10)]
     pub batch_size: usize,
 
-    /// `wait_ms` sent with each long-poll.
+    /// `wait_ms` sent with each long-poll (`longpoll` and `longpoll_many`).
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub longpoll_wait: Duration,
+
+    /// Keys of each `poll_many` and `longpoll_many` request (`GET /v1/boxes?keys=...`),
+    /// distinct, at most `--keys` (the server takes at most its
+    /// `limits.max_keys_per_request`, 64 by default). Each connection draws 4 such key
+    /// sets when it starts and asks for one of them at random each time, with the
+    /// last ETag it saw for that set as `If-None-Match`.
+    #[arg(long, default_value_t = 20)]
+    pub keys_per_request: usize,
 
     /// The `sse` operation: hold this many event streams open on the keys
     /// (subscriber i on key i % keys) while the mix runs, count their events and
@@ -145,6 +154,7 @@ impl LoadArgs {
             body_bytes: 512,
             batch_size: 10,
             longpoll_wait: Duration::from_secs(1),
+            keys_per_request: 20,
             sse: 0,
             pipeline: 1,
             token: None,

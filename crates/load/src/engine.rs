@@ -31,7 +31,7 @@ use crate::keys::{KeySampler, Rng};
 use crate::mix::{Mix, Op};
 use crate::progress::{Board, Tally};
 use crate::request::{key_name, Requests, MAX_KEY_NAME};
-use crate::response::{batch_counts, parse_response, payload_version};
+use crate::response::{array_items, batch_counts, parse_response, payload_version};
 use crate::stats::{ErrorKind, Stats};
 use crate::timer::Timer;
 
@@ -42,6 +42,11 @@ const INPUT_BUFFER: usize = 64 * 1024;
 /// Wait before reconnecting after a failed connect.
 const RECONNECT_BACKOFF_NS: u64 = 100_000_000;
 const SECOND_NS: u64 = 1_000_000_000;
+/// Key sets each connection draws for `poll_many` and `longpoll_many`.
+pub const KEY_SETS: usize = 4;
+/// Longest ETag kept to send back as `If-None-Match` (pollbox's are a quoted `u64`,
+/// at most 22 bytes); a longer one is not sent back.
+const MAX_ETAG: usize = 64;
 
 /// What every thread of a run shares, read-only.
 pub struct Plan {
@@ -50,6 +55,8 @@ pub struct Plan {
     pub mix: Mix,
     pub keys: KeySampler,
     pub key_count: u32,
+    /// Keys of each `poll_many` and `longpoll_many` request.
+    pub keys_per_request: usize,
     pub pipeline: usize,
     /// Open-loop: nanoseconds between two requests of one connection.
     pub interval_ns: Option<f64>,
@@ -69,10 +76,12 @@ pub struct Plan {
 #[derive(Debug, Clone, Copy)]
 struct InFlight {
     op: Op,
+    /// The key; for the many-box operations, the key set's index.
     key: u32,
     /// Intended send time.
     intended: u64,
-    /// Long-poll: the version sent as `after`.
+    /// Long-poll: the version sent as `after`. Many-box operations: the
+    /// [`etag_id`] of the `If-None-Match` sent, 0 if none.
     after: u64,
 }
 
@@ -129,6 +138,101 @@ impl Versions {
     }
 }
 
+/// An ETag as the server sent it, quotes included.
+#[derive(Clone, Copy)]
+struct Etag {
+    len: u8,
+    bytes: [u8; MAX_ETAG],
+}
+
+/// The key sets of the many-box operations on one connection: [`KEY_SETS`] sets of
+/// `--keys-per-request` distinct keys, drawn when the connection is set up (a client
+/// watching the same boxes), and the last ETag the connection saw for each, sent back
+/// as `If-None-Match`.
+struct KeySets {
+    per_set: usize,
+    /// Set `i` is `keys[i * per_set..(i + 1) * per_set]`.
+    keys: Vec<u32>,
+    etags: Vec<Option<Etag>>,
+}
+
+impl KeySets {
+    /// No sets: the mix has no many-box operation.
+    fn none() -> KeySets {
+        KeySets {
+            per_set: 0,
+            keys: Vec::new(),
+            etags: Vec::new(),
+        }
+    }
+
+    /// [`KEY_SETS`] sets of `per_set` distinct keys of `0..key_count`, each key drawn
+    /// from `sampler` as single-key operations draw theirs. A key already in the set is
+    /// drawn again (up to 16 times, then the next free key after it is taken, so a
+    /// set as large as the key space fills up too). `per_set` ≤ `key_count`.
+    fn draw(sampler: &KeySampler, key_count: u32, per_set: usize, rng: &mut Rng) -> KeySets {
+        let key_count = key_count.max(1);
+        let per_set = per_set.min(key_count as usize);
+        let mut keys = Vec::with_capacity(KEY_SETS * per_set);
+        for _ in 0..KEY_SETS {
+            let start = keys.len();
+            for _ in 0..per_set {
+                let mut key = sampler.sample(rng);
+                let mut tries = 0;
+                while keys[start..].contains(&key) {
+                    if tries < 16 {
+                        key = sampler.sample(rng);
+                        tries += 1;
+                    } else {
+                        key = (key + 1) % key_count;
+                    }
+                }
+                keys.push(key);
+            }
+        }
+        KeySets {
+            per_set,
+            keys,
+            etags: vec![None; KEY_SETS],
+        }
+    }
+
+    #[inline]
+    fn keys(&self, set: u32) -> &[u32] {
+        let at = set as usize * self.per_set;
+        &self.keys[at..at + self.per_set]
+    }
+
+    #[inline]
+    fn etag(&self, set: u32) -> Option<&[u8]> {
+        self.etags[set as usize]
+            .as_ref()
+            .map(|e| &e.bytes[..usize::from(e.len)])
+    }
+
+    #[inline]
+    fn set_etag(&mut self, set: u32, etag: &[u8]) {
+        self.etags[set as usize] = (etag.len() <= MAX_ETAG).then(|| {
+            let mut bytes = [0; MAX_ETAG];
+            bytes[..etag.len()].copy_from_slice(etag);
+            Etag {
+                len: etag.len() as u8,
+                bytes,
+            }
+        });
+    }
+}
+
+/// A fingerprint of an ETag (FNV-1a, never 0), to match an answer's ETag against the
+/// `If-None-Match` its request sent without keeping the bytes in flight.
+#[inline]
+fn etag_id(etag: &[u8]) -> u64 {
+    let h = etag.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    h.max(1)
+}
+
 struct Conn {
     /// Index among all connections of the run.
     global: usize,
@@ -144,6 +248,7 @@ struct Conn {
     inflight: VecDeque<InFlight>,
     rng: Rng,
     versions: Versions,
+    sets: KeySets,
     /// Open-loop: requests taken from the schedule so far.
     sent: u64,
     /// Wake-up pending in the heap, if any.
@@ -161,6 +266,7 @@ pub fn drive(
     let poll = Poll::new()?;
     let mut timer = Timer::new(poll.registry(), TIMER)?;
     let mut conns = Vec::with_capacity(streams.len());
+    let many = plan.mix.entries().iter().any(|(op, _)| op.is_many());
     for (i, (global, stream)) in streams.into_iter().enumerate() {
         let mut stream = TcpStream::from_std(stream);
         poll.registry()
@@ -178,6 +284,15 @@ pub fn drive(
             inflight: VecDeque::with_capacity(plan.pipeline),
             rng: Rng::new(plan.seed ^ (global as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
             versions: Versions::new(plan.key_count),
+            sets: if many {
+                // A stream of its own, so the other operations' keys stay as they were.
+                let mut rng = Rng::new(
+                    plan.seed ^ 0x6b65_7973 ^ (global as u64).wrapping_mul(0xd1b5_4a32_d192_ed03),
+                );
+                KeySets::draw(&plan.keys, plan.key_count, plan.keys_per_request, &mut rng)
+            } else {
+                KeySets::none()
+            },
             sent: 0,
             wake_at: None,
         });
@@ -412,6 +527,18 @@ impl Driver<'_> {
                 after = c.versions.get(key);
                 plan.requests.write_longpoll(&mut c.out, key, after);
             }
+            Op::PollMany | Op::LongPollMany => {
+                key = c.rng.below(KEY_SETS as u32);
+                let etag = c.sets.etag(key);
+                after = etag.map_or(0, etag_id);
+                if op == Op::PollMany {
+                    plan.requests
+                        .write_poll_many(&mut c.out, c.sets.keys(key), etag);
+                } else {
+                    plan.requests
+                        .write_longpoll_many(&mut c.out, c.sets.keys(key), etag);
+                }
+            }
         }
         c.inflight.push_back(InFlight {
             op,
@@ -525,7 +652,15 @@ impl Driver<'_> {
                 return false;
             };
             let (status, len, close) = (response.status, response.len, response.close);
-            let verdict = check(plan, &mut c.versions, &request, status, response.body);
+            let verdict = check(
+                plan,
+                &mut c.versions,
+                &mut c.sets,
+                &request,
+                status,
+                response.body,
+                response.etag,
+            );
             c.in_start += len;
             let latency = now.saturating_sub(request.intended);
             let measured = request.intended >= plan.warmup_ns;
@@ -540,9 +675,12 @@ impl Driver<'_> {
                 stats.count_status(status);
                 match (request.op, status) {
                     (Op::Poll | Op::LongPoll, 404) => stats.not_found += 1,
-                    (Op::LongPoll, 304) => stats.not_modified += 1,
+                    (Op::LongPoll | Op::PollMany | Op::LongPollMany, 304) => {
+                        stats.not_modified += 1
+                    }
                     _ => {}
                 }
+                stats.not_found += verdict.missing;
                 stats.accepted += verdict.accepted;
                 if let Some(kind) = verdict.error {
                     stats.errors[kind as usize] += 1;
@@ -661,18 +799,21 @@ impl Driver<'_> {
 struct Verdict {
     error: Option<ErrorKind>,
     accepted: u64,
+    /// Many-box answers: the boxes that were `null` (no box yet).
+    missing: u64,
 }
 
 impl Verdict {
     const OK: Verdict = Verdict {
         error: None,
         accepted: 0,
+        missing: 0,
     };
 
     fn error(kind: ErrorKind) -> Verdict {
         Verdict {
             error: Some(kind),
-            accepted: 0,
+            ..Verdict::OK
         }
     }
 }
@@ -683,12 +824,17 @@ impl Verdict {
 fn check(
     plan: &Plan,
     versions: &mut Versions,
+    sets: &mut KeySets,
     request: &InFlight,
     status: u16,
     body: &[u8],
+    etag: Option<&[u8]>,
 ) -> Verdict {
     let mut name = [0u8; MAX_KEY_NAME];
     match (request.op, status) {
+        (Op::PollMany | Op::LongPollMany, 200 | 304) => {
+            check_many(versions, sets, request, status, body, etag)
+        }
         (Op::Poll, 200) | (Op::Ingest, 200) | (Op::LongPoll, 200) => {
             let n = key_name(request.key, &mut name);
             let Ok(version) = payload_version(body, &name[..n]) else {
@@ -713,8 +859,8 @@ fn check(
             match (in_order, request.op) {
                 (false, _) => Verdict::error(ErrorKind::Version),
                 (true, Op::Ingest) => Verdict {
-                    error: None,
                     accepted: 1,
+                    ..Verdict::OK
                 },
                 (true, _) => Verdict::OK,
             }
@@ -729,7 +875,11 @@ fn check(
                 } else {
                     None
                 };
-                Verdict { error, accepted }
+                Verdict {
+                    error,
+                    accepted,
+                    ..Verdict::OK
+                }
             }
             Err(_) => Verdict::error(ErrorKind::Payload),
         },
@@ -737,9 +887,291 @@ fn check(
     }
 }
 
+/// Checks a many-box answer: its ETag against the `If-None-Match` sent (a 304 names
+/// it, a 200 does not), and a 200's array: one element per key asked, each `null` or
+/// that key's payload, in order, no version going backwards on this connection. The
+/// ETag of an answer that passes is kept for the set's next request.
+fn check_many(
+    versions: &mut Versions,
+    sets: &mut KeySets,
+    request: &InFlight,
+    status: u16,
+    body: &[u8],
+    etag: Option<&[u8]>,
+) -> Verdict {
+    let Some(etag) = etag else {
+        return Verdict::error(ErrorKind::Payload);
+    };
+    let sent = request.after;
+    let set = request.key;
+    if status == 304 {
+        // Only a request whose If-None-Match is current gets a 304, and it names it.
+        if sent == 0 {
+            return Verdict::error(ErrorKind::Status);
+        }
+        if etag_id(etag) != sent {
+            return Verdict::error(ErrorKind::Payload);
+        }
+        sets.set_etag(set, etag);
+        return Verdict::OK;
+    }
+    let mut name = [0u8; MAX_KEY_NAME];
+    let mut items = array_items(body);
+    let mut missing = 0;
+    let mut in_order = true;
+    for &key in sets.keys(set) {
+        let Some(Ok(item)) = items.next() else {
+            return Verdict::error(ErrorKind::Payload);
+        };
+        if item == b"null" {
+            missing += 1;
+            continue;
+        }
+        let n = key_name(key, &mut name);
+        let Ok(version) = payload_version(item, &name[..n]) else {
+            return Verdict::error(ErrorKind::Payload);
+        };
+        let last = versions.get(key);
+        if version < last {
+            in_order = false;
+        } else if version > last {
+            versions.set(key, version);
+        }
+    }
+    if items.next().is_some() {
+        // More elements than keys, or bytes after them.
+        return Verdict::error(ErrorKind::Payload);
+    }
+    // A 200 to a current If-None-Match: the boxes did not move, yet the answer says so.
+    let error = if !in_order || etag_id(etag) == sent {
+        Some(ErrorKind::Version)
+    } else {
+        sets.set_etag(set, etag);
+        None
+    };
+    Verdict {
+        error,
+        missing,
+        ..Verdict::OK
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::args::KeyDist;
+    use crate::request::Requests;
+
+    #[test]
+    fn key_sets_are_distinct_keys_drawn_once() {
+        for (dist, keys, per_set) in [
+            (KeyDist::Uniform, 1000, 20),
+            (KeyDist::Zipf, 1000, 64),
+            // As many keys per set as there are keys: every key, once.
+            (KeyDist::Zipf, 30, 30),
+            (KeyDist::Uniform, 1, 1),
+        ] {
+            let sampler = KeySampler::new(dist, keys, 0.99);
+            let sets = KeySets::draw(&sampler, keys, per_set, &mut Rng::new(5));
+            for set in 0..KEY_SETS as u32 {
+                let mut k = sets.keys(set).to_vec();
+                assert_eq!(k.len(), per_set);
+                assert!(k.iter().all(|&key| key < keys));
+                k.sort_unstable();
+                k.dedup();
+                assert_eq!(k.len(), per_set, "{dist:?} {keys} {per_set}: repeated key");
+                assert_eq!(sets.etag(set), None);
+            }
+        }
+        // Zipf sets hold the hot keys.
+        let sampler = KeySampler::new(KeyDist::Zipf, 1000, 0.99);
+        let sets = KeySets::draw(&sampler, 1000, 20, &mut Rng::new(5));
+        assert!((0..KEY_SETS as u32).all(|s| sets.keys(s).contains(&0)));
+    }
+
+    fn plan(per_set: usize) -> Plan {
+        Plan {
+            addr: "127.0.0.1:1".parse().unwrap(),
+            requests: Requests::new("h", 10, 64, 1, 100, None),
+            mix: Mix::parse("poll_many:1,longpoll_many:1").unwrap(),
+            keys: KeySampler::new(KeyDist::Uniform, 10, 0.0),
+            key_count: 10,
+            keys_per_request: per_set,
+            pipeline: 1,
+            interval_ns: None,
+            connections: 1,
+            warmup_ns: 0,
+            end_ns: 0,
+            drain_ns: 0,
+            seed: 0,
+            published: None,
+        }
+    }
+
+    #[test]
+    fn many_box_answers_are_checked_and_their_etags_kept() {
+        let plan = plan(3);
+        let mut versions = Versions::new(10);
+        let mut sets = KeySets {
+            per_set: 3,
+            keys: vec![4, 0, 7, 1, 2, 3, 5, 6, 8, 9, 4, 1],
+            etags: vec![None; KEY_SETS],
+        };
+        let payload = |k: u32, v: u64| format!(r#"{{"k":"lg-{k}","ver":{v},"v":1}}"#);
+        let body = format!("[{},null,{}]", payload(4, 3), payload(7, 5));
+        let ask = |op, sent: Option<&[u8]>| InFlight {
+            op,
+            key: 0,
+            intended: 0,
+            after: sent.map_or(0, etag_id),
+        };
+        let mut check = |request: &InFlight, status, body: &str, etag: Option<&[u8]>| {
+            check(
+                &plan,
+                &mut versions,
+                &mut sets,
+                request,
+                status,
+                body.as_bytes(),
+                etag,
+            )
+        };
+
+        // The first answer: no If-None-Match sent; one null box; its ETag is kept.
+        let v = check(&ask(Op::PollMany, None), 200, &body, Some(b"\"11\""));
+        assert_eq!((v.error, v.missing), (None, 1));
+        // 304 to the ETag sent, for either operation.
+        for op in [Op::PollMany, Op::LongPollMany] {
+            let v = check(&ask(op, Some(b"\"11\"")), 304, "", Some(b"\"11\""));
+            assert_eq!((v.error, v.missing), (None, 0));
+        }
+        // A box moved: 200 with a new ETag.
+        let moved = format!("[{},null,{}]", payload(4, 4), payload(7, 5));
+        let v = check(
+            &ask(Op::LongPollMany, Some(b"\"11\"")),
+            200,
+            &moved,
+            Some(b"\"12\""),
+        );
+        assert_eq!(v.error, None);
+
+        let errors = [
+            // 304 without an If-None-Match, or naming another ETag.
+            (
+                ask(Op::PollMany, None),
+                304,
+                String::new(),
+                Some(&b"\"12\""[..]),
+                ErrorKind::Status,
+            ),
+            (
+                ask(Op::PollMany, Some(b"\"12\"")),
+                304,
+                String::new(),
+                Some(b"\"13\""),
+                ErrorKind::Payload,
+            ),
+            // No ETag.
+            (
+                ask(Op::PollMany, None),
+                200,
+                moved.clone(),
+                None,
+                ErrorKind::Payload,
+            ),
+            // 200 to a current If-None-Match.
+            (
+                ask(Op::PollMany, Some(b"\"12\"")),
+                200,
+                moved.clone(),
+                Some(b"\"12\""),
+                ErrorKind::Version,
+            ),
+            // A version going backwards.
+            (
+                ask(Op::PollMany, None),
+                200,
+                body.clone(),
+                Some(b"\"14\""),
+                ErrorKind::Version,
+            ),
+            // Too few, too many, out of order, another key, not an array.
+            (
+                ask(Op::PollMany, None),
+                200,
+                format!("[{},null]", payload(4, 4)),
+                Some(b"\"1\""),
+                ErrorKind::Payload,
+            ),
+            (
+                ask(Op::PollMany, None),
+                200,
+                format!("[{},null,null,null]", payload(4, 4)),
+                Some(b"\"1\""),
+                ErrorKind::Payload,
+            ),
+            (
+                ask(Op::PollMany, None),
+                200,
+                format!("[null,{},null]", payload(4, 4)),
+                Some(b"\"1\""),
+                ErrorKind::Payload,
+            ),
+            (
+                ask(Op::PollMany, None),
+                200,
+                format!("[{},null,null]", payload(5, 4)),
+                Some(b"\"1\""),
+                ErrorKind::Payload,
+            ),
+            (
+                ask(Op::PollMany, None),
+                200,
+                payload(4, 4),
+                Some(b"\"1\""),
+                ErrorKind::Payload,
+            ),
+            // A status the operation does not expect.
+            (
+                ask(Op::PollMany, None),
+                400,
+                r#"{"error":"x"}"#.to_string(),
+                None,
+                ErrorKind::Status,
+            ),
+            (
+                ask(Op::LongPollMany, None),
+                404,
+                r#"{"error":"x"}"#.to_string(),
+                None,
+                ErrorKind::Status,
+            ),
+        ];
+        for (request, status, body, etag, want) in errors {
+            let v = check(&request, status, &body, etag);
+            assert_eq!(v.error, Some(want), "{status} {body} {etag:?}");
+        }
+        assert_eq!(versions.get(4), 4);
+        // The last good ETag (a failed check keeps none of its own).
+        assert_eq!(sets.etag(0), Some(&b"\"12\""[..]));
+        assert_eq!(sets.etag(1), None);
+    }
+
+    #[test]
+    fn etags_are_kept_up_to_their_limit() {
+        let mut sets = KeySets::draw(
+            &KeySampler::new(KeyDist::Uniform, 10, 0.0),
+            10,
+            2,
+            &mut Rng::new(1),
+        );
+        sets.set_etag(2, &[b'x'; MAX_ETAG]);
+        assert_eq!(sets.etag(2), Some(&[b'x'; MAX_ETAG][..]));
+        sets.set_etag(2, &[b'x'; MAX_ETAG + 1]);
+        assert_eq!(sets.etag(2), None, "too long to send back");
+        assert_ne!(etag_id(b""), 0);
+        assert_ne!(etag_id(b"\"1\""), etag_id(b"\"2\""));
+    }
 
     #[test]
     fn versions_are_exact_for_small_key_sets_and_bounded_for_large() {

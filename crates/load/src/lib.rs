@@ -8,9 +8,12 @@
 //!   the percentiles (coordinated omission corrected, as wrk2 does). Closed-loop without
 //!   it: each connection keeps `--pipeline` requests in flight.
 //! - A mix of poll, ingest, batch and long-poll over keys `lg-0..lg-<keys-1>`, uniform or
-//!   zipf; messages padded with nested cargo to `--body-bytes`.
+//!   zipf, and their many-box forms (`poll_many`, `longpoll_many`: `GET
+//!   /v1/boxes?keys=...` of `--keys-per-request` distinct keys, with the last ETag seen
+//!   as `If-None-Match`); messages padded with nested cargo to `--body-bytes`.
 //! - Every answer is checked: the status the operation expects, the payload's key and
-//!   version (never backwards per key on a connection), batch counts.
+//!   version (never backwards per key on a connection), batch counts; a many-box
+//!   answer's array (one element per key asked, `null` or its payload) and its ETag.
 //! - HdrHistogram per operation; a progress line per second on stderr; a final table,
 //!   `--json`, `--hgrm` (wrk2's percentile spectrum) and `--plot` (SVG).
 //!
@@ -163,6 +166,13 @@ fn validate(args: &LoadArgs) -> Result<(), LoadError> {
     if args.batch_size == 0 {
         return bad("--batch-size must be at least 1");
     }
+    if args.mix.entries().iter().any(|(op, _)| op.is_many())
+        && !(1..=args.keys as usize).contains(&args.keys_per_request)
+    {
+        return bad(
+            "--keys-per-request must be at least 1 and at most --keys (its keys are distinct)",
+        );
+    }
     if args.duration.is_zero() {
         return bad("--duration must be above 0");
     }
@@ -221,7 +231,7 @@ pub fn run(args: &LoadArgs) -> Result<Report, LoadError> {
     let warmup_ns = warmup.as_nanos() as u64;
     let end_ns = warmup_ns + args.duration.as_nanos() as u64;
     let drain = Duration::from_secs(2)
-        + if args.mix.contains(Op::LongPoll) {
+        + if args.mix.entries().iter().any(|(op, _)| op.waits()) {
             args.longpoll_wait
         } else {
             Duration::ZERO
@@ -232,6 +242,7 @@ pub fn run(args: &LoadArgs) -> Result<Report, LoadError> {
         mix: args.mix.clone(),
         keys: KeySampler::new(args.key_dist, args.keys, args.zipf_exponent),
         key_count: args.keys,
+        keys_per_request: args.keys_per_request,
         pipeline: args.pipeline,
         interval_ns: args.rate.map(|rate| 1e9 * args.connections as f64 / rate),
         connections: args.connections,
@@ -308,6 +319,7 @@ pub fn run(args: &LoadArgs) -> Result<Report, LoadError> {
             key_dist: args.key_dist.name().to_string(),
             message_bytes: plan.requests.message_len(),
             batch_size: plan.requests.batch_size(),
+            keys_per_request: args.keys_per_request,
             duration_s: args.duration.as_secs_f64(),
             warmup_s: warmup.as_secs_f64(),
             max_error_rate: args.max_error_rate,
@@ -469,12 +481,29 @@ mod tests {
     fn arguments_are_checked() {
         let ok = LoadArgs::new("http://127.0.0.1:1");
         assert!(validate(&ok).is_ok());
+        // More keys per request than keys only matters to the many-box operations.
+        let mut few = ok.clone();
+        few.keys = 5;
+        assert!(validate(&few).is_ok());
+        few.mix = Mix::parse("poll_many").unwrap();
+        assert!(validate(&few).is_err());
+        few.keys_per_request = 5;
+        assert!(validate(&few).is_ok());
         for change in [
             (|a: &mut LoadArgs| a.connections = 0) as fn(&mut LoadArgs),
             |a| a.threads = 0,
             |a| a.pipeline = 0,
             |a| a.keys = 0,
             |a| a.batch_size = 0,
+            |a| {
+                a.mix = Mix::parse("poll_many").unwrap();
+                a.keys_per_request = 0;
+            },
+            |a| {
+                a.mix = Mix::parse("poll:1,longpoll_many:1").unwrap();
+                a.keys = 10;
+                a.keys_per_request = 11;
+            },
             |a| a.duration = Duration::ZERO,
             |a| a.rate = Some(0.0),
             |a| a.rate = Some(f64::NAN),
@@ -517,6 +546,8 @@ mod tests {
             "zipf",
             "--warmup",
             "1s",
+            "--keys-per-request",
+            "8",
         ])
         .load;
         assert_eq!((parsed.connections, parsed.threads), (4, 2));
@@ -525,5 +556,6 @@ mod tests {
         assert!(parsed.mix.contains(Op::LongPoll));
         assert_eq!(parsed.key_dist, KeyDist::Zipf);
         assert_eq!(parsed.warmup, Some(Duration::from_secs(1)));
+        assert_eq!(parsed.keys_per_request, 8);
     }
 }

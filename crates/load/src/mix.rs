@@ -13,11 +13,24 @@ pub enum Op {
     Batch,
     /// `GET /v1/boxes/{key}?after=<last seen version>&wait_ms=<--longpoll-wait>`
     LongPoll,
+    /// `GET /v1/boxes?keys=<--keys-per-request keys>` with `If-None-Match` of the last
+    /// ETag the connection saw for that key set.
+    PollMany,
+    /// `GET /v1/boxes?keys=...&wait_ms=<--longpoll-wait>` with `If-None-Match` of the
+    /// last ETag the connection saw for that key set: parks until one of them moves.
+    LongPollMany,
 }
 
 impl Op {
     /// Every operation, in report order.
-    pub const ALL: [Op; 4] = [Op::Poll, Op::Ingest, Op::Batch, Op::LongPoll];
+    pub const ALL: [Op; 6] = [
+        Op::Poll,
+        Op::Ingest,
+        Op::Batch,
+        Op::LongPoll,
+        Op::PollMany,
+        Op::LongPollMany,
+    ];
 
     /// The name used in `--mix` and in the report.
     pub fn name(self) -> &'static str {
@@ -26,7 +39,19 @@ impl Op {
             Op::Ingest => "ingest",
             Op::Batch => "batch",
             Op::LongPoll => "longpoll",
+            Op::PollMany => "poll_many",
+            Op::LongPollMany => "longpoll_many",
         }
+    }
+
+    /// Whether the operation asks for many boxes at once (`GET /v1/boxes?keys=...`).
+    pub fn is_many(self) -> bool {
+        matches!(self, Op::PollMany | Op::LongPollMany)
+    }
+
+    /// Whether the operation parks on the server for up to `--longpoll-wait`.
+    pub fn waits(self) -> bool {
+        matches!(self, Op::LongPoll | Op::LongPollMany)
     }
 
     /// Position in [`Op::ALL`], for per-operation arrays.
@@ -77,7 +102,7 @@ impl Mix {
                 None => (part, 1),
             };
             let op = Op::from_name(name).ok_or_else(|| {
-                format!("invalid mix {text:?}: unknown operation {name:?} (use poll, ingest, batch, longpoll)")
+                format!("invalid mix {text:?}: unknown operation {name:?} (use poll, ingest, batch, longpoll, poll_many, longpoll_many)")
             })?;
             if entries.iter().any(|(seen, _)| *seen == op) {
                 return Err(format!("invalid mix {text:?}: {name} appears twice"));
@@ -158,10 +183,25 @@ mod tests {
         assert_eq!(mix.to_string(), "poll:90,ingest:10");
         let mix = Mix::parse(" longpoll , batch:3 ").unwrap();
         assert_eq!(mix.entries(), &[(Op::LongPoll, 1), (Op::Batch, 3)]);
+        let mix = Mix::parse("poll_many:3,longpoll_many").unwrap();
+        assert_eq!(mix.entries(), &[(Op::PollMany, 3), (Op::LongPollMany, 1)]);
+        assert_eq!(mix.to_string(), "poll_many:3,longpoll_many:1");
         // A zero weight drops the operation.
         let mix = Mix::parse("poll:1,ingest:0").unwrap();
         assert_eq!(mix.entries(), &[(Op::Poll, 1)]);
         assert!(!mix.contains(Op::Ingest));
+    }
+
+    #[test]
+    fn names_and_indexes_round_trip() {
+        for (i, op) in Op::ALL.into_iter().enumerate() {
+            assert_eq!(op.index(), i);
+            assert_eq!(Op::from_name(op.name()), Some(op));
+        }
+        let many: Vec<Op> = Op::ALL.into_iter().filter(|op| op.is_many()).collect();
+        assert_eq!(many, [Op::PollMany, Op::LongPollMany]);
+        let waits: Vec<Op> = Op::ALL.into_iter().filter(|op| op.waits()).collect();
+        assert_eq!(waits, [Op::LongPoll, Op::LongPollMany]);
     }
 
     #[test]
@@ -173,6 +213,8 @@ mod tests {
             "poll:x",
             "poll:-1",
             "poll:1,poll:2",
+            "poll_many:1,poll_many:1",
+            "pollmany:1",
         ] {
             let err = Mix::parse(bad).expect_err(bad);
             assert!(err.starts_with("invalid mix"), "{bad}: {err}");
@@ -182,7 +224,7 @@ mod tests {
     #[test]
     fn picks_with_the_given_odds() {
         let mix = Mix::parse("poll:90,ingest:10").unwrap();
-        let mut counts = [0u32; 4];
+        let mut counts = [0u32; Op::ALL.len()];
         // Evenly spaced u32s stand in for a uniform source.
         let n = 100_000u64;
         for i in 0..n {

@@ -52,7 +52,7 @@ impl Percentiles {
 /// One operation's results.
 #[derive(Debug, Clone, Serialize)]
 pub struct OpReport {
-    /// `poll`, `ingest`, `batch` or `longpoll`.
+    /// `poll`, `ingest`, `batch`, `longpoll`, `poll_many` or `longpoll_many`.
     pub op: String,
     /// Answered requests of the measured window (whatever their status).
     pub requests: u64,
@@ -64,9 +64,12 @@ pub struct OpReport {
     /// it: for `batch`, `batch_size` times its request rate when every message is
     /// accepted.
     pub messages_per_s: f64,
-    /// 404 answers to polls and long-polls: the key has no box yet. Expected, not errors.
+    /// 404 answers to polls and long-polls: the key has no box yet. For `poll_many` and
+    /// `longpoll_many`, the boxes (not requests) answered `null`, for the same reason.
+    /// Expected, not errors.
     pub not_found: u64,
-    /// 304 answers to long-polls (nothing newer within `wait_ms`). Expected.
+    /// 304 answers to long-polls (nothing newer within `wait_ms`), and to `poll_many`
+    /// (the boxes did not move since the ETag sent). Expected.
     pub not_modified: u64,
     /// Answered requests of the warm-up (not in any other count).
     pub warmup_requests: u64,
@@ -126,6 +129,8 @@ pub struct Report {
     /// Size of each ingested message.
     pub message_bytes: usize,
     pub batch_size: usize,
+    /// `--keys-per-request`, when the mix has `poll_many` or `longpoll_many`.
+    pub keys_per_request: Option<usize>,
     /// Length of the measured window, seconds.
     pub duration_s: f64,
     pub warmup_s: f64,
@@ -192,6 +197,7 @@ pub(crate) struct RunShape {
     pub key_dist: String,
     pub message_bytes: usize,
     pub batch_size: usize,
+    pub keys_per_request: usize,
     pub duration_s: f64,
     pub warmup_s: f64,
     pub max_error_rate: f64,
@@ -285,6 +291,12 @@ impl Report {
             key_dist: shape.key_dist,
             message_bytes: shape.message_bytes,
             batch_size: shape.batch_size,
+            keys_per_request: shape
+                .mix
+                .entries()
+                .iter()
+                .any(|(op, _)| op.is_many())
+                .then_some(shape.keys_per_request),
             duration_s: shape.duration_s,
             warmup_s: shape.warmup_s,
             offered_rate: shape.open_loop_rate,
@@ -328,7 +340,8 @@ impl Report {
     }
 
     /// Answered requests of the measured window for operation `op` (`poll`, `ingest`,
-    /// `batch`, `longpoll`); 0 for an operation not in the mix.
+    /// `batch`, `longpoll`, `poll_many`, `longpoll_many`); 0 for an operation not in the
+    /// mix.
     pub fn count(&self, op: &str) -> u64 {
         self.op(op).map_or(0, |o| o.requests)
     }
@@ -481,10 +494,21 @@ pub fn print_report(report: &Report, out: &mut impl Write) -> io::Result<()> {
             String::new()
         }
     )?;
+    if let Some(k) = report.keys_per_request {
+        writeln!(out, "{k} keys per poll_many/longpoll_many request")?;
+    }
     writeln!(out)?;
+    // As wide as the longest operation's name (`longpoll_many`), 9 at least.
+    let w = report
+        .ops
+        .iter()
+        .map(|o| o.op.len())
+        .max()
+        .unwrap_or(0)
+        .max(9);
     writeln!(
         out,
-        "{:<9} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "{:<w$} {:>11} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}",
         "op", "requests", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "errors"
     )?;
     let row = |out: &mut dyn Write,
@@ -495,7 +519,7 @@ pub fn print_report(report: &Report, out: &mut impl Write) -> io::Result<()> {
                errors: u64| {
         writeln!(
             out,
-            "{name:<9} {requests:>11} {rate:>11.1} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {errors:>8}",
+            "{name:<w$} {requests:>11} {rate:>11.1} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {errors:>8}",
             l.p50, l.p90, l.p99, l.p999, l.max
         )
     };
@@ -559,7 +583,10 @@ pub fn print_report(report: &Report, out: &mut impl Write) -> io::Result<()> {
         .iter()
         .flat_map(|o| {
             let mut parts = Vec::new();
-            if o.not_found > 0 {
+            let many = Op::from_name(&o.op).is_some_and(Op::is_many);
+            if o.not_found > 0 && many {
+                parts.push(format!("{} null boxes (no box yet) {}", o.op, o.not_found));
+            } else if o.not_found > 0 {
                 parts.push(format!("{} 404 (no box yet) {}", o.op, o.not_found));
             }
             if o.not_modified > 0 {
@@ -664,6 +691,7 @@ mod tests {
                 key_dist: "uniform".into(),
                 message_bytes: 512,
                 batch_size: 10,
+                keys_per_request: 20,
                 duration_s: 1.0,
                 warmup_s: 0.0,
                 max_error_rate: 0.01,
@@ -725,6 +753,83 @@ mod tests {
         assert_eq!(json["errors"]["timeout"], 1);
         assert!(json["latency_ms"]["p99"].as_f64().unwrap() > 0.0);
         assert!(json.get("histograms").is_none());
+    }
+
+    #[test]
+    fn many_box_operations_have_their_rows_and_counts() {
+        let mut stats = Stats::default();
+        for (op, n) in [(Op::PollMany, 300u64), (Op::LongPollMany, 100)] {
+            let s = stats.op(op);
+            for i in 0..n {
+                s.requests += 1;
+                s.answered_in_window += 1;
+                s.latency.record(100_000 + i).unwrap();
+                s.count_status(if i % 2 == 0 { 304 } else { 200 });
+                s.not_modified += u64::from(i % 2 == 0);
+            }
+            s.not_found = 7;
+        }
+        let shape = |mix: &str| RunShape {
+            url: "http://127.0.0.1:1".into(),
+            open_loop_rate: None,
+            connections: 4,
+            threads: 1,
+            pipeline: 1,
+            mix: Mix::parse(mix).unwrap(),
+            keys: 1000,
+            key_dist: "uniform".into(),
+            message_bytes: 512,
+            batch_size: 10,
+            keys_per_request: 20,
+            duration_s: 1.0,
+            warmup_s: 0.0,
+            max_error_rate: 0.01,
+            preseed_requests: 0,
+        };
+        let r = Report::build(shape("poll_many:3,longpoll_many:1"), &stats);
+        assert_eq!((r.count("poll_many"), r.count("longpoll_many")), (300, 100));
+        assert_eq!(r.keys_per_request, Some(20));
+        assert_eq!(r.status.get("304"), Some(&200));
+        let mut out = Vec::new();
+        print_report(&r, &mut out).unwrap();
+        let table = String::from_utf8(out).unwrap();
+        assert!(
+            table.contains("20 keys per poll_many/longpoll_many request"),
+            "{table}"
+        );
+        assert!(
+            table.contains("poll_many 304 (nothing newer) 150"),
+            "{table}"
+        );
+        assert!(
+            table.contains("longpoll_many null boxes (no box yet) 7"),
+            "{table}"
+        );
+        // The columns line up under the longest name.
+        let rows: Vec<&str> = table
+            .lines()
+            .filter(|l| {
+                ["op ", "poll_many ", "longpoll_many ", "all "]
+                    .iter()
+                    .any(|p| l.starts_with(p))
+            })
+            .collect();
+        assert_eq!(rows.len(), 4, "{table}");
+        assert!(rows.iter().all(|l| l.len() == rows[0].len()), "{table}");
+        let json: serde_json::Value = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["keys_per_request"], 20);
+        assert_eq!(json["ops"][1]["op"], "longpoll_many");
+        assert_eq!(json["ops"][1]["not_modified"], 50);
+
+        // Without them the table is as it was.
+        let r = Report::build(shape("poll"), &stats);
+        assert_eq!(r.keys_per_request, None);
+        let mut out = Vec::new();
+        print_report(&r, &mut out).unwrap();
+        let table = String::from_utf8(out).unwrap();
+        assert!(!table.contains("keys per"), "{table}");
+        let head = format!("{:<9} {:>11} ", "op", "requests");
+        assert!(table.lines().any(|l| l.starts_with(&head)), "{table}");
     }
 
     #[test]

@@ -33,6 +33,11 @@ pub struct Requests {
     ingest_tail: Vec<u8>,
     /// `&wait_ms=N HTTP/1.1\r\n...`, after a long-poll's `after=` value.
     longpoll_tail: Vec<u8>,
+    /// `&wait_ms=N`, after a many-box long-poll's keys.
+    wait_query: Vec<u8>,
+    /// ` HTTP/1.1\r\nHost: ...\r\n`: a request line's end and the headers every
+    /// many-box request has; `If-None-Match` and the blank line follow.
+    many_tail: Vec<u8>,
     /// The whole head of a batch request.
     batch_head: Vec<u8>,
     /// Head of a batch request up to its `Content-Length` value (for other sizes).
@@ -96,6 +101,8 @@ impl Requests {
         .into_bytes();
         let longpoll_tail =
             format!("&wait_ms={longpoll_wait_ms} HTTP/1.1\r\nHost: {host}\r\n\r\n").into_bytes();
+        let wait_query = format!("&wait_ms={longpoll_wait_ms}").into_bytes();
+        let many_tail = format!(" HTTP/1.1\r\nHost: {host}\r\n").into_bytes();
         let batch_head_open = format!(
             "POST /v1/ingest HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n{auth}Content-Length: "
         )
@@ -109,6 +116,8 @@ impl Requests {
             poll_tail,
             ingest_tail,
             longpoll_tail,
+            wait_query,
+            many_tail,
             batch_head,
             batch_head_open,
             message_tail,
@@ -148,6 +157,44 @@ impl Requests {
         out.extend_from_slice(b"?after=");
         out.extend_from_slice(itoa::Buffer::new().format(after).as_bytes());
         out.extend_from_slice(&self.longpoll_tail);
+    }
+
+    /// `GET /v1/boxes?keys={keys}` (the keys' names comma-separated, in order), with
+    /// `If-None-Match: {etag}` when there is one. Key names (`lg-<n>`) are made of
+    /// characters that percent-encoding leaves as they are, as in every other route.
+    #[inline]
+    pub fn write_poll_many(&self, out: &mut Vec<u8>, keys: &[u32], etag: Option<&[u8]>) {
+        self.write_many(out, keys, false, etag);
+    }
+
+    /// `GET /v1/boxes?keys={keys}&wait_ms=N`, with `If-None-Match: {etag}` when there
+    /// is one (without it the server answers at once).
+    #[inline]
+    pub fn write_longpoll_many(&self, out: &mut Vec<u8>, keys: &[u32], etag: Option<&[u8]>) {
+        self.write_many(out, keys, true, etag);
+    }
+
+    #[inline]
+    fn write_many(&self, out: &mut Vec<u8>, keys: &[u32], wait: bool, etag: Option<&[u8]>) {
+        out.extend_from_slice(b"GET /v1/boxes?keys=");
+        for (i, &key) in keys.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            let mut name = [0u8; MAX_KEY_NAME];
+            let n = key_name(key, &mut name);
+            out.extend_from_slice(&name[..n]);
+        }
+        if wait {
+            out.extend_from_slice(&self.wait_query);
+        }
+        out.extend_from_slice(&self.many_tail);
+        if let Some(etag) = etag {
+            out.extend_from_slice(b"If-None-Match: ");
+            out.extend_from_slice(etag);
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
     }
 
     /// `POST /v1/boxes/{key}` with one message for that key.
@@ -379,5 +426,46 @@ mod tests {
             b"GET /v1/boxes/lg-4?after=17&wait_ms=250 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n"
                 .to_vec()
         );
+    }
+
+    #[test]
+    fn polls_and_longpolls_of_many_boxes() {
+        let requests = Requests::new("127.0.0.1:8080", 1000, 512, 1, 250, Some("tok"));
+        let mut out = Vec::new();
+        requests.write_poll_many(&mut out, &[4, 0, 999], None);
+        assert_eq!(
+            out,
+            b"GET /v1/boxes?keys=lg-4,lg-0,lg-999 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n"
+                .to_vec()
+        );
+        // Appends to what the buffer holds (pipelined requests).
+        requests.write_poll_many(&mut out, &[7], Some(b"\"123\""));
+        let second: &[u8] =
+            b"GET /v1/boxes?keys=lg-7 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nIf-None-Match: \"123\"\r\n\r\n";
+        assert!(out.starts_with(b"GET /v1/boxes?keys=lg-4,lg-0,lg-999 HTTP/1.1\r\n"));
+        assert!(out.ends_with(second));
+        assert_eq!(out.len(), 70 + second.len());
+        out.clear();
+        requests.write_longpoll_many(&mut out, &[1, 2], Some(b"\"9\""));
+        assert_eq!(
+            out,
+            b"GET /v1/boxes?keys=lg-1,lg-2&wait_ms=250 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nIf-None-Match: \"9\"\r\n\r\n"
+                .to_vec()
+        );
+        out.clear();
+        requests.write_longpoll_many(&mut out, &[1, 2], None);
+        assert_eq!(
+            out,
+            b"GET /v1/boxes?keys=lg-1,lg-2&wait_ms=250 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n"
+                .to_vec()
+        );
+        // httparse reads it as one request with the query and header intact.
+        let mut headers = [httparse::EMPTY_HEADER; 4];
+        let mut req = httparse::Request::new(&mut headers);
+        out.clear();
+        requests.write_poll_many(&mut out, &[3, 5], Some(b"\"1\""));
+        assert_eq!(req.parse(&out), Ok(httparse::Status::Complete(out.len())));
+        assert_eq!(req.path, Some("/v1/boxes?keys=lg-3,lg-5"));
+        assert_eq!(req.headers[1].name, "If-None-Match");
     }
 }

@@ -13,6 +13,8 @@ pub struct Response<'a> {
     pub body: &'a [u8],
     /// The server will close the connection after this response.
     pub close: bool,
+    /// The `ETag` header's value, quotes included, if there is one.
+    pub etag: Option<&'a [u8]>,
 }
 
 /// Why a response could not be framed.
@@ -38,8 +40,11 @@ pub fn parse_response(buf: &[u8]) -> Result<Option<Response<'_>>, FramingError> 
     let status = response.code.unwrap_or(0);
     let mut content_length: Option<usize> = None;
     let mut close = response.version == Some(0);
+    let mut etag = None;
     for header in response.headers.iter() {
-        if header.name.eq_ignore_ascii_case("content-length") {
+        if header.name.eq_ignore_ascii_case("etag") {
+            etag = Some(header.value);
+        } else if header.name.eq_ignore_ascii_case("content-length") {
             content_length =
                 Some(parse_decimal(header.value).ok_or(FramingError::NoContentLength)?);
         } else if header.name.eq_ignore_ascii_case("connection") {
@@ -66,6 +71,7 @@ pub fn parse_response(buf: &[u8]) -> Result<Option<Response<'_>>, FramingError> 
         status,
         body: &buf[head_len..len],
         close,
+        etag,
     }))
 }
 
@@ -102,6 +108,115 @@ pub fn payload_version(body: &[u8], key: &[u8]) -> Result<u64, PayloadError> {
     }
     let ver = find(body, b"\"ver\":").ok_or(PayloadError::Shape)? + 6;
     leading_decimal(&body[ver..]).ok_or(PayloadError::Shape)
+}
+
+/// The elements of a JSON array (`[a,b,...]`), each as its bytes without the
+/// whitespace around it: the boxes of a many-box answer (`[{"k":...},null,...]`). Only
+/// the array's own commas and brackets are found (nested values and strings are
+/// skipped whole); nothing is parsed into values. An element that is not followed by
+/// `,` or `]`, an empty element, or bytes after the closing `]` end the iteration with
+/// one error.
+#[derive(Debug, Clone)]
+pub struct ArrayItems<'a> {
+    body: &'a [u8],
+    pos: usize,
+    started: bool,
+    done: bool,
+}
+
+/// The elements of the JSON array `body` ([`ArrayItems`]).
+#[inline]
+pub fn array_items(body: &[u8]) -> ArrayItems<'_> {
+    ArrayItems {
+        body,
+        pos: 0,
+        started: false,
+        done: false,
+    }
+}
+
+impl<'a> ArrayItems<'a> {
+    fn fail(&mut self) -> Option<Result<&'a [u8], PayloadError>> {
+        self.done = true;
+        Some(Err(PayloadError::Shape))
+    }
+
+    /// The array closed at `after - 1`: only whitespace may follow.
+    fn end(&mut self, after: usize) -> Option<Result<&'a [u8], PayloadError>> {
+        if self.body[after..].iter().all(u8::is_ascii_whitespace) {
+            self.done = true;
+            None
+        } else {
+            self.fail()
+        }
+    }
+}
+
+impl<'a> Iterator for ArrayItems<'a> {
+    type Item = Result<&'a [u8], PayloadError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let b = self.body;
+        let skip = |mut i: usize| {
+            while b.get(i).is_some_and(u8::is_ascii_whitespace) {
+                i += 1;
+            }
+            i
+        };
+        let mut i = skip(self.pos);
+        if !self.started {
+            self.started = true;
+            if b.get(i) != Some(&b'[') {
+                return self.fail();
+            }
+            i = skip(i + 1);
+            if b.get(i) == Some(&b']') {
+                return self.end(i + 1);
+            }
+        } else {
+            // After an element: its separator.
+            match b.get(i) {
+                Some(b',') => i = skip(i + 1),
+                Some(b']') => return self.end(i + 1),
+                _ => return self.fail(),
+            }
+        }
+        let start = i;
+        let mut depth = 0usize;
+        let mut in_string = false;
+        while i < b.len() {
+            let c = b[i];
+            if in_string {
+                match c {
+                    b'\\' => i += 1,
+                    b'"' => in_string = false,
+                    _ => {}
+                }
+            } else {
+                match c {
+                    b'"' => in_string = true,
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' if depth > 0 => depth -= 1,
+                    b',' | b']' if depth == 0 => break,
+                    b'}' => return self.fail(),
+                    _ => {}
+                }
+            }
+            i += 1;
+        }
+        if i >= b.len() {
+            return self.fail();
+        }
+        let item = b[start..i].trim_ascii_end();
+        if item.is_empty() {
+            return self.fail();
+        }
+        self.pos = i;
+        Some(Ok(item))
+    }
 }
 
 /// Reads `accepted` and `rejected` from a batch answer
@@ -157,6 +272,7 @@ mod tests {
         let r = parse_response(bytes).unwrap().unwrap();
         assert_eq!(r.status, 200);
         assert_eq!(r.body, b"hello");
+        assert_eq!(r.etag, Some(&b"\"3\""[..]));
         assert!(!r.close);
         assert_eq!(&bytes[r.len..], b"HTTP/1.1 404");
         assert_eq!(parse_response(&bytes[r.len..]), Ok(None));
@@ -215,6 +331,86 @@ mod tests {
             b"ok",
         ] {
             assert_eq!(payload_version(bad, b"lg-4"), Err(PayloadError::Shape));
+        }
+    }
+
+    #[test]
+    fn many_box_answers_200_and_304() {
+        let a = br#"{"k":"lg-1","ver":3,"v":1}"#;
+        let c = br#"{"k":"lg-3","ver":12,"v":2,"s":"],{\"x"}"#;
+        let body = format!(
+            "[{},null,{}]",
+            std::str::from_utf8(a).unwrap(),
+            std::str::from_utf8(c).unwrap()
+        );
+        let bytes = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nETag: \"1844674407370955161\"\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let r = parse_response(bytes.as_bytes()).unwrap().unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.etag, Some(&b"\"1844674407370955161\""[..]));
+        let items: Vec<&[u8]> = array_items(r.body).map(Result::unwrap).collect();
+        assert_eq!(items, [&a[..], b"null", &c[..]]);
+        assert_eq!(payload_version(items[0], b"lg-1"), Ok(3));
+        assert_eq!(payload_version(items[2], b"lg-3"), Ok(12));
+
+        // A 304 has the ETag and no body, whatever its Content-Length says.
+        let bytes =
+            b"HTTP/1.1 304 Not Modified\r\nETag: \"77\"\r\nContent-Length: 90\r\n\r\nHTTP/1.1 200";
+        let r = parse_response(bytes).unwrap().unwrap();
+        assert_eq!(
+            (r.status, r.body, r.etag),
+            (304, &b""[..], Some(&b"\"77\""[..]))
+        );
+        assert_eq!(&bytes[r.len..], b"HTTP/1.1 200");
+        assert_eq!(
+            parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]")
+                .unwrap()
+                .unwrap()
+                .etag,
+            None
+        );
+    }
+
+    #[test]
+    fn array_items_split_only_at_the_top_level() {
+        fn items(body: &[u8]) -> Vec<Result<&[u8], PayloadError>> {
+            array_items(body).collect()
+        }
+        assert_eq!(items(b"[]"), vec![]);
+        assert_eq!(items(b" [ ] \n"), vec![]);
+        assert_eq!(items(b"[null]"), vec![Ok(&b"null"[..])]);
+        assert_eq!(
+            items(br#"[ {"a":[1,{"b":"]"}]} , null ,[2,3]]"#),
+            vec![
+                Ok(&br#"{"a":[1,{"b":"]"}]}"#[..]),
+                Ok(b"null"),
+                Ok(b"[2,3]")
+            ]
+        );
+        assert_eq!(
+            items(br#"["a\"],", 1]"#),
+            vec![Ok(&br#""a\"],""#[..]), Ok(b"1")]
+        );
+        let err = Err(PayloadError::Shape);
+        for (bad, good) in [
+            (&b""[..], 0),
+            (b"null", 0),
+            (b"{}", 0),
+            (b"[", 0),
+            (b"[null", 0),
+            (b"[null,", 1),
+            (b"[null,]", 1),
+            (b"[,null]", 0),
+            (b"[null}]", 0),
+            (b"[null] x", 1),
+            (br#"["open]"#, 0),
+            (b"[{]", 0),
+        ] {
+            let got = items(bad);
+            assert_eq!(got.len(), good + 1, "{:?}", String::from_utf8_lossy(bad));
+            assert_eq!(got[good], err, "{:?}", String::from_utf8_lossy(bad));
         }
     }
 

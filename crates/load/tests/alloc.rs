@@ -22,7 +22,9 @@ fn allocations_for(duration: Duration, rate: Option<f64>) -> (u64, u64) {
     a.keys = 100;
     a.duration = duration;
     a.rate = rate;
-    a.mix = Mix::parse("poll:60,ingest:20,batch:10,longpoll:10").unwrap();
+    a.mix =
+        Mix::parse("poll:50,ingest:20,batch:10,longpoll:10,poll_many:5,longpoll_many:5").unwrap();
+    a.keys_per_request = 20;
     a.longpoll_wait = Duration::from_millis(5);
     let before = ALLOC.total();
     let report = run(&a).unwrap();

@@ -63,6 +63,67 @@ fn request_counts_per_kind_equal_the_servers() {
     assert_eq!(server.counts.get("connections"), 4);
 }
 
+/// `poll_many` and `longpoll_many`: every request has `--keys-per-request` distinct keys
+/// (the server answers 400 otherwise), sends back the ETag it last saw for its key set
+/// and so gets 304s when nothing moved; counts match the server's.
+#[test]
+fn many_box_polls_send_back_their_etags_and_count_304s() {
+    let server = TestServer::start(Behaviour::default());
+    let mut a = args(&server);
+    a.mix = Mix::parse("poll_many:60,longpoll_many:20,ingest:20").unwrap();
+    a.keys_per_request = 10;
+    a.longpoll_wait = Duration::from_millis(20);
+    a.pipeline = 2;
+    a.key_dist = pollbox_load::KeyDist::Zipf;
+    let report = run(&a).unwrap();
+    assert_eq!(
+        report.errors_total, 0,
+        "{:?} {:?}",
+        report.errors, report.ops
+    );
+    for (op, route) in [
+        ("poll_many", "poll_many"),
+        ("longpoll_many", "longpoll_many"),
+    ] {
+        let o = report.op(op).unwrap();
+        assert!(o.requests > 0, "{op}");
+        assert_eq!(o.unanswered, 0, "{op}");
+        assert_eq!(
+            o.requests,
+            server.counts.get(route),
+            "{op}: generator vs server"
+        );
+        assert_eq!(
+            o.status.get("200").copied().unwrap_or(0) + o.not_modified,
+            o.requests,
+            "{op}"
+        );
+    }
+    let poll_many = report.op("poll_many").unwrap();
+    assert!(poll_many.not_modified > 0, "{poll_many:?}");
+    assert_eq!(
+        poll_many.not_modified + report.op("longpoll_many").unwrap().not_modified,
+        server.counts.get("not_modified")
+    );
+    // All but the first requests of each set send an If-None-Match: 4 connections, 4
+    // sets each, and a second request of a set can go before the first is answered.
+    let many = server.counts.get("poll_many") + server.counts.get("longpoll_many");
+    assert!(
+        server.counts.get("if_none_match") + 4 * 4 * 2 >= many,
+        "{} of {many}",
+        server.counts.get("if_none_match")
+    );
+    let mut table = Vec::new();
+    pollbox_load::print_report(&report, &mut table).unwrap();
+    let table = String::from_utf8(table).unwrap();
+    println!("{table}");
+    assert!(table.contains("poll_many 304 (nothing newer)"), "{table}");
+    assert!(
+        table.contains("10 keys per poll_many/longpoll_many request"),
+        "{table}"
+    );
+}
+
 /// Messages per second: every batch message the server took, counted over the same
 /// window as requests per second, in the report, its JSON and its table.
 #[test]

@@ -123,3 +123,60 @@ fn the_sse_operation_counts_events_the_server_sent() {
     );
     s.shutdown().unwrap();
 }
+
+/// `poll_many` and `longpoll_many` (`GET /v1/boxes?keys=...`): every request's keys
+/// are distinct (the server answers 400 otherwise), the ETag sent back gets 304s
+/// while nothing moves, and the server's counters count each request.
+#[test]
+fn many_box_polls_get_200s_and_304s_and_no_errors() {
+    let s = server();
+    let mut a = LoadArgs::new(format!("http://{}", s.addr()));
+    a.connections = 4;
+    a.duration = Duration::from_secs(1);
+    a.mix = Mix::parse("poll_many:100").unwrap();
+    a.keys = 200;
+    a.keys_per_request = 20;
+    a.key_dist = pollbox_load::KeyDist::Zipf;
+    a.preseed = true;
+    a.quiet = true;
+    let r = pollbox_load::run(&a).unwrap();
+    let op = r.op("poll_many").unwrap();
+    assert_eq!(r.errors_total, 0, "{:?} {:?}", r.errors, r.ops);
+    let status = |code: &str| op.status.get(code).copied().unwrap_or(0);
+    // Nothing moves: a set's first answer is a 200, the rest 304s.
+    assert!(status("200") > 0 && status("304") > 0, "{:?}", op.status);
+    assert_eq!(status("200") + status("304"), op.requests);
+    assert!(status("200") <= 4 * 4 * 2, "{:?}", op.status);
+    assert_eq!(op.not_modified, status("304"));
+    assert_eq!(op.not_found, 0, "pre-seeded boxes exist");
+    let server = requests_by_route(&s);
+    assert_eq!(server.get("poll").copied().unwrap_or(0), op.requests);
+
+    // With ingests, sets move now and then: 200s with new ETags; the long-polls park
+    // until then or answer 304 after 50 ms (a rate low enough that most sets stay put).
+    a.mix = Mix::parse("poll_many:60,longpoll_many:20,ingest:20").unwrap();
+    a.longpoll_wait = Duration::from_millis(50);
+    a.rate = Some(200.0);
+    a.keys = 2000;
+    a.keys_per_request = 5;
+    a.key_dist = pollbox_load::KeyDist::Uniform;
+    a.preseed = false;
+    let before = requests_by_route(&s);
+    let r = pollbox_load::run(&a).unwrap();
+    assert_eq!(r.errors_total, 0, "{:?} {:?}", r.errors, r.ops);
+    let after = requests_by_route(&s);
+    let delta = |route: &str| after.get(route).unwrap_or(&0) - before.get(route).unwrap_or(&0);
+    for name in ["poll_many", "longpoll_many"] {
+        let o = r.op(name).unwrap();
+        let status = |code: &str| o.status.get(code).copied().unwrap_or(0);
+        assert!(
+            status("200") > 0 && status("304") > 0,
+            "{name}: {:?}",
+            o.status
+        );
+        assert_eq!(status("200") + status("304"), o.requests, "{name}");
+    }
+    assert_eq!(delta("poll"), r.op("poll_many").unwrap().requests);
+    assert_eq!(delta("long_poll"), r.op("longpoll_many").unwrap().requests);
+    s.shutdown().unwrap();
+}

@@ -1,6 +1,7 @@
 //! A small in-process pollbox stand-in for the load generator's tests: std threads,
 //! one per connection, keep-alive and pipelining, the routes of docs/http.md#routes
-//! with a box table that counts versions, and knobs to misbehave (stall once, wrong
+//! (many boxes at once, `GET /v1/boxes?keys=...`, with an ETag and `If-None-Match`
+//! too) with a box table that counts versions, and knobs to misbehave (stall once, wrong
 //! status, versions going backwards, closing connections).
 
 #![allow(dead_code)]
@@ -37,6 +38,12 @@ pub struct Counts {
     pub batch: AtomicU64,
     pub batch_messages: AtomicU64,
     pub connections: AtomicU64,
+    /// `GET /v1/boxes?keys=...` without and with `wait_ms`.
+    pub poll_many: AtomicU64,
+    pub longpoll_many: AtomicU64,
+    /// Many-box requests that sent an `If-None-Match`, and those answered 304.
+    pub if_none_match: AtomicU64,
+    pub not_modified: AtomicU64,
 }
 
 impl Counts {
@@ -48,6 +55,10 @@ impl Counts {
             "batch" => &self.batch,
             "batch_messages" => &self.batch_messages,
             "connections" => &self.connections,
+            "poll_many" => &self.poll_many,
+            "longpoll_many" => &self.longpoll_many,
+            "if_none_match" => &self.if_none_match,
+            "not_modified" => &self.not_modified,
             other => panic!("no route {other}"),
         };
         c.load(Ordering::SeqCst)
@@ -161,6 +172,11 @@ fn serve(mut stream: TcpStream, s: &Shared) {
             let method = req.method.unwrap().to_string();
             let path = req.path.unwrap().to_string();
             let body = &input[start + head..start + head + len];
+            let if_none_match = req
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("if-none-match"))
+                .map(|h| String::from_utf8_lossy(h.value).into_owned());
 
             let first = *s.first_request.get_or_init(Instant::now);
             if let Some((after, pause)) = s.behaviour.stall {
@@ -169,7 +185,12 @@ fn serve(mut stream: TcpStream, s: &Shared) {
                     thread::sleep(pause);
                 }
             }
-            let (status, payload) = route(s, &method, &path, body);
+            let (status, payload, etag) = if path == "/v1/boxes" || path.starts_with("/v1/boxes?") {
+                many(s, &method, &path, if_none_match.as_deref())
+            } else {
+                let (status, payload) = route(s, &method, &path, body);
+                (status, payload, None)
+            };
             answered += 1;
             close = s
                 .behaviour
@@ -177,8 +198,9 @@ fn serve(mut stream: TcpStream, s: &Shared) {
                 .is_some_and(|n| answered.is_multiple_of(n));
             write!(
                 out,
-                "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{}\r\n",
+                "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{}{}\r\n",
                 payload.len(),
+                etag.map(|e| format!("ETag: {e}\r\n")).unwrap_or_default(),
                 if close { "Connection: close\r\n" } else { "" }
             )
             .unwrap();
@@ -204,6 +226,73 @@ fn serve(mut stream: TcpStream, s: &Shared) {
 
 fn payload(key: &str, ver: u64) -> String {
     format!(r#"{{"k":"{key}","ver":{ver},"v":1,"n":{ver}}}"#)
+}
+
+/// `GET /v1/boxes?keys=a,b,c[&wait_ms=N]`: the payloads in order (`null` for no box)
+/// with an ETag of the versions; 304 to a current `If-None-Match`; with `wait_ms` and a
+/// current `If-None-Match`, waits for any of the boxes to move. 400 for a repeated key.
+fn many(
+    s: &Shared,
+    method: &str,
+    path: &str,
+    if_none_match: Option<&str>,
+) -> (u16, String, Option<String>) {
+    if method != "GET" {
+        return (405, String::new(), None);
+    }
+    let query = path.split_once('?').map_or("", |(_, q)| q);
+    let mut keys: Vec<&str> = Vec::new();
+    let mut wait_ms = None;
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some(("keys", v)) => keys = v.split(',').collect(),
+            Some(("wait_ms", v)) => wait_ms = Some(v.parse::<u64>().expect("wait_ms")),
+            _ => panic!("unexpected query {query}"),
+        }
+    }
+    let counter = if wait_ms.is_some() {
+        &s.counts.longpoll_many
+    } else {
+        &s.counts.poll_many
+    };
+    counter.fetch_add(1, Ordering::SeqCst);
+    if keys.is_empty()
+        || keys
+            .iter()
+            .enumerate()
+            .any(|(i, k)| k.is_empty() || keys[..i].contains(k))
+    {
+        return (400, r#"{"error":"empty or repeated key"}"#.into(), None);
+    }
+    if if_none_match.is_some() {
+        s.counts.if_none_match.fetch_add(1, Ordering::SeqCst);
+    }
+    let state = || {
+        let boxes = s.boxes.lock().unwrap();
+        let versions: Vec<u64> = keys.iter().map(|k| *boxes.get(*k).unwrap_or(&0)).collect();
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(&versions, &mut h);
+        (versions, format!("\"{}\"", std::hash::Hasher::finish(&h)))
+    };
+    let deadline = Instant::now() + Duration::from_millis(wait_ms.unwrap_or(0));
+    loop {
+        let (versions, etag) = state();
+        let current = if_none_match == Some(etag.as_str());
+        if current && wait_ms.is_some() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(2));
+            continue;
+        }
+        if current {
+            s.counts.not_modified.fetch_add(1, Ordering::SeqCst);
+            return (304, String::new(), Some(etag));
+        }
+        let items: Vec<String> = keys
+            .iter()
+            .zip(versions)
+            .map(|(k, v)| if v == 0 { "null".into() } else { payload(k, v) })
+            .collect();
+        return (200, format!("[{}]", items.join(",")), Some(etag));
+    }
 }
 
 fn route(s: &Shared, method: &str, path: &str, body: &[u8]) -> (u16, String) {
