@@ -18,6 +18,12 @@
 //! `EventSource` gives up for good), and the server comes back on the same
 //! port; the page reopens with back-off and gets the next update.
 //!
+//! A third page opens one `EventSource` on 20 boxes (docs/http.md#many-boxes-at-once)
+//! and polls the same boxes with `fetch` meanwhile, while the test posts
+//! rounds of updates (bursts the stream coalesces) and deletes a box: the page
+//! ends with every box's newest payload, the deletion, one open, and polls
+//! answered 200 and 304 that agree with the stream.
+//!
 //! Needs Debian's `chromium` (`.ci/run` installs it); run with
 //! `cargo test -p pollbox --test browser -- --ignored`.
 
@@ -650,5 +656,485 @@ fn the_readme_event_source_client_gets_the_next_update_after_a_rolling_restart()
     );
     signal(&server, "-TERM");
     assert!(server.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The page of many boxes: `POLLBOX` and `KEYS` (a JSON array) are filled in.
+/// It opens one `EventSource` on all the keys and keeps, per box, the last
+/// payload it was sent (and how many), the deletions, the stream's last id and
+/// the opens; meanwhile it polls the same boxes every 50 ms with `fetch`
+/// (`If-None-Match` from the last 200), counting the statuses. It reports
+/// each step to the test (its own origin: `/report?...`, the box by its index
+/// in `KEYS`) and writes what it saw into `#results`. Once `/go` answers it
+/// stops polling, polls once more without `If-None-Match`, closes the stream
+/// and reports `finished`; `/hold` holds its load event meanwhile, as on the
+/// restart page. Anything unexpected goes into `errors`.
+const MANY_PAGE: &str = r#"<!doctype html>
+<html><head><meta charset="utf-8"><title>pollbox: one EventSource on many boxes</title></head>
+<body><pre id="results">pending</pre>
+<img src="/hold" alt="">
+<script>
+const keys = KEYS;
+const url = "POLLBOX/v1/boxes?keys=" + keys.map(encodeURIComponent).join(",");
+const results = { opens: 0, last: {}, events: {}, deleted: [], last_id: null,
+                  polls: {}, errors: [], final: null };
+function record() {
+  document.getElementById("results").textContent = JSON.stringify(results);
+}
+function report(what) {
+  fetch("/report?" + what, { cache: "no-store" }).catch(() => {});
+}
+function fail(what) {
+  results.errors.push(what);
+  record();
+  report("error=" + encodeURIComponent(what));
+}
+const es = new EventSource(url);
+es.onopen = () => {
+  results.opens++;
+  record();
+  report("open=" + results.opens);
+};
+es.onerror = () => fail("EventSource error, readyState " + es.readyState);
+es.onmessage = (e) => {
+  const p = JSON.parse(e.data);
+  const i = keys.indexOf(p.k);
+  if (i < 0) return fail("a payload of a box not asked for: " + e.data);
+  if (results.deleted.includes(p.k)) fail("a payload after its deletion: " + e.data);
+  const before = results.last[p.k];
+  if (before && before.ver >= p.ver) fail("not newer than " + before.ver + ": " + e.data);
+  results.last[p.k] = p;
+  results.events[p.k] = (results.events[p.k] || 0) + 1;
+  results.last_id = e.lastEventId;
+  record();
+  report("seen=" + i + ":" + p.v);
+};
+es.addEventListener("deleted", (e) => {
+  const k = JSON.parse(e.data).k;
+  if (keys.indexOf(k) < 0) return fail("a deletion of a box not asked for: " + e.data);
+  results.deleted.push(k);
+  results.last_id = e.lastEventId;
+  record();
+  report("deleted=" + keys.indexOf(k));
+});
+// The polls, one at a time, alongside the stream. Each 200 reports the
+// values it got (`polled=v_v_..._null_...`), and the first 304 after it
+// reports them as unchanged.
+let etag = null;
+let state = null;
+let unchanged = false;
+let polling = true;
+async function poll() {
+  const r = await fetch(url, { cache: "no-store", headers: etag ? { "If-None-Match": etag } : {} });
+  results.polls[r.status] = (results.polls[r.status] || 0) + 1;
+  const tag = r.headers.get("ETag");
+  if (r.status === 200) {
+    const body = await r.json();
+    if (!Array.isArray(body) || body.length !== keys.length) {
+      fail("poll: not an array of " + keys.length + ": " + JSON.stringify(body));
+    } else {
+      body.forEach((p, i) => {
+        if (p !== null && p.k !== keys[i]) fail("poll: entry " + i + " is " + JSON.stringify(p));
+      });
+    }
+    if (!tag || tag === etag) fail("poll: 200 with ETag " + tag + " after " + etag);
+    etag = tag;
+    state = Array.isArray(body) ? body.map((p) => (p === null ? "null" : p.v)).join("_") : null;
+    unchanged = false;
+    report("polled=" + state);
+  } else if (r.status === 304) {
+    if (tag !== etag) fail("poll: 304 with ETag " + tag + " for " + etag);
+    if (!unchanged) report("unchanged=" + state);
+    unchanged = true;
+  } else {
+    fail("poll: status " + r.status);
+  }
+  record();
+}
+const polls = (async () => {
+  while (polling) {
+    try { await poll(); } catch (e) { fail("poll rejected: " + e); }
+    await new Promise((ok) => setTimeout(ok, 50));
+  }
+})();
+fetch("/go", { cache: "no-store" }).then(async () => {
+  polling = false;
+  await polls;
+  try {
+    const r = await fetch(url, { cache: "no-store" });
+    results.final = { status: r.status, body: await r.json() };
+  } catch (e) {
+    fail("last poll rejected: " + e);
+  }
+  es.close();
+  record();
+  report("finished");
+});
+record();
+</script></body></html>
+"#;
+
+/// Serve a page on `listener` as `serve_restart_page` does (`/report?WHAT`
+/// sends `WHAT` to the test, anything else not in `holds` gets the page), and
+/// answer each path of `holds` once its `Hold` is released.
+fn serve_page_with_holds(
+    listener: TcpListener,
+    page: String,
+    reports: Sender<String>,
+    holds: Vec<(&'static str, Arc<Hold>)>,
+) {
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let (page, reports, holds) = (page.clone(), reports.clone(), holds.clone());
+            std::thread::spawn(move || {
+                let target = request_target(&stream);
+                let (kind, body) = if let Some(what) = target.strip_prefix("/report?") {
+                    let _ = reports.send(what.to_owned());
+                    ("text/plain", String::new())
+                } else if let Some((_, hold)) = holds.iter().find(|(p, _)| *p == target) {
+                    hold.wait();
+                    ("text/plain", String::new())
+                } else {
+                    ("text/html; charset=utf-8", page)
+                };
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nCache-Control: no-store\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+}
+
+/// Releases its holds when dropped, so a test that fails part way lets the
+/// page's load end (and Chromium exit) without waiting for the holds' timeout.
+struct ReleaseOnDrop(Vec<Arc<Hold>>);
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        for h in &self.0 {
+            h.release();
+        }
+    }
+}
+
+/// What the page has reported so far.
+#[derive(Default)]
+struct Reports {
+    got: std::collections::HashSet<String>,
+    all: Vec<String>,
+}
+
+impl Reports {
+    /// Wait up to `within` until the page has reported each of `wanted`;
+    /// else which are missing and the last reports.
+    fn wait_for(
+        &mut self,
+        reports: &Receiver<String>,
+        wanted: &[String],
+        within: Duration,
+    ) -> Result<(), String> {
+        let deadline = Instant::now() + within;
+        loop {
+            let missing: Vec<&String> = wanted.iter().filter(|w| !self.got.contains(*w)).collect();
+            if missing.is_empty() {
+                return Ok(());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match reports.recv_timeout(left) {
+                Ok(r) => {
+                    self.got.insert(r.clone());
+                    self.all.push(r);
+                }
+                Err(_) => {
+                    let recent = &self.all[self.all.len().saturating_sub(30)..];
+                    return Err(format!(
+                        "missing {missing:?}; the last reports: {recent:?}; errors: {:?}",
+                        self.all
+                            .iter()
+                            .filter(|r| r.starts_with("error="))
+                            .collect::<Vec<_>>()
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// `s` escaped as JavaScript's `encodeURIComponent` does.
+fn encode_component(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.!~*'()".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// POST each of `values` to the box `key` on one connection, all the requests
+/// written at once (pipelined: a burst the streams may coalesce); each must
+/// be answered 200.
+fn post_burst(addr: SocketAddr, key: &str, values: &[i64]) {
+    let mut reqs = String::new();
+    for v in values {
+        let body = format!(r#"{{"value":{v},"player":"test"}}"#);
+        reqs.push_str(&format!(
+            "POST /v1/boxes/{} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            encode_component(key),
+            body.len()
+        ));
+    }
+    let mut s = TcpStream::connect(addr).expect("connect to pollbox");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(reqs.as_bytes()).expect("write the burst");
+    let (mut buf, mut tmp, mut answered) = (Vec::new(), [0u8; 4096], Vec::new());
+    while answered.len() < values.len() {
+        let mut h = [httparse::EMPTY_HEADER; 16];
+        let mut r = httparse::Response::new(&mut h);
+        if let Ok(httparse::Status::Complete(head)) = r.parse(&buf) {
+            let len: usize = r
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                .and_then(|h| std::str::from_utf8(h.value).ok()?.parse().ok())
+                .unwrap_or(0);
+            if buf.len() >= head + len {
+                let body = String::from_utf8_lossy(&buf[head..head + len]).into_owned();
+                answered.push((r.code.unwrap_or(0), body));
+                buf.drain(..head + len);
+                continue;
+            }
+        }
+        let n = std::io::Read::read(&mut s, &mut tmp).expect("read the answers to the burst");
+        assert!(n > 0, "pollbox closed the connection: {answered:?}");
+        buf.extend_from_slice(&tmp[..n]);
+    }
+    assert!(
+        answered.iter().all(|(code, _)| *code == 200),
+        "{key}: {answered:?}"
+    );
+}
+
+/// A request with no body on a new connection to `addr`; status and body.
+fn plain_request(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect to pollbox");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let req = format!("{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
+    common::request(&mut s, req.as_bytes()).expect("an answer")
+}
+
+/// What a box must hold after the test's posts: the newest value, the sum and
+/// the count of the values.
+#[derive(Clone, Copy, Debug, Default)]
+struct Want {
+    v: i64,
+    sum: i64,
+    n: i64,
+}
+
+#[test]
+#[ignore = "needs chromium (Debian package chromium); .ci/run installs it"]
+fn one_event_source_on_twenty_boxes_sees_every_update_and_a_deletion_while_the_page_polls() {
+    let (page_listener, page_addr) = page_origin();
+    let dir = std::env::temp_dir().join(format!("pollbox-browser-many-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("pollbox.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 2\n\
+             [http]\ncors_origins = [\"http://{page_addr}\"]\n"
+        ),
+    )
+    .unwrap();
+    let (server, addr, _) = common::serve(
+        ["serve".as_ref(), "--config".as_ref(), cfg.as_os_str()],
+        &[],
+    );
+
+    // 20 boxes; the last key needs escaping (a comma, a slash, a space, ü).
+    let mut keys: Vec<String> = (0..19).map(|i| format!("many-{i:02}")).collect();
+    keys.push("room 19/a,b ü".into());
+    let gone = 7; // the box the test deletes
+    let mut want = vec![Want::default(); keys.len()];
+    let mut posted = 0;
+    let mut post = |i: usize, values: &[i64], want: &mut Vec<Want>| {
+        post_burst(addr, &keys[i], values);
+        for v in values {
+            want[i] = Want {
+                v: *v,
+                sum: want[i].sum + v,
+                n: want[i].n + 1,
+            };
+        }
+        posted += values.len();
+    };
+    for i in 0..keys.len() {
+        post(i, &[i as i64 + 1], &mut want);
+    }
+    // What the page must report once it has every box's newest value: from
+    // its stream (but the deleted box), and from a poll (200) then confirmed
+    // by a 304.
+    let seen_all = |want: &[Want], deleted: Option<usize>| -> Vec<String> {
+        let state: Vec<String> = (0..want.len())
+            .map(|i| {
+                if deleted == Some(i) {
+                    "null".into()
+                } else {
+                    want[i].v.to_string()
+                }
+            })
+            .collect();
+        let state = state.join("_");
+        (0..want.len())
+            .filter(|i| Some(*i) != deleted)
+            .map(|i| format!("seen={i}:{}", want[i].v))
+            .chain([format!("polled={state}"), format!("unchanged={state}")])
+            .collect()
+    };
+
+    let page = MANY_PAGE
+        .replace("POLLBOX", &format!("http://{addr}"))
+        .replace("KEYS", &serde_json::to_string(&keys).unwrap());
+    let (report_tx, reports) = std::sync::mpsc::channel();
+    let (hold, go) = (Arc::new(Hold::default()), Arc::new(Hold::default()));
+    serve_page_with_holds(
+        page_listener,
+        page,
+        report_tx,
+        vec![("/hold", hold.clone()), ("/go", go.clone())],
+    );
+    let _release = ReleaseOnDrop(vec![hold.clone(), go.clone()]);
+    let url = format!("http://{page_addr}/");
+    let browser = std::thread::spawn(move || chromium_dump_dom(&url, &[]));
+    let mut r = Reports::default();
+
+    // The page has every box from its stream and from a poll, and a 304.
+    let mut wanted = seen_all(&want, None);
+    wanted.push("open=1".into());
+    if let Err(e) = r.wait_for(&reports, &wanted, Duration::from_secs(60)) {
+        panic!("the page did not get the boxes: {e}");
+    }
+
+    // Rounds of updates of every box, some in bursts of up to 20 (written
+    // at once, so the stream may coalesce them); after each round the page
+    // must have seen each box's newest value, on the stream and by polling.
+    for round in 1..=3i64 {
+        for i in 0..keys.len() {
+            let burst = match (i as i64 + round) % 4 {
+                0 => 20,
+                1 => 1,
+                k => k + 1,
+            };
+            let values: Vec<i64> = (1..=burst)
+                .map(|j| round * 10_000 + i as i64 * 100 + j)
+                .collect();
+            post(i, &values, &mut want);
+        }
+        if let Err(e) = r.wait_for(&reports, &seen_all(&want, None), Duration::from_secs(30)) {
+            panic!("round {round}: the page did not see the newest values: {e}");
+        }
+    }
+
+    // One box is deleted: `event: deleted`, and the stream goes on with an
+    // update of every other box.
+    let (code, body) = plain_request(
+        addr,
+        "DELETE",
+        &format!("/v1/boxes/{}", encode_component(&keys[gone])),
+    );
+    assert_eq!(code, 204, "{body}");
+    if let Err(e) = r.wait_for(
+        &reports,
+        &[format!("deleted={gone}")],
+        Duration::from_secs(30),
+    ) {
+        panic!("the page did not see the deletion of {}: {e}", keys[gone]);
+    }
+    for i in (0..keys.len()).filter(|i| *i != gone) {
+        post(
+            i,
+            &[90_000 + i as i64 * 100 + 1, 90_000 + i as i64 * 100 + 2],
+            &mut want,
+        );
+    }
+    if let Err(e) = r.wait_for(
+        &reports,
+        &seen_all(&want, Some(gone)),
+        Duration::from_secs(30),
+    ) {
+        panic!("after the deletion, the page did not see the newest values: {e}");
+    }
+
+    // The page stops polling, polls once more, and writes what it saw.
+    go.release();
+    if let Err(e) = r.wait_for(&reports, &["finished".into()], Duration::from_secs(30)) {
+        panic!("the page did not finish: {e}");
+    }
+    hold.release();
+    let dom = browser.join().expect("chromium");
+    let res = results(&dom);
+    let (_, metrics) = plain_request(addr, "GET", "/metrics");
+    let coalesced = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("pollbox_sse_coalesced_total "))
+        .unwrap_or("?");
+    let events: u64 = res["events"]
+        .as_object()
+        .map_or(0, |m| m.values().filter_map(|v| v.as_u64()).sum());
+    eprintln!(
+        "many boxes: {posted} posts, {events} payloads on the stream \
+         ({coalesced} versions coalesced), polls {}, deleted {}, errors {}",
+        res["polls"], res["deleted"], res["errors"]
+    );
+
+    assert_eq!(res["errors"], serde_json::json!([]), "{res}");
+    assert_eq!(res["opens"], 1, "one EventSource, opened once: {res}");
+    assert_eq!(res["deleted"], serde_json::json!([keys[gone]]), "{res}");
+    let ids: Vec<&str> = res["last_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no id: {res}"))
+        .split(',')
+        .collect();
+    assert_eq!(ids.len(), keys.len(), "an id of each box: {res}");
+    let last_poll = &res["final"];
+    assert_eq!(last_poll["status"], 200, "{res}");
+    for (i, k) in keys.iter().enumerate() {
+        let last = &res["last"][k];
+        assert_eq!(last["k"], k.as_str(), "{res}");
+        assert_eq!(
+            (last["v"].as_i64(), last["sum"].as_i64(), last["n"].as_i64()),
+            (Some(want[i].v), Some(want[i].sum), Some(want[i].n)),
+            "{k}: the newest payload posted: {last}"
+        );
+        let ver = last["ver"].as_u64().expect("ver");
+        if i == gone {
+            assert_eq!(ids[i], "", "a deleted box has no version in the id: {res}");
+            assert_eq!(last_poll["body"][i], serde_json::Value::Null, "{res}");
+        } else {
+            assert_eq!(ids[i], ver.to_string(), "{k}: the id names its version");
+            assert_eq!(&last_poll["body"][i], last, "{k}: the poll agrees");
+        }
+    }
+    let count = |status: &str| res["polls"][status].as_u64().unwrap_or(0);
+    // A 200 and a 304 in each of the five phases (reported above).
+    assert!(count("200") >= 5, "the polls got 200s: {res}");
+    assert!(count("304") >= 5, "the polls got 304s: {res}");
+    assert_eq!(
+        count("200") + count("304"),
+        res["polls"]
+            .as_object()
+            .map_or(0, |m| { m.values().filter_map(|v| v.as_u64()).sum() }),
+        "only 200s and 304s: {res}"
+    );
+    drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
