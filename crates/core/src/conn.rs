@@ -48,7 +48,7 @@
 use crate::buffers::{Buffers, SendQueue};
 use crate::http::{Frame, Framer, FramerState, HttpError, Limits, Progress, Version, CONTINUE};
 use crate::service::{
-    Event, Host, Listener, Park, Pending, Reply, Report, RouteLabel, Service, Stream, Watched,
+    Event, Host, Listener, Park, Pending, Reply, Report, RouteLabel, Service, Stream, Watching,
     DELETED, HEARTBEAT,
 };
 
@@ -111,7 +111,7 @@ struct Streaming {
     key: Box<[u8]>,
     stream: Stream,
     /// A stream of many boxes: where it stands with each, in the keys' order.
-    many: Option<Box<[Watched]>>,
+    many: Option<Watching>,
     /// The box moved while the send queue was not empty: send its newest
     /// version once the queue drains (coalescing).
     dirty: bool,
@@ -373,7 +373,7 @@ impl Connection {
         done
     }
 
-    /// Whether this connection is an event stream (until it ends).
+    /// Whether this connection streams events (and is not closing).
     pub fn streaming(&self) -> bool {
         self.streaming.is_some() && self.closing.is_none()
     }
@@ -396,11 +396,11 @@ impl Connection {
         cx: &mut Ctx<'_, H>,
     ) -> bool {
         if let Some(s) = self.streaming.as_mut() {
-            if let Some(watched) = s.many.as_mut() {
-                for (i, w) in watched.iter_mut().enumerate() {
-                    w.dirty |= moved(i);
+            if let Some(watching) = s.many.as_mut() {
+                for i in (0..watching.len()).filter(|&i| moved(i)) {
+                    watching.mark(i);
                 }
-                s.dirty = watched.iter().any(|w| w.dirty);
+                s.dirty = watching.any();
             }
             return self.stream_update(cx);
         }
@@ -502,6 +502,16 @@ impl Connection {
         self.streaming = None;
     }
 
+    /// Heap bytes of what a parked poll or an event stream keeps: its key (or
+    /// keys) and, for many boxes, where the stream stands with each.
+    pub fn watch_bytes(&self) -> usize {
+        let parked = self.parked.as_ref().map_or(0, |p| p.key.len());
+        let streaming = self.streaming.as_ref().map_or(0, |s| {
+            s.key.len() + s.many.as_ref().map_or(0, Watching::heap_bytes)
+        });
+        parked + streaming
+    }
+
     /// Heap bytes held for this connection: (read buffer, send queue).
     pub fn buffer_bytes(&self) -> (usize, usize) {
         (self.rbuf.len(), self.sendq.capacity_bytes())
@@ -582,7 +592,7 @@ impl Connection {
                         }
                         Reply::Stream(stream) => {
                             let key = service.key().into();
-                            let many = stream.many.then(|| service.take_watched());
+                            let many = stream.many.then(|| service.take_watching()).flatten();
                             let heartbeat_ms =
                                 cx.now_ms + service.node().config.http.sse_heartbeat_ms;
                             // The stream's body ends with the connection: what
@@ -623,7 +633,7 @@ impl Connection {
         if self.closing.is_some() {
             return false;
         }
-        if let Some(watched) = s.many.as_mut() {
+        if let Some(watching) = s.many.as_mut() {
             // Many boxes: those marked dirty are looked at once the queue is
             // empty, each coalesced on its own; a box that goes is an event,
             // and the stream goes on.
@@ -638,7 +648,7 @@ impl Connection {
                 now_ms,
             } = cx;
             let sent = self.sendq.append(&mut buffers.send, |out| {
-                service.stream_many(&s.key, watched, out, *host)
+                service.stream_many(&s.key, watching, out, *host)
             });
             if sent > 0 {
                 s.heartbeat_ms = *now_ms + service.node().config.http.sse_heartbeat_ms;

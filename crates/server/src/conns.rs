@@ -34,6 +34,9 @@ pub struct Conn {
     /// Send-queue bytes this connection adds to the worker's total (its read
     /// buffer is counted by the worker's `Buffers`).
     pub accounted: usize,
+    /// What `watched` last counted for it (its watch state: keys, where a
+    /// stream of many boxes stands, the hashes it is registered under).
+    pub watched: usize,
     /// On the worker's list of connections waiting for buffer budget.
     pub starved: bool,
     /// Its socket's `TCP_NOTSENT_LOWAT` was set (an event stream's).
@@ -60,6 +63,7 @@ impl Conn {
             queued: false,
             write_shut: false,
             accounted: 0,
+            watched: 0,
             starved: false,
             lowat_set: false,
         }

@@ -192,23 +192,40 @@ impl Waiters {
     }
 }
 
+/// Bytes of one entry of a [`ParkedIndex`] list.
+const ENTRY: usize = std::mem::size_of::<(u32, u32)>();
+
 /// The connections of one worker parked on each key (by key hash), as (slot,
 /// generation).
 #[derive(Default)]
 pub struct ParkedIndex {
-    by_key: HashMap<u64, Vec<(usize, u32)>>,
+    /// (slot, generation) of each connection waiting on a key hash.
+    by_key: HashMap<u64, Vec<(u32, u32)>>,
+    /// The lists' heap bytes (their capacities), kept as they change.
+    list_bytes: usize,
 }
 
 impl ParkedIndex {
     /// Connection (slot, gen) now waits on the key with `hash`; the first one on
     /// a key tells `waiters` that this worker waits on it.
     pub fn add(&mut self, hash: u64, slot: usize, gen: u32, waiters: &Waiters, worker: usize) {
+        let entry = (slot as u32, gen);
         if let Some(list) = self.by_key.get_mut(&hash) {
-            list.push((slot, gen));
+            let before = list.capacity();
+            list.push(entry);
+            self.list_bytes += (list.capacity() - before) * ENTRY;
             return;
         }
-        self.by_key.insert(hash, vec![(slot, gen)]);
+        self.by_key.insert(hash, vec![entry]);
+        self.list_bytes += ENTRY;
         waiters.register(hash, worker);
+    }
+
+    /// Heap bytes it holds: its map (at about a bucket and its control byte
+    /// an entry) and the lists.
+    pub fn heap_bytes(&self) -> usize {
+        self.by_key.capacity() * (std::mem::size_of::<(u64, Vec<(u32, u32)>)>() + 1)
+            + self.list_bytes
     }
 
     /// Connection (slot, gen) no longer waits on the key with `hash`. Returns
@@ -224,11 +241,12 @@ impl ParkedIndex {
         let Some(list) = self.by_key.get_mut(&hash) else {
             return false;
         };
-        let found = list.iter().position(|&e| e == (slot, gen));
+        let found = list.iter().position(|&e| e == (slot as u32, gen));
         if let Some(i) = found {
             list.swap_remove(i);
         }
         if list.is_empty() {
+            self.list_bytes -= list.capacity() * ENTRY;
             self.by_key.remove(&hash);
             waiters.unregister(hash, worker);
         }
@@ -240,12 +258,12 @@ impl ParkedIndex {
         match wake {
             Wake::Key(hash) => {
                 if let Some(list) = self.by_key.get(&hash) {
-                    out.extend_from_slice(list);
+                    out.extend(list.iter().map(|&(slot, gen)| (slot as usize, gen)));
                 }
             }
             Wake::All => {
                 for list in self.by_key.values() {
-                    out.extend_from_slice(list);
+                    out.extend(list.iter().map(|&(slot, gen)| (slot as usize, gen)));
                 }
             }
         }

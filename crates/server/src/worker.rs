@@ -86,6 +86,9 @@ pub struct Worker {
     sent_bytes: u64,
     /// Connections' send queues, summed (their read buffers: `buffers`).
     conn_send_bytes: usize,
+    /// Bytes of what parked polls and event streams keep (keys, where a stream
+    /// of many boxes stands with each, the hashes they are registered under).
+    conn_watch_bytes: usize,
     /// Connections waiting for buffer budget, tried again at each tick.
     starved: Vec<(usize, u32)>,
     // Scratch lists, kept between turns.
@@ -155,6 +158,7 @@ impl Worker {
             sent_bytes: 0,
             starved: Vec::new(),
             conn_send_bytes: 0,
+            conn_watch_bytes: 0,
             ready: Vec::with_capacity(1024),
             done: Vec::with_capacity(crate::uring::MAX_BATCH),
             fired: Vec::with_capacity(256),
@@ -179,6 +183,8 @@ impl Worker {
             + self.buffers.pooled_bytes()
             + self.service.working_bytes()
             + self.conns.heap_bytes()
+            + self.conn_watch_bytes
+            + self.parked.heap_bytes()
             + self.transmit.heap_bytes()
             + self.ready.capacity() * std::mem::size_of::<Ready>()
             + self.done.capacity() * std::mem::size_of::<(usize, Sent)>()
@@ -482,6 +488,8 @@ impl Worker {
             if c.core.watches_many() {
                 // A poll of many boxes: a wake-up of any of its keys concerns it.
                 let keys = c.core.watched_key().unwrap_or_default();
+                let n = pollbox_core::service::ManyKeys(keys).count();
+                c.registered_keys.reserve_exact(n);
                 for key in pollbox_core::service::ManyKeys(keys) {
                     let h = shared.waiters.hash(key);
                     self.parked.add(h, slot, c.gen, &shared.waiters, self.id);
@@ -571,6 +579,9 @@ impl Worker {
         let s = c.core.buffer_bytes().1;
         self.conn_send_bytes = self.conn_send_bytes + s - c.accounted;
         c.accounted = s;
+        let w = c.core.watch_bytes() + c.registered_keys.capacity() * std::mem::size_of::<u64>();
+        self.conn_watch_bytes = self.conn_watch_bytes + w - c.watched;
+        c.watched = w;
     }
 
     /// Bytes of all this worker's connections' buffers (`pollbox_buffered_bytes`).
@@ -589,6 +600,7 @@ impl Worker {
         }
         c.core.release(&mut self.buffers);
         self.conn_send_bytes -= c.accounted;
+        self.conn_watch_bytes -= c.watched;
         self.conns.release(slot);
         let shared = &self.host.shared;
         shared.open_connections.fetch_sub(1, Ordering::AcqRel);

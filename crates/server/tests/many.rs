@@ -335,7 +335,10 @@ fn one_stream_sends_each_box_then_every_update_and_goes_on_past_a_deletion() {
     let first = sub.flush();
     let keys: Vec<String> = first.iter().map(Ev::key).collect();
     assert_eq!(keys, ["a", "c"], "the boxes that exist, in the order asked");
-    assert_eq!(first[1].id.as_deref(), Some(format!("{va},,{vc}").as_str()));
+    assert_eq!(
+        first[1].id.as_deref(),
+        Some(format!("{va:x},,{vc:x}").as_str())
+    );
 
     let vb = ingest(a, "b", 2);
     let ev = sub.flush();
@@ -343,14 +346,17 @@ fn one_stream_sends_each_box_then_every_update_and_goes_on_past_a_deletion() {
     assert_eq!((ev[0].key(), ev[0].ver()), ("b".to_string(), vb));
     assert_eq!(
         ev[0].id.as_deref(),
-        Some(format!("{va},{vb},{vc}").as_str())
+        Some(format!("{va:x},{vb:x},{vc:x}").as_str())
     );
 
     assert_eq!(delete(a, "/v1/boxes/a").status, 204);
     let ev = sub.flush();
     assert_eq!(ev[0].event.as_deref(), Some("deleted"));
     assert_eq!(ev[0].data, r#"{"k":"a"}"#);
-    assert_eq!(ev[0].id.as_deref(), Some(format!(",{vb},{vc}").as_str()));
+    assert_eq!(
+        ev[0].id.as_deref(),
+        Some(format!(",{vb:x},{vc:x}").as_str())
+    );
 
     // The stream goes on: the key created again, and the others.
     let va2 = ingest(a, "a", 5);
@@ -362,7 +368,7 @@ fn one_stream_sends_each_box_then_every_update_and_goes_on_past_a_deletion() {
     assert_eq!((ev[0].key(), ev[0].ver()), ("c".to_string(), vc2));
     assert_eq!(
         ev[0].id.as_deref(),
-        Some(format!("{va2},{vb},{vc2}").as_str())
+        Some(format!("{va2:x},{vb:x},{vc2:x}").as_str())
     );
     s.shutdown().unwrap();
 }
@@ -374,7 +380,7 @@ fn a_reconnecting_event_source_is_sent_only_the_boxes_that_moved_since_its_id() 
     let (va, vb, vc) = (ingest(a, "a", 1), ingest(a, "b", 2), ingest(a, "c", 3));
     let mut sub = Sub::open(a, "a,b,c", "");
     let id = sub.flush().pop().unwrap().id.unwrap();
-    assert_eq!(id, format!("{va},{vb},{vc}"));
+    assert_eq!(id, format!("{va:x},{vb:x},{vc:x}"));
     drop(sub);
     // While it is away: b moves, c goes.
     let vb2 = ingest(a, "b", 7);
@@ -394,7 +400,10 @@ fn a_reconnecting_event_source_is_sent_only_the_boxes_that_moved_since_its_id() 
         assert_eq!((evs[0].key(), evs[0].ver()), ("b".to_string(), vb2));
         assert_eq!(evs[1].event.as_deref(), Some("deleted"));
         assert_eq!(evs[1].data, r#"{"k":"c"}"#);
-        assert_eq!(evs[1].id.as_deref(), Some(format!("{va},{vb2},").as_str()));
+        assert_eq!(
+            evs[1].id.as_deref(),
+            Some(format!("{va:x},{vb2:x},").as_str())
+        );
     }
     // An id that is not one of this stream's (another key count, garbage):
     // every box is sent.

@@ -9,19 +9,67 @@
 //! buffers have grown to the largest request.
 
 use super::{Exchange, Park, Reply, RouteLabel, Service, Stream};
-use crate::bytes::parse_decimal;
 use crate::http::{parse_many_query, percent_decode_into, Frame, Method};
 use crate::render::write_json_str;
 use crate::service::{Answer, Host};
 
-/// Where a stream of many boxes stands with one of them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Watched {
-    /// The newest version of the box the client has (0: none).
-    pub last: u64,
-    /// The box moved since the stream last looked: look again once the
-    /// stream's queue is empty (coalescing, box by box).
-    pub dirty: bool,
+/// Where a stream of many boxes stands with each of them, in the order of
+/// its keys: the newest version the client has (0: none), and whether the box
+/// moved since the stream last looked (looked at once the stream's queue is
+/// empty: coalescing, box by box). 8 bytes a box and a bit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watching {
+    lasts: Box<[u64]>,
+    dirty: Box<[u64]>,
+}
+
+impl Watching {
+    fn new(n: usize) -> Watching {
+        Watching {
+            lasts: vec![0; n].into(),
+            dirty: vec![0; n.div_ceil(64)].into(),
+        }
+    }
+
+    /// The box `i` may have moved.
+    pub fn mark(&mut self, i: usize) {
+        if i >= self.lasts.len() {
+            return;
+        }
+        if let Some(w) = self.dirty.get_mut(i / 64) {
+            *w |= 1 << (i % 64);
+        }
+    }
+
+    /// The number of boxes.
+    pub fn len(&self) -> usize {
+        self.lasts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lasts.is_empty()
+    }
+
+    /// Whether any box is marked.
+    pub fn any(&self) -> bool {
+        self.dirty.iter().any(|&w| w != 0)
+    }
+
+    /// Unmark box `i`; whether it was marked.
+    fn take(&mut self, i: usize) -> bool {
+        let Some(w) = self.dirty.get_mut(i / 64) else {
+            return false;
+        };
+        let bit = 1 << (i % 64);
+        let was = *w & bit != 0;
+        *w &= !bit;
+        was
+    }
+
+    /// Heap bytes it holds.
+    pub fn heap_bytes(&self) -> usize {
+        (self.lasts.len() + self.dirty.len()) * 8
+    }
 }
 
 /// Decoded keys, each as a little-endian `u16` length and its bytes.
@@ -135,21 +183,19 @@ impl Service {
         self.heads
             .write_stream_head(out, host, RouteLabel::Sse, retry_ms);
         let n = ManyKeys(&self.key).count();
-        self.watched.clear();
-        self.watched.resize(n, Watched::default());
+        let mut watching = Watching::new(n);
         if let Some(lasts) = resume.and_then(|r| parse_many_id(r, n)) {
-            for (w, last) in self.watched.iter_mut().zip(lasts) {
-                w.last = last;
+            for (w, last) in watching.lasts.iter_mut().zip(lasts) {
+                *w = last;
             }
         }
-        for w in self.watched.iter_mut() {
-            w.dirty = true;
+        for i in 0..n {
+            watching.mark(i);
         }
         let keys = std::mem::take(&mut self.key);
-        let mut watched = std::mem::take(&mut self.watched);
-        self.stream_many(&keys, &mut watched, out, host);
+        self.stream_many(&keys, &mut watching, out, host);
         self.key = keys;
-        self.watched = watched;
+        self.watching = Some(watching);
         Reply::Stream(Stream {
             last: 0,
             existed: false,
@@ -159,11 +205,11 @@ impl Service {
 
     /// What a many-box stream just started stands at, box by box (the
     /// connection keeps it).
-    pub fn take_watched(&mut self) -> Box<[Watched]> {
-        self.watched.as_slice().into()
+    pub fn take_watching(&mut self) -> Option<Watching> {
+        self.watching.take()
     }
 
-    /// Append an event for each box of `keys` marked dirty in `watched` that
+    /// Append an event for each box of `keys` marked in `watching` that
     /// moved past what the client has: its payload (whose `k` names it), or
     /// `event: deleted` with `{"k":...}` for a box the client had that is gone.
     /// The last event written carries the stream's id ([`write_many_id`]): an
@@ -171,37 +217,40 @@ impl Service {
     pub fn stream_many<H: Host>(
         &mut self,
         keys: &[u8],
-        watched: &mut [Watched],
+        watching: &mut Watching,
         out: &mut Vec<u8>,
         host: &mut H,
     ) -> usize {
         let mut sent = 0;
-        for (key, w) in ManyKeys(keys).zip(watched.iter_mut()) {
-            if !std::mem::take(&mut w.dirty) {
+        for (i, key) in ManyKeys(keys).enumerate() {
+            if !watching.take(i) {
                 continue;
             }
+            let Some(last) = watching.lasts.get_mut(i) else {
+                break;
+            };
             self.body.clear();
             match self.node.boxes.poll(key, &mut self.body) {
-                Some(version) if version > w.last => {
+                Some(version) if version > *last => {
                     // Versions between two events of a box were coalesced; a
                     // first event (or a new incarnation) skips nothing.
-                    let skipped = match w.last {
+                    let skipped = match *last {
                         0 => 0,
                         last => version.saturating_sub(last + 1),
                     };
                     out.extend_from_slice(b"data: ");
                     out.extend_from_slice(&self.body);
                     out.extend_from_slice(b"\n\n");
-                    w.last = version;
+                    *last = version;
                     host.sse_event(skipped);
                     sent += 1;
                 }
                 Some(_) => {}
-                None if w.last > 0 => {
+                None if *last > 0 => {
                     out.extend_from_slice(b"event: deleted\ndata: {\"k\":");
                     write_json_str(std::str::from_utf8(key).unwrap_or_default(), out);
                     out.extend_from_slice(b"}\n\n");
-                    w.last = 0;
+                    *last = 0;
                     host.sse_event(0);
                     sent += 1;
                 }
@@ -211,7 +260,7 @@ impl Service {
         if sent > 0 {
             // The id goes on the last event: before its blank line.
             out.pop();
-            write_many_id(watched, out);
+            write_many_id(&watching.lasts, out);
             out.push(b'\n');
         }
         sent
@@ -296,16 +345,22 @@ impl Service {
 }
 
 /// `id: v1,v2,...\n`: the version of each box the client has, in the order
-/// of the keys (empty for none). A reconnecting `EventSource` sends it back as
-/// `Last-Event-ID`, and is sent only the boxes that moved since.
-fn write_many_id(watched: &[Watched], out: &mut Vec<u8>) {
+/// of the keys, in hexadecimal (empty for none): opaque to clients, and
+/// cheaper to write than decimal (a stream of 64 boxes writes 64 of them an
+/// event). A reconnecting `EventSource` sends it back as `Last-Event-ID`, and
+/// is sent only the boxes that moved since.
+fn write_many_id(lasts: &[u64], out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     out.extend_from_slice(b"id: ");
-    for (i, w) in watched.iter().enumerate() {
+    for (i, &last) in lasts.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        if w.last > 0 {
-            out.extend_from_slice(itoa::Buffer::new().format(w.last).as_bytes());
+        if last > 0 {
+            let digits = (64 - last.leading_zeros()).div_ceil(4);
+            for d in (0..digits).rev() {
+                out.push(HEX[((last >> (d * 4)) & 0xf) as usize]);
+            }
         }
     }
     out.push(b'\n');
@@ -314,14 +369,20 @@ fn write_many_id(watched: &[Watched], out: &mut Vec<u8>) {
 /// The versions a [`write_many_id`] id names, if it is one for `n` boxes
 /// (anything else is no id: every box is sent).
 fn parse_many_id(id: &[u8], n: usize) -> Option<impl Iterator<Item = u64> + '_> {
+    let hex = |p: &[u8]| -> Option<u64> {
+        if p.is_empty() {
+            return Some(0);
+        }
+        if p.len() > 16 || !p.iter().all(u8::is_ascii_hexdigit) {
+            return None;
+        }
+        u64::from_str_radix(std::str::from_utf8(p).ok()?, 16).ok()
+    };
     let parts = id.split(|&b| b == b',');
-    if parts.clone().count() != n {
+    if parts.clone().count() != n || !parts.clone().all(|p| hex(p).is_some()) {
         return None;
     }
-    let ok = parts
-        .clone()
-        .all(|p| p.is_empty() || parse_decimal(p).is_ok());
-    ok.then(|| parts.map(|p| parse_decimal(p).unwrap_or(0)))
+    Some(parts.map(move |p| hex(p).unwrap_or(0)))
 }
 
 /// One version into [`tag`]'s hash.
@@ -346,6 +407,37 @@ mod tests {
         assert_ne!(t, tag([5, 1, 7].into_iter()));
         assert_ne!(t, tag([7, 0, 5].into_iter()));
         assert_ne!(t, tag([5, 0].into_iter()));
+    }
+
+    #[test]
+    fn ids_name_each_version_in_hex_and_read_back() {
+        let mut out = Vec::new();
+        write_many_id(&[0x1f, 0, 1_795_657_023_903_262, u64::MAX], &mut out);
+        let want = format!("id: 1f,,{:x},ffffffffffffffff\n", 1_795_657_023_903_262u64);
+        assert_eq!(out, want.as_bytes());
+        let id = &out[4..out.len() - 1];
+        let back: Vec<u64> = parse_many_id(id, 4).expect("an id of 4").collect();
+        assert_eq!(back, [0x1f, 0, 1_795_657_023_903_262, u64::MAX]);
+        assert!(parse_many_id(id, 3).is_none(), "another count");
+        assert!(parse_many_id(b"1,x,3", 3).is_none());
+        assert!(parse_many_id(b"1,+2,3", 3).is_none());
+        assert!(
+            parse_many_id(b"10000000000000000,,", 3).is_none(),
+            "past u64"
+        );
+    }
+
+    #[test]
+    fn watching_marks_and_takes_each_box_once() {
+        let mut w = Watching::new(70);
+        assert!(!w.any());
+        w.mark(3);
+        w.mark(69);
+        w.mark(70); // past the end: nothing
+        assert!(w.any());
+        assert!(w.take(69) && !w.take(69) && !w.take(2) && w.take(3));
+        assert!(!w.any());
+        assert_eq!(w.heap_bytes(), 70 * 8 + 2 * 8);
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub use answer::{error_body, Answer, Heads, JSON, TEXT};
 pub use auth::{constant_time_eq, Tokens};
 pub use cors::{Cors, PREFLIGHT};
 pub use logged::{Pending, Report};
-pub use many::{ManyKeys, Watched};
+pub use many::{ManyKeys, Watching};
 pub use stream::{wants_event_stream, write_event, Event, Stream, DELETED, HEARTBEAT};
 pub use tally::{IngestResult, Removal, RouteLabel};
 
@@ -221,8 +221,8 @@ pub struct Service {
     /// One decoded key of a many-box poll, before it joins `key`.
     scratch: Vec<u8>,
     /// Where a many-box stream just started stands with each box, until the
-    /// connection takes it ([`Service::take_watched`]).
-    watched: Vec<Watched>,
+    /// connection takes it ([`Service::take_watching`]).
+    watching: Option<Watching>,
     /// The server's monotonic clock (ms) for the requests being answered: box
     /// expiry counts on it.
     now_ms: u64,
@@ -251,7 +251,7 @@ impl Service {
             key: Vec::with_capacity(node.config.boxes.max_key_bytes.max(256)),
             body: Vec::with_capacity(16 * 1024),
             scratch: Vec::with_capacity(node.config.boxes.max_key_bytes.max(256)),
-            watched: Vec::new(),
+            watching: None,
             now_ms: 0,
             expired: Vec::with_capacity(expiring),
             logged: node.config.log.enabled(),

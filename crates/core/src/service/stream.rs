@@ -31,7 +31,7 @@ pub struct Stream {
     /// of an unknown key waits for its creation.
     pub existed: bool,
     /// A stream of many boxes (docs/http.md#many-boxes-at-once): where it
-    /// stands with each is in [`Service::take_watched`], not here.
+    /// stands with each is in [`Service::take_watching`], not here.
     pub many: bool,
 }
 
