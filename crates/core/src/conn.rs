@@ -46,7 +46,9 @@
 //!   answer instead of a reset.
 
 use crate::buffers::{Buffers, SendQueue};
-use crate::http::{Frame, Framer, FramerState, HttpError, Limits, Progress, Version, CONTINUE};
+use crate::http::{
+    Frame, Framer, FramerState, HttpError, Limits, Method, Progress, Version, CONTINUE,
+};
 use crate::service::{
     Event, Host, Listener, Park, Pending, Reply, Report, RouteLabel, Service, Stream, Watching,
     DELETED, HEARTBEAT,
@@ -141,6 +143,9 @@ pub struct Connection {
     /// Bytes of the current partial request seen at the last check (body progress).
     partial_seen: usize,
     parked: Option<Parked>,
+    /// The last request answered was a `POST` (an ingest): the server serves
+    /// such connections after the others of a loop turn.
+    posted: bool,
     logging: Option<Logging>,
     streaming: Option<Streaming>,
     closing: Option<Closing>,
@@ -164,6 +169,7 @@ impl Connection {
             head_started_ms: None,
             partial_seen: 0,
             parked: None,
+            posted: false,
             logging: None,
             streaming: None,
             closing: None,
@@ -373,6 +379,13 @@ impl Connection {
         done
     }
 
+    /// Whether the last request this connection answered was a `POST` (an
+    /// ingest, likely followed by more): a worker serves the polls of a loop
+    /// turn before such connections (docs/operations.md#workers).
+    pub fn ingesting(&self) -> bool {
+        self.posted
+    }
+
     /// Whether this connection streams events (and is not closing).
     pub fn streaming(&self) -> bool {
         self.streaming.is_some() && self.closing.is_none()
@@ -562,6 +575,7 @@ impl Connection {
                         break;
                     }
                     let keep_alive = frame.keep_alive && !host.draining();
+                    self.posted = frame.method == Method::Post;
                     let buf = &self.rbuf[self.rstart..self.rend];
                     let listener = self.listener;
                     let r = self.sendq.append(&mut buffers.send, |out| {

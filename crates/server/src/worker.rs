@@ -93,6 +93,8 @@ pub struct Worker {
     starved: Vec<(usize, u32)>,
     // Scratch lists, kept between turns.
     ready: Vec<Ready>,
+    /// Ingesting connections of a turn, served after the others ([`Worker::serve`]).
+    later: Vec<Ready>,
     done: Vec<(usize, Sent)>,
     fired: Vec<ConnTimer>,
     woken: Vec<(usize, u32)>,
@@ -160,6 +162,7 @@ impl Worker {
             conn_send_bytes: 0,
             conn_watch_bytes: 0,
             ready: Vec::with_capacity(1024),
+            later: Vec::with_capacity(1024),
             done: Vec::with_capacity(crate::uring::MAX_BATCH),
             fired: Vec::with_capacity(256),
             woken: Vec::with_capacity(64),
@@ -186,7 +189,7 @@ impl Worker {
             + self.conn_watch_bytes
             + self.parked.heap_bytes()
             + self.transmit.heap_bytes()
-            + self.ready.capacity() * std::mem::size_of::<Ready>()
+            + (self.ready.capacity() + self.later.capacity()) * std::mem::size_of::<Ready>()
             + self.done.capacity() * std::mem::size_of::<(usize, Sent)>()
     }
 
@@ -234,9 +237,7 @@ impl Worker {
             // One epoch pin for the turn's events, so each box-table read in
             // them only bumps a counter (never held across the wait above).
             let batch = pollbox_core::boxes::read_batch();
-            for ev in ready.drain(..) {
-                self.on_event(ev);
-            }
+            self.serve(&mut ready, &mut done);
             drop(batch);
             (self.ready, self.done) = (ready, done);
             if self.clock() >= self.next_tick_ms {
@@ -245,6 +246,65 @@ impl Worker {
             if self.shared().draining.load(Ordering::Acquire) && self.drain_step() {
                 return Ok(());
             }
+        }
+    }
+
+    /// Serve a turn's events. Connections whose last request was an ingest
+    /// go last, one at a time, and between two of them the worker looks
+    /// (without waiting) for connections that became readable meanwhile and
+    /// serves their polls first: a poll waits behind at most the ingest being
+    /// applied, not behind every batch of the turn (docs/operations.md#workers).
+    /// Each connection's own requests are answered in order, as always. Once
+    /// the tick is due it stops looking, so the turn ends.
+    fn serve(&mut self, ready: &mut Vec<Ready>, done: &mut Vec<(usize, Sent)>) {
+        let mut later = std::mem::take(&mut self.later);
+        for ev in ready.drain(..) {
+            self.serve_or_defer(ev, &mut later);
+        }
+        let mut i = 0;
+        while i < later.len() {
+            self.on_event(later[i]);
+            i += 1;
+            // Past the tick, the turn ends with what it has: the tick (the
+            // arena's reset, expiry, timers) never waits behind ingest that
+            // keeps coming.
+            if i == later.len() || self.clock() >= self.next_tick_ms {
+                continue;
+            }
+            let turn = self.transmit.turn(
+                &mut self.poll,
+                &mut self.conns,
+                &mut self.buffers.send,
+                Duration::ZERO,
+                ready,
+                done,
+            );
+            if let Err(e) = turn {
+                self.fall_back(e);
+            }
+            self.clock();
+            for (slot, sent) in done.drain(..) {
+                self.after_turn_write(slot, sent);
+            }
+            for ev in ready.drain(..) {
+                self.serve_or_defer(ev, &mut later);
+            }
+        }
+        later.clear();
+        self.later = later;
+    }
+
+    /// Serve `ev` now, or add it to `later` if it is a connection that ingests.
+    fn serve_or_defer(&mut self, ev: Ready, later: &mut Vec<Ready>) {
+        let ingests = Token(ev.token)
+            .0
+            .checked_sub(FIRST_CONN)
+            .and_then(|slot| self.conns.get_mut(slot))
+            .is_some_and(|c| c.core.ingesting());
+        if ingests {
+            later.push(ev);
+        } else {
+            self.on_event(ev);
         }
     }
 
