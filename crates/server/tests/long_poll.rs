@@ -7,24 +7,6 @@ fn version_of(r: &Resp) -> u64 {
     r.json()["ver"].as_u64().unwrap()
 }
 
-/// Wait (up to 3 s) until `/metrics` says `n` polls are parked.
-fn wait_parked(a: std::net::SocketAddr, n: u64) {
-    let mut parked = 0;
-    for _ in 0..300 {
-        parked = get(a, "/metrics")
-            .text()
-            .lines()
-            .find_map(|l| l.strip_prefix("pollbox_parked_polls "))
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
-        if parked == n {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    assert_eq!(parked, n, "polls parked");
-}
-
 /// `n` ingests into `key`, each on a fresh connection; returns the version
 /// the first one answered (a standalone server starts a new box at the wall
 /// clock, not at 1) after checking that each answered the next one.

@@ -230,24 +230,6 @@ fn answers_to_an_allowed_origin_carry_cors_headers() {
     s.shutdown().unwrap();
 }
 
-/// Wait (up to 3 s) until `/metrics` says `n` polls are parked.
-fn wait_parked(a: std::net::SocketAddr, n: u64) {
-    let mut parked = 0;
-    for _ in 0..300 {
-        parked = get(a, "/metrics")
-            .text()
-            .lines()
-            .find_map(|l| l.strip_prefix("pollbox_parked_polls "))
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
-        if parked == n {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    assert_eq!(parked, n, "polls parked");
-}
-
 /// One event of a stream, as sent (heartbeats and `retry:` skipped).
 #[derive(Debug, Default, Clone, PartialEq)]
 struct Ev {

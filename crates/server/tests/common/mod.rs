@@ -265,3 +265,22 @@ pub fn post(addr: SocketAddr, path: &str, body: &str) -> Resp {
     )
     .0
 }
+
+/// Wait (up to 3 s) until `/metrics` says `n` polls are parked.
+#[allow(dead_code)] // each test binary uses what it needs
+pub fn wait_parked(a: SocketAddr, n: u64) {
+    let mut parked = 0;
+    for _ in 0..300 {
+        parked = get(a, "/metrics")
+            .text()
+            .lines()
+            .find_map(|l| l.strip_prefix("pollbox_parked_polls "))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        if parked == n {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(parked, n, "polls parked");
+}
