@@ -9,7 +9,7 @@
 //! buffers have grown to the largest request.
 
 use super::{Exchange, Park, Reply, RouteLabel, Service, Stream};
-use crate::http::{parse_many_query, percent_decode_into, Frame, Method};
+use crate::http::{parse_many_query, percent_decode_into, Method};
 use crate::render::write_json_str;
 use crate::service::{Answer, Host};
 
@@ -142,34 +142,6 @@ impl Service {
     /// The ETag value of the boxes of `keys` ([`ManyKeys`]) as they are now.
     pub fn many_tag(&self, keys: &[u8]) -> u64 {
         tag(ManyKeys(keys).map(|k| self.version(k)))
-    }
-
-    /// Answer a parked many-box long-poll: 200 when any box moved, else (the
-    /// wait ran out) 304.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn answer_parked_many<H: Host>(
-        &mut self,
-        frame: &Frame,
-        buf: &[u8],
-        keys: &[u8],
-        park: Park,
-        timed_out: bool,
-        keep_alive: bool,
-        out: &mut Vec<u8>,
-        host: &mut H,
-    ) -> Reply {
-        self.heads.begin(frame.field(&frame.origin, buf));
-        self.key.clear();
-        self.key.extend_from_slice(keys);
-        let x = &mut Exchange {
-            frame,
-            buf,
-            keep_alive,
-            out,
-            host,
-        };
-        let unchanged = self.many_tag(keys) == park.after;
-        self.write_many(x, RouteLabel::LongPoll, timed_out && unchanged)
     }
 
     /// Start an event stream of the boxes of `self.key`: the head, `retry:`,
@@ -306,7 +278,7 @@ impl Service {
     /// Answer the boxes of `self.key` ([`ManyKeys`]): 200 with their payloads,
     /// or 304 when `not_modified` (the wait ran out) or `If-None-Match` names
     /// their ETag.
-    fn write_many<H: Host>(
+    pub(super) fn write_many<H: Host>(
         &mut self,
         x: &mut Exchange<'_, H>,
         route: RouteLabel,

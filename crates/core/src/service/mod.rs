@@ -470,7 +470,8 @@ impl Service {
 
     /// Answer a parked long-poll of `key`: the box moved past `park.after`
     /// (200), it was deleted or expired (404), or the wait ran out (`timed_out`:
-    /// 304 unless it moved after all).
+    /// 304 unless it moved after all). Of many boxes (`park.many`, `key` their
+    /// keys): 200 once their ETag moved from `park.after`, else 304.
     #[allow(clippy::too_many_arguments)]
     pub fn answer_parked<H: Host>(
         &mut self,
@@ -483,15 +484,10 @@ impl Service {
         out: &mut Vec<u8>,
         host: &mut H,
     ) -> Reply {
-        if park.many {
-            return self
-                .answer_parked_many(frame, buf, key, park, timed_out, keep_alive, out, host);
-        }
         self.heads.begin(frame.field(&frame.origin, buf));
         self.key.clear();
         self.key.extend_from_slice(key);
-        let version = self.version(key);
-        let unchanged = !park.due(version);
+        let not_modified = timed_out && !self.park_due(key, &park);
         let x = &mut Exchange {
             frame,
             buf,
@@ -499,7 +495,10 @@ impl Service {
             out,
             host,
         };
-        self.write_poll(x, RouteLabel::LongPoll, timed_out && unchanged)
+        if park.many {
+            return self.write_many(x, RouteLabel::LongPoll, not_modified);
+        }
+        self.write_poll(x, RouteLabel::LongPoll, not_modified)
     }
 
     /// `DELETE /v1/boxes/{key}`: 204 and the box is gone (its long-polls are
