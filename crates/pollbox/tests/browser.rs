@@ -407,40 +407,6 @@ fn request_target(stream: &TcpStream) -> String {
     target.unwrap_or_else(|| "/".into())
 }
 
-/// Serve the restart page on `listener`: `/report?WHAT` sends `WHAT` to the
-/// test, `/hold` waits for `hold`, anything else gets the page.
-fn serve_restart_page(
-    listener: TcpListener,
-    page: String,
-    reports: Sender<String>,
-    hold: Arc<Hold>,
-) {
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let (page, reports, hold) = (page.clone(), reports.clone(), hold.clone());
-            std::thread::spawn(move || {
-                let target = request_target(&stream);
-                let (kind, body) = if let Some(what) = target.strip_prefix("/report?") {
-                    let _ = reports.send(what.to_owned());
-                    ("text/plain", String::new())
-                } else if target == "/hold" {
-                    hold.wait();
-                    ("text/plain", String::new())
-                } else {
-                    ("text/html; charset=utf-8", page)
-                };
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nCache-Control: no-store\r\n\
-                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            });
-        }
-    });
-}
-
 /// Wait up to `within` until the page has reported `what` `times` times
 /// (counting the reports not read yet); else what it reported meanwhile.
 fn reports_until(
@@ -589,7 +555,12 @@ fn the_readme_event_source_client_gets_the_next_update_after_a_rolling_restart()
         .replace("README_CLIENT", readme_event_source_client());
     let (report_tx, reports) = std::sync::mpsc::channel();
     let hold = Arc::new(Hold::default());
-    serve_restart_page(page_listener, page, report_tx, hold.clone());
+    serve_page_with_holds(
+        page_listener,
+        page,
+        report_tx,
+        vec![("/hold", hold.clone())],
+    );
     let url = format!("http://{page_addr}/");
     let browser = std::thread::spawn(move || chromium_dump_dom(&url, &[]));
 
@@ -774,9 +745,9 @@ record();
 </script></body></html>
 "#;
 
-/// Serve a page on `listener` as `serve_restart_page` does (`/report?WHAT`
-/// sends `WHAT` to the test, anything else not in `holds` gets the page), and
-/// answer each path of `holds` once its `Hold` is released.
+/// Serve a page on `listener`: `/report?WHAT` sends `WHAT` to the test, each
+/// path of `holds` is answered once its `Hold` is released, anything else gets
+/// the page.
 fn serve_page_with_holds(
     listener: TcpListener,
     page: String,
