@@ -58,6 +58,8 @@ EXPORTED_METRICS = {
     "pollbox_worker_deallocated_bytes_total",
     "pollbox_arena_capacity_bytes",
     "pollbox_arena_used_bytes",
+    "pollbox_worker_connections",
+    "pollbox_worker_busy_ratio",
     "process_resident_memory_bytes",
     "process_cpu_seconds_total",
     "process_open_fds",

@@ -1,10 +1,16 @@
 # shellcheck shell=bash
 # Helpers shared by benches/scaling/run.sh and seed.sh (sourced, not run).
 
-# The embedded config with `pin_workers = true`, written to $1.
+# The embedded config with `pin_workers = true`, written to $1; with
+# SCALE_PLACEMENT=hash also `place_by_load = false` (connections stay where the
+# kernel's SO_REUSEPORT hash puts them), for side-by-side runs of one build.
 pinned_config() {
     sed 's/^pin_workers = false/pin_workers = true/' "$ROOT/config/pollbox.toml" >"$1"
     grep -q '^pin_workers = true' "$1" || { echo "scaling: could not turn pin_workers on" >&2; exit 1; }
+    if [[ ${SCALE_PLACEMENT:-load} == hash ]]; then
+        sed -i 's/^place_by_load = true/place_by_load = false/' "$1"
+        grep -q '^place_by_load = false' "$1" || { echo "scaling: could not turn place_by_load off" >&2; exit 1; }
+    fi
 }
 
 # The server's set-up, for both scripts: BIN (the binary $2, else a release

@@ -46,6 +46,9 @@ pub struct ServerConfig {
     /// 0 = one per core.
     pub workers: usize,
     pub pin_workers: bool,
+    /// Serve an accepted connection on the least loaded worker (docs/operations.md#workers);
+    /// false: where the listeners' hash put it.
+    pub place_by_load: bool,
     pub epoch_ms: u64,
     /// "" = `/metrics` on the main listener.
     pub metrics_listen: String,
@@ -245,6 +248,7 @@ impl Default for ServerConfig {
             listen: "127.0.0.1:8080".into(),
             workers: 0,
             pin_workers: false,
+            place_by_load: true,
             epoch_ms: 16,
             metrics_listen: String::new(),
             io_uring: false,

@@ -24,6 +24,7 @@ pub mod host;
 pub mod listener;
 pub mod log;
 pub mod metrics;
+pub mod placement;
 pub mod snapshot_file;
 pub mod stats;
 pub mod transmit;
@@ -55,6 +56,8 @@ pub struct Shared {
     pub draining: AtomicBool,
     ready: AtomicBool,
     pub waiters: wakeups::Waiters,
+    /// Where accepted connections are served (by load), and the hand-over.
+    pub placement: placement::Placement,
     /// The server's clock starts here: every worker's `now_ms` (so box expiry
     /// stamps agree between workers) and the snapshots'.
     pub started: Instant,
@@ -339,6 +342,7 @@ impl Server {
             draining: AtomicBool::new(false),
             ready: AtomicBool::new(false),
             waiters: wakeups::Waiters::new(wakers.clone()),
+            placement: placement::Placement::new(&wakers),
             started,
             workers: n,
             snapshots_ok: AtomicUsize::new(0),

@@ -367,6 +367,33 @@ pub fn render(shared: &Shared, out: &mut Vec<u8>) {
         );
     }
 
+    header(
+        out,
+        "pollbox_worker_connections",
+        "gauge",
+        "Connections open per worker (placed by load when accepted).",
+    );
+    for (w, s) in shared.stats.iter().take(shared.workers).enumerate() {
+        let _ = writeln!(
+            out,
+            "pollbox_worker_connections{{worker=\"{w}\"}} {}",
+            s.connections_open.get()
+        );
+    }
+    header(
+        out,
+        "pollbox_worker_busy_ratio",
+        "gauge",
+        "Share of the time each worker spent not waiting for events, smoothed over ~8 epochs.",
+    );
+    for w in 0..shared.workers {
+        let _ = writeln!(
+            out,
+            "pollbox_worker_busy_ratio{{worker=\"{w}\"}} {}",
+            f64::from(shared.placement.busy(w)) / 1000.0
+        );
+    }
+
     // Memory: ours, jemalloc's, the kernel's.
     let acc = accounted(shared);
     header(

@@ -82,6 +82,11 @@ pub struct Worker {
     epoch_ms: u64,
     next_tick_ms: u64,
     draining_since: Option<Instant>,
+    /// Time spent waiting for events since `busy_since`, and the busy share
+    /// (per mille, smoothed over ~8 ticks) published for placement.
+    idle_ns: u64,
+    busy_since: Instant,
+    busy: u32,
     read_bytes: u64,
     sent_bytes: u64,
     /// Connections' send queues, summed (their read buffers: `buffers`).
@@ -156,6 +161,9 @@ impl Worker {
             epoch_ms,
             next_tick_ms: epoch_ms,
             draining_since: None,
+            idle_ns: 0,
+            busy_since: Instant::now(),
+            busy: 0,
             read_bytes: 0,
             sent_bytes: 0,
             starved: Vec::new(),
@@ -219,6 +227,7 @@ impl Worker {
                 std::mem::take(&mut self.ready),
                 std::mem::take(&mut self.done),
             );
+            let waiting = Instant::now();
             let turn = self.transmit.turn(
                 &mut self.poll,
                 &mut self.conns,
@@ -227,6 +236,7 @@ impl Worker {
                 &mut ready,
                 &mut done,
             );
+            self.idle_ns += waiting.elapsed().as_nanos() as u64;
             if let Err(e) = turn {
                 self.fall_back(e);
             }
@@ -356,47 +366,67 @@ impl Worker {
                     return;
                 }
             };
-            if self.host.shared.draining.load(Ordering::Acquire) {
-                // Shutting down: say so, so a load balancer retries elsewhere.
-                self.host.stats().rejected(Rejected::Draining);
-                self.refuse(&mut stream, "shutting down");
-                continue;
+            if listener == Listener::Main
+                && self.host.shared.node.config.server.place_by_load
+                && !self.host.shared.draining.load(Ordering::Acquire)
+            {
+                // Served where the load is least (crate::placement).
+                let shared = &self.host.shared;
+                let to = shared.placement.place(self.id, &shared.stats);
+                if to != self.id {
+                    match shared.placement.hand(to, stream) {
+                        Ok(()) => continue,
+                        Err(s) => stream = s,
+                    }
+                }
             }
-            if self.buffered() >= self.buffers.budget() {
-                // This worker's share of max_buffered_bytes is used up.
-                self.host.stats().rejected(Rejected::MaxBufferedBytes);
-                self.refuse(&mut stream, "server buffers full (max_buffered_bytes)");
-                continue;
-            }
-            let shared = &self.host.shared;
-            let open = shared.open_connections.fetch_add(1, Ordering::AcqRel);
-            if open >= shared.node.config.limits.max_connections {
-                shared.open_connections.fetch_sub(1, Ordering::AcqRel);
-                self.host.stats().rejected(Rejected::MaxConnections);
-                self.refuse(&mut stream, "too many connections");
-                continue;
-            }
-            let _ = stream.set_nodelay(true);
-            let (slot, gen) = self.conns.vacant();
-            if let Err(e) = self.poll.registry().register(
-                &mut stream,
-                Token(slot + FIRST_CONN),
-                Interest::READABLE | Interest::WRITABLE,
-            ) {
-                eprintln!("pollbox: worker {}: register failed: {e}", self.id);
-                self.host
-                    .shared
-                    .open_connections
-                    .fetch_sub(1, Ordering::AcqRel);
-                self.conns.release(slot);
-                continue;
-            }
-            let core = Connection::new(self.now_ms, listener, &self.service);
-            let st = self.host.stats();
-            st.connections_total.inc();
-            st.connections_open.inc();
-            self.settle(slot, Conn::new(stream, core, gen));
+            self.adopt(stream, listener);
         }
+    }
+
+    /// Serve a connection accepted here or handed over by another worker, or
+    /// refuse it (shutting down, over a limit).
+    fn adopt(&mut self, mut stream: TcpStream, listener: Listener) {
+        if self.host.shared.draining.load(Ordering::Acquire) {
+            // Shutting down: say so, so a load balancer retries elsewhere.
+            self.host.stats().rejected(Rejected::Draining);
+            self.refuse(&mut stream, "shutting down");
+            return;
+        }
+        if self.buffered() >= self.buffers.budget() {
+            // This worker's share of max_buffered_bytes is used up.
+            self.host.stats().rejected(Rejected::MaxBufferedBytes);
+            self.refuse(&mut stream, "server buffers full (max_buffered_bytes)");
+            return;
+        }
+        let shared = &self.host.shared;
+        let open = shared.open_connections.fetch_add(1, Ordering::AcqRel);
+        if open >= shared.node.config.limits.max_connections {
+            shared.open_connections.fetch_sub(1, Ordering::AcqRel);
+            self.host.stats().rejected(Rejected::MaxConnections);
+            self.refuse(&mut stream, "too many connections");
+            return;
+        }
+        let _ = stream.set_nodelay(true);
+        let (slot, gen) = self.conns.vacant();
+        if let Err(e) = self.poll.registry().register(
+            &mut stream,
+            Token(slot + FIRST_CONN),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            eprintln!("pollbox: worker {}: register failed: {e}", self.id);
+            self.host
+                .shared
+                .open_connections
+                .fetch_sub(1, Ordering::AcqRel);
+            self.conns.release(slot);
+            return;
+        }
+        let core = Connection::new(self.now_ms, listener, &self.service);
+        let st = self.host.stats();
+        st.connections_total.inc();
+        st.connections_open.inc();
+        self.settle(slot, Conn::new(stream, core, gen));
     }
 
     /// Answer 503 to a connection over the cap, best effort, and drop it.
@@ -667,6 +697,20 @@ impl Worker {
         shared.stats[self.id].connections_open.sub(1);
     }
 
+    /// Publish the share of the time since the last tick this worker spent
+    /// not waiting for events, smoothed, for placing new connections.
+    fn publish_busy(&mut self, now: Instant) {
+        let window = now.duration_since(self.busy_since).as_nanos() as u64;
+        if window == 0 {
+            return;
+        }
+        let busy = 1000 - (self.idle_ns.min(window) * 1000 / window) as u32;
+        self.busy = (self.busy * 7 + busy) / 8;
+        self.idle_ns = 0;
+        self.busy_since = now;
+        self.host.shared.placement.set_busy(self.id, self.busy);
+    }
+
     fn tick(&mut self) {
         let tick_start = Instant::now();
         let late = self.now_ms.saturating_sub(self.next_tick_ms);
@@ -705,6 +749,7 @@ impl Worker {
                 self.settle(slot, c);
             }
         }
+        self.publish_busy(tick_start);
         let mut fired = std::mem::take(&mut self.fired);
         self.wheel.advance(self.now_ms, &mut fired);
         for t in fired.drain(..) {
@@ -731,6 +776,9 @@ impl Worker {
     /// Another worker (or this one) applied an update to keys we wait on; or,
     /// on a node of a log, records our ingests wait for met their fate.
     fn on_wake(&mut self) {
+        while let Some(stream) = self.host.shared.placement.next(self.id) {
+            self.adopt(stream, Listener::Main);
+        }
         while let Some(r) = self.host.shared.waiters.next_report(self.id) {
             let Some(&(slot, gen)) = self.awaiting.get(&r.request) else {
                 continue; // answered already (timed out) or closed
