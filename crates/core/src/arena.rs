@@ -33,7 +33,13 @@ pub struct Arena {
     limit: usize,
     high_water: usize,
     resets: u64,
+    /// Resets in a row whose epoch used under a quarter of the arena.
+    light_epochs: u32,
 }
+
+/// A grown arena is replaced after this many epochs in a row that used under a
+/// quarter of it (~128 ms at 16 ms epochs).
+pub const LIGHT_EPOCHS_BEFORE_REPLACE: u32 = 8;
 
 impl Arena {
     /// `working_size`: the capacity the arena is expected to need per epoch (it
@@ -47,6 +53,7 @@ impl Arena {
             limit,
             high_water: 0,
             resets: 0,
+            light_epochs: 0,
         }
     }
 
@@ -92,15 +99,28 @@ impl Arena {
     }
 
     /// End the epoch: free everything allocated in it. Keeps the arena's newest
-    /// chunk for reuse, unless a spike grew the arena past 4× its working size,
-    /// in which case the arena is replaced so the memory goes back.
+    /// chunk for reuse. An arena grown past 4× its working size is replaced, so
+    /// the memory goes back, once the spike that grew it is over: after
+    /// [`LIGHT_EPOCHS_BEFORE_REPLACE`] epochs in a row that used under a quarter
+    /// of it. One that a steady load keeps filling stays: replacing it at every
+    /// reset would have each epoch allocate its chunks again and fault their
+    /// pages in (BENCHMARKS.md, "Polls beside ingest").
     pub fn reset(&mut self) -> ResetStats {
         let used_before = self.used_bytes();
         self.high_water = self.high_water.max(used_before);
         self.bump.reset();
+        let capacity = self.bump.allocated_bytes();
+        if used_before.saturating_mul(4) < capacity {
+            self.light_epochs = self.light_epochs.saturating_add(1);
+        } else {
+            self.light_epochs = 0;
+        }
         let mut replaced = false;
-        if self.bump.allocated_bytes() > self.working_size.saturating_mul(4) {
+        if capacity > self.working_size.saturating_mul(4)
+            && self.light_epochs >= LIGHT_EPOCHS_BEFORE_REPLACE
+        {
             self.bump = Self::fresh(self.working_size, self.limit);
+            self.light_epochs = 0;
             replaced = true;
         }
         self.resets += 1;
@@ -129,20 +149,55 @@ mod tests {
         assert_eq!(e.resets(), 1);
     }
 
-    #[test]
-    fn spike_is_given_back() {
-        let mut e = Arena::new(16 * 1024, 8 << 20);
-        for _ in 0..64 {
+    /// One epoch's worth of 64 KiB allocations, `n` of them.
+    fn fill(e: &Arena, n: usize) {
+        for _ in 0..n {
             let _ = e.bump().alloc_slice_fill_copy(64 * 1024, 1u8);
         }
+    }
+
+    #[test]
+    fn spike_is_given_back_once_it_is_over() {
+        let mut e = Arena::new(16 * 1024, 8 << 20);
+        fill(&e, 64);
         assert!(e.capacity_bytes() > 4 * 16 * 1024);
+        let grown = e.capacity_bytes();
+        // The epochs after the spike use little: the arena is replaced after
+        // LIGHT_EPOCHS_BEFORE_REPLACE of them, not before.
+        for i in 0..LIGHT_EPOCHS_BEFORE_REPLACE {
+            let s = e.reset();
+            assert!(!s.replaced, "reset {i}");
+            assert!(e.capacity_bytes() > 4 * 16 * 1024);
+            let _ = e.bump().alloc_slice_fill_copy(100, 1u8);
+        }
         let s = e.reset();
         assert!(s.replaced);
         assert!(
             e.capacity_bytes() <= 4 * 16 * 1024,
-            "{}",
+            "{} (was {grown})",
             e.capacity_bytes()
         );
+    }
+
+    #[test]
+    fn an_arena_a_steady_load_fills_is_kept() {
+        let mut e = Arena::new(16 * 1024, 8 << 20);
+        fill(&e, 64);
+        e.reset();
+        let kept = e.capacity_bytes();
+        assert!(kept > 4 * 16 * 1024);
+        for i in 0..4 * LIGHT_EPOCHS_BEFORE_REPLACE {
+            // Each epoch fills a good part of the chunk kept: no new chunk, no
+            // replacement.
+            fill(&e, kept / (2 * 64 * 1024));
+            let s = e.reset();
+            assert!(!s.replaced, "reset {i}");
+            assert_eq!(e.capacity_bytes(), kept, "reset {i}");
+        }
+        // One light epoch among busy ones does not replace it either.
+        e.reset();
+        fill(&e, kept / (2 * 64 * 1024));
+        assert!(!e.reset().replaced);
     }
 
     #[test]

@@ -58,7 +58,9 @@ impl Placement {
 
     /// The worker that serves a connection `me` just accepted: `me`, unless
     /// another is less loaded (see the module's text). `stats` gives each
-    /// worker's open connections.
+    /// worker's open connections. A connection placed elsewhere counts for its
+    /// worker from here on (two workers accepting at the same moment do not
+    /// both see that worker empty); [`Placement::hand`] must follow.
     pub fn place(&self, me: usize, stats: &[WorkerStats]) -> usize {
         if self.workers.len() < 2 {
             return me;
@@ -84,16 +86,18 @@ impl Placement {
                 }
             }
         }
+        if best != me {
+            self.workers[best].pending.fetch_add(1, Ordering::Relaxed);
+        }
         best
     }
 
-    /// Hand `stream` to worker `to` and wake it. Gives the stream back if that
-    /// worker has gone (shutting down).
+    /// Hand `stream` to worker `to` (which [`Placement::place`] chose) and wake
+    /// it. Gives the stream back if that worker has gone (shutting down).
     pub fn hand(&self, to: usize, stream: TcpStream) -> Result<(), TcpStream> {
         let Some(w) = self.workers.get(to) else {
             return Err(stream);
         };
-        w.pending.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = w.tx.send(stream) {
             w.pending.fetch_sub(1, Ordering::Relaxed);
             return Err(e.into_inner());
@@ -170,6 +174,7 @@ mod tests {
         let s = TcpStream::from_std(c);
         stats[0].connections_open.add(1);
         assert_eq!(p.place(0, &stats), 1);
+        assert_eq!(p.place(0, &stats), 0, "the one placed counts at once");
         assert!(p.hand(1, s).is_ok());
         assert_eq!(p.place(0, &stats), 0, "the one in the inbox counts");
         assert!(p.next(0).is_none());

@@ -98,7 +98,8 @@ pub struct Worker {
     starved: Vec<(usize, u32)>,
     // Scratch lists, kept between turns.
     ready: Vec<Ready>,
-    /// Ingesting connections of a turn, served after the others ([`Worker::serve`]).
+    /// Ingesting connections of a turn, served after the others, and those the
+    /// last turn left for this one ([`Worker::serve`]).
     later: Vec<Ready>,
     done: Vec<(usize, Sent)>,
     fired: Vec<ConnTimer>,
@@ -222,7 +223,12 @@ impl Worker {
             self.fall_back(e);
         }
         loop {
-            let timeout = self.next_tick_ms.saturating_sub(self.clock());
+            // Ingesting connections left from the last turn: only look.
+            let timeout = if self.later.is_empty() {
+                self.next_tick_ms.saturating_sub(self.clock())
+            } else {
+                0
+            };
             let (mut ready, mut done) = (
                 std::mem::take(&mut self.ready),
                 std::mem::take(&mut self.done),
@@ -265,21 +271,21 @@ impl Worker {
     /// serves their polls first: a poll waits behind at most the ingest being
     /// applied, not behind every batch of the turn (docs/operations.md#workers).
     /// Each connection's own requests are answered in order, as always. Once
-    /// the tick is due it stops looking, so the turn ends.
+    /// the tick is due the turn ends: the ingesting connections not yet served
+    /// wait in `later` for the next turn, after the tick and after the polls
+    /// that turn finds, so neither the tick nor a poll waits behind a backlog
+    /// of ingest (a generator catching up can queue tens of milliseconds).
     fn serve(&mut self, ready: &mut Vec<Ready>, done: &mut Vec<(usize, Sent)>) {
         let mut later = std::mem::take(&mut self.later);
         for ev in ready.drain(..) {
             self.serve_or_defer(ev, &mut later);
         }
         let mut i = 0;
-        while i < later.len() {
+        while i < later.len() && self.clock() < self.next_tick_ms {
             self.on_event(later[i]);
             i += 1;
-            // Past the tick, the turn ends with what it has: the tick (the
-            // arena's reset, expiry, timers) never waits behind ingest that
-            // keeps coming.
-            if i == later.len() || self.clock() >= self.next_tick_ms {
-                continue;
+            if i == later.len() {
+                break;
             }
             let turn = self.transmit.turn(
                 &mut self.poll,
@@ -300,7 +306,7 @@ impl Worker {
                 self.serve_or_defer(ev, &mut later);
             }
         }
-        later.clear();
+        later.drain(..i);
         self.later = later;
     }
 
