@@ -39,14 +39,9 @@ if [[ -n ${SNAPF_SINK:-} ]]; then cp "$SNAPF_SINK" "$BINS/sink"; else cc -O2 -pt
 if [[ -n ${SNAPF_WRITER:-} ]]; then cp "$SNAPF_WRITER" "$BINS/writer"; else cc -O2 -o "$BINS/writer" benches/snapshot/writer.c; fi
 ulimit -n 65536 2>/dev/null || true
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_ready() {
-    for _ in $(seq 100); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-        sleep 0.05
-    done
-    echo "floor.sh: nothing accepts on $1" >&2
-    return 1
-}
+# wait_ready PORT: until something accepts there.
+# shellcheck source=benches/scaling/lib.sh
+. benches/scaling/lib.sh
 preseed() {
     taskset -c 1 "$SNAPF_BIN" load --url "http://127.0.0.1:$1" --preseed --keys "$KEYS" \
         --mix poll:100 --duration 1s --quiet >/dev/null

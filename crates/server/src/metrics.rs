@@ -52,6 +52,21 @@ fn header(out: &mut Vec<u8>, name: &str, kind: &str, help: &str) {
     let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n");
 }
 
+/// One sample per worker: `name{worker="w"} value`.
+fn per_worker<V: std::fmt::Display>(
+    out: &mut Vec<u8>,
+    shared: &Shared,
+    name: &str,
+    kind: &str,
+    help: &str,
+    value: impl Fn(usize, &WorkerStats) -> V,
+) {
+    header(out, name, kind, help);
+    for (w, s) in shared.stats.iter().take(shared.workers).enumerate() {
+        let _ = writeln!(out, "{name}{{worker=\"{w}\"}} {}", value(w, s));
+    }
+}
+
 fn single(out: &mut Vec<u8>, name: &str, kind: &str, help: &str, v: u64) {
     header(out, name, kind, help);
     let _ = writeln!(out, "{name} {v}");
@@ -340,59 +355,39 @@ pub fn render(shared: &Shared, out: &mut Vec<u8>) {
         &tcounts,
         tsum,
     );
-    header(
+    per_worker(
         out,
+        shared,
         "pollbox_arena_capacity_bytes",
         "gauge",
         "Arena capacity per worker, after the last reset.",
+        |_, s| s.arena_capacity.get(),
     );
-    for (w, s) in shared.stats.iter().take(shared.workers).enumerate() {
-        let _ = writeln!(
-            out,
-            "pollbox_arena_capacity_bytes{{worker=\"{w}\"}} {}",
-            s.arena_capacity.get()
-        );
-    }
-    header(
+    per_worker(
         out,
+        shared,
         "pollbox_arena_used_bytes",
         "gauge",
         "Arena bytes in use per worker, sampled just before the last reset.",
+        |_, s| s.arena_used_before_reset.get(),
     );
-    for (w, s) in shared.stats.iter().take(shared.workers).enumerate() {
-        let _ = writeln!(
-            out,
-            "pollbox_arena_used_bytes{{worker=\"{w}\"}} {}",
-            s.arena_used_before_reset.get()
-        );
-    }
 
-    header(
+    per_worker(
         out,
+        shared,
         "pollbox_worker_connections",
         "gauge",
         "Connections open per worker (placed by load when accepted).",
+        |_, s| s.connections_open.get(),
     );
-    for (w, s) in shared.stats.iter().take(shared.workers).enumerate() {
-        let _ = writeln!(
-            out,
-            "pollbox_worker_connections{{worker=\"{w}\"}} {}",
-            s.connections_open.get()
-        );
-    }
-    header(
+    per_worker(
         out,
+        shared,
         "pollbox_worker_busy_ratio",
         "gauge",
         "Share of the time each worker spent not waiting for events, smoothed over ~8 epochs.",
+        |w, _| f64::from(shared.placement.busy(w)) / 1000.0,
     );
-    for w in 0..shared.workers {
-        let _ = writeln!(
-            out,
-            "pollbox_worker_busy_ratio{{worker=\"{w}\"}} {}",
-            f64::from(shared.placement.busy(w)) / 1000.0
-        );
-    }
 
     // Memory: ours, jemalloc's, the kernel's.
     let acc = accounted(shared);
@@ -443,32 +438,22 @@ pub fn render(shared: &Shared, out: &mut Vec<u8>) {
             v,
         );
     }
-    header(
+    per_worker(
         out,
+        shared,
         "pollbox_worker_allocated_bytes_total",
         "counter",
         "Bytes allocated by each worker thread (jemalloc thread.allocatedp).",
+        |_, s| s.thread_allocated.get(),
     );
-    for (w, s) in shared.stats.iter().take(shared.workers).enumerate() {
-        let _ = writeln!(
-            out,
-            "pollbox_worker_allocated_bytes_total{{worker=\"{w}\"}} {}",
-            s.thread_allocated.get()
-        );
-    }
-    header(
+    per_worker(
         out,
+        shared,
         "pollbox_worker_deallocated_bytes_total",
         "counter",
         "Bytes freed by each worker thread (jemalloc thread.deallocatedp).",
+        |_, s| s.thread_deallocated.get(),
     );
-    for (w, s) in shared.stats.iter().take(shared.workers).enumerate() {
-        let _ = writeln!(
-            out,
-            "pollbox_worker_deallocated_bytes_total{{worker=\"{w}\"}} {}",
-            s.thread_deallocated.get()
-        );
-    }
     single(
         out,
         "pollbox_snapshots_total",
