@@ -102,29 +102,8 @@ echo "pollbox snapshot floor: sink + writer, $KEYS keys, polls at $RATE/s for ${
 for rep in $(seq "$REPS"); do
     run none "$rep"
     run writes "$rep"
-    python3 - "$WORK" "$rep" <<'PY'
-import json, sys
-work, rep = sys.argv[1:]
-p99 = {m: json.load(open(f"{work}/{m}-{rep}.json"))["latency_ms"]["p99"] * 1000 for m in ("none", "writes")}
-print(f"pair {rep}: p99 none {p99['none']:.1f} us, writes {p99['writes']:.1f} us, ratio {p99['writes'] / p99['none']:.2f}x")
-PY
 done
-python3 - "$WORK" "$REPS" <<'PY'
-import json, sys, statistics
-work, reps = sys.argv[1], int(sys.argv[2])
-print(f"{'mode':<10} {'run':>3} {'req/s':>9} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} {'errors':>6}")
-med = {}
-for mode in ("none", "writes"):
-    rows = []
-    for rep in range(1, reps + 1):
-        j = json.load(open(f"{work}/{mode}-{rep}.json"))
-        l = j["latency_ms"]
-        rows.append(l)
-        print(f"{mode:<10} {rep:>3} {j['achieved_rate']:>9.0f} {l['p50']:>8.3f} {l['p90']:>8.3f} {l['p99']:>8.3f} {l['p999']:>9.3f} {j['errors_total']:>6}")
-    med[mode] = {q: statistics.median(r[q] for r in rows) for q in ("p50", "p90", "p99", "p999")}
-for q in ("p50", "p90", "p99", "p999"):
-    print(f"median {q}: none {med['none'][q]:.3f} ms, writes {med['writes'][q]:.3f} ms, ratio {med['writes'][q] / med['none'][q]:.2f}x")
-PY
+python3 benches/snapshot/summary.py "$WORK" "$REPS" none writes
 cat "$WORK/writes.txt"
 rm -rf "$BINS"
 echo "raw data: $WORK"

@@ -62,21 +62,6 @@ for rep in $(seq "$REPS"); do
     run none "$rep"
     run snapshots "$rep"
 done
-python3 - "$WORK" "$REPS" <<'PY'
-import json, sys, statistics
-work, reps = sys.argv[1], int(sys.argv[2])
-print(f"{'mode':<10} {'run':>3} {'req/s':>9} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} {'errors':>6}")
-med = {}
-for mode in ("none", "snapshots"):
-    rows = []
-    for rep in range(1, reps + 1):
-        j = json.load(open(f"{work}/{mode}-{rep}.json"))
-        l = j["latency_ms"]
-        rows.append(l)
-        print(f"{mode:<10} {rep:>3} {j['achieved_rate']:>9.0f} {l['p50']:>8.3f} {l['p90']:>8.3f} {l['p99']:>8.3f} {l['p999']:>9.3f} {j['errors_total']:>6}")
-    med[mode] = {q: statistics.median(r[q] for r in rows) for q in ("p50", "p90", "p99", "p999")}
-for q in ("p50", "p90", "p99", "p999"):
-    print(f"median {q}: none {med['none'][q]:.3f} ms, snapshots {med['snapshots'][q]:.3f} ms, ratio {med['snapshots'][q] / med['none'][q]:.2f}x")
-PY
+python3 benches/snapshot/summary.py "$WORK" "$REPS" none snapshots
 cat "$WORK/snapshots.txt"
 echo "raw data: $WORK"
