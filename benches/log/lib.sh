@@ -113,6 +113,7 @@ node_up() {
       echo "[log]"
       echo "brokers = \"$BOOTSTRAP\""
       echo "topic = \"$topic\""
+      echo "allow_unsafe_topic = true   # one broker"
       if [[ -n "${LOG_CLIENT:-}" ]]; then echo "[log.client]"; echo "$LOG_CLIENT"; fi
     fi
   } >"$WORK/$name.toml"

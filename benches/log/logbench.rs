@@ -197,6 +197,9 @@ fn producer(
     c.set("bootstrap.servers", brokers)
         .set("acks", "all")
         .set("enable.idempotence", "true")
+        // Kafka's default partitioner, as pollbox's own producer: a record in
+        // another partition than its key's home is applied by no node.
+        .set("partitioner", "murmur2_random")
         .set("linger.ms", linger_ms);
     if batching {
         c.set("batch.size", "1000000")

@@ -21,7 +21,7 @@ taskset -c "$NODE_CPU" "$LOGBENCH" consume --brokers "$BOOTSTRAP" --topic "$TOPI
 quiet
 header "$OUT" "PERF_RECORDS=$RECORDS benches/log/perf.sh"
 
-printf '[server]\nlisten = "127.0.0.1:19690"\nworkers = 1\n[log]\nbrokers = "%s"\ntopic = "%s"\n' \
+printf '[server]\nlisten = "127.0.0.1:19690"\nworkers = 1\n[log]\nbrokers = "%s"\ntopic = "%s"\nallow_unsafe_topic = true\n' \
   "$BOOTSTRAP" "$TOPIC" >"$WORK/node.toml"
 taskset -c "$NODE_CPU" perf record -q -F 999 -g -o "$WORK/pollbox.data" \
   "$POLLBOX" serve --config "$WORK/node.toml" >"$WORK/node.log" 2>&1 &

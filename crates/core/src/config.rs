@@ -194,6 +194,11 @@ pub struct LogConfig {
     /// blank lines skipped), over `[log.client]`: SASL passwords and key
     /// files from a Secret. Read at start; "" = none.
     pub client_file: String,
+    /// Accept a topic that can lose acknowledged records (replication
+    /// factor below 3, `min.insync.replicas` below 2, unclean leader
+    /// election, compaction): development on one broker. Logged at start
+    /// and exported (`pollbox_log_unsafe_topic`).
+    pub allow_unsafe_topic: bool,
 }
 
 /// Client properties pollbox sets itself, because what it promises rests on
@@ -226,6 +231,7 @@ impl Default for LogConfig {
             ack_timeout_ms: 5000,
             client: BTreeMap::new(),
             client_file: String::new(),
+            allow_unsafe_topic: false,
         }
     }
 }

@@ -153,6 +153,10 @@ pub struct Connection {
     starved: bool,
 }
 
+/// How long a connection past `max_connections` ([`Listener::Probes`]) has
+/// to send its probe before it is refused as any connection over the cap.
+pub const PROBE_WAIT_MS: u64 = 1000;
+
 impl Connection {
     pub fn new(now_ms: u64, listener: Listener, service: &Service) -> Connection {
         let l = &service.node().config.limits;
@@ -165,7 +169,11 @@ impl Connection {
             rbuf_high: 0,
             rbuf_next: crate::buffers::READ_BUF,
             sendq: SendQueue::default(),
-            deadline_ms: now_ms + l.idle_timeout_ms,
+            deadline_ms: now_ms
+                + match listener {
+                    Listener::Probes => PROBE_WAIT_MS,
+                    _ => l.idle_timeout_ms,
+                },
             head_started_ms: None,
             partial_seen: 0,
             parked: None,
@@ -314,6 +322,17 @@ impl Connection {
                     .append(&mut cx.buffers.send, |out| out.extend_from_slice(HEARTBEAT));
             }
             s.heartbeat_ms = cx.now_ms + cx.service.node().config.http.sse_heartbeat_ms;
+            return;
+        }
+        if self.closing.is_none() && self.listener == Listener::Probes {
+            // Past max_connections, and no probe came in time: the refusal a
+            // connection over the cap always got.
+            cx.host.over_connection_cap();
+            self.sendq.append(&mut cx.buffers.send, |out| {
+                cx.service
+                    .closing_error(503, "too many connections", out, cx.host)
+            });
+            self.linger(cx.now_ms);
             return;
         }
         if self.closing.is_none()
@@ -861,6 +880,10 @@ impl Connection {
     /// Choose the deadline from the state.
     fn update_deadline<H: Host>(&mut self, cx: &Ctx<'_, H>) {
         if self.parked.is_some() || self.logging.is_some() || self.streaming.is_some() {
+            return;
+        }
+        if self.listener == Listener::Probes {
+            // Its one deadline was set when it opened: no byte extends it.
             return;
         }
         let l = &cx.service.node().config.limits;

@@ -162,6 +162,25 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 pollbox_server::Server::check(cfg)
                     .map_err(|e| format!("{}: {e}", file.display()))?
             };
+            if cfg.log.enabled() && !file_only {
+                // The log as this node would find it: brokers reached, the
+                // topic there and able to keep what it acknowledges.
+                let info = pollbox_server::log::topic::check(&cfg.log)
+                    .map_err(|e| format!("{}: log: {e}", file.display()))?;
+                let found = info.settings.unsafe_settings();
+                if found.is_empty() {
+                    eprintln!(
+                        "# log: topic {} has {} partitions, {}",
+                        cfg.log.topic, info.partitions, info.settings
+                    );
+                } else {
+                    let warn = pollbox_server::log::topic::LogProblem::Unsafe {
+                        topic: cfg.log.topic.clone(),
+                        found,
+                    };
+                    eprintln!("# log: WARNING (taken: log.allow_unsafe_topic = true): {warn}");
+                }
+            }
             println!(
                 "# {}: valid. Effective configuration (secrets redacted):",
                 file.display()

@@ -38,7 +38,7 @@ fn write_config(dir: &Path, name: &str, bootstrap: &str, snapshot: bool) -> Path
     std::fs::write(
         &cfg,
         format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 2\n{snap}[log]\nbrokers = \"{bootstrap}\"\ntopic = \"crash\"\n"
+            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 2\n{snap}[log]\nbrokers = \"{bootstrap}\"\ntopic = \"crash\"\nallow_unsafe_topic = true\n"
         ),
     )
     .unwrap();

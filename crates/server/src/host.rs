@@ -89,6 +89,9 @@ impl Host for WorkerHost {
         key: &[u8],
         value: Option<&[u8]>,
     ) -> Result<(), LogUnavailable> {
+        if self.shared.log.as_ref().is_some_and(|l| !l.takes_ingest()) {
+            return Err(LogUnavailable);
+        }
         let producer = self.shared.producer.get().ok_or(LogUnavailable)?;
         let ticket = Ticket {
             node: 0,
@@ -98,6 +101,10 @@ impl Host for WorkerHost {
             sent_ns: self.shared.started.elapsed().as_nanos() as u64,
         };
         producer.send(&self.shared.node.config.log.topic, ticket, key, value)
+    }
+
+    fn over_connection_cap(&mut self) {
+        self.shared.stats[self.id].rejected(crate::stats::Rejected::MaxConnections);
     }
 
     fn draining(&self) -> bool {

@@ -79,7 +79,11 @@ impl Shared {
     /// Listening, the snapshot loaded, and with a log: caught up with the log
     /// as it stood at start.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire) && self.log.as_ref().is_none_or(|l| l.caught_up())
+        self.ready.load(Ordering::Acquire)
+            && self
+                .log
+                .as_ref()
+                .is_none_or(|l| l.caught_up() && !l.halted())
     }
 
     /// Milliseconds since the server started (the clock of timeouts).

@@ -614,6 +614,20 @@ fn render_log(out: &mut Vec<u8>, log: &crate::log::LogState) {
         "1 once the node applied the log up to its end at start (/readyz waits for it).",
         log.caught_up() as u64,
     );
+    single(
+        out,
+        "pollbox_log_halted",
+        "gauge",
+        "1 when the node stopped applying the log for good (the topic's partition count changed): unready, ingest refused.",
+        log.halted() as u64,
+    );
+    single(
+        out,
+        "pollbox_log_unsafe_topic",
+        "gauge",
+        "1 when the topic can lose acknowledged records and log.allow_unsafe_topic let it through.",
+        log.unsafe_topic() as u64,
+    );
     if let Some(parts) = log.partitions() {
         header(
             out,

@@ -28,6 +28,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+/// Connections of the main listener served past `max_connections`, for
+/// their probes only: a server full of event streams still answers
+/// `/healthz` and `/readyz` (each other request on them is a 503 and a
+/// close, and the header timeout ends an idle one).
+pub const PROBE_RESERVE: usize = 64;
+
 const LISTENER: Token = Token(0);
 pub const WAKER: Token = Token(1);
 const METRICS_LISTENER: Token = Token(2);
@@ -358,6 +364,7 @@ impl Worker {
             let l = match listener {
                 Listener::Main => self.listener.as_ref(),
                 Listener::Metrics => self.metrics_listener.as_ref(),
+                Listener::Probes => None,
             };
             let Some(l) = l else {
                 return;
@@ -391,8 +398,11 @@ impl Worker {
     }
 
     /// Serve a connection accepted here or handed over by another worker, or
-    /// refuse it (shutting down, over a limit).
-    fn adopt(&mut self, mut stream: TcpStream, listener: Listener) {
+    /// refuse it (shutting down, over a limit). Past `max_connections` a
+    /// connection of the main listener is still served for its probes
+    /// (`/healthz`, `/readyz`: [`Listener::Probes`]), up to
+    /// [`PROBE_RESERVE`] of them; the metrics listener is never capped.
+    fn adopt(&mut self, mut stream: TcpStream, mut listener: Listener) {
         if self.host.shared.draining.load(Ordering::Acquire) {
             // Shutting down: say so, so a load balancer retries elsewhere.
             self.host.stats().rejected(Rejected::Draining);
@@ -407,11 +417,15 @@ impl Worker {
         }
         let shared = &self.host.shared;
         let open = shared.open_connections.fetch_add(1, Ordering::AcqRel);
-        if open >= shared.node.config.limits.max_connections {
-            shared.open_connections.fetch_sub(1, Ordering::AcqRel);
-            self.host.stats().rejected(Rejected::MaxConnections);
-            self.refuse(&mut stream, "too many connections");
-            return;
+        let cap = shared.node.config.limits.max_connections;
+        if listener == Listener::Main && open >= cap {
+            if open >= cap.saturating_add(PROBE_RESERVE) {
+                shared.open_connections.fetch_sub(1, Ordering::AcqRel);
+                self.host.stats().rejected(Rejected::MaxConnections);
+                self.refuse(&mut stream, "too many connections");
+                return;
+            }
+            listener = Listener::Probes;
         }
         let _ = stream.set_nodelay(true);
         let (slot, gen) = self.conns.vacant();

@@ -176,9 +176,13 @@ fn connection_cap_answers_503_and_spares_existing_connections() {
             rd
         })
         .collect();
-    let (r, mut extra) = raw(a, b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+    let (r, mut extra) = raw(a, b"GET /v1/boxes/x HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(r.status, 503);
+    assert!(r.text().contains("too many connections"), "{}", r.text());
     assert!(extra.closed());
+    // One that says nothing is refused too, a moment later.
+    let mut silent = Reader::new(connect(a));
+    assert_eq!(silent.read(false).status, 503);
     for rd in &mut kept {
         rd.send(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
         assert_eq!(rd.read(false).status, 200);
@@ -188,12 +192,53 @@ fn connection_cap_answers_503_and_spares_existing_connections() {
     let mut ok = false;
     for _ in 0..50 {
         std::thread::sleep(Duration::from_millis(20));
-        if get(a, "/healthz").status == 200 {
+        if get(a, "/v1/boxes/x").status == 404 {
             ok = true;
             break;
         }
     }
     assert!(ok);
+    s.shutdown().unwrap();
+}
+
+#[test]
+fn probes_and_the_metrics_listener_are_answered_at_max_connections() {
+    let mut c = config();
+    c.limits.max_connections = 4;
+    c.server.metrics_listen = "127.0.0.1:0".into();
+    let s = start(c);
+    let a = s.addr();
+    // The cap filled with event streams, as a crowd of browsers would.
+    let streams: Vec<Reader> = (0..4)
+        .map(|i| {
+            let req = format!(
+                "GET /v1/boxes/s{i} HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n"
+            );
+            let mut rd = Reader::new(connect(a));
+            rd.send(req.as_bytes());
+            let head = rd.read_until_contains("\r\n\r\n");
+            assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+            rd
+        })
+        .collect();
+    assert_eq!(get(a, "/v1/boxes/s0").status, 503, "the cap is reached");
+    for _ in 0..3 {
+        assert_eq!(get(a, "/healthz").status, 200);
+        let ready = get(a, "/readyz");
+        assert_eq!((ready.status, ready.text()), (200, "ready".to_string()));
+    }
+    let m = s.metrics_addr().expect("metrics listener");
+    for _ in 0..3 {
+        let r = get(m, "/metrics");
+        assert_eq!(r.status, 200);
+        assert!(
+            r.text()
+                .contains("pollbox_connections_rejected_total{reason=\"max_connections\"} 1\n"),
+            "{}",
+            r.text()
+        );
+    }
+    drop(streams);
     s.shutdown().unwrap();
 }
 

@@ -22,6 +22,8 @@ fn log_config(broker: &Broker, topic: &str, snapshot: Option<&std::path::Path>) 
     let mut c = config();
     c.log.brokers = broker.bootstrap.clone();
     c.log.topic = topic.into();
+    // One broker: replication factor 1, refused without this.
+    c.log.allow_unsafe_topic = true;
     if let Some(p) = snapshot {
         c.snapshot.path = p.display().to_string();
         c.snapshot.interval_s = 3600;
@@ -69,6 +71,12 @@ fn thread_nices(names: &[&str]) -> Vec<i64> {
     out
 }
 
+/// A producer that partitions as Kafka's Java client does (murmur2), as a
+/// team producing to pollbox's topic is asked to.
+fn murmur2_producer(broker: &Broker) -> common::kafka::Plain {
+    broker.producer_with(&[("partitioner", "murmur2_random")])
+}
+
 fn scratch(name: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("pollbox-log-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -83,7 +91,7 @@ fn records_from_any_producer_reach_every_node_with_the_same_versions() {
     broker.create_topic("scores", 3);
     let (a, b) = (node(&broker, "scores", None), node(&broker, "scores", None));
     until("both nodes ready", || ready(&a) && ready(&b));
-    let plain = broker.producer();
+    let plain = murmur2_producer(&broker);
     // Parked before the record exists: a long-poll and an event stream on B.
     let mut parked = Reader::new(connect(b.addr()));
     parked.send(b"GET /v1/boxes/r1?after=0&wait_ms=30000 HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -162,7 +170,7 @@ fn records_from_any_producer_reach_every_node_with_the_same_versions() {
 fn a_restart_from_a_snapshot_replays_to_the_boxes_of_a_node_that_read_everything() {
     let broker = Broker::start();
     broker.create_topic("t", 2);
-    let plain = broker.producer();
+    let plain = murmur2_producer(&broker);
     let dir = scratch("restart");
     let snap = dir.join("boxes.snap");
     let send = |from: usize, to: usize| {
@@ -528,5 +536,118 @@ fn a_keys_records_land_in_one_partition_whoever_produces_them() {
         metric(&a, "pollbox_log_records_total{result=\"replayed\"}"),
         0
     );
+    a.shutdown().unwrap();
+}
+
+#[test]
+#[ignore = "needs a Kafka broker (scripts/kafka)"]
+fn a_producer_on_another_partitioner_changes_nothing_acknowledged_and_replays_agree() {
+    use pollbox_core::log::home_partition;
+    use std::collections::BTreeMap;
+    const PARTS: i32 = 4;
+    let broker = Broker::start();
+    broker.create_topic("mixed", PARTS);
+    let a = node(&broker, "mixed", None);
+    until("ready", || ready(&a));
+    // librdkafka's own default partitioner (CRC32): what a plain
+    // confluent-kafka, Go or Node producer does.
+    let foreign = broker.producer_with(&[("partitioner", "consistent_random")]);
+    let keys: Vec<String> = (0..10).map(|k| format!("mx-{k}")).collect();
+    // Per key: HTTP ingests acknowledged, foreign records in the home
+    // partition (valid records where they belong: applied), and elsewhere.
+    let mut applied: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut misplaced = 0;
+    for round in 0..8 {
+        for key in &keys {
+            let r = post(
+                a.addr(),
+                &format!("/v1/boxes/{key}"),
+                r#"{"value":1,"player":"http"}"#,
+            );
+            assert_eq!(r.status, 200, "round {round} {key}: {}", r.text());
+            let n = applied.entry(key).or_default();
+            *n += 1;
+            assert_eq!(
+                r.json()["n"].as_u64(),
+                Some(*n),
+                "the answer is the box with this message applied: {}",
+                r.text()
+            );
+            let (p, _) = foreign.send("mixed", Some(key), Some(r#"{"value":1000,"player":"py"}"#));
+            if p == home_partition(key.as_bytes(), PARTS as u32) {
+                *n += 1;
+            } else {
+                misplaced += 1;
+            }
+        }
+    }
+    assert!(misplaced > 0, "CRC32 put some keys elsewhere than murmur2");
+    // The last foreign records are applied (or skipped) before the marker.
+    for key in &keys {
+        let r = post(
+            a.addr(),
+            &format!("/v1/boxes/{key}"),
+            r#"{"value":1,"player":"end"}"#,
+        );
+        assert_eq!(r.status, 200);
+        *applied.get_mut(key.as_str()).unwrap() += 1;
+    }
+    let fresh = node(&broker, "mixed", None);
+    until("a node replaying from nothing", || ready(&fresh));
+    for key in &keys {
+        let path = format!("/v1/boxes/{key}");
+        let (x, y) = (get(a.addr(), &path), get(fresh.addr(), &path));
+        assert_eq!(
+            x.json()["n"].as_u64(),
+            Some(applied[key.as_str()]),
+            "{key}: {}",
+            x.text()
+        );
+        assert_eq!(x.text(), y.text(), "{key}: same bytes");
+        assert_eq!(x.header("etag"), y.header("etag"), "{key}: same ETag");
+    }
+    for s in [&a, &fresh] {
+        assert_eq!(
+            metric(s, "pollbox_log_records_total{result=\"wrong_partition\"}"),
+            misplaced
+        );
+        assert_eq!(
+            metric(s, "pollbox_log_records_total{result=\"out_of_order\"}"),
+            0
+        );
+    }
+    a.shutdown().unwrap();
+    fresh.shutdown().unwrap();
+}
+
+#[test]
+#[ignore = "needs a Kafka broker (scripts/kafka)"]
+fn partitions_added_to_the_topic_halt_the_node_unready_with_ingest_refused() {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::config::ClientConfig;
+    let broker = Broker::start();
+    broker.create_topic("grow", 2);
+    let a = node(&broker, "grow", None);
+    until("ready", || ready(&a));
+    assert_eq!(post(a.addr(), "/v1/boxes/g", r#"{"value":1}"#).status, 200);
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &broker.bootstrap)
+        .create()
+        .unwrap();
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(20)));
+    let grown = futures_executor::block_on(
+        admin.create_partitions([&NewPartitions::new("grow", 3)], &opts),
+    )
+    .unwrap();
+    for r in grown {
+        r.unwrap();
+    }
+    until("halted", || metric(&a, "pollbox_log_halted") == 1);
+    assert_eq!(get(a.addr(), "/readyz").status, 503);
+    let r = post(a.addr(), "/v1/boxes/g", r#"{"value":1}"#);
+    assert_eq!(r.status, 503, "{}", r.text());
+    // Polls go on with what the node holds.
+    assert_eq!(get(a.addr(), "/v1/boxes/g").status, 200);
     a.shutdown().unwrap();
 }

@@ -999,7 +999,7 @@ fn consume(r: &mut Rig, i: usize, version: u64) -> Report {
             None => Report::NoBox,
         };
     };
-    let mut replica = crate::log::Replica::new(r.service.node().plan.clone(), 1 << 20);
+    let mut replica = crate::log::Replica::new(r.service.node().plan.clone(), 1 << 20, 1);
     let rec = crate::log::Record {
         partition: 0,
         offset: version as i64 - 1,
@@ -1139,4 +1139,43 @@ fn a_logged_delete_produces_a_tombstone_for_a_box_that_exists() {
     assert!(c.on_log_report(0, report, &mut cx));
     assert!(r.sent(&mut c).starts_with("HTTP/1.1 204"));
     assert!(r.service.node().boxes.version(b"d").is_none());
+}
+
+#[test]
+fn past_max_connections_a_connection_is_served_its_probe_and_nothing_else() {
+    let mut r = rig();
+    for probe in ["/healthz", "/readyz"] {
+        let mut c = Connection::new(r.now_ms, Listener::Probes, &r.service);
+        r.feed(
+            &mut c,
+            format!("GET {probe} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+        );
+        let out = r.sent(&mut c);
+        assert!(out.starts_with("HTTP/1.1 200"), "{probe}: {out}");
+        assert!(
+            out.contains("Connection: close\r\n"),
+            "one probe a connection: {out}"
+        );
+        assert!(c.finished());
+    }
+    // Anything else: 503 and the close, counted.
+    let mut c = Connection::new(r.now_ms, Listener::Probes, &r.service);
+    r.feed(&mut c, b"GET /v1/boxes/a HTTP/1.1\r\nHost: x\r\n\r\n");
+    let out = r.sent(&mut c);
+    assert!(out.starts_with("HTTP/1.1 503"), "{out}");
+    assert!(
+        out.ends_with(r#"{"error":"too many connections"}"#),
+        "{out}"
+    );
+    assert!(c.finished());
+    assert_eq!(r.host.over_cap, 1);
+    // Silent: refused as before, a moment later; bytes do not extend it.
+    let mut c = Connection::new(r.now_ms, Listener::Probes, &r.service);
+    r.feed(&mut c, b"GET /heal");
+    assert_eq!(c.deadline(), r.now_ms + PROBE_WAIT_MS);
+    r.now_ms += PROBE_WAIT_MS;
+    c.on_timer(&mut r.cx());
+    let out = r.sent(&mut c);
+    assert!(out.starts_with("HTTP/1.1 503"), "{out}");
+    assert_eq!(r.host.over_cap, 2);
 }

@@ -111,6 +111,9 @@ pub trait Host {
         let _ = (request, index, key, value);
         Err(LogUnavailable)
     }
+    /// A request on a connection past `max_connections` was refused (it was
+    /// not a probe).
+    fn over_connection_cap(&mut self) {}
     /// An event stream sent an event; `coalesced` versions of its box were
     /// skipped since its previous event (docs/http.md#event-streams).
     fn sse_event(&mut self, coalesced: u64) {
@@ -126,6 +129,11 @@ pub enum Listener {
     Main,
     /// `server.metrics_listen`: `/metrics` only.
     Metrics,
+    /// `server.listen`, a connection accepted past `max_connections` (within
+    /// a small reserve): only `/healthz` and `/readyz` are served, so a
+    /// server full of streams still answers its probes; any other request
+    /// is answered 503 `too many connections` and the connection closed.
+    Probes,
 }
 
 /// What the connection does after [`Service::answer`].
@@ -366,6 +374,13 @@ impl Service {
             (Listener::Metrics, _) => r = Route::NotFound,
             (Listener::Main, Route::Metrics) if metrics_apart => r = Route::NotFound,
             (Listener::Main, _) => {}
+            // One probe a connection: the reserve's slot is freed at once.
+            (Listener::Probes, Route::Healthz | Route::Readyz) => x.keep_alive = false,
+            (Listener::Probes, _) => {
+                x.host.over_connection_cap();
+                x.keep_alive = false;
+                return self.error(x, RouteLabel::Other, 503, "too many connections");
+            }
         }
         match r {
             Route::Poll { key } => self.poll(x, key),

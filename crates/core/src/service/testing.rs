@@ -21,9 +21,15 @@ pub struct Recorder {
     /// The log takes no record.
     pub log_down: bool,
     pub requests: u64,
+    /// Requests refused on connections past `max_connections`.
+    pub over_cap: u64,
 }
 
 impl Host for Recorder {
+    fn over_connection_cap(&mut self) {
+        self.over_cap += 1;
+    }
+
     fn draining(&self) -> bool {
         self.draining
     }

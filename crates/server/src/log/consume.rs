@@ -3,12 +3,12 @@
 //! the keys. See the module above for what it shares.
 
 use super::produce::Ticket;
+use super::topic::{self, LogProblem};
 use super::{LogState, PartitionState, LOG_REFUSED_EXIT};
 use crate::wakeups::LogReport;
 use crate::Shared;
 use pollbox_core::config::LogConfig;
-use pollbox_core::log::{Invalid, Outcome, Record, Replica};
-use pollbox_core::service::Report;
+use pollbox_core::log::{Outcome, Record, Replica};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaResult;
@@ -87,24 +87,25 @@ fn watch_ends(shared: &Shared, log: &LogState) {
     let Ok(reader) = consumer(&shared.node.config.log) else {
         return;
     };
-    while !stopping(shared) {
+    while !stopping(shared) && !log.halted() {
         std::thread::sleep(END_EVERY);
         read_ends(&reader, log);
     }
 }
 
-/// Say `what` once, until something else is said, and at most one line in
-/// [`QUIET`] (a log down for an hour, its client alternating between two
+/// A log line said once, until something else is said, and at most one line
+/// in [`QUIET`] (a log down for an hour, its client alternating between two
 /// errors, is a few lines, not thousands).
-struct Once {
+#[derive(Default)]
+struct Throttled {
     last: String,
     at: Option<Instant>,
 }
 
-/// The least time between two lines of [`Once`].
+/// The least time between two lines of [`Throttled`].
 const QUIET: Duration = Duration::from_secs(30);
 
-impl Once {
+impl Throttled {
     fn say(&mut self, what: String) {
         if what == self.last || self.at.is_some_and(|t| t.elapsed() < QUIET) {
             return;
@@ -126,10 +127,8 @@ fn run(shared: &Shared, log: &LogState) {
     // workers leave it all the CPU; saturated ones, little (its lag shows it).
     crate::lower_priority("log");
     let cfg = &shared.node.config.log;
-    let mut said = Once {
-        last: String::new(),
-        at: None,
-    };
+    let mut said = Throttled::default();
+    let mut misplaced = Misplaced::default();
     let consumer = match consumer(cfg) {
         Ok(c) => c,
         Err(e) => refuse(&format!("cannot create the Kafka client: {e}")),
@@ -150,12 +149,13 @@ fn run(shared: &Shared, log: &LogState) {
     let mut replica = Replica::new(
         shared.node.plan.clone(),
         shared.node.config.limits.arena_limit_bytes,
+        starts.len() as u32,
     );
     let mut key = Vec::with_capacity(256);
     if log.check_caught_up() {
         eprintln!("pollbox: log: caught up (nothing to replay)");
     }
-    while !stopping(shared) {
+    while !stopping(shared) && !log.halted() {
         match consumer.poll(POLL) {
             None => {}
             Some(Err(e)) => {
@@ -177,7 +177,7 @@ fn run(shared: &Shared, log: &LogState) {
                     // Not a replay: after the catch-up every record is new.
                     log.count("out_of_order");
                     said.say(format!(
-                        "the record at {}/{} offset {} is older than its box {:?}: that key's records are in several partitions (producers must partition by murmur2, and partitions must not be added); skipped",
+                        "the record at {}/{} offset {} is older than its box {:?}; skipped",
                         log.topic,
                         rec.partition,
                         rec.offset,
@@ -190,26 +190,21 @@ fn run(shared: &Shared, log: &LogState) {
                     // A record one of this node's connections waits for.
                     let now_ns = shared.started.elapsed().as_nanos() as u64;
                     log.ack.observe_ns(now_ns.saturating_sub(t.sent_ns));
-                    let report = match &outcome {
-                        Outcome::Applied { .. } | Outcome::Deleted { .. } | Outcome::Replayed => {
-                            Report::Applied
-                        }
-                        Outcome::NoBox => Report::NoBox,
-                        Outcome::Invalid(Invalid::Message(e)) => Report::Refused(*e),
-                        Outcome::Invalid(_) => Report::Failed,
-                    };
                     shared.waiters.report(
                         t.worker as usize,
                         LogReport {
                             request: t.request,
                             index: t.index,
-                            report,
+                            report: outcome.report(),
                         },
                     );
                 }
+                if outcome.changed_box() {
+                    shared.waiters.notify(&key);
+                }
                 match &outcome {
-                    Outcome::Applied { .. } | Outcome::Deleted { .. } => {
-                        shared.waiters.notify(&key);
+                    Outcome::WrongPartition { home } => {
+                        misplaced.say(&log.topic, &rec, &key, *home, starts.len());
                     }
                     Outcome::Invalid(why) => eprintln!(
                         "pollbox: log: skipped the record at {}/{} offset {}: {}",
@@ -218,7 +213,7 @@ fn run(shared: &Shared, log: &LogState) {
                         rec.offset,
                         why.describe(&shared.node.plan)
                     ),
-                    Outcome::NoBox | Outcome::Replayed => {}
+                    _ => {}
                 }
                 if let Some(p) = log
                     .partitions()
@@ -234,6 +229,32 @@ fn run(shared: &Shared, log: &LogState) {
     }
 }
 
+/// Records outside their key's home partition: the first is said at once,
+/// with the producer setting that fixes it; then a line with the count at
+/// most every [`QUIET`].
+#[derive(Default)]
+struct Misplaced {
+    count: u64,
+    said_at: Option<Instant>,
+}
+
+impl Misplaced {
+    fn say(&mut self, topic: &str, rec: &Record<'_>, key: &[u8], home: i32, partitions: usize) {
+        self.count += 1;
+        if self.said_at.is_some_and(|t| t.elapsed() < QUIET) {
+            return;
+        }
+        self.said_at = Some(Instant::now());
+        eprintln!(
+            "pollbox: log: the record at {topic}/{} offset {} (key {:?}) is not in its key's home partition {home} (murmur2 of the key modulo {partitions} partitions), so no node applies it ({} such records so far). Its producer must partition as Kafka's Java client does: partitioner=murmur2_random for librdkafka clients (confluent-kafka for Python, Go and .NET, node-rdkafka, kcat), whose own default differs",
+            rec.partition,
+            rec.offset,
+            String::from_utf8_lossy(key),
+            self.count
+        );
+    }
+}
+
 /// The offsets each partition starts from: the snapshot's, else the log's
 /// start. A snapshot the log can no longer complete (retention removed the
 /// records after its offsets) is refused, naming the partitions; so is a
@@ -243,11 +264,36 @@ fn starting_offsets(
     shared: &Shared,
     log: &LogState,
     consumer: &BaseConsumer,
-    said: &mut Once,
+    said: &mut Throttled,
 ) -> Option<Vec<i64>> {
+    let cfg = &shared.node.config.log;
     loop {
         if stopping(shared) {
             return None;
+        }
+        match topic::check(cfg) {
+            Ok(info) => {
+                let found = info.settings.unsafe_settings();
+                if !found.is_empty() {
+                    log.set_unsafe_topic();
+                    eprintln!(
+                        "pollbox: log: WARNING: {}; taken because log.allow_unsafe_topic = true (development only)",
+                        LogProblem::Unsafe {
+                            topic: log.topic.clone(),
+                            found
+                        }
+                    );
+                }
+            }
+            Err(p) if p.is_fatal() => refuse(&p.to_string()),
+            Err(p) => {
+                log.connected.store(false, Ordering::Relaxed);
+                said.say(format!(
+                    "{p}; serving the snapshot's boxes, not ready, retrying"
+                ));
+                std::thread::sleep(RETRY);
+                continue;
+            }
         }
         match watermarks(consumer, &log.topic) {
             Ok(marks) => {
@@ -350,11 +396,29 @@ fn watermarks(c: &BaseConsumer, topic: &str) -> Result<Vec<(i64, i64)>, String> 
 /// Read with a second client, assigned nothing: asked of the consuming
 /// client, a watermark request waits behind its fetches.
 /// Read the log's end of each partition (for the lag); whether that worked
-/// says whether the log is there, records or not.
+/// says whether the log is there, records or not. A partition count other
+/// than the one the node started with halts it: a key's home partition
+/// would move, and the records of the new partitions would be read by no
+/// one.
 fn read_ends(reader: &BaseConsumer, log: &LogState) {
     let Some(parts) = log.partitions() else {
         return;
     };
+    if let Ok(md) = reader.fetch_metadata(Some(&log.topic), REQUEST) {
+        let now = md
+            .topics()
+            .iter()
+            .find(|t| t.name() == log.topic)
+            .map_or(0, |t| t.partitions().len());
+        if now != 0 && now != parts.len() {
+            log.halt(format!(
+                "topic {} now has {now} partitions, not the {} it had when this node started: a key's home partition (murmur2 of the key modulo the count) moved, so records of one key are in two partitions. The partition count is fixed for the topic's life: recreate the topic with the count it needs and replay the nodes from it",
+                log.topic,
+                parts.len()
+            ));
+            return;
+        }
+    }
     let mut reached = true;
     for (p, state) in parts.iter().enumerate() {
         match reader.fetch_watermarks(&log.topic, p as i32, REQUEST) {

@@ -20,6 +20,7 @@
 
 pub mod consume;
 pub mod produce;
+pub mod topic;
 
 use crate::stats::Histogram;
 use pollbox_core::config::LogConfig;
@@ -43,15 +44,17 @@ pub struct PartitionState {
 }
 
 /// Records by what they did (`pollbox_log_records_total{result}`).
-/// `out_of_order`: a record older than its box, read after the node caught
-/// up, so not a replay: its key's records are in more than one partition (a
-/// producer that does not partition by murmur2, or partitions added).
-pub const RESULTS: [&str; 6] = [
+/// `wrong_partition`: not in its key's home partition (a producer that does
+/// not partition by murmur2), applied by no node. `out_of_order`: a record
+/// older than its box, read after the node caught up, so not a replay
+/// (never expected: a key's records are in one partition).
+pub const RESULTS: [&str; 7] = [
     "applied",
     "deleted",
     "no_box",
     "replayed",
     "invalid",
+    "wrong_partition",
     "out_of_order",
 ];
 
@@ -66,8 +69,14 @@ pub struct LogState {
     caught_up: AtomicBool,
     /// The last attempt to reach the log worked.
     pub connected: AtomicBool,
+    /// Why the node stopped applying the log for good (the topic's
+    /// partition count changed): unready, ingest refused.
+    halted: OnceLock<String>,
+    /// The topic can lose acknowledged records and `log.allow_unsafe_topic`
+    /// let it through.
+    unsafe_topic: AtomicBool,
     /// By [`RESULTS`].
-    pub records: [AtomicU64; 6],
+    pub records: [AtomicU64; 7],
     /// Errors the client reported while consuming (transport, broker).
     pub consume_errors: AtomicU64,
     /// Records the log did not take (delivery failed or timed out).
@@ -92,6 +101,8 @@ impl LogState {
             partitions: OnceLock::new(),
             caught_up: AtomicBool::new(false),
             connected: AtomicBool::new(false),
+            halted: OnceLock::new(),
+            unsafe_topic: AtomicBool::new(false),
             records: Default::default(),
             consume_errors: AtomicU64::new(0),
             produce_errors: AtomicU64::new(0),
@@ -107,6 +118,34 @@ impl LogState {
 
     pub(crate) fn set_partitions(&self, p: Box<[PartitionState]>) {
         let _ = self.partitions.set(p);
+    }
+
+    /// Whether the node stopped applying the log for good.
+    pub fn halted(&self) -> bool {
+        self.halted.get().is_some()
+    }
+
+    /// Stop applying the log for good, saying why (once).
+    pub(crate) fn halt(&self, why: String) {
+        if self.halted.set(why.clone()).is_ok() {
+            eprintln!("pollbox: log: {why}; stopped applying the log, not ready");
+        }
+    }
+
+    /// Whether the topic can lose acknowledged records (and was taken).
+    pub fn unsafe_topic(&self) -> bool {
+        self.unsafe_topic.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_unsafe_topic(&self) {
+        self.unsafe_topic.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether ingest can be produced: the topic was read, and the node
+    /// still applies it. Otherwise an ingest is answered 503 at once rather
+    /// than after `ack_timeout_ms`.
+    pub fn takes_ingest(&self) -> bool {
+        self.partitions().is_some() && !self.halted()
     }
 
     /// Whether the node has applied the log up to where it ended at start.

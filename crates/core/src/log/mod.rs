@@ -9,6 +9,13 @@
 //! again starts past every version it served. Expiry counts from the record's
 //! timestamp, so every node and every replay removes the same boxes.
 //!
+//! A key lives in one partition: its home, [`home_partition`] (murmur2 of the
+//! key modulo the partition count, Kafka's default partitioner). A record
+//! found elsewhere (a producer on another partitioner) is
+//! [`Outcome::WrongPartition`] and applied by no node, so live nodes and a
+//! node replaying from nothing hold the same bytes under the same version,
+//! whatever other producers do.
+//!
 //! A record the box already holds (a replay after a restart from a snapshot
 //! that was taken while records were applied) changes nothing: see
 //! [`BoxTable::apply_logged`]. A record that is not a valid message is
@@ -26,6 +33,13 @@ use crate::arena::Arena;
 use crate::boxes::{BoxTable, Logged};
 use crate::plan::{MessageError, Plan};
 use crate::projection::{BodyError, BodyFormat, KeySource, Projector, Shape};
+use crate::service::Report;
+
+mod partition;
+mod topic;
+
+pub use partition::{home_partition, murmur2};
+pub use topic::{TopicSettings, UnsafeSetting};
 
 /// One record of the topic, as the client read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +108,9 @@ pub enum Outcome {
     NoBox,
     /// The box already holds this record (a replay): nothing changed.
     Replayed,
+    /// The record is not in its key's home partition (its producer does not
+    /// partition by murmur2): applied by no node.
+    WrongPartition { home: i32 },
     /// Not a valid message: counted, logged and skipped.
     Invalid(Invalid),
 }
@@ -106,26 +123,56 @@ impl Outcome {
             Outcome::Deleted { .. } => "deleted",
             Outcome::NoBox => "no_box",
             Outcome::Replayed => "replayed",
+            Outcome::WrongPartition { .. } => "wrong_partition",
             Outcome::Invalid(_) => "invalid",
         }
+    }
+
+    /// What the connection that produced this record is told. Only a record
+    /// this apply changed (or a delete that found no box) is taken: a replay
+    /// or a record outside its home partition was not applied here, so its
+    /// ingest must not be answered 2xx.
+    pub fn report(&self) -> Report {
+        match self {
+            Outcome::Applied { .. } | Outcome::Deleted { .. } => Report::Applied,
+            Outcome::NoBox => Report::NoBox,
+            Outcome::Invalid(Invalid::Message(e)) => Report::Refused(*e),
+            Outcome::Replayed | Outcome::WrongPartition { .. } | Outcome::Invalid(_) => {
+                Report::Failed
+            }
+        }
+    }
+
+    /// Whether the box changed, so its waiters are woken.
+    pub fn changed_box(&self) -> bool {
+        matches!(self, Outcome::Applied { .. } | Outcome::Deleted { .. })
     }
 }
 
 /// Arena bytes kept for records: a record of the largest message fits.
 const RECORD_ARENA_BYTES: usize = 256 * 1024;
 
+/// `Some(WrongPartition)` when `key` does not belong in `rec`'s partition.
+fn misplaced(partitions: u32, rec: &Record<'_>, key: &[u8]) -> Option<Outcome> {
+    let home = home_partition(key, partitions);
+    (home != rec.partition).then_some(Outcome::WrongPartition { home })
+}
+
 /// Applies records to the box table: the projection and the arena of the
-/// thread that consumes the log.
+/// thread that consumes the log, and the topic's partition count (fixed for
+/// the topic's life) that names each key's home partition.
 pub struct Replica {
     projector: Projector,
     arena: Arena,
+    partitions: u32,
 }
 
 impl Replica {
-    pub fn new(plan: Arc<Plan>, arena_limit_bytes: usize) -> Replica {
+    pub fn new(plan: Arc<Plan>, arena_limit_bytes: usize, partitions: u32) -> Replica {
         Replica {
             projector: Projector::new(plan),
             arena: Arena::new(RECORD_ARENA_BYTES.min(arena_limit_bytes), arena_limit_bytes),
+            partitions: partitions.max(1),
         }
     }
 
@@ -147,6 +194,9 @@ impl Replica {
         let Some(value) = rec.value else {
             if rec.key.is_none() {
                 return Outcome::Invalid(Invalid::TombstoneWithoutKey);
+            }
+            if let Some(wrong) = misplaced(self.partitions, rec, key) {
+                return wrong;
             }
             return match boxes.remove_logged(key, version) {
                 Some(_) => Outcome::Deleted { version },
@@ -175,10 +225,13 @@ impl Replica {
                     }
                     // The key was checked as UTF-8 above or came from the scanner.
                     let k = std::str::from_utf8(key).unwrap_or_default();
-                    match boxes.apply_logged(k, m.values, version, now_ms, None) {
-                        Ok(Logged::Applied(version)) => Outcome::Applied { version },
-                        Ok(Logged::Replayed) => Outcome::Replayed,
-                        Err(e) => Outcome::Invalid(Invalid::Message(e)),
+                    match misplaced(self.partitions, rec, key) {
+                        Some(wrong) => wrong,
+                        None => match boxes.apply_logged(k, m.values, version, now_ms, None) {
+                            Ok(Logged::Applied(version)) => Outcome::Applied { version },
+                            Ok(Logged::Replayed) => Outcome::Replayed,
+                            Err(e) => Outcome::Invalid(Invalid::Message(e)),
+                        },
                     }
                 }
                 Some(Err(e)) => Outcome::Invalid(Invalid::Message(*e)),
@@ -219,7 +272,130 @@ mod tests {
 
     fn replica() -> (Replica, BoxTable) {
         let plan = Arc::new(Plan::default_plan());
-        (Replica::new(plan.clone(), 1 << 20), BoxTable::new(plan))
+        (Replica::new(plan.clone(), 1 << 20, 1), BoxTable::new(plan))
+    }
+
+    /// A record in `partition` of a topic of several.
+    fn rec_in<'a>(partition: i32, offset: i64, key: &'a str, value: Option<&'a str>) -> Record<'a> {
+        Record {
+            partition,
+            ..rec(offset, Some(key), value)
+        }
+    }
+
+    #[test]
+    fn murmur2_is_kafkas() {
+        // The vectors of Kafka's own UtilsTest.testMurmur2.
+        let cases: [(&[u8], i32); 6] = [
+            (b"21", -973_932_308),
+            (b"foobar", -790_332_482),
+            (b"a-little-bit-long-string", -985_981_536),
+            (b"a-little-bit-longer-string", -1_486_304_829),
+            (
+                b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+                -58_897_971,
+            ),
+            (b"abc", 479_470_107),
+        ];
+        for (data, want) in cases {
+            assert_eq!(murmur2(data), want, "{:?}", String::from_utf8_lossy(data));
+        }
+        // Positive, and within the count.
+        for k in 0..1000 {
+            let p = home_partition(format!("key-{k}").as_bytes(), 7);
+            assert!((0..7).contains(&p));
+        }
+        assert_eq!(home_partition(b"anything", 1), 0);
+    }
+
+    #[test]
+    fn a_record_outside_its_home_partition_is_applied_by_no_node() {
+        let plan = Arc::new(Plan::default_plan());
+        let mut r = Replica::new(plan.clone(), 1 << 20, 4);
+        let t = BoxTable::new(plan);
+        let mut key = Vec::new();
+        let home = home_partition(b"k", 4);
+        let away = (home + 1) % 4;
+        let out = r.apply(&t, &rec_in(away, 0, "k", Some(r#"{"value":1}"#)), &mut key);
+        assert_eq!(out, Outcome::WrongPartition { home });
+        assert_eq!(out.label(), "wrong_partition");
+        assert_eq!(
+            out.report(),
+            Report::Failed,
+            "its ingest is not answered 2xx"
+        );
+        assert!(!out.changed_box());
+        assert_eq!(key, b"k", "the key is still named, for the log line");
+        assert!(t.is_empty());
+        // In its home it applies; a tombstone elsewhere deletes nothing.
+        let out = r.apply(&t, &rec_in(home, 7, "k", Some(r#"{"value":2}"#)), &mut key);
+        assert_eq!(out, Outcome::Applied { version: 8 });
+        let out = r.apply(&t, &rec_in(away, 9, "k", None), &mut key);
+        assert_eq!(out, Outcome::WrongPartition { home });
+        assert_eq!(t.version(b"k"), Some(8));
+        // A record without a key is placed by its body's key.
+        let keyless = Record {
+            partition: away,
+            ..rec(10, None, Some(r#"{"key":"k","value":3}"#))
+        };
+        assert_eq!(
+            r.apply(&t, &keyless, &mut key),
+            Outcome::WrongPartition { home }
+        );
+        assert_eq!(payload(&t, "k"), r#"{"k":"k","ver":8,"v":2,"sum":2,"n":1}"#);
+    }
+
+    #[test]
+    fn nodes_agree_whatever_order_the_partitions_interleave_in() {
+        // Two partitions, each holding records of the same keys (a producer
+        // on murmur2 and one on another partitioner). A node reads them in
+        // some interleaving; a replay from nothing in another: both end with
+        // the same bytes, because only each key's home partition counts.
+        let plan = Arc::new(Plan::default_plan());
+        let keys = ["a", "b", "c", "d", "e", "f"];
+        let parts: Vec<Vec<Record<'_>>> = (0..2)
+            .map(|p| {
+                keys.iter()
+                    .cycle()
+                    .take(24)
+                    .enumerate()
+                    .map(|(o, k)| rec_in(p, o as i64, k, Some(r#"{"value":1}"#)))
+                    .collect()
+            })
+            .collect();
+        let mut seen = Vec::new();
+        for pattern in [0b0101_0101u32, 0b0000_1111, 0b1111_0000, 0b0110_1001] {
+            let mut r = Replica::new(plan.clone(), 1 << 20, 2);
+            let t = BoxTable::new(plan.clone());
+            let (mut i, mut j, mut step) = (0, 0, 0);
+            let mut key = Vec::new();
+            while i < parts[0].len() || j < parts[1].len() {
+                let first = (pattern >> (step % 8)) & 1 == 0;
+                if (first && i < parts[0].len()) || j >= parts[1].len() {
+                    r.apply(&t, &parts[0][i], &mut key);
+                    i += 1;
+                } else {
+                    r.apply(&t, &parts[1][j], &mut key);
+                    j += 1;
+                }
+                step += 1;
+            }
+            let all: Vec<String> = keys.iter().map(|k| payload(&t, k)).collect();
+            seen.push(all);
+        }
+        assert!(seen.windows(2).all(|w| w[0] == w[1]), "{seen:#?}");
+    }
+
+    #[test]
+    fn only_what_was_applied_here_is_reported_taken() {
+        assert_eq!(Outcome::Applied { version: 1 }.report(), Report::Applied);
+        assert_eq!(Outcome::Deleted { version: 1 }.report(), Report::Applied);
+        assert_eq!(Outcome::NoBox.report(), Report::NoBox);
+        assert_eq!(Outcome::Replayed.report(), Report::Failed);
+        assert_eq!(
+            Outcome::Invalid(Invalid::NotOneMessage).report(),
+            Report::Failed
+        );
     }
 
     fn rec<'a>(offset: i64, key: Option<&'a str>, value: Option<&'a str>) -> Record<'a> {
