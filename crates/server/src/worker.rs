@@ -34,6 +34,13 @@ use std::time::{Duration, Instant, SystemTime};
 /// close, and the header timeout ends an idle one).
 pub const PROBE_RESERVE: usize = 64;
 
+/// Quiet ticks in a row (the busy share has decayed, a spike's arena is
+/// given back) before a worker waits [`QUIET_WAIT_MS`] instead of a tick.
+const QUIET_TICKS_BEFORE_SLEEP: u32 = 16;
+/// The longest wait of a quiet worker: an idle node wakes 4 times a second,
+/// not 62 (BENCHMARKS.md, "The Kafka log": an idle node's CPU).
+const QUIET_WAIT_MS: u64 = 250;
+
 const LISTENER: Token = Token(0);
 pub const WAKER: Token = Token(1);
 const METRICS_LISTENER: Token = Token(2);
@@ -87,6 +94,8 @@ pub struct Worker {
     now_ms: u64,
     epoch_ms: u64,
     next_tick_ms: u64,
+    /// Ticks in a row that found nothing to do ([`Worker::is_quiet`]).
+    quiet_ticks: u32,
     draining_since: Option<Instant>,
     /// Time spent waiting for events since `busy_since`, and the busy share
     /// (per mille, smoothed over ~8 ticks) published for placement.
@@ -167,6 +176,7 @@ impl Worker {
             now_ms: 0,
             epoch_ms,
             next_tick_ms: epoch_ms,
+            quiet_ticks: 0,
             draining_since: None,
             idle_ns: 0,
             busy_since: Instant::now(),
@@ -229,11 +239,16 @@ impl Worker {
             self.fall_back(e);
         }
         loop {
+            // A worker with nothing to do waits longer than a tick: an idle
+            // node does not wake every epoch_ms.
+            let sleep = self.quiet_ticks >= QUIET_TICKS_BEFORE_SLEEP && self.is_quiet();
             // Ingesting connections left from the last turn: only look.
-            let timeout = if self.later.is_empty() {
-                self.next_tick_ms.saturating_sub(self.clock())
-            } else {
+            let timeout = if !self.later.is_empty() {
                 0
+            } else if sleep {
+                QUIET_WAIT_MS
+            } else {
+                self.next_tick_ms.saturating_sub(self.clock())
             };
             let (mut ready, mut done) = (
                 std::mem::take(&mut self.ready),
@@ -252,7 +267,13 @@ impl Worker {
             if let Err(e) = turn {
                 self.fall_back(e);
             }
-            self.clock();
+            if self.clock() >= self.next_tick_ms && sleep {
+                // From a quiet wait, late on purpose: a tick first (not an
+                // overrun), so the Date header and the wheel are current
+                // before anything is served.
+                self.next_tick_ms = self.now_ms;
+                self.tick();
+            }
             for (slot, sent) in done.drain(..) {
                 self.after_turn_write(slot, sent);
             }
@@ -785,12 +806,30 @@ impl Worker {
         // long-polls are woken through the same path as an ingest's.
         let table_ms = self.host.shared.table_clock(self.now_ms);
         self.service.expire(table_ms, &mut self.host);
+        self.quiet_ticks = if self.is_quiet() {
+            self.quiet_ticks.saturating_add(1)
+        } else {
+            0
+        };
         let work = tick_start.elapsed().as_nanos() as u64;
         let st = self.host.stats();
         st.tick.observe_ns(work);
         if work > st.epoch_work_max_ns.get() {
             st.epoch_work_max_ns.set(work);
         }
+    }
+
+    /// Nothing a tick would do: no connection (so no timer), no arena memory
+    /// to give back, no box that may expire, not shutting down.
+    fn is_quiet(&self) -> bool {
+        let shared = self.shared();
+        let arena = self.service.arena();
+        self.conns.is_empty()
+            && self.later.is_empty()
+            && self.starved.is_empty()
+            && arena.capacity_bytes() <= arena.working_size().saturating_mul(4)
+            && (shared.node.config.boxes.ttl_s == 0 || shared.node.boxes.is_empty())
+            && !shared.draining.load(Ordering::Relaxed)
     }
 
     /// Another worker (or this one) applied an update to keys we wait on; or,

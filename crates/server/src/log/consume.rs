@@ -9,10 +9,11 @@ use crate::wakeups::LogReport;
 use crate::Shared;
 use pollbox_core::config::LogConfig;
 use pollbox_core::log::{Outcome, Record, Replica};
+use rdkafka::client::Client;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaResult;
-use rdkafka::{Message, Offset, TopicPartitionList};
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use std::io;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -22,6 +23,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// How long one wait for records lasts: the thread checks for shutdown (and
 /// refreshes the log's end) at least this often.
 const POLL: Duration = Duration::from_millis(100);
+/// Records applied between two looks at the producer's delivery reports
+/// (and at every wait that ended without a record).
+const DELIVERIES_EVERY: u32 = 256;
 /// How often the log's end is read again for the lag.
 const END_EVERY: Duration = Duration::from_secs(1);
 /// Between two attempts to reach an unreachable log.
@@ -53,11 +57,6 @@ pub fn consumer(cfg: &LogConfig) -> KafkaResult<BaseConsumer> {
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "false")
         .set("isolation.level", "read_committed");
-    if !cfg.client.contains_key("fetch.wait.max.ms") {
-        // The broker answers a fetch as soon as a record is there; this only
-        // bounds an idle fetch.
-        c.set("fetch.wait.max.ms", "100");
-    }
     if !cfg.client.contains_key("fetch.queue.backoff.ms") {
         // When the client's queue of fetched records is full it stops
         // fetching for this long (1 s by default): a replay that applies
@@ -81,15 +80,16 @@ pub fn spawn(shared: Arc<Shared>, log: Arc<LogState>) -> io::Result<JoinHandle<(
         .spawn(move || run(&shared, &log))
 }
 
-/// Read the log's end every [`END_EVERY`] until shutdown.
+/// Read the log's end every [`END_EVERY`] until shutdown, with the
+/// producer's client (it fetches nothing, so it answers at once; a third
+/// client would add its threads and connections to an idle node).
 fn watch_ends(shared: &Shared, log: &LogState) {
     crate::lower_priority("log end");
-    let Ok(reader) = consumer(&shared.node.config.log) else {
-        return;
-    };
     while !stopping(shared) && !log.halted() {
         std::thread::sleep(END_EVERY);
-        read_ends(&reader, log);
+        if let Some(p) = shared.producer.get() {
+            read_ends(p.client(), log);
+        }
     }
 }
 
@@ -155,8 +155,17 @@ fn run(shared: &Shared, log: &LogState) {
     if log.check_caught_up() {
         eprintln!("pollbox: log: caught up (nothing to replay)");
     }
+    let mut since_deliveries = 0u32;
     while !stopping(shared) && !log.halted() {
-        match consumer.poll(POLL) {
+        let polled = consumer.poll(POLL);
+        since_deliveries += 1;
+        if polled.is_none() || since_deliveries >= DELIVERIES_EVERY {
+            if let Some(p) = shared.producer.get() {
+                p.serve_deliveries();
+            }
+            since_deliveries = 0;
+        }
+        match polled {
             None => {}
             Some(Err(e)) => {
                 log.consume_errors.fetch_add(1, Ordering::Relaxed);
@@ -400,7 +409,7 @@ fn watermarks(c: &BaseConsumer, topic: &str) -> Result<Vec<(i64, i64)>, String> 
 /// than the one the node started with halts it: a key's home partition
 /// would move, and the records of the new partitions would be read by no
 /// one.
-fn read_ends(reader: &BaseConsumer, log: &LogState) {
+fn read_ends<C: ClientContext>(reader: &Client<C>, log: &LogState) {
     let Some(parts) = log.partitions() else {
         return;
     };

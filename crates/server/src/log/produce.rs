@@ -14,12 +14,14 @@ use crate::wakeups::LogReport;
 use crate::Shared;
 use pollbox_core::config::LogConfig;
 use pollbox_core::service::{LogUnavailable, Report};
+use rdkafka::client::Client;
 use rdkafka::error::KafkaResult;
 use rdkafka::message::{DeliveryResult, Header, Headers, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer as _, ProducerContext};
 use rdkafka::ClientContext;
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
+use std::time::Duration;
 
 /// The header that routes a record's outcome back to its connection.
 pub const TICKET: &str = "pollbox-ticket";
@@ -109,8 +111,13 @@ impl ProducerContext for Deliveries {
     }
 }
 
+/// The node's producer. Its delivery reports are served by the consuming
+/// thread between two polls of the log ([`Producer::serve_deliveries`]),
+/// not by a thread of its own: rdkafka's `ThreadedProducer` polls every
+/// 100 ms and spins through the last millisecond of each wait, most of an
+/// idle node's CPU (BENCHMARKS.md, "The Kafka log").
 pub struct Producer {
-    inner: ThreadedProducer<Deliveries>,
+    inner: BaseProducer<Deliveries>,
     node: u64,
 }
 
@@ -159,6 +166,18 @@ impl Producer {
             rec = rec.payload(v);
         }
         self.inner.send(rec).map_err(|_| LogUnavailable)
+    }
+
+    /// Hand the delivery reports that came in (records the log did not
+    /// take) to their workers; never waits.
+    pub fn serve_deliveries(&self) {
+        self.inner.poll(Duration::ZERO);
+    }
+
+    /// The client, for requests that are not records (the log's end, the
+    /// partition count): a consumer would answer them behind its fetches.
+    pub fn client(&self) -> &Client<Deliveries> {
+        self.inner.client()
     }
 }
 
