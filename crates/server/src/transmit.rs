@@ -11,6 +11,7 @@
 //! [`SendNow`] when the ring fails.
 
 use crate::conns::{Conn, Slab};
+pub use crate::uring::Sent;
 use crate::uring::{self, SendBatch};
 use mio::net::TcpStream;
 use mio::{Events, Poll};
@@ -21,19 +22,6 @@ use std::time::Duration;
 
 /// Most buffers passed to one `writev`.
 const MAX_IOV: usize = 64;
-
-/// What became of a connection's answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sent {
-    /// This many bytes went out (all, or as much as the socket took).
-    Bytes(usize),
-    /// The socket's buffer is full: wait for the writable edge.
-    WouldBlock,
-    /// The connection is dead.
-    Failed,
-    /// Noted for the end of the turn (or, in a failed turn's results: not sent).
-    Deferred,
-}
 
 /// One readiness event.
 #[derive(Debug, Clone, Copy)]

@@ -20,11 +20,23 @@
 //! returns only when every entry has completed, so the bytes the entries point
 //! into are never changed while the kernel may still read them.
 
-use crate::transmit::Sent;
 use io_uring::{opcode, types, IoUring, Probe};
 use pollbox_core::buffers::SendQueue;
 use std::io;
 use std::os::fd::RawFd;
+
+/// What became of a connection's answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// This many bytes went out (all, or as much as the socket took).
+    Bytes(usize),
+    /// The socket's buffer is full: wait for the writable edge.
+    WouldBlock,
+    /// The connection is dead.
+    Failed,
+    /// Noted for the end of the turn (or, in a failed turn's results: not sent).
+    Deferred,
+}
 
 /// Most entries in one submission (the ring's size).
 pub const MAX_BATCH: usize = 256;

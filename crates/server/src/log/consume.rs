@@ -4,13 +4,12 @@
 
 use super::produce::Ticket;
 use super::topic::{self, LogProblem};
-use super::{LogState, PartitionState, LOG_REFUSED_EXIT};
+use super::{client_config, LogState, PartitionState, LOG_REFUSED_EXIT};
 use crate::wakeups::LogReport;
 use crate::Shared;
 use pollbox_core::config::LogConfig;
 use pollbox_core::log::{Outcome, Record, Replica};
 use rdkafka::client::Client;
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaResult;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
@@ -35,17 +34,6 @@ const REQUEST: Duration = Duration::from_secs(5);
 /// The group id the client needs to be assigned partitions; nothing is
 /// committed under it (each node's position is in its snapshot).
 const GROUP: &str = "pollbox-replica";
-
-/// The client properties of every pollbox client: the operator's
-/// `[log.client]`, then the brokers.
-pub fn client_config(cfg: &LogConfig) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    for (k, v) in &cfg.client {
-        c.set(k, v);
-    }
-    c.set("bootstrap.servers", &cfg.brokers);
-    c
-}
 
 /// A consumer that is assigned partitions (no group membership, no commits)
 /// and reads only committed records (a transactional producer's aborted

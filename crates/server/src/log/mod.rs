@@ -25,8 +25,20 @@ pub mod topic;
 use crate::stats::Histogram;
 use pollbox_core::config::LogConfig;
 use pollbox_core::log::Position;
+use rdkafka::config::ClientConfig;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::OnceLock;
+
+/// The client properties of every pollbox client: the operator's
+/// `[log.client]`, then the brokers.
+pub fn client_config(cfg: &LogConfig) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    for (k, v) in &cfg.client {
+        c.set(k, v);
+    }
+    c.set("bootstrap.servers", &cfg.brokers);
+    c
+}
 
 /// Exit code of a node whose snapshot the log cannot complete, or whose log
 /// is misconfigured (EX_CONFIG): restarting it would not help.

@@ -124,7 +124,7 @@ pub struct Producer {
 impl Producer {
     /// The producer of a node (`node`: this process's id in tickets).
     pub fn new(cfg: &LogConfig, node: u64, shared: Weak<Shared>) -> KafkaResult<Producer> {
-        let mut c = super::consume::client_config(cfg);
+        let mut c = super::client_config(cfg);
         // murmur2, as Kafka's Java client and most others partition keyed
         // records: a key's records land in one partition whoever produces
         // them (librdkafka's own default hashes with CRC32). Its versions come

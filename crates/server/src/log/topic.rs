@@ -131,7 +131,7 @@ pub struct TopicInfo {
 
 /// Ask the brokers about `cfg.topic` (after [`reach`]).
 pub fn describe(cfg: &LogConfig) -> Result<TopicInfo, LogProblem> {
-    let admin: AdminClient<DefaultClientContext> = super::consume::client_config(cfg)
+    let admin: AdminClient<DefaultClientContext> = super::client_config(cfg)
         .create()
         .map_err(|e| LogProblem::Broker(format!("cannot create the Kafka client: {e}")))?;
     let md = admin
