@@ -71,7 +71,7 @@ floor() { # RATE REP
   python3 - "$f" "$1" "$2" <<'PY'
 import json, sys
 f = json.loads(sys.argv[1]); rate, rep = sys.argv[2:]
-print(f"floor  at {rate:>5s}/s  rep {rep}  received {f['received']}/{f['sent']}  p50 {f['p50_us']/1e3:.3f}  p99 {f['p99_us']/1e3:.3f}  p99.9 {f['p999_us']/1e3:.3f}  max {f['max_us']/1e3:.3f} ms")
+print(f"floor  at {rate:>5s}/s  rep {rep}  received {f['received']}/{f['sent']}  p50 {f['p50_us']/1e3:.3f}  p99 {f['p99_us']/1e3:.3f}  p99.9 {f['p999_us']/1e3:.3f}  max {f['max_us']/1e3:.3f} ms  client CPU {f.get('cpu_us_per_msg', float('nan')):.1f} us/msg")
 PY
 }
 
@@ -104,7 +104,8 @@ for line in open(out):
         continue
     m = re.match(r"floor\s+at\s+(\d+)/s.*p50 ([\d.]+)\s+p99 ([\d.]+)\s+p99.9 ([\d.]+)", line)
     if m:
-        rows.setdefault(("floor", m[1] + "/s"), []).append([float("nan")] + [float(m[i]) for i in (2, 3, 4)] + [float("nan")] * 2)
+        c = re.search(r"client CPU ([\d.]+)", line)
+        rows.setdefault(("floor", m[1] + "/s"), []).append([float("nan")] + [float(m[i]) for i in (2, 3, 4)] + [float(c[1]) if c else float("nan"), float("nan")])
 print("# medians: msg/s, p50 / p99 / p99.9 ms, node and broker CPU us/msg")
 for (mode, name), rs in rows.items():
     med = [st.median(c) for c in zip(*rs)]
@@ -113,5 +114,9 @@ for fr, mode in ((rate, "open"), (frate, "open@" + frate)):
     lp = st.median(r[2] for r in rows[(mode, "log")])
     fp = st.median(r[2] for r in rows[("floor", fr + "/s")])
     print(f"# at {fr}/s: the log node's p99 minus the floor's p99: {lp - fp:+.3f} ms (goal: within 1 ms)")
+    sc = st.median(r[4] for r in rows[(mode, "standalone")])
+    lc = st.median(r[4] for r in rows[(mode, "log")])
+    fc = st.median(r[4] for r in rows[("floor", fr + "/s")])
+    print(f"# at {fr}/s: node CPU per message, log {lc:.1f} us = {lc / sc:.2f}x standalone's {sc:.1f} us (goal <= 1.5x); the client floor alone {fc:.1f} us = {fc / sc:.2f}x")
 PY
 echo "# raw: $OUT"

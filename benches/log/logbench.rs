@@ -435,6 +435,10 @@ fn floor(a: &Args) {
     }
     std::thread::sleep(Duration::from_millis(300));
     lat.lock().unwrap().clear();
+    // The client's whole CPU (producer, consumer and their threads) from the
+    // first record to the last one received: the least a node of a log
+    // spends on a message, beside pollbox's own.
+    let (u0, s0) = cpu_s();
     let start = Instant::now();
     for seq in 0..count {
         let due = start + Duration::from_secs_f64(seq as f64 / rate);
@@ -449,12 +453,14 @@ fn floor(a: &Args) {
     while (lat.lock().unwrap().len() as u64) < count && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
+    let (u1, s1) = cpu_s();
     stop.store(true, Ordering::Release);
     let _ = reader.join();
     let v = std::mem::take(&mut *lat.lock().unwrap());
     let got = v.len();
+    let cpu_us = (u1 - u0 + s1 - s0) * 1e6 / count.max(1) as f64;
     println!(
-        "{{\"cmd\":\"floor\",\"rate\":{rate},\"bytes\":{bytes},\"sent\":{count},\"received\":{got},\"failed\":{},{}}}",
+        "{{\"cmd\":\"floor\",\"rate\":{rate},\"bytes\":{bytes},\"sent\":{count},\"received\":{got},\"failed\":{},\"cpu_us_per_msg\":{cpu_us:.1},{}}}",
         failed.load(Ordering::Relaxed),
         summary(v)
     );
