@@ -138,8 +138,15 @@ impl Producer {
             c.set("linger.ms", "0");
         }
         if !cfg.client.contains_key("message.timeout.ms") {
-            // Give up on a record when its ingest has been answered 503.
-            c.set("message.timeout.ms", cfg.ack_timeout_ms.to_string());
+            // Never give up on a record: the idempotent producer that gives
+            // up on one in flight bumps its epoch and may send it again under
+            // the new one, where the broker cannot see it is a duplicate
+            // (librdkafka#4953; found by the fault suite, docs/reliability.md).
+            // Its ingest is answered 503 at ack_timeout_ms all the same; the
+            // record may still land later, once (at-least-once on a retry).
+            // The client's queue is bounded (queue.buffering.max.*): past it
+            // an ingest is 503 at once.
+            c.set("message.timeout.ms", "0");
         }
         let inner = c.create_with_context(Deliveries { shared })?;
         Ok(Producer { inner, node })
