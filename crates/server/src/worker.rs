@@ -871,8 +871,15 @@ impl Worker {
 
     /// One step of draining. Returns true when the worker may exit.
     fn drain_step(&mut self) -> bool {
-        // The listeners stay open until the worker exits: connections that
-        // arrive meanwhile get a 503 (counted as `draining`) instead of a reset.
+        if self.draining_since.is_none() {
+            // Stop accepting: the port refuses new connections, which a load
+            // balancer retries on another node whatever their method (it
+            // cannot retry a POST that a 503 answered). The metrics listener
+            // stays for the drain.
+            if let Some(mut l) = self.listener.take() {
+                let _ = self.poll.registry().deregister(&mut l);
+            }
+        }
         let since = *self.draining_since.get_or_insert_with(Instant::now);
         let overdue = since.elapsed() >= DRAIN_LIMIT;
         for slot in self.conns.slots() {
