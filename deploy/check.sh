@@ -216,7 +216,9 @@ EOF
             . "$TMP/kafka.env"
             KAFKA_DIR="$DIR"
             scripts/kafka/topic.sh "$BOOTSTRAP" create pollbox 2 >/dev/null || return 1
-            printf '[log]\nbrokers = "%s"\n' "$BOOTSTRAP" >"$TMP/log.toml"
+            # One broker, so a topic of replication factor 1: taken only with
+            # allow_unsafe_topic (production: RF 3, min.insync.replicas 2).
+            printf '[log]\nbrokers = "%s"\nallow_unsafe_topic = true\n' "$BOOTSTRAP" >"$TMP/log.toml"
             live_metrics "$TMP/log.toml"
         }
         run "pollbox: the same, of a node of a Kafka log (a throwaway broker)" log_metrics

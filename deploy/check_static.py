@@ -77,6 +77,8 @@ LOG_METRICS = {
     "pollbox_log_lag_records",
     "pollbox_log_next_offset",
     "pollbox_log_ack_seconds",
+    "pollbox_log_halted",
+    "pollbox_log_unsafe_topic",
 }
 EXPORTED_METRICS |= LOG_METRICS
 HISTOGRAMS = {"pollbox_http_request_duration_seconds", "pollbox_arena_reset_duration_seconds",

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # topic.sh BOOTSTRAP create NAME [PARTITIONS] [more kafka-topics args...]
+#   e.g. create pollbox 4 --replication-factor 3 --config min.insync.replicas=2
 #   (PARTITIONS defaults to the broker's num.partitions: start.sh --partitions)
 # topic.sh BOOTSTRAP list
 # topic.sh BOOTSTRAP describe [NAME]
@@ -10,7 +11,7 @@
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [[ $# -ge 2 ]] || usage
 bootstrap="$1" cmd="$2"
 shift 2

@@ -1,11 +1,14 @@
 //! A real Kafka broker for the log's tests (`scripts/kafka/start.sh`: a
-//! single KRaft node on free ports, stopped when the test process ends) and a
-//! plain Kafka client to create topics and produce, as any producer would.
+//! single KRaft node on free ports, stopped when the test process ends), or a
+//! cluster of several (`start.sh --brokers N`, each broker acted on through
+//! `scripts/kafka/broker.sh`), and a plain Kafka client to create topics,
+//! produce and consume, as any client would.
 #![allow(dead_code)]
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::ClientContext;
@@ -28,8 +31,21 @@ pub struct Broker {
 impl Broker {
     /// Start a broker (a few seconds once its jars are cached).
     pub fn start() -> Broker {
+        Broker::start_with(&[])
+    }
+
+    /// Start a cluster of `n` brokers, each broker and controller (~10 s and
+    /// ~1 GB for three; `start.sh --brokers N`). Its defaults are the durable
+    /// ones: replication factor 3, `min.insync.replicas` 2. [`Broker::kill`]
+    /// and the others act on one broker (1-based).
+    pub fn start_cluster(n: usize) -> Broker {
+        Broker::start_with(&["--brokers", &n.to_string()])
+    }
+
+    fn start_with(args: &[&str]) -> Broker {
         let script = repo_root().join("scripts/kafka/start.sh");
         let out = Command::new(&script)
+            .args(args)
             .args(["--watch-pid", &std::process::id().to_string()])
             .output()
             .expect("run scripts/kafka/start.sh");
@@ -52,12 +68,27 @@ impl Broker {
     }
 
     pub fn create_topic(&self, name: &str, partitions: i32) {
+        self.create_topic_with(name, partitions, 1, &[]);
+    }
+
+    /// Create a topic with this replication factor and topic configs, e.g.
+    /// `&[("min.insync.replicas", "2")]`.
+    pub fn create_topic_with(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication: i32,
+        configs: &[(&str, &str)],
+    ) {
         let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
             .set("bootstrap.servers", &self.bootstrap)
             .create()
             .expect("admin client");
         let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(20)));
-        let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+        let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(replication));
+        for &(k, v) in configs {
+            topic = topic.set(k, v);
+        }
         let r = futures_executor::block_on(admin.create_topics([&topic], &opts))
             .expect("create_topics");
         for t in r {
@@ -115,6 +146,98 @@ impl Broker {
     }
 }
 
+/// One broker of a cluster ([`Broker::start_cluster`]), through
+/// `scripts/kafka/broker.sh DIR I ACTION`; `i` is 1-based.
+impl Broker {
+    fn broker_sh(&self, i: usize, args: &[&str]) -> String {
+        let out = Command::new(repo_root().join("scripts/kafka/broker.sh"))
+            .args([self.dir.as_str(), &i.to_string()])
+            .args(args)
+            .output()
+            .expect("broker.sh");
+        assert!(
+            out.status.success(),
+            "broker.sh {i} {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// `kill -9` broker `i`; returns once it is gone.
+    pub fn kill(&self, i: usize) {
+        self.broker_sh(i, &["kill"]);
+    }
+
+    /// SIGSTOP broker `i` (hung: its connections stay open, nothing answers).
+    pub fn pause(&self, i: usize) {
+        self.broker_sh(i, &["pause"]);
+    }
+
+    /// SIGCONT broker `i` after [`Broker::pause`].
+    pub fn resume(&self, i: usize) {
+        self.broker_sh(i, &["resume"]);
+    }
+
+    /// SIGTERM broker `i` (a controlled shutdown); returns once it has exited.
+    pub fn term(&self, i: usize) {
+        self.broker_sh(i, &["term"]);
+    }
+
+    /// Start broker `i` again (after [`Broker::kill`] or [`Broker::term`]) with
+    /// its config, data and ports; returns once it serves requests. (Named so
+    /// beside [`Broker::restart`], which brings back a single broker.)
+    pub fn restart_broker(&self, i: usize) {
+        self.broker_sh(i, &["start"]);
+    }
+
+    /// The pid of broker `i` (it must run).
+    pub fn pid(&self, i: usize) -> u32 {
+        self.broker_sh(i, &["pid"]).parse().expect("a pid")
+    }
+
+    /// Wait until every partition of `topic` has a leader and its full ISR.
+    pub fn wait_isr(&self, topic: &str) {
+        self.broker_sh(1, &["wait-isr", topic]);
+    }
+
+    /// Every record of `topic`, read from the start of each of its
+    /// `partitions` until `want` records were read (at most 60 s): (key,
+    /// value) in partition order, partition by partition.
+    pub fn consume_all(
+        &self,
+        topic: &str,
+        partitions: i32,
+        want: usize,
+    ) -> Vec<(Option<String>, Option<String>)> {
+        use rdkafka::{Message, Offset, TopicPartitionList};
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("group.id", "pollbox-tests")
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("consumer");
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition_offset(topic, p, Offset::Beginning)
+                .expect("partition");
+        }
+        c.assign(&tpl).expect("assign");
+        let mut by_partition = vec![Vec::new(); partitions as usize];
+        let mut n = 0;
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while n < want && std::time::Instant::now() < deadline {
+            // Errors (a broker gone: transport failures) are the client's to
+            // retry; only records count.
+            if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
+                let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8_lossy(b).into_owned());
+                by_partition[m.partition() as usize].push((text(m.key()), text(m.payload())));
+                n += 1;
+            }
+        }
+        by_partition.into_iter().flatten().collect()
+    }
+}
+
 impl Drop for Broker {
     fn drop(&mut self) {
         let _ = Command::new(repo_root().join("scripts/kafka/stop.sh"))
@@ -153,9 +276,23 @@ impl Plain {
     /// Produce one record and wait for its acknowledgement: its partition
     /// and offset. `value` `None` is a tombstone.
     pub fn send(&self, topic: &str, key: Option<&str>, value: Option<&str>) -> (i32, i64) {
+        self.send_to(topic, None, key, value)
+    }
+
+    /// [`Plain::send`] to this partition (`None`: the partitioner's choice).
+    pub fn send_to(
+        &self,
+        topic: &str,
+        partition: Option<i32>,
+        key: Option<&str>,
+        value: Option<&str>,
+    ) -> (i32, i64) {
         let id = self.1.fetch_add(1, Ordering::Relaxed);
         let mut rec: BaseRecord<'_, str, str, Box<usize>> =
             BaseRecord::with_opaque_to(topic, Box::new(id));
+        if let Some(p) = partition {
+            rec = rec.partition(p);
+        }
         if let Some(k) = key {
             rec = rec.key(k);
         }
@@ -167,5 +304,39 @@ impl Plain {
         let v = self.0.context().0.lock().unwrap();
         let (_, r) = v.iter().rev().find(|(i, _)| *i == id).expect("delivered");
         r.clone().expect("acknowledged")
+    }
+
+    /// Produce these (key, value) records at once and wait until every one
+    /// is acknowledged (at most 60 s): their partitions and offsets, in order.
+    pub fn send_all(&self, topic: &str, records: &[(String, String)]) -> Vec<(i32, i64)> {
+        let first = self.1.fetch_add(records.len(), Ordering::Relaxed);
+        for (n, (k, v)) in records.iter().enumerate() {
+            let mut rec: BaseRecord<'_, str, str, Box<usize>> =
+                BaseRecord::with_opaque_to(topic, Box::new(first + n))
+                    .key(k.as_str())
+                    .payload(v.as_str());
+            loop {
+                match self.0.send(rec) {
+                    Ok(()) => break,
+                    Err((e, r)) => {
+                        assert!(
+                            e.rdkafka_error_code()
+                                == Some(rdkafka::types::RDKafkaErrorCode::QueueFull),
+                            "send: {e}"
+                        );
+                        self.0.poll(Duration::from_millis(10));
+                        rec = r;
+                    }
+                }
+            }
+        }
+        self.0.flush(Duration::from_secs(60)).expect("flush");
+        let v = self.0.context().0.lock().unwrap();
+        (first..first + records.len())
+            .map(|id| {
+                let (_, r) = v.iter().rev().find(|(i, _)| *i == id).expect("delivered");
+                r.clone().expect("acknowledged")
+            })
+            .collect()
     }
 }
