@@ -148,7 +148,12 @@ fn records_from_any_producer_reach_every_node_with_the_same_versions() {
     // Without a record key, the message's key field names the box; the
     // record must still be in that key's home partition.
     let home = pollbox_core::log::home_partition(b"r2", 3);
-    plain.send_to("scores", Some(home), None, Some(r#"{"key":"r2","value":1}"#));
+    plain.send_to(
+        "scores",
+        Some(home),
+        None,
+        Some(r#"{"key":"r2","value":1}"#),
+    );
     // A tombstone deletes the box everywhere; the key created again gets a
     // larger version than any it served.
     let (_, deleted_at) = plain.send("scores", Some("r1"), None);
