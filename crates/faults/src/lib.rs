@@ -1,0 +1,29 @@
+//! pollbox's fault suite, in Jepsen's shape: a **workload** of HTTP clients
+//! whose every outcome is recorded, a **nemesis** that really kills, pauses
+//! and cuts off brokers and nodes on a fixed seed's schedule, and a
+//! **checker** over the recorded **history** that says whether SPEC §9's
+//! promises held: nothing acknowledged lost, nothing applied that was not
+//! sent, one payload per version, replicas identical (a node replaying the
+//! topic from nothing included), versions never backwards, clients moving
+//! between nodes ending at the final state, records of other partitioners
+//! never applied.
+//!
+//! It runs against the real thing on one machine, as root: three Kafka
+//! brokers (KRaft, `scripts/kafka`'s jars), the release `pollbox` binary as
+//! nodes, the repository's HAProxy config in front, each broker and node in
+//! its own network namespace so that cuts drop packets ([`cluster`]).
+//!
+//! What it is not: a test of one feature, a benchmark, or a proof. It finds
+//! what its seeds' schedules reach; a valid run says that this history kept
+//! the promises, nothing more. It never fixes or mocks anything: a run that
+//! finds a broken promise leaves its history and the cluster's logs in the
+//! run's folder. See README.md for how to run it.
+
+pub mod checker;
+pub mod cluster;
+pub mod history;
+pub mod http;
+pub mod nemesis;
+pub mod partition;
+pub mod run;
+pub mod workload;

@@ -1,0 +1,614 @@
+//! The workload: clients of the cluster whose every outcome goes into the
+//! history.
+//!
+//! - **writers** ingest `{"value":<unique>,"player":"w<id>"}` into random
+//!   keys with `POST /v1/boxes/{key}`, two through each node and two through
+//!   HAProxy; each answer is classified (see [`classify`]);
+//! - **pollers**, on each node: plain polls of random keys, and long-polls
+//!   (`?after=V&wait_ms=500`) carrying the last version seen;
+//! - **streams**, on each node: an event stream of one key, reopened with
+//!   `Last-Event-ID` when it breaks;
+//! - **movers**: a long-poll client that asks the other node at each
+//!   request, carrying `after`, and a stream client that moves to the other
+//!   node every two seconds, carrying `Last-Event-ID`. Once faults have
+//!   stopped and the nodes caught up, they keep going until neither node has
+//!   anything newer for them, and the checker wants them at the final state.
+//!
+//! Values come from one counter shared with the foreign producer, so a
+//! value names one message in the whole run.
+
+use crate::cluster::node::Runs;
+use crate::history::{Event, Outcome, ReadMode, Recorder};
+use crate::http::{Client, EventStream, Failure, Response};
+use crate::nemesis::Rng;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// What the workload's clients (and the foreign producer) share.
+pub struct Shared {
+    pub keys: Vec<String>,
+    seq: AtomicI64,
+    sessions: AtomicU64,
+    stop: AtomicBool,
+    finish: AtomicBool,
+}
+
+impl Shared {
+    pub fn new(keys: usize) -> Shared {
+        Shared {
+            keys: balanced_keys(keys),
+            seq: AtomicI64::new(0),
+            sessions: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            finish: AtomicBool::new(false),
+        }
+    }
+
+    /// A value no other message of the run carries.
+    pub fn next_value(&self) -> i64 {
+        self.seq.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn new_session(&self) -> u64 {
+        self.sessions.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    fn finishing(&self) -> bool {
+        self.finish.load(Ordering::Relaxed)
+    }
+}
+
+/// `n` keys spread evenly over the topic's partitions (by their home
+/// partition), so that every partition, and every fault of its leader, meets
+/// the workload; consecutive keys have different homes.
+pub fn balanced_keys(n: usize) -> Vec<String> {
+    let p = crate::cluster::PARTITIONS as usize;
+    let mut by_home: Vec<Vec<String>> = vec![Vec::new(); p];
+    let mut i = 0;
+    while by_home.iter().map(Vec::len).sum::<usize>() < n {
+        let k = format!("k{i}");
+        let h = crate::partition::home(&k, p as i32) as usize;
+        if by_home[h].len() < n.div_ceil(p) {
+            by_home[h].push(k);
+        }
+        i += 1;
+    }
+    let mut keys = Vec::with_capacity(n);
+    let mut round = 0;
+    while keys.len() < n {
+        for bucket in &by_home {
+            if let Some(k) = bucket.get(round) {
+                if keys.len() < n {
+                    keys.push(k.clone());
+                }
+            }
+        }
+        round += 1;
+    }
+    keys
+}
+
+/// Where a client sends its requests.
+#[derive(Clone)]
+pub struct Target {
+    /// `a`, `b`, or `lb`.
+    pub name: String,
+    pub addr: SocketAddr,
+    /// The node's run counter (none for HAProxy).
+    pub runs: Option<Runs>,
+}
+
+impl Target {
+    fn run_now(&self) -> u32 {
+        self.runs.as_ref().map_or(1, Runs::read)
+    }
+    fn served(&self, before: u32) -> Option<u32> {
+        self.runs
+            .as_ref()
+            .and_then(|r| Runs::served(before, r.read()))
+    }
+}
+
+/// What an ingest's answer (or failure) says about its message.
+pub fn classify(r: &Result<Response, Failure>) -> (Outcome, Option<u16>, Option<String>) {
+    match r {
+        Ok(resp) if (200..300).contains(&resp.status) => (Outcome::Ok, Some(resp.status), None),
+        Ok(resp) => {
+            let text = resp.text();
+            let outcome = if (400..500).contains(&resp.status)
+                // HAProxy could not connect to any node: nothing was sent.
+                || (resp.status == 503 && text.contains("No server is available"))
+            {
+                Outcome::Refused
+            } else {
+                // 503 "log unavailable" (it may be in the log), a proxy's
+                // 502/504 (the node may have acted on it).
+                Outcome::Indeterminate
+            };
+            let short: String = text.chars().take(120).collect();
+            (outcome, Some(resp.status), Some(short))
+        }
+        // Nothing, or not all of the request, reached the server.
+        Err(e @ (Failure::Connect(_) | Failure::Send(_))) => {
+            (Outcome::Refused, None, Some(e.to_string()))
+        }
+        Err(e @ Failure::Receive(_)) => (Outcome::Indeterminate, None, Some(e.to_string())),
+    }
+}
+
+/// The running workload.
+pub struct Workload {
+    shared: Arc<Shared>,
+    clients: Vec<JoinHandle<()>>,
+    movers: Vec<JoinHandle<()>>,
+}
+
+impl Workload {
+    /// Start every client: `nodes` (a and b) directly, `lb` through HAProxy.
+    pub fn start(
+        shared: Arc<Shared>,
+        rec: &Recorder,
+        nodes: &[Target],
+        lb: &Target,
+        seed: u64,
+    ) -> Workload {
+        let mut clients = Vec::new();
+        let mut id = 0u64;
+        for t in nodes.iter().chain(std::iter::once(lb)) {
+            for _ in 0..2 {
+                let (sh, rec, t) = (shared.clone(), rec.clone(), t.clone());
+                let s = seed ^ (id << 32);
+                let name = format!("w{id}");
+                clients.push(spawn(&name.clone(), move || {
+                    writer(&sh, &rec, &name, &t, s)
+                }));
+                id += 1;
+            }
+        }
+        for (i, t) in nodes.iter().enumerate() {
+            let (sh, r, tt) = (shared.clone(), rec.clone(), t.clone());
+            let name = format!("p-{}0", t.name);
+            let s = seed ^ (0x100 + i as u64);
+            clients.push(spawn(&name.clone(), move || {
+                poller(&sh, &r, &name, &tt, s, false)
+            }));
+            let (sh, r, tt) = (shared.clone(), rec.clone(), t.clone());
+            let name = format!("p-{}1", t.name);
+            let s = seed ^ (0x200 + i as u64);
+            clients.push(spawn(&name.clone(), move || {
+                poller(&sh, &r, &name, &tt, s, true)
+            }));
+            let (sh, r, tt) = (shared.clone(), rec.clone(), t.clone());
+            let name = format!("s-{}0", t.name);
+            let key = shared.keys[2 + i % (shared.keys.len() - 2)].clone();
+            clients.push(spawn(&name.clone(), move || {
+                stream(&sh, &r, &name, &tt, &key)
+            }));
+        }
+        let mut movers = Vec::new();
+        {
+            let (sh, r, ns) = (shared.clone(), rec.clone(), nodes.to_vec());
+            let key = shared.keys[0].clone();
+            movers.push(spawn("m0", move || {
+                long_poll_mover(&sh, &r, "m0", &ns, &key)
+            }));
+            let (sh, r, ns) = (shared.clone(), rec.clone(), nodes.to_vec());
+            let key = shared.keys[1].clone();
+            movers.push(spawn("m1", move || stream_mover(&sh, &r, "m1", &ns, &key)));
+        }
+        Workload {
+            shared,
+            clients,
+            movers,
+        }
+    }
+
+    /// Stop the writers, pollers and streams (movers go on).
+    pub fn stop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        for h in self.clients.drain(..) {
+            let name = h.thread().name().unwrap_or("?").to_string();
+            if h.join().is_err() {
+                eprintln!("pollbox-faults: workload client {name} panicked");
+            }
+        }
+    }
+
+    /// Tell the movers to catch up and end; wait for them.
+    pub fn finish(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        self.shared.finish.store(true, Ordering::Relaxed);
+        for h in self.movers.drain(..) {
+            let name = h.thread().name().unwrap_or("?").to_string();
+            if h.join().is_err() {
+                eprintln!("pollbox-faults: workload client {name} panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        self.stop();
+        self.finish();
+    }
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(f)
+        .expect("a workload thread")
+}
+
+fn writer(sh: &Shared, rec: &Recorder, process: &str, t: &Target, seed: u64) {
+    let mut rng = Rng::new(seed);
+    let mut cl = Client::new(t.addr);
+    while !sh.stopping() {
+        let key = &sh.keys[rng.below(sh.keys.len())];
+        let value = sh.next_value();
+        let body = format!(r#"{{"value":{value},"player":"{process}"}}"#);
+        let before = t.run_now();
+        let t0 = rec.now();
+        let r = cl.request(
+            "POST",
+            &format!("/v1/boxes/{key}"),
+            &[("Content-Type", "application/json")],
+            body.as_bytes(),
+            Duration::from_secs(12),
+        );
+        let run = t.served(before);
+        let (outcome, status, error) = classify(&r);
+        let payload = match (&r, outcome) {
+            (Ok(resp), Outcome::Ok) => Some(resp.text()),
+            _ => None,
+        };
+        rec.record(
+            t0,
+            process,
+            Event::Ingest {
+                via: t.name.clone(),
+                run,
+                key: key.clone(),
+                value,
+                player: process.to_string(),
+                outcome,
+                status,
+                payload,
+                error,
+            },
+        );
+        std::thread::sleep(Duration::from_millis(if outcome == Outcome::Ok {
+            15
+        } else {
+            150
+        }));
+    }
+}
+
+/// The version an answer names: its ETag, unquoted.
+fn etag_version(resp: &Response) -> Option<u64> {
+    resp.header("etag")?.trim().trim_matches('"').parse().ok()
+}
+
+struct Read<'a> {
+    process: &'a str,
+    t: &'a Target,
+    session: u64,
+    mover: bool,
+    mode: ReadMode,
+    key: &'a str,
+    after: Option<u64>,
+}
+
+impl Read<'_> {
+    fn record(&self, rec: &Recorder, t0: u64, run: Option<u32>, ver: u64, payload: Option<String>) {
+        rec.record(
+            t0,
+            self.process,
+            Event::Read {
+                via: self.t.name.clone(),
+                run,
+                session: self.session,
+                mover: self.mover,
+                mode: self.mode,
+                key: self.key.to_string(),
+                after: self.after,
+                ver,
+                payload,
+            },
+        );
+    }
+}
+
+/// One poll or long-poll, recorded if it answered 200 or 404. Returns the
+/// status.
+#[allow(clippy::too_many_arguments)]
+fn poll_once(
+    rec: &Recorder,
+    cl: &mut Client,
+    process: &str,
+    t: &Target,
+    session: u64,
+    mover: bool,
+    key: &str,
+    after: Option<u64>,
+    wait_ms: u64,
+) -> Option<(u16, u64)> {
+    let (path, mode) = match after {
+        Some(a) => (
+            format!("/v1/boxes/{key}?after={a}&wait_ms={wait_ms}"),
+            ReadMode::LongPoll,
+        ),
+        None => (format!("/v1/boxes/{key}"), ReadMode::Poll),
+    };
+    let before = t.run_now();
+    let t0 = rec.now();
+    let r = cl.request(
+        "GET",
+        &path,
+        &[],
+        b"",
+        Duration::from_millis(wait_ms + 5_000),
+    );
+    let run = t.served(before);
+    let read = Read {
+        process,
+        t,
+        session,
+        mover,
+        mode,
+        key,
+        after,
+    };
+    match r {
+        Ok(resp) if resp.status == 200 => {
+            let ver = etag_version(&resp).unwrap_or(0);
+            read.record(rec, t0, run, ver, Some(resp.text()));
+            Some((200, ver))
+        }
+        Ok(resp) if resp.status == 404 => {
+            // A node that is catching up may not hold the box yet; a client
+            // moving between nodes takes that as "nothing newer" (a node's
+            // own clients would see it go backwards within a run, so they
+            // record it).
+            if !mover {
+                read.record(rec, t0, run, 0, None);
+            }
+            Some((404, 0))
+        }
+        Ok(resp) => Some((resp.status, 0)),
+        Err(_) => None,
+    }
+}
+
+fn poller(sh: &Shared, rec: &Recorder, process: &str, t: &Target, seed: u64, long: bool) {
+    let mut rng = Rng::new(seed);
+    let mut cl = Client::new(t.addr);
+    let mut opened = 0;
+    let mut session = 0;
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    while !sh.stopping() {
+        let key = sh.keys[rng.below(sh.keys.len())].clone();
+        let after = long.then(|| seen.get(&key).copied().unwrap_or(0));
+        // A new connection is a new session: versions may go back across
+        // connections when the node restarted from an older snapshot.
+        if cl.connect_now().is_ok() && cl.opened != opened {
+            opened = cl.opened;
+            session = sh.new_session();
+        }
+        let r = poll_once(rec, &mut cl, process, t, session, false, &key, after, 500);
+        match r {
+            Some((200, ver)) => {
+                seen.insert(key, ver);
+                if !long {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            Some(_) => std::thread::sleep(Duration::from_millis(10)),
+            None => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+fn stream(sh: &Shared, rec: &Recorder, process: &str, t: &Target, key: &str) {
+    let mut last: Option<u64> = None;
+    while !sh.stopping() {
+        if read_stream(
+            rec,
+            process,
+            t,
+            sh.new_session(),
+            false,
+            key,
+            &mut last,
+            || sh.stopping(),
+            None,
+        )
+        .is_err()
+        {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// Read one connection of an event stream until `done()` or, with `idle`,
+/// until nothing came for that long; each event recorded. `last` carries
+/// `Last-Event-ID` in and out.
+#[allow(clippy::too_many_arguments)]
+fn read_stream(
+    rec: &Recorder,
+    process: &str,
+    t: &Target,
+    session: u64,
+    mover: bool,
+    key: &str,
+    last: &mut Option<u64>,
+    done: impl Fn() -> bool,
+    idle: Option<Duration>,
+) -> Result<(), Failure> {
+    let before = t.run_now();
+    let t0 = rec.now();
+    let mut es = match EventStream::open(
+        t.addr,
+        &format!("/v1/boxes/{key}"),
+        *last,
+        Duration::from_secs(5),
+    )? {
+        Ok(es) => es,
+        Err(resp) => return Err(Failure::Receive(format!("status {}", resp.status))),
+    };
+    let after = *last;
+    let mut quiet_since = Instant::now();
+    while !done() {
+        if idle.is_some_and(|d| quiet_since.elapsed() >= d) {
+            return Ok(());
+        }
+        let Some(ev) = es.next(Duration::from_millis(300))? else {
+            continue;
+        };
+        quiet_since = Instant::now();
+        if ev.name.as_deref().is_some_and(|n| n != "message") {
+            continue;
+        }
+        let Some(ver) = ev.id.as_deref().and_then(|i| i.trim().parse::<u64>().ok()) else {
+            continue;
+        };
+        let run = t.served(before);
+        Read {
+            process,
+            t,
+            session,
+            mover,
+            mode: ReadMode::Stream,
+            key,
+            after,
+        }
+        .record(rec, t0, run, ver, Some(ev.data));
+        *last = Some(ver);
+    }
+    Ok(())
+}
+
+fn long_poll_mover(sh: &Shared, rec: &Recorder, process: &str, nodes: &[Target], key: &str) {
+    let session = sh.new_session();
+    let mut clients: Vec<Client> = nodes.iter().map(|t| Client::new(t.addr)).collect();
+    let mut after = 0u64;
+    let mut i = 0;
+    let mut quiet = 0; // consecutive 304s once finishing
+    let mut finish_deadline = None;
+    loop {
+        if sh.finishing() {
+            let d =
+                *finish_deadline.get_or_insert_with(|| Instant::now() + Duration::from_secs(30));
+            if quiet >= nodes.len() {
+                return;
+            }
+            if Instant::now() > d {
+                eprintln!("pollbox-faults: {process}: the nodes still answer after 30 s");
+                return;
+            }
+        }
+        let t = &nodes[i % nodes.len()];
+        let r = poll_once(
+            rec,
+            &mut clients[i % nodes.len()],
+            process,
+            t,
+            session,
+            true,
+            key,
+            Some(after),
+            1_000,
+        );
+        match r {
+            Some((200, ver)) => {
+                after = after.max(ver);
+                quiet = 0;
+            }
+            Some((304, _)) => quiet += 1,
+            other => {
+                if sh.finishing() {
+                    eprintln!("pollbox-faults: {process}: {} answered {other:?}", t.name);
+                }
+                quiet = 0;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        i += 1;
+    }
+}
+
+fn stream_mover(sh: &Shared, rec: &Recorder, process: &str, nodes: &[Target], key: &str) {
+    let session = sh.new_session();
+    let mut last: Option<u64> = None;
+    let mut i = 0;
+    while !sh.finishing() {
+        let t = &nodes[i % nodes.len()];
+        let until = Instant::now() + Duration::from_secs(2);
+        let r = read_stream(
+            rec,
+            process,
+            t,
+            session,
+            true,
+            key,
+            &mut last,
+            || Instant::now() >= until || sh.finishing(),
+            None,
+        );
+        if r.is_err() {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        i += 1;
+    }
+    // Faults are over and the nodes caught up: one more visit to each node,
+    // until it has nothing newer for two seconds.
+    for t in nodes {
+        for _ in 0..3 {
+            let r = read_stream(
+                rec,
+                process,
+                t,
+                session,
+                true,
+                key,
+                &mut last,
+                || false,
+                Some(Duration::from_secs(2)),
+            );
+            if r.is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::PARTITIONS;
+    use crate::partition::home;
+
+    #[test]
+    fn keys_cover_every_partition_evenly() {
+        let keys = balanced_keys(12);
+        assert_eq!(keys.len(), 12);
+        let mut per = [0; PARTITIONS as usize];
+        for k in &keys {
+            per[home(k, PARTITIONS) as usize] += 1;
+        }
+        assert_eq!(per, [3; PARTITIONS as usize]);
+        // The movers' keys (the first two) live in different partitions.
+        assert_ne!(home(&keys[0], PARTITIONS), home(&keys[1], PARTITIONS));
+    }
+}
