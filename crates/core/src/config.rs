@@ -117,6 +117,87 @@ pub struct AuthConfig {
     pub ingest_tokens_file: String,
     /// The same for `/metrics`.
     pub metrics_tokens_file: String,
+    /// Who may read boxes (polls, long-polls, event streams, many-box reads).
+    pub read: ReadAccess,
+    /// Signed tokens scoped to keys (docs/private-boxes.md).
+    pub jwt: JwtConfig,
+    /// Static tokens with scopes (`[[auth.token]]`).
+    pub token: Vec<StaticTokenConfig>,
+}
+
+/// `auth.read`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReadAccess {
+    /// Reads need no token (the default).
+    #[default]
+    Public,
+    /// Reads need a token whose `read` scope matches the key.
+    Token,
+}
+
+/// `[auth.jwt]`: signed tokens (JWS compact form) verified with a JWKS.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JwtConfig {
+    /// A JWKS (RFC 7517); "" = no signed tokens.
+    pub keys_file: String,
+    /// "" = `iss` not checked; else it must be this.
+    pub issuer: String,
+    /// "" = `aud` not checked; else it must be (or list) this.
+    pub audience: String,
+    /// Clock skew allowed on `exp` and `nbf`, in seconds.
+    pub leeway_s: u64,
+    /// The cookie a token may come in ("" = none).
+    pub cookie: String,
+    /// Accept `?access_token=` (URLs get logged: off by default).
+    pub query_param: bool,
+    /// The text of `keys_file`, read at start by the caller ([`Config::add_jwks`]);
+    /// never printed.
+    #[serde(skip)]
+    pub keys: String,
+}
+
+impl Default for JwtConfig {
+    fn default() -> Self {
+        JwtConfig {
+            keys_file: String::new(),
+            issuer: String::new(),
+            audience: String::new(),
+            leeway_s: 30,
+            cookie: "pollbox_token".into(),
+            query_param: false,
+            keys: String::new(),
+        }
+    }
+}
+
+/// One `[[auth.token]]`: a static bearer token with the scopes a signed
+/// token's `pollbox` claim would carry.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StaticTokenConfig {
+    /// The token itself, or "" with `token_file`.
+    pub token: String,
+    /// A file holding the token (its first non-comment line), read at start.
+    pub token_file: String,
+    /// Key patterns it may read: exact keys, prefixes ending in `*`, or `*`.
+    pub read: Vec<String>,
+    /// Key patterns it may write.
+    pub write: Vec<String>,
+}
+
+impl AuthConfig {
+    /// Whether writes need a token: ingest tokens, static tokens or signed
+    /// tokens are configured.
+    pub fn writes_need_token(&self) -> bool {
+        !self.ingest_tokens.is_empty() || self.scoped_tokens()
+    }
+
+    /// Whether scoped tokens (signed or static) are configured.
+    pub fn scoped_tokens(&self) -> bool {
+        !self.jwt.keys_file.is_empty() || !self.token.is_empty()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -456,6 +537,7 @@ impl Config {
                 }
             }
         }
+        self.auth.validate_scoped()?;
         let b = &self.boxes;
         if b.key_field.is_empty() {
             return Err(invalid("boxes.key_field", "must not be empty"));
@@ -589,6 +671,13 @@ impl Config {
         let hide = |v: &mut Vec<String>| v.iter_mut().for_each(|t| *t = REDACTED.into());
         hide(&mut c.auth.ingest_tokens);
         hide(&mut c.auth.metrics_tokens);
+        for t in c.auth.token.iter_mut() {
+            // A token read from its file is printed as the file it came from.
+            t.token = match t.token_file.is_empty() {
+                true => REDACTED.into(),
+                false => String::new(),
+            };
+        }
         for (k, v) in c.log.client.iter_mut() {
             if is_secret_property(k) {
                 *v = REDACTED.into();
@@ -687,6 +776,42 @@ impl Config {
         self.validate()
     }
 
+    /// The JWKS `auth.jwt.keys_file` holds: checked (every key usable, each
+    /// bound to its algorithm) and kept for the node.
+    pub fn add_jwks(&mut self, text: &str, what: &str) -> Result<(), ConfigError> {
+        crate::auth::KeySet::from_jwks(text)
+            .map_err(|e| invalid("auth.jwt.keys_file", format!("{what}: {e}")))?;
+        self.auth.jwt.keys = text.into();
+        Ok(())
+    }
+
+    /// The token `auth.token[i].token_file` holds (its first line that is not
+    /// blank or a `#` comment).
+    pub fn add_static_token(
+        &mut self,
+        i: usize,
+        text: &str,
+        what: &str,
+    ) -> Result<(), ConfigError> {
+        let key = format!("auth.token[{i}].token_file");
+        let token = text
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty() && !l.starts_with('#'))
+            .ok_or_else(|| invalid(&key, format!("{what} holds no token")))?;
+        let Some(t) = self.auth.token.get_mut(i) else {
+            return Err(invalid(key, "no such [[auth.token]]"));
+        };
+        t.token = token.into();
+        t.token_file.clear();
+        let checked = self.validate();
+        if let Some(t) = self.auth.token.get_mut(i) {
+            // Printed configs say where the token came from.
+            t.token_file = what.into();
+        }
+        checked
+    }
+
     /// Add the properties of a client file (`key=value` a line, `#` comments
     /// and blank lines skipped) to `[log.client]`, over what it holds.
     pub fn add_client_properties(&mut self, text: &str, what: &str) -> Result<(), ConfigError> {
@@ -704,6 +829,66 @@ impl Config {
             self.log.client.insert(k.trim().into(), v.trim().into());
         }
         self.validate()
+    }
+}
+
+impl AuthConfig {
+    /// `auth.read`, `[auth.jwt]` and `[[auth.token]]`.
+    fn validate_scoped(&self) -> Result<(), ConfigError> {
+        let j = &self.jwt;
+        if j.leeway_s > 3600 {
+            return Err(invalid("auth.jwt.leeway_s", "must be 0 to 3600"));
+        }
+        // RFC 6265's cookie-name: a token (visible ASCII but separators).
+        if !j
+            .cookie
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !b"()<>@,;:\\\"/[]?={}".contains(&b))
+        {
+            return Err(invalid(
+                "auth.jwt.cookie",
+                "a cookie name is visible ASCII without ()<>@,;:\\\"/[]?={}",
+            ));
+        }
+        for (i, t) in self.token.iter().enumerate() {
+            let at = |k: &str| format!("auth.token[{i}].{k}");
+            match (t.token.is_empty(), t.token_file.is_empty()) {
+                (true, true) => return Err(invalid(at("token"), "give `token` or `token_file`")),
+                (false, false) => {
+                    return Err(invalid(
+                        at("token"),
+                        "give `token` or `token_file`, not both",
+                    ))
+                }
+                (false, true) if !t.token.bytes().all(|b| b.is_ascii_graphic()) => {
+                    return Err(invalid(
+                        at("token"),
+                        "a token must be non-empty visible ASCII",
+                    ))
+                }
+                _ => {}
+            }
+            if t.read.is_empty() && t.write.is_empty() {
+                return Err(invalid(
+                    at("read"),
+                    "a token with no `read` and no `write` pattern grants nothing",
+                ));
+            }
+            for (name, list) in [("read", &t.read), ("write", &t.write)] {
+                for (n, p) in list.iter().enumerate() {
+                    if let Err(reason) = crate::auth::Pattern::parse(p) {
+                        return Err(invalid(format!("auth.token[{i}].{name}[{n}]"), reason));
+                    }
+                }
+            }
+        }
+        if self.read == ReadAccess::Token && !self.scoped_tokens() {
+            return Err(invalid(
+                "auth.read",
+                "\"token\" needs a way to grant reads: auth.jwt.keys_file or an [[auth.token]]",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -1016,5 +1201,93 @@ mod tests {
             .add_client_properties("nonsense\n", "k.properties")
             .unwrap_err();
         assert!(e.to_string().contains("k.properties line 1"), "{e}");
+    }
+
+    #[test]
+    fn auth_keys_with_their_defaults() {
+        let c = Config::embedded();
+        assert_eq!(c.auth.read, ReadAccess::Public);
+        assert_eq!(c.auth.jwt, JwtConfig::default());
+        assert_eq!(c.auth.jwt.leeway_s, 30);
+        assert_eq!(c.auth.jwt.cookie, "pollbox_token");
+        assert!(!c.auth.jwt.query_param && c.auth.token.is_empty());
+        assert!(!c.auth.writes_need_token() && !c.auth.scoped_tokens());
+        let text =
+            "[auth]\nread = \"token\"\n[auth.jwt]\nkeys_file = \"k.json\"\nissuer = \"game\"\n\
+                    audience = \"pollbox\"\nleeway_s = 5\ncookie = \"\"\nquery_param = true\n\
+                    [[auth.token]]\ntoken = \"dash\"\nread = [\"*\"]\n\
+                    [[auth.token]]\ntoken_file = \"t.txt\"\nwrite = [\"room-17/*\"]\n";
+        let c = Config::from_toml(text).unwrap();
+        assert_eq!(c.auth.read, ReadAccess::Token);
+        assert_eq!(c.auth.jwt.leeway_s, 5);
+        assert_eq!(c.auth.token.len(), 2);
+        assert!(c.auth.writes_need_token());
+        // Printed back: the static token redacted, the key set's text never.
+        let shown = c.redacted().to_toml();
+        assert!(!shown.contains("dash"), "{shown}");
+        assert_eq!(Config::from_toml(&c.to_toml()).unwrap(), c);
+    }
+
+    #[test]
+    fn auth_values_are_named() {
+        let cases = [
+            ("[auth]\nread = \"private\"\n", "unknown variant"),
+            ("[auth]\nread = \"token\"\n", "auth.read"),
+            ("[auth.jwt]\nleeway_s = 3601\n", "auth.jwt.leeway_s"),
+            ("[auth.jwt]\ncookie = \"a;b\"\n", "auth.jwt.cookie"),
+            ("[auth.jwt]\nkid = \"x\"\n", "unknown field"),
+            ("[[auth.token]]\nread = [\"*\"]\n", "auth.token[0].token"),
+            (
+                "[[auth.token]]\ntoken = \"a\"\ntoken_file = \"f\"\nread = [\"*\"]\n",
+                "auth.token[0].token",
+            ),
+            (
+                "[[auth.token]]\ntoken = \"a b\"\nread = [\"*\"]\n",
+                "auth.token[0].token",
+            ),
+            ("[[auth.token]]\ntoken = \"a\"\n", "auth.token[0].read"),
+            (
+                "[[auth.token]]\ntoken = \"a\"\nwrite = [\"x\", \"a*b\"]\n",
+                "auth.token[0].write[1]",
+            ),
+            (
+                "[[auth.token]]\ntoken = \"a\"\nread = [\"*\"]\nscope = 1\n",
+                "unknown field",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = Config::from_toml(text).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn key_sets_and_token_files_join_the_config() {
+        let mut c = Config::from_toml("[auth.jwt]\nkeys_file = \"k.json\"\n").unwrap();
+        let e = c
+            .add_jwks("{\"keys\":[]}", "k.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("auth.jwt.keys_file") && e.contains("no key"),
+            "{e}"
+        );
+        c.add_jwks(include_str!("auth/testdata/jwks.json"), "k.json")
+            .unwrap();
+        assert!(
+            !c.to_toml().contains("\"kty\""),
+            "the key set is never printed"
+        );
+        let mut c =
+            Config::from_toml("[[auth.token]]\ntoken_file = \"t\"\nread = [\"*\"]\n").unwrap();
+        let e = c
+            .add_static_token(0, "# none\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("auth.token[0].token_file"), "{e}");
+        c.add_static_token(0, "# the dashboard\n s3cret \n", "t")
+            .unwrap();
+        assert_eq!(c.auth.token[0].token, "s3cret");
+        assert!(!c.redacted().to_toml().contains("s3cret"));
     }
 }

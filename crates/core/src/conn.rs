@@ -45,6 +45,7 @@
 //!   for up to [`LINGER_MS`] and [`LINGER_BYTES`], so the client reads the
 //!   answer instead of a reset.
 
+use crate::auth::Credentials;
 use crate::buffers::{Buffers, SendQueue};
 use crate::http::{
     Frame, Framer, FramerState, HttpError, Limits, Method, Progress, Version, CONTINUE,
@@ -151,6 +152,9 @@ pub struct Connection {
     closing: Option<Closing>,
     /// The last read wanted a buffer the worker's budget did not allow.
     starved: bool,
+    /// The last token presented and what it was found to be: verified once
+    /// per connection, again only when it changes.
+    creds: Credentials,
 }
 
 /// How long a connection past `max_connections` ([`Listener::Probes`]) has
@@ -182,6 +186,7 @@ impl Connection {
             streaming: None,
             closing: None,
             starved: false,
+            creds: Credentials::default(),
         }
     }
 
@@ -597,8 +602,9 @@ impl Connection {
                     self.posted = frame.method == Method::Post;
                     let buf = &self.rbuf[self.rstart..self.rend];
                     let listener = self.listener;
+                    let creds = &mut self.creds;
                     let r = self.sendq.append(&mut buffers.send, |out| {
-                        service.answer(listener, frame, buf, keep_alive, out, *host)
+                        service.answer(listener, frame, buf, keep_alive, out, *host, creds)
                     });
                     match r {
                         Reply::KeepAlive => {}

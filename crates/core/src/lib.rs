@@ -25,6 +25,7 @@
 //! What it is not: an HTTP library. It knows exactly the requests pollbox serves.
 
 pub mod arena;
+pub mod auth;
 pub mod boxes;
 pub mod buffers;
 mod bytes;

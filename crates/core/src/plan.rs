@@ -133,6 +133,8 @@ pub enum MessageError {
     PayloadTooLarge,
     /// A new box past `max_boxes` (507 for a single message).
     TooManyBoxes,
+    /// The key is outside the token's write scope (403 for a single message).
+    Forbidden,
 }
 
 impl MessageError {
@@ -140,6 +142,7 @@ impl MessageError {
     pub fn status(&self) -> u16 {
         match self {
             MessageError::TooManyBoxes => 507,
+            MessageError::Forbidden => 403,
             _ => 422,
         }
     }
@@ -158,6 +161,7 @@ impl MessageError {
             MessageError::SumOverflow { .. } => "overflow",
             MessageError::PayloadTooLarge => "payload_too_large",
             MessageError::TooManyBoxes => "too_many_boxes",
+            MessageError::Forbidden => "forbidden",
         }
     }
 
@@ -231,6 +235,9 @@ impl MessageError {
                 out.extend_from_slice(b"too many boxes (max_boxes is ");
                 out.extend_from_slice(itoa::Buffer::new().format(plan.max_boxes).as_bytes());
                 out.extend_from_slice(b")");
+            }
+            MessageError::Forbidden => {
+                out.extend_from_slice(b"forbidden: key outside the token's write scope")
             }
         }
     }

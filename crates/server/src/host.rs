@@ -142,6 +142,11 @@ impl Host for WorkerHost {
     }
 
     #[inline]
+    fn auth_refused(&mut self, why: pollbox_core::service::AuthRefused) {
+        self.shared.stats[self.id].auth_refused[why.index()].inc();
+    }
+
+    #[inline]
     fn sse_event(&mut self, coalesced: u64) {
         let stats = &self.shared.stats[self.id];
         stats.sse_events.inc();

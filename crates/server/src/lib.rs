@@ -214,6 +214,17 @@ impl Preflight {
             let f = config.auth.metrics_tokens_file.clone();
             config.add_tokens(true, &read_named("auth.metrics_tokens_file", &f)?, &f)?;
         }
+        if !config.auth.jwt.keys_file.is_empty() {
+            let f = config.auth.jwt.keys_file.clone();
+            config.add_jwks(&read_named("auth.jwt.keys_file", &f)?, &f)?;
+        }
+        for i in 0..config.auth.token.len() {
+            let f = config.auth.token[i].token_file.clone();
+            if !f.is_empty() {
+                let key = format!("auth.token[{i}].token_file");
+                config.add_static_token(i, &read_named(&key, &f)?, &f)?;
+            }
+        }
         if !config.log.client_file.is_empty() {
             let f = config.log.client_file.clone();
             config.add_client_properties(&read_named("log.client_file", &f)?, &f)?;

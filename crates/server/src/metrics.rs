@@ -9,6 +9,7 @@ use crate::stats::{
     TICK_BUCKETS,
 };
 use crate::Shared;
+use pollbox_core::service::AuthRefused;
 use std::io::Write;
 use std::sync::atomic::Ordering;
 
@@ -160,6 +161,8 @@ pub fn render(shared: &Shared, out: &mut Vec<u8>) {
             "pollbox_ingest_messages_total{{result=\"{label}\"}} {n}"
         );
     }
+
+    auth_refused(out, shared);
 
     single(
         out,
@@ -652,5 +655,21 @@ fn render_log(out: &mut Vec<u8>, log: &crate::log::LogState) {
                 st.next.load(Ordering::Relaxed)
             );
         }
+    }
+}
+
+/// `pollbox_auth_refused_total{reason}`: requests (and batch messages)
+/// refused by access control (docs/private-boxes.md), every reason listed.
+fn auth_refused(out: &mut Vec<u8>, shared: &Shared) {
+    header(
+        out,
+        "pollbox_auth_refused_total",
+        "counter",
+        "Requests (and batch messages) refused by access control, by reason.",
+    );
+    for why in AuthRefused::ALL {
+        let n = sum(shared, |s| s.auth_refused[why.index()].get());
+        let label = why.label();
+        let _ = writeln!(out, "pollbox_auth_refused_total{{reason=\"{label}\"}} {n}");
     }
 }

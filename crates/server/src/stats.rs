@@ -5,6 +5,7 @@
 //! cache line bouncing between workers). The scraper on any thread reads them
 //! with relaxed loads; a value is at worst one increment stale.
 
+use pollbox_core::service::AuthRefused;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// A counter written by one thread only.
@@ -176,6 +177,8 @@ pub struct WorkerStats {
     pub sse_subscribers: Counter,
     pub sse_events: Counter,
     pub sse_coalesced: Counter,
+    /// Requests (and batch messages) refused by access control, by reason.
+    pub auth_refused: [Counter; AuthRefused::ALL.len()],
 }
 
 impl Default for WorkerStats {
@@ -210,6 +213,7 @@ impl Default for WorkerStats {
             sse_subscribers: Counter::default(),
             sse_events: Counter::default(),
             sse_coalesced: Counter::default(),
+            auth_refused: Default::default(),
         }
     }
 }

@@ -125,6 +125,61 @@ fn ten_thousand_polls_from_an_allowed_origin_allocate_nothing() {
     );
 }
 
+/// With `auth.read = "token"` and a signed token (ES256, the slowest to
+/// verify) in every poll: the token is verified on the connection's first
+/// request and kept, so the polls after it allocate nothing either.
+#[test]
+fn ten_thousand_polls_with_a_cached_token_allocate_nothing() {
+    let _serial = serial();
+    let dir = std::env::temp_dir().join(format!("pollbox-alloc-auth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let jwks = dir.join("jwks.json");
+    std::fs::write(
+        &jwks,
+        include_str!("../../core/src/auth/testdata/jwks.json"),
+    )
+    .unwrap();
+    let tokens: std::collections::HashMap<String, String> =
+        serde_json::from_str(include_str!("../../core/src/auth/testdata/tokens.json")).unwrap();
+    let token = &tokens["es_far"];
+    let mut c = config();
+    c.server.workers = 1;
+    c.auth.read = pollbox_core::config::ReadAccess::Token;
+    c.auth.jwt.keys_file = jwks.display().to_string();
+    let s = start(c);
+    let a = s.addr();
+    let body = r#"{"value":5,"player":"p-7"}"#;
+    let post = format!(
+        "POST /v1/boxes/hot HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let (r, _) = raw(a, post.as_bytes());
+    assert_eq!(r.status, 200);
+    let req =
+        format!("GET /v1/boxes/hot HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\n\r\n");
+    let (r, _) = raw(a, b"GET /v1/boxes/hot HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(r.status, 401, "the token is needed");
+    let mut stream = connect(a);
+    let mut buf = vec![0u8; 4096];
+    for _ in 0..2000 {
+        assert_eq!(poll_once(&mut stream, req.as_bytes(), &mut buf), 200);
+    }
+    let before = ALLOC.total();
+    for _ in 0..10_000 {
+        assert_eq!(poll_once(&mut stream, req.as_bytes(), &mut buf), 200);
+    }
+    let after = ALLOC.total();
+    drop(stream);
+    s.shutdown().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        after - before,
+        0,
+        "allocations during 10,000 polls with a cached token"
+    );
+}
+
 /// A poll of many pre-rendered boxes (docs/http.md#many-boxes-at-once), plain
 /// and conditional (304) in turn, allocates nothing either: the keys are
 /// decoded into the worker's buffers, the payloads copied into its body.

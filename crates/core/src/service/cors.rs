@@ -46,6 +46,14 @@ pub struct Allowed(usize);
 impl Cors {
     /// From `http.cors_origins` (validated: `*` alone, or lower-case origins).
     pub fn new(origins: &[String]) -> Cors {
+        Cors::with_credentials(origins, false)
+    }
+
+    /// With `credentials` (cookie tokens, docs/private-boxes.md): answers to
+    /// a listed origin also say `Access-Control-Allow-Credentials: true`, so
+    /// a page's `EventSource` with `withCredentials` sends its cookie; never
+    /// to `*`, which browsers refuse with credentials anyway.
+    pub fn with_credentials(origins: &[String], credentials: bool) -> Cors {
         let origins = origins
             .iter()
             .map(|o| {
@@ -55,6 +63,9 @@ impl Cors {
                 lines.extend_from_slice(
                     b"\r\nVary: Origin\r\nAccess-Control-Expose-Headers: ETag\r\n",
                 );
+                if credentials && o != "*" {
+                    lines.extend_from_slice(b"Access-Control-Allow-Credentials: true\r\n");
+                }
                 Origin {
                     name: o.as_bytes().into(),
                     lines: lines.into_boxed_slice(),
@@ -134,6 +145,22 @@ mod tests {
             Some("Access-Control-Allow-Origin: *\r\nVary: Origin\r\nAccess-Control-Expose-Headers: ETag\r\n")
         );
         assert_eq!(c.allow(None), None, "no Origin: not a CORS request");
+    }
+
+    #[test]
+    fn credentials_for_listed_origins_only() {
+        let c = Cors::with_credentials(&["https://game.example".into()], true);
+        assert!(lines(&c, b"https://game.example")
+            .unwrap()
+            .ends_with("Access-Control-Allow-Credentials: true\r\n"));
+        let star = Cors::with_credentials(&["*".into()], true);
+        assert!(!lines(&star, b"https://game.example")
+            .unwrap()
+            .contains("Credentials"));
+        let off = Cors::with_credentials(&["https://game.example".into()], false);
+        assert!(!lines(&off, b"https://game.example")
+            .unwrap()
+            .contains("Credentials"));
     }
 
     #[test]

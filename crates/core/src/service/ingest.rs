@@ -1,6 +1,7 @@
 //! `POST /v1/boxes/{key}` and `POST /v1/ingest`: the body parsed into the
 //! worker's arena, each message applied to the box table, the answer written.
 
+use super::access::{may_write, write_forbidden, write_scopes, AuthRefused};
 use super::{Answer, Exchange, Heads, Host, IngestResult, Reply, RouteLabel, Service};
 use crate::plan::MessageError;
 use crate::projection::{BodyFormat, KeySource, Shape};
@@ -16,6 +17,7 @@ impl Service {
         };
         let answer = x.json(route, 200);
         let (frame, buf, out, host) = (x.frame, x.buf, &mut *x.out, &mut *x.host);
+        let creds = &mut *x.creds;
         let format = match frame.field(&frame.content_type, buf) {
             Some(ct) if is_ndjson(ct) => BodyFormat::Ndjson,
             _ => BodyFormat::Json,
@@ -29,9 +31,12 @@ impl Service {
             key: path_key,
             body: text,
             now_ms,
+            now_s,
             ..
         } = self;
         let now_ms = *now_ms;
+        // The token passed the route's check: its write scope, message by message.
+        let scopes = write_scopes(node, creds, frame, buf, *now_s);
         let boxes = &node.boxes;
         text.clear();
         let batch = match projector.project(arena.bump(), &buf[frame.body.clone()], format, keys) {
@@ -52,6 +57,11 @@ impl Service {
                         KeySource::Path => std::str::from_utf8(path_key).unwrap_or(""),
                         KeySource::Body => m.key,
                     };
+                    if !may_write(scopes, key.as_bytes()) {
+                        host.ingested(IngestResult::Forbidden, 1);
+                        write_forbidden(heads, out, host, answer, text, key.as_bytes());
+                        return x.reply();
+                    }
                     (key, boxes.apply(key, m.values, now_ms, Some(text)))
                 }
                 Some(Err(e)) => ("", Err(*e)),
@@ -81,6 +91,10 @@ impl Service {
         text.extend_from_slice(b",\"errors\":[");
         for (i, item) in batch.items.iter().enumerate() {
             let res = match item {
+                Ok(m) if !may_write(scopes, m.key.as_bytes()) => {
+                    host.auth_refused(AuthRefused::Forbidden);
+                    Err(crate::plan::MessageError::Forbidden)
+                }
                 Ok(m) => boxes
                     .apply(m.key, m.values, now_ms, None)
                     .map(|_| host.box_updated(m.key.as_bytes())),

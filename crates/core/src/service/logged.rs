@@ -179,8 +179,10 @@ impl Service {
             projector,
             key: path_key,
             pending,
+            now_s,
             ..
         } = self;
+        let scopes = super::access::write_scopes(node, &mut *x.creds, x.frame, x.buf, *now_s);
         let boxes = &node.boxes;
         let plan = boxes.plan();
         let batch = match projector.project(arena.bump(), body, format, keys) {
@@ -225,7 +227,10 @@ impl Service {
             };
             // What the apply would refuse for any state, refused now: the
             // key's length, and a new box past max_boxes.
-            let refusal = if key.is_empty() {
+            let refusal = if !super::access::may_write(scopes, key) {
+                x.host.auth_refused(super::AuthRefused::Forbidden);
+                Some(MessageError::Forbidden)
+            } else if key.is_empty() {
                 Some(MessageError::EmptyKey)
             } else if key.len() > plan.max_key_bytes {
                 Some(MessageError::KeyTooLong)
@@ -303,12 +308,15 @@ impl Service {
         if timed_out && !p.complete() {
             p.failed = true;
         }
+        // Its access was checked when its records were produced.
+        let creds = &mut crate::auth::Credentials::default();
         let x = &mut Exchange {
             frame,
             buf,
             keep_alive,
             out,
             host,
+            creds,
         };
         self.answer_pending(x, &mut p)
     }

@@ -108,6 +108,12 @@ impl Service {
         if let Err(what) = self.decode_keys(q.keys) {
             return self.error(x, RouteLabel::Poll, 400, &what);
         }
+        if self.node.access.reads_need_token {
+            let need = crate::auth::Need::Read;
+            if let Err(r) = self.check_access(x, RouteLabel::Poll, need, true) {
+                return r;
+            }
+        }
         if frame.method == Method::Get && super::wants_event_stream(frame, buf) {
             let resume = match (frame.field(&frame.last_event_id, buf), q.last_event_id) {
                 (Some(header), _) => Some(header.to_vec()),

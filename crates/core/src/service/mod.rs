@@ -13,6 +13,7 @@
 //! What it is not: a connection. Keep-alive, parking, deadlines and request
 //! order live in [`crate::conn`]; this module answers one request at a time.
 
+mod access;
 mod answer;
 mod auth;
 mod cors;
@@ -22,6 +23,7 @@ mod many;
 mod stream;
 mod tally;
 
+pub use access::AuthRefused;
 pub use answer::{error_body, Answer, Heads, JSON, TEXT};
 pub use auth::{constant_time_eq, Tokens};
 pub use cors::{Cors, PREFLIGHT};
@@ -31,6 +33,7 @@ pub use stream::{wants_event_stream, write_event, Event, Stream, DELETED, HEARTB
 pub use tally::{IngestResult, Removal, RouteLabel};
 
 use crate::arena::{Arena, ResetStats};
+use crate::auth::{Access, Credentials, Need};
 use crate::boxes::{BoxTable, Removed, SweepBudget, Swept};
 use crate::config::Config;
 use crate::http::{
@@ -55,13 +58,18 @@ pub struct Node {
     pub tokens: Tokens,
     /// Bearer tokens for `/metrics` (none: open).
     pub metrics_tokens: Tokens,
+    /// Scoped tokens: who may read and write which box.
+    pub access: Access,
 }
 
 impl Node {
     pub fn new(config: Config, plan: Arc<Plan>, boxes: BoxTable) -> Node {
         let tokens = Tokens::new(&config.auth.ingest_tokens);
         let metrics_tokens = Tokens::new(&config.auth.metrics_tokens);
+        // The key set was checked when it joined the config (Config::add_jwks).
+        let access = Access::new(&config.auth).expect("auth.jwt keys checked by Config::add_jwks");
         Node {
+            access,
             config,
             plan,
             boxes,
@@ -118,6 +126,10 @@ pub trait Host {
     /// skipped since its previous event (docs/http.md#event-streams).
     fn sse_event(&mut self, coalesced: u64) {
         let _ = coalesced;
+    }
+    /// A request (or one message of a batch) was refused by access control.
+    fn auth_refused(&mut self, why: AuthRefused) {
+        let _ = why;
     }
 }
 
@@ -184,6 +196,8 @@ pub(super) struct Exchange<'a, H> {
     keep_alive: bool,
     out: &'a mut Vec<u8>,
     host: &'a mut H,
+    /// The connection's last token and what it was found to be.
+    creds: &'a mut Credentials,
 }
 
 impl<H> Exchange<'_, H> {
@@ -234,6 +248,9 @@ pub struct Service {
     /// The server's monotonic clock (ms) for the requests being answered: box
     /// expiry counts on it.
     now_ms: u64,
+    /// The wall clock in seconds since the epoch (token `exp` and `nbf`),
+    /// followed with the `Date` header ([`Service::set_time`]).
+    now_s: u64,
     /// Boxes the last expiry step removed, until their long-polls are woken.
     expired: Vec<Removed>,
     /// A node of a log: ingest produces instead of applying.
@@ -255,12 +272,16 @@ impl Service {
         Service {
             arena: Arena::new(working, limits.arena_limit_bytes),
             projector: Projector::new(node.plan.clone()),
-            heads: Heads::new(now, Cors::new(&node.config.http.cors_origins)),
+            heads: Heads::new(
+                now,
+                Cors::with_credentials(&node.config.http.cors_origins, node.access.cookie_tokens()),
+            ),
             key: Vec::with_capacity(node.config.boxes.max_key_bytes.max(256)),
             body: Vec::with_capacity(16 * 1024),
             scratch: Vec::with_capacity(node.config.boxes.max_key_bytes.max(256)),
             watching: None,
             now_ms: 0,
+            now_s: unix_s(now),
             expired: Vec::with_capacity(expiring),
             logged: node.config.log.enabled(),
             pending: None,
@@ -310,6 +331,7 @@ impl Service {
     /// Follow the wall clock (the `Date` header and the heads rendered with it).
     pub fn set_time(&mut self, now: SystemTime) {
         self.heads.refresh(now);
+        self.now_s = unix_s(now);
     }
 
     /// Heap bytes of the service's scratch and the projector's slots (the
@@ -344,6 +366,8 @@ impl Service {
 
     /// Answer one framed request (`buf` is the slice the frame's ranges index)
     /// into `out`. `keep_alive`: the request's, unless the server is draining.
+    /// `creds`: the connection's last token, verified once.
+    #[allow(clippy::too_many_arguments)]
     pub fn answer<H: Host>(
         &mut self,
         listener: Listener,
@@ -352,6 +376,7 @@ impl Service {
         keep_alive: bool,
         out: &mut Vec<u8>,
         host: &mut H,
+        creds: &mut Credentials,
     ) -> Reply {
         let x = &mut Exchange {
             frame,
@@ -359,6 +384,7 @@ impl Service {
             keep_alive,
             out,
             host,
+            creds,
         };
         let allowed = self.heads.begin(frame.field(&frame.origin, buf));
         if frame.method == Method::Options
@@ -386,11 +412,14 @@ impl Service {
             Route::Poll { key } => self.poll(x, key),
             Route::PollMany => self.poll_many(x),
             Route::IngestKey { key } => {
-                if !self.authorized(x) {
+                if !self.node.access.scoped && !self.authorized(x) {
                     return self.unauthorized(x, RouteLabel::IngestKey);
                 }
                 if let Err(what) = self.decode_key(key) {
                     return self.error(x, RouteLabel::IngestKey, 400, what);
+                }
+                if let Err(r) = self.check_access(x, RouteLabel::IngestKey, Need::Write, false) {
+                    return r;
                 }
                 if self.logged {
                     return self.ingest_logged(x, KeySource::Path);
@@ -398,8 +427,12 @@ impl Service {
                 self.ingest(x, KeySource::Path)
             }
             Route::Ingest => {
-                if !self.authorized(x) {
+                if !self.node.access.scoped && !self.authorized(x) {
                     return self.unauthorized(x, RouteLabel::Ingest);
+                }
+                // The token is checked here; its scope message by message.
+                if let Err(r) = self.check_token(x, RouteLabel::Ingest) {
+                    return r;
                 }
                 if self.logged {
                     return self.ingest_logged(x, KeySource::Body);
@@ -459,6 +492,11 @@ impl Service {
             Ok(q) => q,
             Err(what) => return self.error(x, RouteLabel::Poll, 400, what),
         };
+        if self.node.access.reads_need_token {
+            if let Err(r) = self.check_access(x, RouteLabel::Poll, Need::Read, false) {
+                return r;
+            }
+        }
         if frame.method == Method::Get && wants_event_stream(frame, buf) {
             return self.subscribe(x, q.last_event_id);
         }
@@ -503,12 +541,15 @@ impl Service {
         self.key.clear();
         self.key.extend_from_slice(key);
         let not_modified = timed_out && !self.park_due(key, &park);
+        // Its access was checked when it parked.
+        let creds = &mut Credentials::default();
         let x = &mut Exchange {
             frame,
             buf,
             keep_alive,
             out,
             host,
+            creds,
         };
         if park.many {
             return self.write_many(x, RouteLabel::LongPoll, not_modified);
@@ -520,11 +561,14 @@ impl Service {
     /// woken and answered 404), 404 for an unknown key; a token as for ingest.
     fn delete<H: Host>(&mut self, x: &mut Exchange<'_, H>, raw_key: &[u8]) -> Reply {
         let route = RouteLabel::Delete;
-        if !self.authorized(x) {
+        if !self.node.access.scoped && !self.authorized(x) {
             return self.unauthorized(x, route);
         }
         if let Err(what) = self.decode_key(raw_key) {
             return self.error(x, route, 400, what);
+        }
+        if let Err(r) = self.check_access(x, route, Need::Write, false) {
+            return r;
         }
         if self.logged {
             return self.delete_logged(x);
@@ -666,6 +710,12 @@ impl Service {
     pub fn refuse<H: Host>(&mut self, e: HttpError, out: &mut Vec<u8>, host: &mut H) {
         self.closing_error(e.status(), e.reason(), out, host);
     }
+}
+
+/// Seconds since the epoch (0 before it).
+fn unix_s(now: SystemTime) -> u64 {
+    now.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// `Content-Type` of the Prometheus text exposition 0.0.4.

@@ -75,10 +75,12 @@ pub enum IngestResult {
     /// A node of a log: the log did not take or acknowledge the message in
     /// time (503; it may or may not be in the log).
     LogUnavailable,
+    /// Outside the token's write scope.
+    Forbidden,
 }
 
 impl IngestResult {
-    pub const ALL: [IngestResult; 11] = [
+    pub const ALL: [IngestResult; 12] = [
         IngestResult::Accepted,
         IngestResult::NotObject,
         IngestResult::BadKey,
@@ -90,6 +92,7 @@ impl IngestResult {
         IngestResult::InvalidBody,
         IngestResult::ArenaFull,
         IngestResult::LogUnavailable,
+        IngestResult::Forbidden,
     ];
 
     pub fn name(self) -> &'static str {
@@ -105,6 +108,7 @@ impl IngestResult {
             IngestResult::InvalidBody => "invalid_body",
             IngestResult::ArenaFull => "arena_full",
             IngestResult::LogUnavailable => "log_unavailable",
+            IngestResult::Forbidden => "forbidden",
         }
     }
 
@@ -121,6 +125,7 @@ impl IngestResult {
             E::SumOverflow { .. } => IngestResult::Overflow,
             E::PayloadTooLarge => IngestResult::PayloadTooLarge,
             E::TooManyBoxes => IngestResult::TooManyBoxes,
+            E::Forbidden => IngestResult::Forbidden,
         }
     }
 

@@ -24,7 +24,16 @@ fn ask(s: &mut Service, host: &mut Recorder, listener: Listener, req: &str) -> (
         p => panic!("incomplete request: {p:?}"),
     };
     let mut out = Vec::new();
-    let r = s.answer(listener, &frame, &buf, frame.keep_alive, &mut out, host);
+    let creds = &mut crate::auth::Credentials::default();
+    let r = s.answer(
+        listener,
+        &frame,
+        &buf,
+        frame.keep_alive,
+        &mut out,
+        host,
+        creds,
+    );
     (r, String::from_utf8(out).unwrap())
 }
 
@@ -271,7 +280,15 @@ fn answers_go_through_a_send_queue_unchanged() {
         panic!()
     };
     q.append(&mut pool, |out| {
-        s.answer(Listener::Main, &frame, &buf, true, out, &mut h)
+        s.answer(
+            Listener::Main,
+            &frame,
+            &buf,
+            true,
+            out,
+            &mut h,
+            &mut Default::default(),
+        )
     });
     let bytes: Vec<u8> = q.chunks().flatten().copied().collect();
     assert_eq!(q.pending(), bytes.len());
@@ -593,4 +610,195 @@ fn framing_errors_carry_no_cors_headers_from_an_earlier_request() {
     s.refuse(crate::http::HttpError::HeadTooLarge, &mut out, &mut h);
     let out = String::from_utf8(out).unwrap();
     assert!(out.starts_with("HTTP/1.1 431") && !out.contains("Access-Control-"));
+}
+
+mod access {
+    use super::*;
+    use crate::config::{ReadAccess, StaticTokenConfig};
+    use std::time::Duration;
+
+    fn private() -> Service {
+        let mut s = service_with(|c| {
+            c.auth.read = ReadAccess::Token;
+            c.auth.ingest_tokens = vec!["ing".into()];
+            c.auth.token = vec![StaticTokenConfig {
+                token: "alice".into(),
+                read: vec!["room-17/*".into()],
+                write: vec!["room-17/alice".into()],
+                ..Default::default()
+            }];
+            c.auth.jwt.keys_file = "jwks.json".into();
+            c.add_jwks(include_str!("../auth/testdata/jwks.json"), "jwks.json")
+                .unwrap();
+        });
+        s.set_time(SystemTime::UNIX_EPOCH + Duration::from_secs(1500));
+        s
+    }
+
+    fn get(s: &mut Service, h: &mut Recorder, target: &str, auth: &str) -> String {
+        main(
+            s,
+            h,
+            &format!("GET {target} HTTP/1.1\r\nHost: x\r\n{auth}\r\n"),
+        )
+    }
+
+    fn post(s: &mut Service, h: &mut Recorder, target: &str, auth: &str, body: &str) -> String {
+        main(
+            s,
+            h,
+            &format!(
+                "POST {target} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: {}\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+    }
+
+    const ALICE: &str = "Authorization: Bearer alice\r\n";
+
+    #[test]
+    fn reads_need_a_token_with_the_scope() {
+        let (mut s, mut h) = (private(), Recorder::default());
+        let a = get(&mut s, &mut h, "/v1/boxes/room-17%2Fx", "");
+        assert!(a.starts_with("HTTP/1.1 401 "), "{a}");
+        assert!(a.contains("WWW-Authenticate: Bearer\r\n"), "{a}");
+        let a = get(&mut s, &mut h, "/v1/boxes/room-17%2Fx", ALICE);
+        assert!(a.starts_with("HTTP/1.1 404 "), "past the check: {a}");
+        let a = get(&mut s, &mut h, "/v1/boxes/room-18%2Fx", ALICE);
+        assert!(a.starts_with("HTTP/1.1 403 "), "{a}");
+        assert!(
+            a.contains("WWW-Authenticate: Bearer error=\"insufficient_scope\"\r\n"),
+            "{a}"
+        );
+        assert!(
+            a.ends_with("{\"error\":\"forbidden\",\"key\":\"room-18/x\"}"),
+            "{a}"
+        );
+        let a = get(&mut s, &mut h, "/v1/boxes?keys=room-17/a,room-18/b", ALICE);
+        assert!(
+            a.ends_with("{\"error\":\"forbidden\",\"key\":\"room-18/b\",\"i\":1}"),
+            "{a}"
+        );
+        let a = get(&mut s, &mut h, "/v1/boxes?keys=room-17/a,room-17/b", ALICE);
+        assert!(a.starts_with("HTTP/1.1 200 "), "{a}");
+        // An ingest token writes; it does not read.
+        let a = get(
+            &mut s,
+            &mut h,
+            "/v1/boxes/room-17%2Fx",
+            "Authorization: Bearer ing\r\n",
+        );
+        assert!(a.starts_with("HTTP/1.1 403 "), "{a}");
+        // From the cookie.
+        let a = get(
+            &mut s,
+            &mut h,
+            "/v1/boxes/room-17%2Fx",
+            "Cookie: a=b; pollbox_token=alice\r\n",
+        );
+        assert!(a.starts_with("HTTP/1.1 404 "), "{a}");
+        // The query only when asked for.
+        let a = get(
+            &mut s,
+            &mut h,
+            "/v1/boxes/room-17%2Fx?access_token=alice",
+            "",
+        );
+        assert!(a.starts_with("HTTP/1.1 401 "), "{a}");
+    }
+
+    #[test]
+    fn invalid_tokens_say_why() {
+        let (mut s, mut h) = (private(), Recorder::default());
+        let tokens: std::collections::HashMap<String, String> =
+            serde_json::from_str(include_str!("../auth/testdata/tokens.json")).unwrap();
+        let bearer = |t: &str| format!("Authorization: Bearer {t}\r\n");
+        let a = get(
+            &mut s,
+            &mut h,
+            "/v1/boxes/room-17%2Fx",
+            &bearer(&tokens["ed"]),
+        );
+        assert!(a.starts_with("HTTP/1.1 404 "), "{a}");
+        let a = get(
+            &mut s,
+            &mut h,
+            "/v1/boxes/room-17%2Fx",
+            &bearer(&tokens["tampered"]),
+        );
+        assert!(a.starts_with("HTTP/1.1 401 "), "{a}");
+        assert!(
+            a.contains(
+                "WWW-Authenticate: Bearer error=\"invalid_token\", \
+                 error_description=\"bad signature\"\r\n"
+            ),
+            "{a}"
+        );
+        assert!(
+            a.ends_with("{\"error\":\"invalid_token\",\"error_description\":\"bad signature\"}")
+        );
+        s.set_time(SystemTime::UNIX_EPOCH + Duration::from_secs(2100));
+        let a = get(
+            &mut s,
+            &mut h,
+            "/v1/boxes/room-17%2Fx",
+            &bearer(&tokens["ed"]),
+        );
+        assert!(a.contains("error_description=\"expired\""), "{a}");
+        let a = get(
+            &mut s,
+            &mut h,
+            "/v1/boxes/room-17%2Fx",
+            "Authorization: Bearer nope\r\n",
+        );
+        assert!(a.contains("error_description=\"malformed\""), "{a}");
+    }
+
+    #[test]
+    fn writes_are_checked_key_by_key() {
+        let (mut s, mut h) = (private(), Recorder::default());
+        let one = "{\"value\":1}";
+        let a = post(&mut s, &mut h, "/v1/boxes/room-17%2Falice", ALICE, one);
+        assert!(a.starts_with("HTTP/1.1 200 "), "{a}");
+        let a = post(&mut s, &mut h, "/v1/boxes/room-17%2Fbob", ALICE, one);
+        assert!(a.starts_with("HTTP/1.1 403 "), "{a}");
+        let a = post(&mut s, &mut h, "/v1/boxes/room-17%2Fbob", "", one);
+        assert!(a.starts_with("HTTP/1.1 401 "), "{a}");
+        let batch =
+            "[{\"key\":\"room-17/alice\",\"value\":2},{\"key\":\"room-17/bob\",\"value\":3}]";
+        let a = post(&mut s, &mut h, "/v1/ingest", ALICE, batch);
+        assert!(
+            a.ends_with(
+                "{\"accepted\":1,\"rejected\":1,\"errors\":[{\"i\":1,\"error\":\"forbidden: \
+                 key outside the token's write scope\"}]}"
+            ),
+            "{a}"
+        );
+        let a = post(
+            &mut s,
+            &mut h,
+            "/v1/ingest",
+            ALICE,
+            "{\"key\":\"room-17/bob\",\"value\":3}",
+        );
+        assert!(
+            a.starts_with("HTTP/1.1 403 ") && a.contains("\"key\":\"room-17/bob\""),
+            "{a}"
+        );
+        let a = post(&mut s, &mut h, "/v1/ingest", "", batch);
+        assert!(a.starts_with("HTTP/1.1 401 "), "{a}");
+        let a = main(&mut s, &mut h, "DELETE /v1/boxes/room-17%2Fbob HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice\r\n\r\n");
+        assert!(a.starts_with("HTTP/1.1 403 "), "{a}");
+        // An ingest token writes every key, as it always did.
+        let a = post(
+            &mut s,
+            &mut h,
+            "/v1/boxes/anything",
+            "Authorization: Bearer ing\r\n",
+            one,
+        );
+        assert!(a.starts_with("HTTP/1.1 200 "), "{a}");
+        let a = main(&mut s, &mut h, "DELETE /v1/boxes/room-17%2Falice HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ing\r\n\r\n");
+        assert!(a.starts_with("HTTP/1.1 204 "), "{a}");
+    }
 }
