@@ -54,6 +54,10 @@ pub struct Shared {
     /// Workers writing in io_uring batches (`server.io_uring`; the rest use `send`).
     pub uring_workers: AtomicUsize,
     pub draining: AtomicBool,
+    /// Every worker has exited (the drain is over): the log's consumer stops.
+    /// It goes on while the workers drain, so an ingest in flight at a
+    /// SIGTERM is answered with its record's fate, not 503 at its deadline.
+    pub workers_stopped: AtomicBool,
     ready: AtomicBool,
     pub waiters: wakeups::Waiters,
     /// Where accepted connections are served (by load), and the hand-over.
@@ -355,6 +359,7 @@ impl Server {
             open_connections: AtomicUsize::new(0),
             uring_workers: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
+            workers_stopped: AtomicBool::new(false),
             ready: AtomicBool::new(false),
             waiters: wakeups::Waiters::new(wakers.clone()),
             placement: placement::Placement::new(&wakers),
@@ -479,6 +484,7 @@ impl Server {
                 }
             }
         }
+        self.shared.workers_stopped.store(true, Ordering::Release);
         {
             let (lock, cv) = &*self.snapshot_stop;
             if let Ok(mut stop) = lock.lock() {
@@ -489,7 +495,7 @@ impl Server {
         if let Some(t) = self.snapshot_thread.take() {
             let _ = t.join();
         }
-        // The consumer sees `draining` within one wait for records.
+        // The consumer sees `workers_stopped` within one wait for records.
         if let Some(t) = self.log_thread.take() {
             let _ = t.join();
         }

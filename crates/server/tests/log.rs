@@ -658,3 +658,37 @@ fn partitions_added_to_the_topic_halt_the_node_unready_with_ingest_refused() {
     assert_eq!(get(a.addr(), "/v1/boxes/g").status, 200);
     a.shutdown().unwrap();
 }
+
+#[test]
+#[ignore = "needs a Kafka broker (scripts/kafka)"]
+fn an_ingest_in_flight_at_shutdown_is_answered_with_its_records_fate() {
+    // A rolling restart SIGTERMs a node while ingests wait for the log: the
+    // consumer goes on until the workers have drained, so each is answered
+    // with what became of its record, not 503 at its deadline.
+    let broker = Broker::start();
+    broker.create_topic("drain", 1);
+    let mut c = log_config(&broker, "drain", None);
+    c.log.ack_timeout_ms = 60_000;
+    let a = start(c);
+    until("ready", || ready(&a));
+    broker.signal("STOP");
+    let mut waiting = Reader::new(connect(a.addr()));
+    let body = r#"{"value":7}"#;
+    waiting.send(
+        format!(
+            "POST /v1/boxes/d HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    // The record is produced (the broker, stopped, cannot take it yet).
+    std::thread::sleep(Duration::from_millis(500));
+    let stopping = std::thread::spawn(move || a.shutdown());
+    std::thread::sleep(Duration::from_millis(500));
+    broker.signal("CONT");
+    let r = waiting.read(false);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains(r#""v":7"#), "{}", r.text());
+    assert_eq!(r.header("connection"), Some("close"));
+    stopping.join().unwrap().unwrap();
+}

@@ -73,7 +73,7 @@ pub fn spawn(shared: Arc<Shared>, log: Arc<LogState>) -> io::Result<JoinHandle<(
 /// client would add its threads and connections to an idle node).
 fn watch_ends(shared: &Shared, log: &LogState) {
     crate::lower_priority("log end");
-    while !stopping(shared) && !log.halted() {
+    while !done(shared) && !log.halted() {
         std::thread::sleep(END_EVERY);
         if let Some(p) = shared.producer.get() {
             read_ends(p.client(), log);
@@ -104,8 +104,14 @@ impl Throttled {
     }
 }
 
+/// Shutting down: the log's start is no longer waited for.
 fn stopping(shared: &Shared) -> bool {
     shared.draining.load(Ordering::Acquire)
+}
+
+/// The workers have drained: nobody waits for a record any more.
+fn done(shared: &Shared) -> bool {
+    shared.workers_stopped.load(Ordering::Acquire)
 }
 
 fn run(shared: &Shared, log: &LogState) {
@@ -144,7 +150,7 @@ fn run(shared: &Shared, log: &LogState) {
         eprintln!("pollbox: log: caught up (nothing to replay)");
     }
     let mut since_deliveries = 0u32;
-    while !stopping(shared) && !log.halted() {
+    while !done(shared) && !log.halted() {
         let polled = consumer.poll(POLL);
         since_deliveries += 1;
         if polled.is_none() || since_deliveries >= DELIVERIES_EVERY {

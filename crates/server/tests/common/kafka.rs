@@ -169,6 +169,17 @@ impl Broker {
     }
 
     /// SIGSTOP broker `i` (hung: its connections stay open, nothing answers).
+    /// Send `signal` (`STOP`, `CONT`) to the broker of [`Broker::start`]
+    /// (one broker: its pid is in `DIR/kafka.pid`).
+    pub fn signal(&self, signal: &str) {
+        let pid = std::fs::read_to_string(format!("{}/kafka.pid", self.dir)).expect("kafka.pid");
+        let st = Command::new("kill")
+            .args([format!("-{signal}"), pid.trim().to_string()])
+            .status()
+            .expect("kill");
+        assert!(st.success(), "kill -{signal} {pid}");
+    }
+
     pub fn pause(&self, i: usize) {
         self.broker_sh(i, &["pause"]);
     }
