@@ -692,3 +692,29 @@ fn an_ingest_in_flight_at_shutdown_is_answered_with_its_records_fate() {
     assert_eq!(r.header("connection"), Some("close"));
     stopping.join().unwrap().unwrap();
 }
+
+#[test]
+#[ignore = "needs a Kafka broker (scripts/kafka)"]
+fn the_producers_queue_is_emptied_as_records_are_delivered() {
+    // The client's queue counts a record until its delivery report is
+    // served: unserved, it fills after this many and every ingest is 503.
+    let broker = Broker::start();
+    broker.create_topic("queue", 2);
+    let mut c = log_config(&broker, "queue", None);
+    c.log
+        .client
+        .insert("queue.buffering.max.messages".into(), "500".into());
+    let a = start(c);
+    until("ready", || ready(&a));
+    let batch: String = (0..100)
+        .map(|i| format!(r#"{{"key":"q{i}","value":1}}"#))
+        .collect::<Vec<_>>()
+        .join(",");
+    for round in 0..40 {
+        let r = post(a.addr(), "/v1/ingest", &format!("[{batch}]"));
+        assert_eq!(r.status, 200, "round {round}: {}", r.text());
+        assert_eq!(r.json()["accepted"], 100, "round {round}: {}", r.text());
+    }
+    assert!(get(a.addr(), "/v1/boxes/q7").text().contains(r#""n":40"#));
+    a.shutdown().unwrap();
+}

@@ -22,9 +22,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// How long one wait for records lasts: the thread checks for shutdown (and
 /// refreshes the log's end) at least this often.
 const POLL: Duration = Duration::from_millis(100);
-/// Records applied between two looks at the producer's delivery reports
-/// (and at every wait that ended without a record).
-const DELIVERIES_EVERY: u32 = 256;
+/// How often the producer's delivery reports are served while records
+/// come, and how many records go between two looks at the clock for it.
+const DELIVERIES_EVERY: Duration = Duration::from_millis(1);
+const DELIVERIES_LOOK: u32 = 16;
 /// How often the log's end is read again for the lag.
 const END_EVERY: Duration = Duration::from_secs(1);
 /// Between two attempts to reach an unreachable log.
@@ -149,15 +150,23 @@ fn run(shared: &Shared, log: &LogState) {
     if log.check_caught_up() {
         eprintln!("pollbox: log: caught up (nothing to replay)");
     }
-    let mut since_deliveries = 0u32;
+    let (mut since_deliveries, mut served_at) = (0u32, Instant::now());
     while !done(shared) && !log.halted() {
         let polled = consumer.poll(POLL);
         since_deliveries += 1;
-        if polled.is_none() || since_deliveries >= DELIVERIES_EVERY {
+        // The delivery reports at least every DELIVERIES_EVERY_MS while
+        // records come (the clock read once in DELIVERIES_LOOK records), and
+        // at every wait that ended without one.
+        let due = polled.is_none()
+            || (since_deliveries >= DELIVERIES_LOOK && {
+                since_deliveries = 0;
+                served_at.elapsed() >= DELIVERIES_EVERY
+            });
+        if due {
             if let Some(p) = shared.producer.get() {
                 p.serve_deliveries();
             }
-            since_deliveries = 0;
+            (since_deliveries, served_at) = (0, Instant::now());
         }
         match polled {
             None => {}

@@ -175,10 +175,22 @@ impl Producer {
         self.inner.send(rec).map_err(|_| LogUnavailable)
     }
 
-    /// Hand the delivery reports that came in (records the log did not
-    /// take) to their workers; never waits.
+    /// Hand every delivery report that came in to its worker (a record the
+    /// log did not take is reported `Failed`; a taken one only leaves the
+    /// client's queue, which counts records until their report is served:
+    /// left there, it fills and every ingest is 503). Never waits. One poll
+    /// serves one event (a produce request's records); it goes on while the
+    /// queue shrinks.
     pub fn serve_deliveries(&self) {
-        self.inner.poll(Duration::ZERO);
+        let mut queued = self.inner.in_flight_count();
+        loop {
+            self.inner.poll(Duration::ZERO);
+            let now = self.inner.in_flight_count();
+            if now >= queued {
+                return;
+            }
+            queued = now;
+        }
     }
 
     /// The client, for requests that are not records (the log's end, the
