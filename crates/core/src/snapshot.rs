@@ -576,6 +576,10 @@ pub fn read_link_into(
         offset: 0,
     };
     let (found, link) = read_head(&mut r)?;
+    // Boxes restored from newer files are looked up first, so a state they
+    // replace costs a lookup, not a restore thrown away; a base read alone
+    // (into an empty table) looks up nothing.
+    let newer_boxes = !table.is_empty();
     let newest_wall_ms = *newer.newest_wall_ms.get_or_insert(link.wall_ms);
     let older_s =
         u32::try_from(newest_wall_ms.saturating_sub(link.wall_ms) / 1000).unwrap_or(u32::MAX);
@@ -649,8 +653,9 @@ pub fn read_link_into(
             return Err(r.corrupt_at(at, "bytes after the field states"));
         }
         boxes += 1;
-        let gone =
-            !newer.removed.is_empty() && newer.removed.get(&key).is_some_and(|&seq| seq > link.seq);
+        let gone = (!newer.removed.is_empty()
+            && newer.removed.get(&key).is_some_and(|&seq| seq > link.seq))
+            || (newer_boxes && table.version(key.as_bytes()).is_some());
         if same_layout && refused.is_none() && !gone {
             let version = past.map_or(version, |p| version.max(p) + 1);
             let idle_s = idle_s.saturating_add(older_s);
