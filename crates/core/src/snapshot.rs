@@ -1,26 +1,43 @@
 //! Box table snapshots (docs/operations.md#snapshots-and-durability): the binary
 //! format and its checks, written to any `Write` and read from any `Read`. Files
-//! (the atomic save, the load at start) are the server's:
-//! `pollbox_server::snapshot_file`.
+//! (the chain of a base and its deltas on disk, the atomic save, the load at
+//! start) are the server's: `pollbox_server::snapshot_file`.
 //!
-//! Format, little endian throughout:
+//! A snapshot is a **chain**: a base (every box) and deltas (the boxes written
+//! and the keys removed since the file before, [`Walk`]), each a file of
+//! format 5, little endian throughout:
 //!
 //! ```text
-//! magic "PBOXSNAP" | format u32 (= 4)
+//! magic "PBOXSNAP" | format u32 (= 5) | kind u8 (0 base, 1 delta) | chain u64 | seq u32 | wall_ms u64
 //! field count u32 | per field: name_len u16, name, type u8, reduce u8
-//! per box:  1u8 | key_len u16, key | version u64 | idle_s u32 | state_len u32, state
-//! end:      0u8 | box count u64 | version floor u64
-//!           | topic_len u16, topic | partition count u32 | per partition: partition i32, next offset i64
-//!           | CRC-32 (IEEE) u32 of every byte before it
+//! per box:     1u8 | key_len u16, key | version u64 | idle_s u32 | state_len u32, state
+//! per removal: 2u8 | key_len u16, key                                   (deltas only)
+//! end:         0u8 | box count u64 | removal count u64 | version floor u64
+//!              | topic_len u16, topic | partition count u32 | per partition: partition i32, next offset i64
+//!              | CRC-32 (IEEE) u32 of every byte before it
 //! ```
 //!
-//! The log position (format 4) is where a node of a Kafka log stands: the
-//! next offset to read in each partition of `topic` (`topic_len` 0: a
+//! `chain` names the base every file of the chain builds on (a random number
+//! drawn when the base is written), `seq` is 0 for the base and 1, 2, ... for
+//! its deltas, `wall_ms` the wall clock at the write (a box a delta does not
+//! hold has been idle since the file that holds it, longer by the time
+//! between the two). A chain is read newest file first ([`read_link_into`]):
+//! the first state of a key that a file gives wins, older ones are skipped,
+//! and a key a newer file removed is skipped in older ones, so every box is
+//! restored once, from the newest file that holds it.
+//!
+//! Formats 4 and 3 were one file, a base with no chain (the layout above
+//! without kind, chain, seq, wall_ms and removal count); 4 ends with the log
+//! position, 3 has none. Both are still read, as a base; 4 is still written by
+//! [`write_snapshot_at`] (tools and tests).
+//!
+//! The log position (formats 4 and 5) is where a node of a Kafka log stands:
+//! the next offset to read in each partition of `topic` (`topic_len` 0: a
 //! standalone node's snapshot, no position). It is taken *before* the walk,
 //! so the boxes reflect at least every record before it; records applied
 //! during the walk are read again at a restart and skipped by their version
-//! (`BoxTable::apply_logged`), so none is applied twice. Format 3 (no
-//! position) is still read.
+//! (`BoxTable::apply_logged`), so none is applied twice. A delta holds the
+//! position of the state it completes, so the newest file's is the chain's.
 //!
 //! `state` holds one entry per field in the box table's own field-state encoding
 //! (`boxes/codec.rs`: a tag, then a varint, 8 bytes or a string), so records and
@@ -44,18 +61,22 @@ use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::sync::Arc;
 
+use std::collections::HashMap;
+
 use crate::boxes::codec;
-use crate::boxes::{BoxTable, RestoreError};
+use crate::boxes::{BoxTable, RestoreError, Walk};
 use crate::config::{FieldType, Reduce};
 use crate::log::Position;
 use crate::plan::Plan;
 use crate::render::FieldState;
 
 const MAGIC: &[u8; 8] = b"PBOXSNAP";
-/// The snapshot format this build writes and reads.
-pub const FORMAT_VERSION: u32 = 4;
-/// The older formats this build still reads: 3 has no log position, 2 no
-/// version floor and idle times either.
+/// The snapshot format this build writes and reads: a base or a delta of a chain.
+pub const FORMAT_VERSION: u32 = 5;
+/// The older formats this build still reads, as a base: 4 is one file with no
+/// chain, 3 has no log position either, 2 no version floor and idle times
+/// either.
+const FORMAT_WITHOUT_CHAIN: u32 = 4;
 const FORMAT_WITHOUT_POSITION: u32 = 3;
 const FORMAT_WITHOUT_LIFECYCLE: u32 = 2;
 /// Bounds that keep a corrupted count from asking for gigabytes.
@@ -67,7 +88,41 @@ const MAX_FIELDS: u32 = 4096;
 const MAX_STATE: u32 = 1 << 20;
 
 const BOX_MARKER: u8 = 1;
+const REMOVED_MARKER: u8 = 2;
 const END_MARKER: u8 = 0;
+
+/// What a file of a snapshot chain is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Every box.
+    Base,
+    /// The boxes written and the keys removed since the file before.
+    Delta,
+}
+
+/// Where a file stands in its chain (the head of a format-5 file; a file of
+/// format 4 or older reads as a base of chain 0 written at wall_ms 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Link {
+    pub kind: Kind,
+    /// The chain: drawn when its base is written, carried by its deltas.
+    pub chain: u64,
+    /// 0 for the base, then 1, 2, ... for its deltas in order.
+    pub seq: u32,
+    /// The wall clock (ms since the Unix epoch) when the file was written.
+    pub wall_ms: u64,
+}
+
+/// What [`write_link`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// The file's checksum (what a seal names).
+    pub crc: u32,
+    pub boxes: u64,
+    pub removed: u64,
+    /// The version floor written.
+    pub floor: u64,
+}
 
 /// Why a snapshot was not loaded. Each says what is wrong with the file.
 #[derive(Debug, thiserror::Error)]
@@ -91,6 +146,8 @@ pub enum SnapshotError {
     LayoutMismatch { snapshot: String, config: String },
     #[error("snapshot box {key:?} does not fit the current config: {reason}")]
     BoxRefused { key: String, reason: RestoreError },
+    #[error("snapshot file does not belong where it lies: {0}")]
+    OutOfChain(String),
 }
 
 /// Write every box of `table` to `w` at `now_ms` (the clock the table's
@@ -116,13 +173,8 @@ pub fn write_snapshot_at(
     let plan = table.plan();
     let mut head = Vec::with_capacity(64);
     head.extend_from_slice(MAGIC);
-    head.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    head.extend_from_slice(&len_u32(plan.fields.len())?.to_le_bytes());
-    for (name, ty, reduce) in layout(plan) {
-        head.extend_from_slice(&len_u16(name.len())?.to_le_bytes());
-        head.extend_from_slice(name.as_bytes());
-        head.extend_from_slice(&[ty, reduce]);
-    }
+    head.extend_from_slice(&FORMAT_WITHOUT_CHAIN.to_le_bytes());
+    encode_layout(plan, &mut head)?;
     w.write_all(&head)?;
 
     let mut count = 0u64;
@@ -150,6 +202,122 @@ pub fn write_snapshot_at(
     end[9..].copy_from_slice(&table.version_floor().to_le_bytes());
     w.write_all(&end)?;
     let mut log = Vec::with_capacity(64);
+    encode_position(position, &mut log)?;
+    w.write_all(&log)?;
+    let crc = w.crc.clone().finalize();
+    w.inner.write_all(&crc.to_le_bytes())?;
+    w.inner.flush()?;
+    Ok(crc)
+}
+
+/// Write one file of a chain (format 5): with [`Kind::Base`] every box of
+/// `table`, with [`Kind::Delta`] the boxes written and the keys removed since
+/// the walk before ([`BoxTable::walk`]: every walk, base or delta, starts a
+/// new generation of changes, so call this for every file of the chain, in
+/// order, and start a new base after a write that failed). `position` is the
+/// log position the boxes reflect at least (taken before this call). Pass a
+/// buffered writer.
+pub fn write_link(
+    table: &BoxTable,
+    now_ms: u64,
+    link: &Link,
+    position: Option<&Position>,
+    w: &mut impl Write,
+) -> io::Result<Written> {
+    let mut w = CrcWriter {
+        inner: w,
+        crc: crc32fast::Hasher::new(),
+    };
+    let plan = table.plan();
+    let mut head = Vec::with_capacity(64);
+    head.extend_from_slice(MAGIC);
+    head.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    head.push(match link.kind {
+        Kind::Base => 0,
+        Kind::Delta => 1,
+    });
+    head.extend_from_slice(&link.chain.to_le_bytes());
+    head.extend_from_slice(&link.seq.to_le_bytes());
+    head.extend_from_slice(&link.wall_ms.to_le_bytes());
+    encode_layout(plan, &mut head)?;
+    w.write_all(&head)?;
+
+    let (mut boxes, mut removed) = (0u64, 0u64);
+    let failed: std::cell::RefCell<Option<io::Error>> = std::cell::RefCell::new(None);
+    let w = std::cell::RefCell::new(w);
+    let mut record = Vec::with_capacity(256);
+    let mut gone = Vec::with_capacity(64);
+    let which = match link.kind {
+        Kind::Base => Walk::All,
+        Kind::Delta => Walk::Changed,
+    };
+    table.walk(
+        now_ms,
+        which,
+        |key| {
+            if failed.borrow().is_some() {
+                return;
+            }
+            gone.clear();
+            gone.push(REMOVED_MARKER);
+            let done = len_u16(key.len()).and_then(|n| {
+                gone.extend_from_slice(&n.to_le_bytes());
+                gone.extend_from_slice(key.as_bytes());
+                w.borrow_mut().write_all(&gone)
+            });
+            match done {
+                Ok(()) => removed += 1,
+                Err(e) => *failed.borrow_mut() = Some(e),
+            }
+        },
+        |key, version, idle_s, state| {
+            if failed.borrow().is_some() {
+                return;
+            }
+            record.clear();
+            match encode_box(key, version, idle_s, state, &mut record)
+                .and_then(|()| w.borrow_mut().write_all(&record))
+            {
+                Ok(()) => boxes += 1,
+                Err(e) => *failed.borrow_mut() = Some(e),
+            }
+        },
+    );
+    if let Some(e) = failed.into_inner() {
+        return Err(e);
+    }
+    let mut w = w.into_inner();
+    let floor = table.version_floor();
+    let mut end = Vec::with_capacity(64);
+    end.push(END_MARKER);
+    end.extend_from_slice(&boxes.to_le_bytes());
+    end.extend_from_slice(&removed.to_le_bytes());
+    // After the walk: every box removed before it saw the box's shard is in it.
+    end.extend_from_slice(&floor.to_le_bytes());
+    encode_position(position, &mut end)?;
+    w.write_all(&end)?;
+    let crc = w.crc.clone().finalize();
+    w.inner.write_all(&crc.to_le_bytes())?;
+    w.inner.flush()?;
+    Ok(Written {
+        crc,
+        boxes,
+        removed,
+        floor,
+    })
+}
+
+fn encode_layout(plan: &Plan, head: &mut Vec<u8>) -> io::Result<()> {
+    head.extend_from_slice(&len_u32(plan.fields.len())?.to_le_bytes());
+    for (name, ty, reduce) in layout(plan) {
+        head.extend_from_slice(&len_u16(name.len())?.to_le_bytes());
+        head.extend_from_slice(name.as_bytes());
+        head.extend_from_slice(&[ty, reduce]);
+    }
+    Ok(())
+}
+
+fn encode_position(position: Option<&Position>, log: &mut Vec<u8>) -> io::Result<()> {
     match position {
         None => log.extend_from_slice(&0u16.to_le_bytes()),
         Some(p) => {
@@ -168,11 +336,7 @@ pub fn write_snapshot_at(
             }
         }
     }
-    w.write_all(&log)?;
-    let crc = w.crc.clone().finalize();
-    w.inner.write_all(&crc.to_le_bytes())?;
-    w.inner.flush()?;
-    Ok(crc)
+    Ok(())
 }
 
 fn encode_box(
@@ -293,14 +457,113 @@ pub struct Restored {
     pub crc: u32,
 }
 
-/// Read a snapshot into `table` (empty; the caller's, so that it keeps the
-/// caller's version clock), its versions kept or re-stamped.
+/// Read a snapshot of one file into `table` (empty; the caller's, so that it
+/// keeps the caller's version clock), its versions kept or re-stamped.
 pub fn read_snapshot_into(
     table: BoxTable,
     now_ms: u64,
     versions: Versions,
     r: &mut impl Read,
 ) -> Result<Restored, SnapshotError> {
+    let read = read_link_into(&table, now_ms, versions, &mut Newer::default(), r)?;
+    table.raise_version_floor(read.floor);
+    Ok(Restored {
+        table,
+        position: read.position,
+        crc: read.crc,
+    })
+}
+
+/// What the newer files of a chain, read already, settled for the older
+/// ones: the keys they removed (and in which file), the wall clock of the
+/// newest.
+#[derive(Debug, Default)]
+pub struct Newer {
+    removed: HashMap<String, u32>,
+    newest_wall_ms: Option<u64>,
+}
+
+/// What [`read_link_into`] read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRead {
+    pub link: Link,
+    /// The format it was written in (2 to 5).
+    pub format: u32,
+    pub position: Option<Position>,
+    pub crc: u32,
+    /// Its version floor: the caller raises the table's to the highest of a
+    /// chain's ([`BoxTable::raise_version_floor`]).
+    pub floor: u64,
+    /// Boxes restored from it (not those a newer file held).
+    pub restored: u64,
+}
+
+/// The head of a snapshot file: its format and where it stands in its chain
+/// (a file before format 5 is a base of chain 0). Reads only the head.
+pub fn read_link(r: &mut impl Read) -> Result<(u32, Link), SnapshotError> {
+    let mut r = CrcReader {
+        inner: r,
+        crc: crc32fast::Hasher::new(),
+        offset: 0,
+    };
+    read_head(&mut r)
+}
+
+fn read_head<R: Read>(r: &mut CrcReader<'_, R>) -> Result<(u32, Link), SnapshotError> {
+    if r.array::<8>()? != *MAGIC {
+        return Err(SnapshotError::BadMagic);
+    }
+    let found = r.u32()?;
+    if ![
+        FORMAT_VERSION,
+        FORMAT_WITHOUT_CHAIN,
+        FORMAT_WITHOUT_POSITION,
+        FORMAT_WITHOUT_LIFECYCLE,
+    ]
+    .contains(&found)
+    {
+        return Err(SnapshotError::UnsupportedVersion { found });
+    }
+    let mut link = Link {
+        kind: Kind::Base,
+        chain: 0,
+        seq: 0,
+        wall_ms: 0,
+    };
+    if found == FORMAT_VERSION {
+        let at = r.offset;
+        link.kind = match r.u8()? {
+            0 => Kind::Base,
+            1 => Kind::Delta,
+            _ => return Err(r.corrupt_at(at, "bad file kind")),
+        };
+        link.chain = r.u64()?;
+        let at = r.offset;
+        link.seq = r.u32()?;
+        if (link.seq == 0) != (link.kind == Kind::Base) {
+            return Err(r.corrupt_at(at, "file number does not fit its kind"));
+        }
+        link.wall_ms = r.u64()?;
+    }
+    Ok((found, link))
+}
+
+/// Read one file of a chain into `table`, the chain's files newest first:
+/// a box the table holds already (from a newer file, or earlier in this
+/// one) is skipped, as is one that a newer file removed; a removal is
+/// recorded in `newer` for the older files. Idle times grow by the time
+/// between this file and the newest. The version floor is returned, not
+/// applied. Nothing is trusted before the checksum at the end matches: a box
+/// the configuration refuses is reported only if the file is otherwise intact
+/// (a damaged file says so instead); on an error the table holds part of the
+/// file and is to be dropped.
+pub fn read_link_into(
+    table: &BoxTable,
+    now_ms: u64,
+    versions: Versions,
+    newer: &mut Newer,
+    r: &mut impl Read,
+) -> Result<FileRead, SnapshotError> {
     let plan = table.plan();
     // Every version the writer may have served is below the clock now.
     let past = match versions {
@@ -312,19 +575,14 @@ pub fn read_snapshot_into(
         crc: crc32fast::Hasher::new(),
         offset: 0,
     };
-    if r.array::<8>()? != *MAGIC {
-        return Err(SnapshotError::BadMagic);
-    }
-    let found = r.u32()?;
-    if ![
-        FORMAT_VERSION,
-        FORMAT_WITHOUT_POSITION,
-        FORMAT_WITHOUT_LIFECYCLE,
-    ]
-    .contains(&found)
-    {
-        return Err(SnapshotError::UnsupportedVersion { found });
-    }
+    let (found, link) = read_head(&mut r)?;
+    // Boxes restored from newer files are looked up first, so a state they
+    // replace costs a lookup, not a restore thrown away; a base read alone
+    // (into an empty table) looks up nothing.
+    let newer_boxes = !table.is_empty();
+    let newest_wall_ms = *newer.newest_wall_ms.get_or_insert(link.wall_ms);
+    let older_s =
+        u32::try_from(newest_wall_ms.saturating_sub(link.wall_ms) / 1000).unwrap_or(u32::MAX);
     let lifecycle = found != FORMAT_WITHOUT_LIFECYCLE;
     let at = r.offset;
     let n = r.u32()?;
@@ -349,20 +607,31 @@ pub fn read_snapshot_into(
     // The first box the table refused; reported once the checksum vouches for
     // the file.
     let mut refused: Option<SnapshotError> = None;
-    let mut boxes = 0u64;
+    let (mut boxes, mut removals, mut restored) = (0u64, 0u64, 0u64);
     let mut state: Vec<FieldState> = Vec::with_capacity(stored.len());
     let mut state_bytes: Vec<u8> = Vec::new();
     loop {
         let at = r.offset;
-        match r.u8()? {
+        let marker = r.u8()?;
+        match marker {
             END_MARKER => break,
             BOX_MARKER => {}
+            REMOVED_MARKER if link.kind == Kind::Delta => {}
             _ => return Err(r.corrupt_at(at, "bad box marker")),
         }
         let len = r.u16()?;
         let at = r.offset;
         let key = String::from_utf8(r.bytes(len as usize)?)
             .map_err(|_| r.corrupt_at(at, "box key is not UTF-8"))?;
+        if marker == REMOVED_MARKER {
+            removals += 1;
+            // Unless a newer file (or this one: boxes follow the removals of
+            // their shard) holds the key again.
+            if table.version(key.as_bytes()).is_none() {
+                newer.removed.entry(key).or_insert(link.seq);
+            }
+            continue;
+        }
         let version = r.u64()?;
         let idle_s = if lifecycle { r.u32()? } else { 0 };
         let at = r.offset;
@@ -384,18 +653,26 @@ pub fn read_snapshot_into(
             return Err(r.corrupt_at(at, "bytes after the field states"));
         }
         boxes += 1;
-        if same_layout && refused.is_none() {
+        let gone = (!newer.removed.is_empty()
+            && newer.removed.get(&key).is_some_and(|&seq| seq > link.seq))
+            || (newer_boxes && table.version(key.as_bytes()).is_some());
+        if same_layout && refused.is_none() && !gone {
             let version = past.map_or(version, |p| version.max(p) + 1);
-            if let Err(reason) = table.restore(&key, version, idle_s, &state, now_ms) {
-                refused = Some(SnapshotError::BoxRefused { key, reason });
+            let idle_s = idle_s.saturating_add(older_s);
+            match table.restore(&key, version, idle_s, &state, now_ms) {
+                Ok(()) => restored += 1,
+                // A newer state of the box was restored already.
+                Err(RestoreError::Duplicate) => {}
+                Err(reason) => refused = Some(SnapshotError::BoxRefused { key, reason }),
             }
         }
     }
     let at = r.offset;
     let count = r.u64()?;
+    let removal_count = if found == FORMAT_VERSION { r.u64()? } else { 0 };
     let floor = if lifecycle { r.u64()? } else { 0 };
     let mut position = None;
-    if found == FORMAT_VERSION {
+    if found >= FORMAT_WITHOUT_CHAIN {
         let len = r.u16()?;
         if len > 0 {
             let at = r.offset;
@@ -426,7 +703,7 @@ pub fn read_snapshot_into(
             computed,
         });
     }
-    if count != boxes {
+    if count != boxes || removal_count != removals {
         return Err(r.corrupt_at(at, "box count does not match the boxes read"));
     }
     let mut extra = [0u8; 1];
@@ -445,14 +722,14 @@ pub fn read_snapshot_into(
     }
     match refused {
         Some(e) => Err(e),
-        None => {
-            table.raise_version_floor(floor);
-            Ok(Restored {
-                table,
-                position,
-                crc: computed,
-            })
-        }
+        None => Ok(FileRead {
+            link,
+            format: found,
+            position,
+            crc: computed,
+            floor,
+            restored,
+        }),
     }
 }
 
@@ -762,6 +1039,149 @@ mod tests {
         let e = read_snapshot_at(Arc::new(Plan::default_plan()), 0, &mut bytes.as_slice())
             .expect_err("refused");
         assert!(e.to_string().contains("bad log position"), "{e}");
+    }
+
+    fn link(kind: Kind, seq: u32, wall_ms: u64) -> Link {
+        Link {
+            kind,
+            chain: 42,
+            seq,
+            wall_ms,
+        }
+    }
+
+    fn file(t: &BoxTable, l: Link) -> Vec<u8> {
+        let mut out = Vec::new();
+        write_link(t, 0, &l, None, &mut out).expect("writes to a Vec");
+        out
+    }
+
+    /// Read a chain's files (oldest first in `files`) the way a restart does:
+    /// newest first into one table.
+    fn read_chain(plan: Plan, files: &[Vec<u8>]) -> BoxTable {
+        let t = BoxTable::new(Arc::new(plan));
+        let mut newer = Newer::default();
+        let mut floor = 0;
+        for f in files.iter().rev() {
+            let read = read_link_into(&t, 0, Versions::Keep, &mut newer, &mut f.as_slice())
+                .expect("reads");
+            floor = floor.max(read.floor);
+        }
+        t.raise_version_floor(floor);
+        t
+    }
+
+    #[test]
+    fn a_base_and_its_deltas_round_trip_with_removals_and_recreations() {
+        let t = sample(every_type_plan(), 40);
+        let base = file(&t, link(Kind::Base, 0, 0));
+        let (_, l) = read_link(&mut base.as_slice()).expect("head");
+        assert_eq!(l, link(Kind::Base, 0, 0));
+        t.apply("box-1-é", &[None, None, None, None, None], 0, None)
+            .expect("ok");
+        t.remove("box-2-é".as_bytes()).expect("present");
+        t.remove("box-3-é".as_bytes()).expect("present");
+        t.apply("box-3-é", &[], 0, None).expect("created again");
+        t.apply("new", &[], 0, None).expect("ok");
+        let d1 = file(&t, link(Kind::Delta, 1, 0));
+        assert!(d1.len() * 5 < base.len(), "{} of {}", d1.len(), base.len());
+        t.remove(b"new").expect("present");
+        t.remove("box-1-é".as_bytes()).expect("present");
+        t.apply("box-1-é", &[], 0, None).expect("created again");
+        let d2 = file(&t, link(Kind::Delta, 2, 0));
+        // Nothing changed: an empty delta.
+        let d3 = file(&t, link(Kind::Delta, 3, 0));
+        let back = read_chain(every_type_plan(), &[base, d1, d2, d3]);
+        assert_eq!(dump(&back), dump(&t));
+        assert_eq!(back.version_floor(), t.version_floor());
+    }
+
+    #[test]
+    fn a_box_a_delta_does_not_hold_ages_by_the_time_since_its_file() {
+        let mut plan = Plan::default_plan();
+        plan.ttl_s = 1000;
+        let t = BoxTable::new(Arc::new(plan.clone()));
+        t.apply("old", &[], 0, None).expect("ok");
+        let base = file(&t, link(Kind::Base, 0, 1_000));
+        t.apply("new", &[], 0, None).expect("ok");
+        let d1 = file(&t, link(Kind::Delta, 1, 61_000));
+        let back = read_chain(plan, &[base, d1]);
+        let mut idle = Vec::new();
+        back.for_each(0, |k, _, i, _| idle.push((k.to_string(), i)));
+        idle.sort();
+        assert_eq!(idle, [("new".into(), 0), ("old".into(), 60)]);
+    }
+
+    /// Writers update, create and remove boxes while a base and deltas are
+    /// written: the chain read back is the table, once a last delta is
+    /// written with the writers stopped (a change made during a walk is in
+    /// that walk's file or in the next).
+    #[test]
+    fn no_change_made_during_a_walk_is_missed() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let t = Arc::new(BoxTable::new(Arc::new(Plan::default_plan())));
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers: Vec<_> = (0..2u64)
+            .map(|w| {
+                let (t, stop) = (t.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut x = w + 1;
+                    while !stop.load(Ordering::Relaxed) {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let key = format!("k{}", x % 3000);
+                        if x % 11 == 0 {
+                            t.remove(key.as_bytes());
+                        } else {
+                            let v = [Some(Value::I64((x % 1000) as i64)), None, None, None];
+                            t.apply(&key, &v, 0, None).expect("ok");
+                        }
+                    }
+                })
+            })
+            .collect();
+        while t.len() < 1000 {
+            std::thread::yield_now();
+        }
+        let mut files = vec![file(&t, link(Kind::Base, 0, 0))];
+        for seq in 1..30 {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            files.push(file(&t, link(Kind::Delta, seq, 0)));
+        }
+        stop.store(true, Ordering::Relaxed);
+        for w in writers {
+            w.join().expect("writer");
+        }
+        files.push(file(&t, link(Kind::Delta, 30, 0)));
+        let back = read_chain(Plan::default_plan(), &files);
+        assert!(back.len() > 1000);
+        assert_eq!(dump(&back), dump(&t));
+    }
+
+    #[test]
+    fn every_truncation_or_flipped_byte_of_a_delta_is_refused() {
+        let t = sample(every_type_plan(), 6);
+        let base = file(&t, link(Kind::Base, 0, 0));
+        t.remove("box-2-é".as_bytes()).expect("present");
+        t.apply("box-1-é", &[], 0, None).expect("ok");
+        let delta = file(&t, link(Kind::Delta, 1, 0));
+        let read = |bytes: &[u8]| {
+            let t = BoxTable::new(Arc::new(every_type_plan()));
+            let mut newer = Newer::default();
+            read_link_into(&t, 0, Versions::Keep, &mut newer, &mut &bytes[..]).and_then(|_| {
+                read_link_into(&t, 0, Versions::Keep, &mut newer, &mut base.as_slice())
+            })
+        };
+        assert!(read(&delta).is_ok());
+        for len in 0..delta.len() {
+            assert!(read(&delta[..len]).is_err(), "length {len}");
+        }
+        for at in 0..delta.len() {
+            let mut bad = delta.clone();
+            bad[at] ^= 0x01;
+            assert!(read(&bad).is_err(), "byte {at}");
+        }
     }
 
     #[test]

@@ -20,6 +20,7 @@
 
 pub mod alloc_stats;
 pub mod conns;
+pub mod failpoint;
 pub mod host;
 pub mod listener;
 pub mod log;
@@ -39,7 +40,7 @@ use pollbox_core::service::Node;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -69,6 +70,12 @@ pub struct Shared {
     /// Snapshots written / failed, for metrics.
     pub snapshots_ok: AtomicUsize,
     pub snapshots_failed: AtomicUsize,
+    /// Bytes of the snapshot files written (bases and deltas), and the bases
+    /// among them (compactions included), for metrics.
+    pub snapshot_bytes: AtomicU64,
+    pub snapshot_bases: AtomicUsize,
+    /// Microseconds spent writing snapshot files (walk, write, fsync, rename).
+    pub snapshot_write_us: AtomicU64,
     /// Bytes jemalloc had allocated, when start-up finished, outside the parts
     /// pollbox accounts (the Rust runtime, argument parsing, the config, the
     /// workers' fixed structures). Measured once; it does not grow.
@@ -168,7 +175,8 @@ pub struct Server {
     wakers: Vec<Arc<mio::Waker>>,
     snapshot_path: Option<PathBuf>,
     snapshot_stop: Arc<(Mutex<bool>, Condvar)>,
-    snapshot_thread: Option<JoinHandle<()>>,
+    /// The snapshot thread, which hands the chain back when it stops.
+    snapshot_thread: Option<JoinHandle<snapshot_file::Snapshots>>,
     /// The thread consuming the log (`[log]` set).
     log_thread: Option<JoinHandle<()>>,
     /// Keeps another pollbox off the address while this one runs.
@@ -183,6 +191,8 @@ struct Preflight {
     plan: Arc<Plan>,
     boxes: BoxTable,
     position: Option<pollbox_core::log::Position>,
+    /// The chain the next snapshot extends (`None`: it starts a base).
+    chain: Option<snapshot_file::Chain>,
     snapshot_path: Option<PathBuf>,
     addr: SocketAddr,
     started: Instant,
@@ -254,7 +264,7 @@ impl Preflight {
             true => BoxTable::new(plan.clone()),
             false => BoxTable::with_version_clock(plan.clone(), wall_us),
         };
-        let (boxes, position) = match &snapshot_path {
+        let (boxes, position, chain) = match &snapshot_path {
             Some(p) => {
                 snapshot_file::check_dir(p)?;
                 let now_ms = if logged {
@@ -263,13 +273,13 @@ impl Preflight {
                     started.elapsed().as_millis() as u64
                 };
                 match snapshot_file::load(new_table, now_ms, p) {
-                    Ok(Some((t, position))) => {
+                    Ok(Some(loaded)) => {
                         if logged {
-                            check_position(&config, p, position.as_ref())?;
+                            check_position(&config, p, loaded.position.as_ref())?;
                         }
-                        (t, position)
+                        (loaded.table, loaded.position, loaded.chain)
                     }
-                    Ok(None) => (new_table(), None),
+                    Ok(None) => (new_table(), None, None),
                     Err(e) => {
                         return Err(StartError::Snapshot {
                             path: p.display().to_string(),
@@ -280,13 +290,14 @@ impl Preflight {
                     }
                 }
             }
-            None => (new_table(), None),
+            None => (new_table(), None, None),
         };
         Ok(Preflight {
             config,
             plan,
             boxes,
             position,
+            chain,
             snapshot_path,
             addr,
             started,
@@ -304,15 +315,21 @@ impl Server {
 
     /// Load the snapshot (if configured), bind, and start the workers.
     pub fn start(config: Config) -> Result<Server, StartError> {
+        failpoint::init();
         let Preflight {
             config,
             plan,
             boxes,
             position,
+            chain,
             snapshot_path,
             addr,
             started,
         } = Preflight::run(config)?;
+        if snapshot_path.is_some() {
+            // Removals from now on go into the next delta.
+            boxes.track_changes();
+        }
         let logged = config.log.enabled();
         let log_state = logged.then(|| Arc::new(log::LogState::new(&config.log, position)));
         let n = config.effective_workers(available_cores());
@@ -367,6 +384,9 @@ impl Server {
             workers: n,
             snapshots_ok: AtomicUsize::new(0),
             snapshots_failed: AtomicUsize::new(0),
+            snapshot_bytes: AtomicU64::new(0),
+            snapshot_bases: AtomicUsize::new(0),
+            snapshot_write_us: AtomicU64::new(0),
             runtime_bytes: AtomicUsize::new(0),
             log: log_state,
             producer: std::sync::OnceLock::new(),
@@ -424,11 +444,12 @@ impl Server {
         let snapshot_stop = Arc::new((Mutex::new(false), Condvar::new()));
         let snapshot_thread = match &snapshot_path {
             Some(p) => {
-                let (shared, stop, path) = (shared.clone(), snapshot_stop.clone(), p.clone());
+                let snapshots = snapshot_file::Snapshots::new(p.clone(), chain);
+                let (shared, stop) = (shared.clone(), snapshot_stop.clone());
                 Some(
                     std::thread::Builder::new()
                         .name("pollbox-snapshot".into())
-                        .spawn(move || snapshot_file::writer_loop(shared, stop, path))?,
+                        .spawn(move || snapshot_file::writer_loop(shared, stop, snapshots))?,
                 )
             }
             None => None,
@@ -492,20 +513,23 @@ impl Server {
             }
             cv.notify_all();
         }
-        if let Some(t) = self.snapshot_thread.take() {
-            let _ = t.join();
-        }
+        let snapshots = self.snapshot_thread.take().and_then(|t| t.join().ok());
         // The consumer sees `workers_stopped` within one wait for records.
         if let Some(t) = self.log_thread.take() {
             let _ = t.join();
         }
         if let Some(p) = &self.snapshot_path {
+            // A thread that panicked lost its chain: the final file is a base.
+            let mut snapshots =
+                snapshots.unwrap_or_else(|| snapshot_file::Snapshots::new(p.clone(), None));
             let position = self.shared.log.as_ref().and_then(|l| l.position());
             let (boxes, now_ms) = (&self.shared.node.boxes, self.shared.table_now_ms());
             // Every worker has stopped: no version past this snapshot's was
-            // served, so the next start may keep its versions (the seal).
-            if let Err(e) = snapshot_file::save_atomic(boxes, now_ms, position.as_ref(), p)
-                .and_then(|crc| snapshot_file::seal(p, crc))
+            // served, so the next start may keep its versions (the seal names
+            // the chain's newest file).
+            if let Err(e) = snapshots
+                .save(boxes, now_ms, position.as_ref())
+                .and_then(|saved| snapshot_file::seal(p, saved.newest_crc))
             {
                 first_err.get_or_insert(format!("final snapshot to {}: {e}", p.display()));
             }

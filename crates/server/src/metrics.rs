@@ -468,6 +468,34 @@ pub fn render(shared: &Shared, out: &mut Vec<u8>) {
     );
     single(
         out,
+        "pollbox_snapshot_written_bytes_total",
+        "counter",
+        "Bytes of snapshot files written (bases and deltas).",
+        shared
+            .snapshot_bytes
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
+    single_f(
+        out,
+        "pollbox_snapshot_write_seconds_total",
+        "counter",
+        "Time spent writing snapshot files (walk, write, fsync, rename).",
+        shared
+            .snapshot_write_us
+            .load(std::sync::atomic::Ordering::Relaxed) as f64
+            / 1e6,
+    );
+    single(
+        out,
+        "pollbox_snapshot_bases_total",
+        "counter",
+        "Snapshot bases written (the first, and every compaction of a chain of deltas).",
+        shared
+            .snapshot_bases
+            .load(std::sync::atomic::Ordering::Relaxed) as u64,
+    );
+    single(
+        out,
         "pollbox_snapshot_failures_total",
         "counter",
         "Periodic snapshots that failed.",

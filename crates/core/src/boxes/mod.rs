@@ -25,6 +25,7 @@
 //!   `codec.rs` (the field state encoding), `size.rs` (allocator size
 //!   classes, for the accounting).
 
+mod changes;
 pub(crate) mod codec;
 mod expiry;
 mod map;
@@ -35,6 +36,7 @@ mod size;
 mod slot;
 mod walk;
 
+pub use changes::Walk;
 pub use expiry::{Removed, SweepBudget, Swept};
 pub use size::size_class;
 pub use walk::RestoreError;
@@ -45,7 +47,9 @@ use shard::*;
 
 use std::fmt;
 use std::hash::BuildHasher;
-use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
@@ -105,6 +109,13 @@ pub struct BoxTable {
     next_pass: AtomicU32,
     /// Where a new box's version starts at least (docs/boxes.md#versions-and-etags).
     clock: VersionClock,
+    /// The snapshot generation: every record written is stamped with it (its
+    /// low 16 bits), and each snapshot walk moves it on, so a delta collects
+    /// the records of the generation before (`changes.rs`).
+    generation: AtomicU32,
+    /// Whether removed keys are kept for the next delta snapshot (set once
+    /// snapshots are written: [`BoxTable::track_changes`]).
+    tracking: AtomicBool,
 }
 
 /// The clock a new box's first version is taken from: a standalone server's
@@ -235,6 +246,8 @@ impl BoxTable {
             sweep: AtomicU64::new(SWEEP_START),
             next_pass: AtomicU32::new(0),
             clock: no_clock,
+            generation: AtomicU32::new(1),
+            tracking: AtomicBool::new(false),
         }
     }
 
@@ -602,6 +615,7 @@ impl BoxTable {
                         let Some(claim) = r.claim() else {
                             continue;
                         };
+                        record::set_generation(image, self.generation_now());
                         claim.store(whole_words(image, used));
                         touch(place.stamp, expires);
                     }
@@ -610,6 +624,7 @@ impl BoxTable {
                         let Some(mut claim) = r.claim() else {
                             continue;
                         };
+                        words.set_generation(self.generation_now());
                         claim.replace(words, guard);
                         touch(place.stamp, expires);
                         drop(claim);
@@ -762,6 +777,9 @@ impl BoxTable {
             // Rendered into the record, which no one else sees yet.
             words.copy_to(record::HEADER, len, out);
         }
+        // Under the shard's mutex: a walk that has begun this shard moved the
+        // generation on before it (`changes.rs`).
+        words.set_generation(self.generation_now());
         self.insert(shard, hash, words, expires, guard);
         Ok(Some(version))
     }

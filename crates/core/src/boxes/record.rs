@@ -33,6 +33,23 @@ pub(super) fn rendered(r: &[u8]) -> bool {
     stored_len(r) & STALE == 0
 }
 
+/// The snapshot generation in which the record was last written (bytes
+/// 14..16; `BoxTable::changes`): a record of the generation a delta
+/// snapshot collects has changed since the snapshot before it.
+pub(super) fn generation(r: &[u8]) -> u16 {
+    r.get(14..16)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u16::from_le_bytes)
+}
+
+/// Stamp the record with the snapshot generation `g` (see [`generation`]).
+#[inline]
+pub(super) fn set_generation(r: &mut [u8], g: u16) {
+    if let Some(b) = r.get_mut(14..16) {
+        b.copy_from_slice(&g.to_le_bytes());
+    }
+}
+
 pub(super) fn version(r: &[u8]) -> u64 {
     r.get(..8)
         .and_then(|b| b.try_into().ok())

@@ -28,6 +28,10 @@ pub(super) struct WriteSide {
     pub(super) floor: AtomicU64,
     /// Heap bytes of this shard: map, chunks, records.
     pub(super) bytes: AtomicUsize,
+    /// Keys removed since the snapshot walk last took them (each a u16
+    /// length and the key), kept only while the table tracks changes
+    /// ([`BoxTable::track_changes`]); pushed with the mutex held.
+    pub(super) removed: Mutex<Vec<u8>>,
 }
 
 pub(super) struct Shard {
@@ -54,6 +58,7 @@ impl Shard {
                 len: AtomicUsize::new(0),
                 floor: AtomicU64::new(0),
                 bytes: AtomicUsize::new(0),
+                removed: Mutex::new(Vec::new()),
             },
         }
     }
@@ -88,6 +93,14 @@ impl Shard {
         // when they check the sequence again.
         fence(Ordering::Release);
         Restructuring { seq, was }
+    }
+
+    /// The keys removed since the last walk took them.
+    pub(super) fn removed(&self) -> MutexGuard<'_, Vec<u8>> {
+        self.write
+            .removed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     pub(super) fn add_bytes(&self, was: usize, is: usize) {
@@ -251,6 +264,12 @@ impl BoxTable {
         }
         let mut record = Vec::new();
         claim.load(&mut record);
+        if self.tracking.load(Ordering::Relaxed) {
+            let key = record::key(&record);
+            let mut removed = shard.removed();
+            removed.extend_from_slice(&(key.len() as u16).to_le_bytes());
+            removed.extend_from_slice(key);
+        }
         let gone = entry(fingerprint(self.hasher.hash_one(record::key(&record))), n);
         let mut freed = claim.bytes();
         {

@@ -97,6 +97,19 @@ impl Words {
         self.0.len() * 8
     }
 
+    /// Stamp the record with snapshot generation `g` (bytes 14..16: the top
+    /// 16 bits of word 1; `record::generation`). The words are not shared yet.
+    #[inline]
+    pub(super) fn set_generation(&self, g: u16) {
+        if let Some(w) = self.0.get(1) {
+            let v = w.load(Ordering::Relaxed);
+            w.store(
+                (v & 0x0000_ffff_ffff_ffff) | u64::from(g) << 48,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
     /// Append `len` bytes from `start` to `out` (false when out of bounds).
     pub(super) fn copy_to(&self, start: usize, len: usize, out: &mut Vec<u8>) -> bool {
         copy_to(&self.0, start, len, out)
@@ -427,7 +440,11 @@ impl<'g> Read<'g> {
     pub(super) fn claim(self) -> Option<Claim<'g>> {
         self.slot
             .seq
-            .compare_exchange(self.seq, self.seq + 1, Ordering::Acquire, Ordering::Relaxed)
+            // SeqCst (the same instruction as Acquire on x86): a snapshot
+            // walk that did not see this claim began after it in the total
+            // order, so the generation the writer loads after the claim is
+            // the walk's next one (`BoxTable::generation_now`).
+            .compare_exchange(self.seq, self.seq + 1, Ordering::SeqCst, Ordering::Relaxed)
             .ok()?;
         // Readers that see any of the stores under the claim must see the
         // odd sequence when they check it again.

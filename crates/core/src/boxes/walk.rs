@@ -33,74 +33,16 @@ impl BoxTable {
     /// read of its record), but boxes created, updated or removed during the
     /// walk may or may not be seen.
     ///
+    /// Each shard is read from its end down (`changes.rs`): a box present
+    /// for the whole walk is seen at least once (at worst twice).
+    ///
     /// `f` runs with no lock held: the records of up to [`WALK_BATCH`] slots are
     /// copied under the shard's mutex, which is let go, and only then are
     /// they decoded and handed to `f` (which writes a file). The mutex is so
     /// held for the time of a few small copies, never for a write; polls and
     /// updates never wait for it.
-    pub fn for_each(&self, now_ms: u64, mut f: impl FnMut(&str, u64, u32, &[FieldState])) {
-        let n = self.plan.fields.len();
-        let mut states: Vec<FieldState> = Vec::with_capacity(n);
-        let mut key = String::new();
-        let fresh = self.expires_at(now_ms);
-        let mut copied: Vec<u8> = Vec::with_capacity(WALK_BATCH * 128);
-        // Per copied record: where it ends in `copied`, and its idle seconds.
-        let mut ends: Vec<(usize, u32)> = Vec::with_capacity(WALK_BATCH);
-        for shard in self.shards.iter() {
-            let mut next = 0usize;
-            loop {
-                copied.clear();
-                ends.clear();
-                {
-                    let guard = epoch::pin();
-                    let _writer = shard.lock();
-                    let len = shard.write.len.load(Ordering::Relaxed);
-                    let stop = len.min(next + WALK_BATCH);
-                    let map = shard.map(&guard);
-                    for i in next..stop {
-                        let Some(place) = map.and_then(|m| m.place(i, &guard)) else {
-                            continue;
-                        };
-                        loop {
-                            let r = place.slot.begin(&guard);
-                            let mark = copied.len();
-                            r.copy_to(0, r.bytes(), &mut copied);
-                            if r.valid() {
-                                break;
-                            }
-                            copied.truncate(mark);
-                        }
-                        let idle = match place.stamp.load(Ordering::Relaxed) {
-                            NEVER => 0,
-                            at => fresh.saturating_sub(at),
-                        };
-                        ends.push((copied.len(), idle));
-                    }
-                    next = stop;
-                    if ends.is_empty() && stop == len {
-                        break;
-                    }
-                }
-                let mut start = 0;
-                for &(end, idle) in &ends {
-                    let record = &copied[start..end];
-                    start = end;
-                    if record.is_empty() {
-                        continue;
-                    }
-                    states.clear();
-                    states.extend(
-                        codec::Decoder::new(record::state(record))
-                            .take(n)
-                            .map(FieldView::to_state),
-                    );
-                    key.clear();
-                    // Keys are stored from a `&str`.
-                    key.push_str(std::str::from_utf8(record::key(record)).unwrap_or_default());
-                    f(&key, record::version(record), idle, &states);
-                }
-            }
-        }
+    pub fn for_each(&self, now_ms: u64, f: impl FnMut(&str, u64, u32, &[FieldState])) {
+        self.walk_shards(now_ms, None, false, |_| {}, f);
     }
 
     /// Insert a box as a snapshot recorded it at `now_ms`: `state` has one
