@@ -55,7 +55,7 @@ impl AuthRefused {
     }
 }
 
-const INSUFFICIENT_SCOPE: &[u8] = b"Bearer error=\"insufficient_scope\"";
+pub(super) const INSUFFICIENT_SCOPE: &[u8] = b"Bearer error=\"insufficient_scope\"";
 
 impl Service {
     /// Whether the request may go on to `need` the key in `self.key` (or,

@@ -239,14 +239,14 @@ impl Service {
             } else {
                 None
             };
+            if let Kind::Single { key: k } = &mut p.kind {
+                k.extend_from_slice(key);
+            }
             if let Some(e) = refusal {
                 x.host.ingested(IngestResult::of(&e), 1);
                 p.refuse(i, &e, plan);
                 p.single = Some(Report::Refused(e));
                 continue;
-            }
-            if let Kind::Single { key: k } = &mut p.kind {
-                k.extend_from_slice(key);
             }
             let value = body.get(m.span.0 as usize..m.span.1 as usize);
             if unavailable || x.host.produce(p.request, i as u32, key, value).is_err() {
@@ -352,6 +352,17 @@ impl Service {
                 _ => self.error(x, route, 404, "no such box"),
             },
             Kind::Single { key } => match p.single {
+                Some(Report::Refused(MessageError::Forbidden)) => {
+                    // As standalone: the key, and what the token lacks
+                    // (counted when the message was refused).
+                    super::access::forbidden_body(&mut self.body, &key, None);
+                    let a = Answer {
+                        extra: &[(b"WWW-Authenticate", super::access::INSUFFICIENT_SCOPE)],
+                        ..x.json(route, 403)
+                    };
+                    self.heads.write(x.out, x.host, &a, &self.body);
+                    x.reply()
+                }
                 Some(Report::Refused(e)) => {
                     let plan = self.node.boxes.plan();
                     let a = x.json(route, e.status());

@@ -657,6 +657,36 @@ mod access {
     const ALICE: &str = "Authorization: Bearer alice\r\n";
 
     #[test]
+    fn a_message_outside_the_scope_on_a_node_of_a_log_is_the_same_403() {
+        let mut s = service_with(|c| {
+            c.log.brokers = "kafka:9092".into();
+            c.auth.token = vec![StaticTokenConfig {
+                token: "alice".into(),
+                write: vec!["room-17/alice".into()],
+                ..Default::default()
+            }];
+        });
+        let mut h = Recorder::default();
+        let a = post(
+            &mut s,
+            &mut h,
+            "/v1/boxes/room-18%2Fx",
+            ALICE,
+            r#"{"value":1}"#,
+        );
+        assert!(a.starts_with("HTTP/1.1 403 "), "{a}");
+        assert!(
+            a.contains("WWW-Authenticate: Bearer error=\"insufficient_scope\"\r\n"),
+            "{a}"
+        );
+        assert!(
+            a.ends_with("{\"error\":\"forbidden\",\"key\":\"room-18/x\"}"),
+            "{a}"
+        );
+        assert!(h.produced.is_empty(), "never produced");
+    }
+
+    #[test]
     fn reads_need_a_token_with_the_scope() {
         let (mut s, mut h) = (private(), Recorder::default());
         let a = get(&mut s, &mut h, "/v1/boxes/room-17%2Fx", "");
