@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # benches/log/rolling.sh: a rolling restart of every broker, then of every
-# pollbox node, under load, behind HAProxy (issue 40, item 5; SPEC §9 "Faults").
+# pollbox node, under load, behind HAProxy (docs/operations.md, "Rolling restarts").
 #
 # Starts three Kafka brokers (scripts/kafka/start.sh --brokers 3), the topic
 # pollbox (4 partitions, replication factor 3, min.insync.replicas 2), NODES

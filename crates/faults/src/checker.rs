@@ -1,5 +1,5 @@
 //! The checker: what must hold of a history, whatever the nemesis did
-//! (SPEC §9's promises, one [`Property`] each), and the figures of a run.
+//! (the promises of docs/operations.md#the-kafka-log, one [`Property`] each), and the figures of a run.
 //!
 //! From the history alone:
 //! - **counts**: per key and per node, acknowledged ≤ applied ≤
@@ -51,7 +51,7 @@ pub const REPLAY_NODE: &str = "c";
 /// The metric the replaying node must count wrong-partition records in.
 pub const WRONG_PARTITION_METRIC: &str = r#"pollbox_log_records_total{result="wrong_partition"}"#;
 
-/// A promise of SPEC §9 the checker tests.
+/// A promise of the Kafka log (docs/operations.md#the-kafka-log) the checker tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Property {
     Counts,

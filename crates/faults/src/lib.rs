@@ -1,7 +1,7 @@
 //! pollbox's fault suite, in Jepsen's shape: a **workload** of HTTP clients
 //! whose every outcome is recorded, a **nemesis** that really kills, pauses
 //! and cuts off brokers and nodes on a fixed seed's schedule, and a
-//! **checker** over the recorded **history** that says whether SPEC §9's
+//! **checker** over the recorded **history** that says whether the Kafka log's
 //! promises held: nothing acknowledged lost, nothing applied that was not
 //! sent, one payload per version, replicas identical (a node replaying the
 //! topic from nothing included), versions never backwards, clients moving
