@@ -5,15 +5,8 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pollbox-config-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 fn check_config(file: &Path) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_pollbox"))
@@ -27,7 +20,7 @@ fn check_config(file: &Path) -> (bool, String) {
 
 #[test]
 fn check_config_refuses_a_snapshot_directory_serve_would_refuse() {
-    let dir = tmpdir("snapdir");
+    let dir = common::tmpdir("config-snapdir");
     let cfg = dir.join("c.toml");
     std::fs::write(
         &cfg,
@@ -51,7 +44,7 @@ fn check_config_refuses_a_snapshot_directory_serve_would_refuse() {
 
 #[test]
 fn tokens_come_from_files_and_check_config_redacts_every_secret() {
-    let dir = tmpdir("tokens");
+    let dir = common::tmpdir("config-tokens");
     let tokens = dir.join("ingest-tokens");
     std::fs::write(&tokens, "# from a Secret\nfile-token\n").unwrap();
     let cfg = dir.join("c.toml");

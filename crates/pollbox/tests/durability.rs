@@ -10,31 +10,11 @@ mod common;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pollbox-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn write_config(dir: &Path, interval_s: u64) -> PathBuf {
-    let cfg = dir.join("pollbox.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 2\n[snapshot]\npath = \"{}\"\ninterval_s = {interval_s}\n",
-            dir.join("boxes.snap").display()
-        ),
-    )
-    .unwrap();
-    cfg
-}
 
 /// Start `pollbox serve --config cfg`.
 fn spawn(cfg: &Path) -> (common::Server, SocketAddr) {
@@ -82,8 +62,8 @@ fn signal(child: &Child, sig: &str) {
 
 #[test]
 fn sigterm_under_concurrent_ingest_loses_no_acknowledged_update() {
-    let dir = tmpdir("sigterm");
-    let cfg = write_config(&dir, 3600);
+    let dir = common::tmpdir("sigterm");
+    let cfg = common::snapshot_config(&dir, 3600);
     let (mut child, addr) = spawn(&cfg);
     let acked: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
@@ -133,8 +113,8 @@ fn sigterm_under_concurrent_ingest_loses_no_acknowledged_update() {
 
 #[test]
 fn kill_9_after_a_snapshot_interval_restores_the_boxes() {
-    let dir = tmpdir("kill9");
-    let cfg = write_config(&dir, 1);
+    let dir = common::tmpdir("kill9");
+    let cfg = common::snapshot_config(&dir, 1);
     let (mut child, addr) = spawn(&cfg);
     let mut s = TcpStream::connect(addr).unwrap();
     let mut last = Vec::new();
@@ -205,8 +185,8 @@ fn exchange(addr: SocketAddr, req: &str) -> (u16, Option<String>, String) {
 
 #[test]
 fn a_key_created_again_after_a_restart_never_reuses_an_etag_or_a_version() {
-    let dir = tmpdir("incarnation");
-    let cfg = write_config(&dir, 3600);
+    let dir = common::tmpdir("incarnation");
+    let cfg = common::snapshot_config(&dir, 3600);
     let (mut child, addr) = spawn(&cfg);
     let mut s = TcpStream::connect(addr).unwrap();
     let first = ingest(&mut s, "round", 0).expect("ingested");
@@ -330,7 +310,7 @@ fn first_event(addr: SocketAddr, key: &str, last_id: u64) -> u64 {
 #[test]
 fn no_version_a_client_holds_is_current_for_other_content_after_a_restart_or_a_crash() {
     // Without snapshots: a restart forgets the boxes; they start past the clock.
-    let dir = tmpdir("nosnap");
+    let dir = common::tmpdir("nosnap");
     let cfg = dir.join("pollbox.toml");
     std::fs::write(&cfg, "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n").unwrap();
     let (mut child, addr) = spawn(&cfg);
@@ -356,8 +336,8 @@ fn no_version_a_client_holds_is_current_for_other_content_after_a_restart_or_a_c
 
     // With snapshots, a crash: versions served after the last snapshot are
     // never served again for other content (the restored boxes are re-stamped).
-    let dir = tmpdir("crash");
-    let cfg = write_config(&dir, 3600);
+    let dir = common::tmpdir("crash");
+    let cfg = common::snapshot_config(&dir, 3600);
     let (mut child, addr) = spawn(&cfg);
     let mut s = TcpStream::connect(addr).unwrap();
     ingest(&mut s, "r", 1).expect("ingested");
@@ -381,7 +361,7 @@ fn no_version_a_client_holds_is_current_for_other_content_after_a_restart_or_a_c
 #[test]
 fn a_key_that_moves_to_another_node_starts_past_the_versions_it_had() {
     // Node B started first (its start is no floor for A's versions), A after.
-    let dir = tmpdir("moved");
+    let dir = common::tmpdir("moved");
     let cfg = dir.join("pollbox.toml");
     std::fs::write(&cfg, "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 1\n").unwrap();
     let (mut b, b_addr) = spawn(&cfg);
@@ -413,8 +393,8 @@ fn start_fails(cfg: &Path) -> String {
 
 #[test]
 fn corrupt_or_truncated_snapshot_is_refused_at_start() {
-    let dir = tmpdir("corrupt");
-    let cfg = write_config(&dir, 3600);
+    let dir = common::tmpdir("corrupt");
+    let cfg = common::snapshot_config(&dir, 3600);
     let (mut child, addr) = spawn(&cfg);
     let mut s = TcpStream::connect(addr).unwrap();
     let mut k7 = 0;
@@ -453,7 +433,7 @@ fn corrupt_or_truncated_snapshot_is_refused_at_start() {
 
 #[test]
 fn unwritable_snapshot_directory_is_reported_at_start() {
-    let dir = tmpdir("nodir");
+    let dir = common::tmpdir("nodir");
     let cfg = dir.join("pollbox.toml");
     std::fs::write(
         &cfg,

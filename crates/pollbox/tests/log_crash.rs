@@ -18,13 +18,6 @@ use std::time::{Duration, Instant};
 
 const CLIENTS: usize = 4;
 
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pollbox-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 fn write_config(dir: &Path, name: &str, bootstrap: &str, snapshot: bool) -> PathBuf {
     let cfg = dir.join(format!("{name}.toml"));
     let snap = if snapshot {
@@ -83,7 +76,7 @@ fn field(body: &str, name: &str) -> u64 {
 fn kill_9_under_ingest_loses_nothing_acknowledged_and_applies_nothing_twice() {
     let broker = Broker::start();
     broker.create_topic("crash", 2);
-    let dir = tmpdir("log-crash");
+    let dir = common::tmpdir("log-crash");
     let cfg_a = write_config(&dir, "a", &broker.bootstrap, true);
     let (mut a, addr_a) = spawn(&cfg_a);
     until("A ready", || get(addr_a, "/readyz").0 == 200);

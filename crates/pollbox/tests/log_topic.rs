@@ -17,13 +17,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pollbox-topic-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 fn write(dir: &Path, name: &str, brokers: &str, topic: &str, allow: bool) -> PathBuf {
     let f = dir.join(format!("{name}.toml"));
     std::fs::write(
@@ -58,7 +51,7 @@ fn closed_port() -> u16 {
 
 #[test]
 fn check_config_tells_a_name_that_does_not_resolve_from_a_closed_port() {
-    let dir = tmpdir("reach");
+    let dir = common::tmpdir("topic-reach");
     let f = write(&dir, "dns", "kafka-1.invalid:9092", "t", false);
     let (ok, text, took) = check_config(&f);
     assert!(!ok, "{text}");
@@ -87,7 +80,7 @@ fn check_config_tells_a_name_that_does_not_resolve_from_a_closed_port() {
 #[ignore = "needs a Kafka broker (scripts/kafka)"]
 fn a_topic_that_can_lose_acknowledged_records_is_refused_unless_allowed() {
     let broker = kafka::Broker::start();
-    let dir = tmpdir("unsafe");
+    let dir = common::tmpdir("topic-unsafe");
     // Missing: its own message, non-zero.
     let f = write(&dir, "missing", &broker.bootstrap, "nope", false);
     let (ok, text, took) = check_config(&f);

@@ -15,29 +15,9 @@ mod kafka;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pollbox-chain-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn write_config(dir: &Path, interval_s: u64) -> PathBuf {
-    let cfg = dir.join("pollbox.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 2\n[snapshot]\npath = \"{}\"\ninterval_s = {interval_s}\n",
-            dir.join("boxes.snap").display()
-        ),
-    )
-    .unwrap();
-    cfg
-}
 
 fn spawn(cfg: &Path, failpoint: Option<&str>) -> (common::Server, SocketAddr) {
     let env: Vec<(&str, &str)> = failpoint
@@ -229,12 +209,12 @@ fn s5() -> Vec<Change> {
 
 #[test]
 fn a_crash_at_every_step_of_a_snapshot_loads_a_state_the_node_had() {
-    let dir = tmpdir("crash");
+    let dir = common::tmpdir("chain-crash");
     // The chain every run starts from: a base and deltas written every
     // second, then a kill -9.
     let template = dir.join("template");
     std::fs::create_dir_all(&template).unwrap();
-    let cfg = write_config(&template, 1);
+    let cfg = common::snapshot_config(&template, 1);
     let (mut child, addr) = spawn(&cfg, None);
     for changes in history() {
         apply(addr, &changes);
@@ -252,7 +232,7 @@ fn a_crash_at_every_step_of_a_snapshot_loads_a_state_the_node_had() {
     let e1 = {
         let run = dir.join("e1");
         copy_dir(&template, &run);
-        let cfg = write_config(&run, 3600);
+        let cfg = common::snapshot_config(&run, 3600);
         let (child, addr) = spawn(&cfg, None);
         assert_eq!(contents(&state(addr)), e0, "the chain loads whole");
         apply(addr, &s4());
@@ -282,7 +262,7 @@ fn a_crash_at_every_step_of_a_snapshot_loads_a_state_the_node_had() {
     for (step, delta, want) in steps {
         let run = dir.join(step);
         copy_dir(&template, &run);
-        let cfg = write_config(&run, 3600);
+        let cfg = common::snapshot_config(&run, 3600);
         if delta {
             // A graceful stop seals a base: the next start extends it.
             let (child, addr) = spawn(&cfg, None);
@@ -327,8 +307,8 @@ fn a_crash_at_every_step_of_a_snapshot_loads_a_state_the_node_had() {
 
 #[test]
 fn a_sealed_graceful_restart_from_a_base_and_deltas_keeps_every_etag() {
-    let dir = tmpdir("etags");
-    let cfg = write_config(&dir, 1);
+    let dir = common::tmpdir("chain-etags");
+    let cfg = common::snapshot_config(&dir, 1);
     let (child, addr) = spawn(&cfg, None);
     for changes in history() {
         apply(addr, &changes);
@@ -361,7 +341,7 @@ fn a_sealed_graceful_restart_from_a_base_and_deltas_keeps_every_etag() {
 fn a_log_node_restarted_from_a_base_and_deltas_holds_what_a_replay_from_nothing_holds() {
     let broker = kafka::Broker::start();
     broker.create_topic("chain", 2);
-    let dir = tmpdir("log");
+    let dir = common::tmpdir("chain-log");
     let cfg = |name: &str, snapshot: bool| {
         let cfg = dir.join(format!("{name}.toml"));
         let snap = match snapshot {

@@ -97,3 +97,28 @@ pub fn request(s: &mut TcpStream, req: &[u8]) -> Option<(u16, String)> {
         }
     }
 }
+
+/// A fresh folder of this test process: `$TMPDIR/pollbox-NAME-PID`.
+#[allow(dead_code)] // each test binary uses what it needs
+pub fn tmpdir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("pollbox-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A config in `dir` for two workers on a free port, snapshotting to
+/// `dir/boxes.snap` every `interval_s`.
+#[allow(dead_code)] // each test binary uses what it needs
+pub fn snapshot_config(dir: &std::path::Path, interval_s: u64) -> std::path::PathBuf {
+    let cfg = dir.join("pollbox.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nworkers = 2\n[snapshot]\npath = \"{}\"\ninterval_s = {interval_s}\n",
+            dir.join("boxes.snap").display()
+        ),
+    )
+    .unwrap();
+    cfg
+}
