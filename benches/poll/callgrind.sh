@@ -6,6 +6,8 @@
 #   benches/poll/callgrind.sh [REQUESTS=32000] [DEPTH=16]
 #   POLLBOX_BIN=path/to/pollbox benches/poll/callgrind.sh ...   # a binary built
 #       elsewhere (e.g. main's, for a before/after), instead of building this tree
+#   POLLBOX_CONFIG=file.toml POLL_HEADER="Authorization: Bearer ..." benches/poll/callgrind.sh
+#       a config of its own, and one more header on every request (benches/auth-poll/)
 # Worker::run is the whole loop (reads, writes, epoll) per request; the rest is
 # the request path inside it (names before and after the 2026-11-22 redesign,
 # so older builds' results list too). WorkerHost::finish is the request-duration
@@ -22,7 +24,7 @@ command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq
 out=$(mktemp -d)
 port=${PORT:-18650}
 valgrind --tool=callgrind --callgrind-out-file="$out/cg.out" \
-  "$bin" serve --listen 127.0.0.1:$port --workers 1 2>"$out/vg.log" &
+  "$bin" serve ${POLLBOX_CONFIG:+--config "$POLLBOX_CONFIG"} --listen 127.0.0.1:$port --workers 1 2>"$out/vg.log" &
 vg=$!
 sleep 4
 python3 benches/poll/pipelined_client.py $port "$n" "$depth"
@@ -32,6 +34,6 @@ wait $vg || true
 # function is one line (from the repository root, inlined parts of one function
 # are split between relative and absolute names).
 (cd "$out" && callgrind_annotate --inclusive=yes cg.out 2>/dev/null) |
-  grep -E "Worker::run \[|Connection::received \[|Worker::serve \[|dispatch::handle \[|write_answer \[|Connection::serve \[|Service::answer \[|Framer::advance \[|Heads::write \[|BoxTable::poll \[|BoxTable::version \[|BuildHasher::hash_one \[|WorkerHost::finish \[" |
+  grep -E "Worker::run \[|Access::grant \[|Service::check_access \[|Access::presented \[|Connection::received \[|Worker::serve \[|dispatch::handle \[|write_answer \[|Connection::serve \[|Service::answer \[|Framer::advance \[|Heads::write \[|BoxTable::poll \[|BoxTable::version \[|BuildHasher::hash_one \[|WorkerHost::finish \[" |
   awk -v n="$n" '{c = $1; gsub(",", "", c); f = $0; sub(/^ *[0-9,]+ +\( *[0-9.]+%\) +/, "", f); sub(/ \[.*$/, "", f); printf "%8.0f instructions/request  %s\n", c / n, f}'
 echo "raw profile: $out/cg.out"
