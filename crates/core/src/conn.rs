@@ -143,11 +143,13 @@ pub struct Connection {
     head_started_ms: Option<u64>,
     /// Bytes of the current partial request seen at the last check (body progress).
     partial_seen: usize,
-    parked: Option<Parked>,
+    /// Boxed, as `logging`: rare states, kept out of every connection's size
+    /// (an event stream's memory is mostly its `Connection`: BENCHMARKS.md).
+    parked: Option<Box<Parked>>,
     /// The last request answered was a `POST` (an ingest): the server serves
     /// such connections after the others of a loop turn.
     posted: bool,
-    logging: Option<Logging>,
+    logging: Option<Box<Logging>>,
     streaming: Option<Streaming>,
     closing: Option<Closing>,
     /// The last read wanted a buffer the worker's budget did not allow.
@@ -622,11 +624,11 @@ impl Connection {
                             let deadline_ms = cx.now_ms + service.node().config.log.ack_timeout_ms;
                             let frame = frame.clone();
                             self.hold_request(cx.buffers);
-                            self.logging = Some(Logging {
+                            self.logging = Some(Box::new(Logging {
                                 frame,
                                 pending,
                                 deadline_ms,
-                            });
+                            }));
                             return;
                         }
                         Reply::Stream(stream) => {
@@ -777,12 +779,12 @@ impl Connection {
         buffers: &mut Buffers,
     ) {
         self.hold_request(buffers);
-        self.parked = Some(Parked {
+        self.parked = Some(Box::new(Parked {
             frame,
             key,
             park,
             deadline_ms,
-        });
+        }));
     }
 
     /// Keep the request's bytes (and any pipelined after it) while it waits,
@@ -802,6 +804,7 @@ impl Connection {
         let Some(l) = self.logging.take() else {
             return;
         };
+        let l = *l;
         self.answer_held(&l.frame, cx, |service, buf, keep_alive, out, host| {
             service.answer_logged(&l.frame, buf, l.pending, timed_out, keep_alive, out, host)
         });

@@ -467,7 +467,7 @@ impl Worker {
         let st = self.host.stats();
         st.connections_total.inc();
         st.connections_open.inc();
-        self.settle(slot, Conn::new(stream, core, gen));
+        self.settle(slot, Box::new(Conn::new(stream, core, gen)));
     }
 
     /// Answer 503 to a connection over the cap, best effort, and drop it.
@@ -483,7 +483,7 @@ impl Worker {
     /// Do what the connection asks until it asks for nothing more: read (when it
     /// stopped early and may go on), park or unpark it, write its answers; then
     /// close it or arm its deadline and put it back.
-    fn settle(&mut self, slot: usize, mut c: Conn) {
+    fn settle(&mut self, slot: usize, mut c: Box<Conn>) {
         loop {
             if c.unread && c.core.wants_read() && !self.read(&mut c) {
                 return self.close(slot, c);
@@ -720,7 +720,7 @@ impl Worker {
         self.buffers.read_held() + self.conn_send_bytes
     }
 
-    fn close(&mut self, slot: usize, mut c: Conn) {
+    fn close(&mut self, slot: usize, mut c: Box<Conn>) {
         let _ = self.poll.registry().deregister(&mut c.stream);
         if let Some(t) = c.timer.take() {
             self.wheel.cancel(t);
