@@ -136,10 +136,11 @@ impl Slab {
         self.open == 0
     }
 
-    /// Heap bytes of the slab itself and of its open connections' boxes.
+    /// Heap bytes of the slab itself and of its open connections' boxes (at
+    /// the allocator's size class).
     pub fn heap_bytes(&self) -> usize {
         self.slots.capacity() * std::mem::size_of::<Option<Box<Conn>>>()
-            + self.open * std::mem::size_of::<Conn>()
+            + self.open * pollbox_core::boxes::size_class(std::mem::size_of::<Conn>())
             + self.free.capacity() * std::mem::size_of::<usize>()
     }
 }
