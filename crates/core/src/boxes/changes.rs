@@ -126,6 +126,7 @@ impl BoxTable {
                     let _writer = shard.lock();
                     if first && take_removed {
                         removed = std::mem::take(&mut *shard.removed());
+                        shard.add_bytes(size_class(removed.capacity()), 0);
                         first = false;
                     }
                     let hi = next.min(shard.write.len.load(Ordering::Relaxed));

@@ -267,8 +267,11 @@ impl BoxTable {
         if self.tracking.load(Ordering::Relaxed) {
             let key = record::key(&record);
             let mut removed = shard.removed();
+            let was = removed.capacity();
             removed.extend_from_slice(&(key.len() as u16).to_le_bytes());
             removed.extend_from_slice(key);
+            // Accounted as the records are: until a walk takes the list.
+            shard.add_bytes(size_class(was), size_class(removed.capacity()));
         }
         let gone = entry(fingerprint(self.hasher.hash_one(record::key(&record))), n);
         let mut freed = claim.bytes();
