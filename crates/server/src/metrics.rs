@@ -163,6 +163,7 @@ pub fn render(shared: &Shared, out: &mut Vec<u8>) {
     }
 
     auth_refused(out, shared);
+    auth_reloads(out, shared);
 
     single(
         out,
@@ -683,6 +684,25 @@ fn render_log(out: &mut Vec<u8>, log: &crate::log::LogState) {
                 st.next.load(Ordering::Relaxed)
             );
         }
+    }
+}
+
+/// `pollbox_auth_reloads_total{result}`: reads of the key set and static
+/// token files while serving (crate::auth_files), `ok` or `error` (the keys
+/// and tokens in use kept).
+fn auth_reloads(out: &mut Vec<u8>, shared: &Shared) {
+    header(
+        out,
+        "pollbox_auth_reloads_total",
+        "counter",
+        "Reads of the key set and static token files while serving (SIGHUP, a file changed), by result; on an error the keys in use are kept.",
+    );
+    let files = &shared.auth_files;
+    for (result, n) in [
+        ("ok", files.reloads_ok.load(Ordering::Relaxed)),
+        ("error", files.reloads_failed.load(Ordering::Relaxed)),
+    ] {
+        let _ = writeln!(out, "pollbox_auth_reloads_total{{result=\"{result}\"}} {n}");
     }
 }
 

@@ -107,6 +107,11 @@ impl Access {
         self.verifier.as_ref().map_or(0, |v| v.keys().len())
     }
 
+    /// Static tokens (`[[auth.token]]`).
+    pub fn static_tokens(&self) -> usize {
+        self.statics.len()
+    }
+
     /// Whether a browser may send its cookie token cross-origin (CORS then
     /// says `Access-Control-Allow-Credentials: true` to listed origins).
     pub fn cookie_tokens(&self) -> bool {
