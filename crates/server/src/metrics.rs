@@ -713,7 +713,7 @@ fn auth_refused(out: &mut Vec<u8>, shared: &Shared) {
         out,
         "pollbox_auth_refused_total",
         "counter",
-        "Requests (and batch messages) refused by access control, by reason.",
+        "Requests (and batch messages, and held requests whose token ended) refused by access control, by reason.",
     );
     for why in AuthRefused::ALL {
         let n = sum(shared, |s| s.auth_refused[why.index()].get());
