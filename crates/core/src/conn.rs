@@ -37,6 +37,13 @@
 //!   end when its box goes; the end, after what is queued, on shutdown. The
 //!   stream's body ends with the connection, so nothing after its request is
 //!   read;
+//! - a held request (a parked long-poll, an event stream) that needed a token
+//!   ends with it (docs/private-boxes.md#when-a-token-ends): its deadline is
+//!   the earlier of its own and the token's end (`exp` plus leeway); then,
+//!   or when a re-read of the key set no longer holds the token
+//!   ([`Connection::on_access_changed`]), a parked poll is answered 401 as
+//!   any request with that token would be, and a stream is sent
+//!   `event: expired` and ends;
 //! - a framing error is answered, then the connection closes (the next request
 //!   boundary is unknown); so is an HTTP/1.1 request without exactly one `Host`
 //!   (as soon as its head is in, before its body), and a request that times
@@ -45,7 +52,7 @@
 //!   for up to [`LINGER_MS`] and [`LINGER_BYTES`], so the client reads the
 //!   answer instead of a reset.
 
-use crate::auth::Credentials;
+use crate::auth::{Credentials, Refusal};
 use crate::buffers::{Buffers, SendQueue};
 use crate::http::{
     Frame, Framer, FramerState, HttpError, Limits, Method, Progress, Version, CONTINUE,
@@ -96,6 +103,8 @@ struct Parked {
     key: Box<[u8]>,
     park: Park,
     deadline_ms: u64,
+    /// When its token ends; `None`: it needed none.
+    token_end_ms: Option<u64>,
 }
 
 /// An ingest or a `DELETE` of a node of a log, waiting for its records to be
@@ -120,6 +129,8 @@ struct Streaming {
     dirty: bool,
     /// When the next heartbeat is due, unless something else is sent.
     heartbeat_ms: u64,
+    /// When its token ends; `None`: it needed none.
+    token_end_ms: Option<u64>,
 }
 
 pub struct Connection {
@@ -299,10 +310,10 @@ impl Connection {
             return l.deadline_ms;
         }
         if let (Some(s), None) = (&self.streaming, self.closing) {
-            return s.heartbeat_ms;
+            return s.heartbeat_ms.min(s.token_end_ms.unwrap_or(u64::MAX));
         }
         match (&self.parked, self.closing) {
-            (Some(p), _) => p.deadline_ms,
+            (Some(p), _) => p.deadline_ms.min(p.token_end_ms.unwrap_or(u64::MAX)),
             (None, Some(Closing::Linger { until_ms, .. })) => until_ms,
             (None, _) => self.deadline_ms,
         }
@@ -311,6 +322,18 @@ impl Connection {
     /// A timer armed for [`Connection::deadline`] fired (it may have moved since).
     pub fn on_timer<H: Host>(&mut self, cx: &mut Ctx<'_, H>) {
         if cx.now_ms < self.deadline() {
+            return;
+        }
+        if self.held_token_end().is_some_and(|end| cx.now_ms >= end) && self.check_held_token(cx) {
+            return;
+        }
+        if self
+            .parked
+            .as_ref()
+            .is_some_and(|p| cx.now_ms < p.deadline_ms)
+        {
+            // Its token's end came first, and the token still holds (the
+            // wall clock moved): its deadline is armed again.
             return;
         }
         if self.parked.is_some() {
@@ -322,6 +345,10 @@ impl Connection {
             return;
         }
         if let (Some(s), None) = (&mut self.streaming, self.closing) {
+            if cx.now_ms < s.heartbeat_ms {
+                // Its token's end came first, and the token still holds.
+                return;
+            }
             // Nothing sent for a while: a comment line, unless the client has
             // not read what is queued (then the stream is not idle, it is slow).
             if self.sendq.is_empty() {
@@ -451,6 +478,77 @@ impl Connection {
             self.answer_parked(false, cx);
         }
         due
+    }
+
+    /// The node's key set or static tokens were re-read (the worker's
+    /// service took the new read): a held request whose token no longer
+    /// holds ends as at its token's end. Returns whether it ended.
+    pub fn on_access_changed<H: Host>(&mut self, cx: &mut Ctx<'_, H>) -> bool {
+        self.check_held_token(cx)
+    }
+
+    /// Whether a held request (a parked long-poll, an event stream) needed a
+    /// token, so that a re-read of the key set concerns it.
+    pub fn holds_token(&self) -> bool {
+        self.held_token_end().is_some()
+    }
+
+    /// When the held request's token ends, if it needed one.
+    fn held_token_end(&self) -> Option<u64> {
+        match (&self.parked, &self.streaming, self.closing) {
+            (Some(p), _, _) => p.token_end_ms,
+            (None, Some(s), None) => s.token_end_ms,
+            _ => None,
+        }
+    }
+
+    /// Whether the held request's token still holds; if not, end the request
+    /// as that token says ([`Connection::end_held`]), else set its end again
+    /// (the wall clock may have moved, or a re-read kept it). Returns whether
+    /// it ended.
+    fn check_held_token<H: Host>(&mut self, cx: &mut Ctx<'_, H>) -> bool {
+        if self.held_token_end().is_none() {
+            return false;
+        }
+        match cx.service.held_token(&mut self.creds) {
+            Ok(end_s) => {
+                let end = Some(cx.service.token_deadline_ms(end_s, cx.now_ms));
+                if let Some(p) = self.parked.as_mut() {
+                    p.token_end_ms = end;
+                } else if let Some(s) = self.streaming.as_mut() {
+                    s.token_end_ms = end;
+                }
+                false
+            }
+            Err(why) => {
+                self.end_held(why, cx);
+                true
+            }
+        }
+    }
+
+    /// End the held request whose token no longer holds (`why`): a parked
+    /// poll is answered 401 (then what was pipelined behind it is served),
+    /// a stream is sent `event: expired` and ends.
+    fn end_held<H: Host>(&mut self, why: Refusal, cx: &mut Ctx<'_, H>) {
+        if let Some(p) = self.parked.take() {
+            self.answer_held(&p.frame, cx, |service, buf, keep_alive, out, host| {
+                service.refuse_parked(&p.frame, buf, why, keep_alive, out, host)
+            });
+            return;
+        }
+        if self.streaming.is_some() {
+            let Ctx {
+                service,
+                buffers,
+                host,
+                ..
+            } = cx;
+            self.sendq.append(&mut buffers.send, |out| {
+                service.stream_expired(why, out, *host)
+            });
+            self.end_stream(cx.now_ms, cx.service);
+        }
     }
 
     /// The peer shut down its side while this connection waits on a long-poll
@@ -614,7 +712,11 @@ impl Connection {
                         Reply::Park(p) => {
                             let key = service.key().into();
                             let frame = frame.clone();
+                            let token_end_ms = token_end_ms(&mut self.creds, cx);
                             self.park(frame, key, p, cx.now_ms + p.wait_ms, cx.buffers);
+                            if let Some(parked) = self.parked.as_mut() {
+                                parked.token_end_ms = token_end_ms;
+                            }
                             return;
                         }
                         Reply::Log => {
@@ -636,6 +738,7 @@ impl Connection {
                             let many = stream.many.then(|| service.take_watching()).flatten();
                             let heartbeat_ms =
                                 cx.now_ms + service.node().config.http.sse_heartbeat_ms;
+                            let token_end_ms = token_end_ms(&mut self.creds, cx);
                             // The stream's body ends with the connection: what
                             // was pipelined behind it is never answered.
                             self.give_back_rbuf(cx.buffers);
@@ -645,6 +748,7 @@ impl Connection {
                                 many,
                                 dirty: false,
                                 heartbeat_ms,
+                                token_end_ms,
                             });
                             return;
                         }
@@ -784,6 +888,7 @@ impl Connection {
             key,
             park,
             deadline_ms,
+            token_end_ms: None,
         }));
     }
 
@@ -914,6 +1019,19 @@ impl Connection {
             }
         };
     }
+}
+
+/// When the token of the request just held (parked or streaming) ends on
+/// the worker's clock; `None` when it needed none (reads are public).
+fn token_end_ms<H: Host>(creds: &mut Credentials, cx: &Ctx<'_, H>) -> Option<u64> {
+    if !cx.service.held_needs_token() {
+        return None;
+    }
+    Some(match cx.service.held_token(creds) {
+        Ok(end_s) => cx.service.token_deadline_ms(end_s, cx.now_ms),
+        // It was granted just now: not reached; ended at once if it were.
+        Err(_) => cx.now_ms,
+    })
 }
 
 /// The largest read buffer a request may need.

@@ -24,7 +24,15 @@
 //! ends with every box's newest payload, the deletion, one open, and polls
 //! answered 200 and 304 that agree with the stream.
 //!
-//! Needs Debian's `chromium` (`.ci/run` installs it); run with
+//! A fourth page is a player's private box (docs/private-boxes.md#the-browser):
+//! reads need a signed token (minted by PyJWT), which the page's own origin
+//! sets as the `pollbox_token` cookie; the page is refused another player's
+//! box (403, to `fetch` and to `EventSource`), streams its own with
+//! `withCredentials`, and when its token ends (`event: expired`) gets a fresh
+//! cookie, opens the stream again and sees the next update.
+//!
+//! Needs Debian's `chromium` (`.ci/run` installs it; the fourth page also
+//! python3 with pyjwt and cryptography); run with
 //! `cargo test -p pollbox --test browser -- --ignored`.
 
 mod common;
@@ -1111,5 +1119,262 @@ fn one_event_source_on_twenty_boxes_sees_every_update_and_a_deletion_while_the_p
         "only 200s and 304s: {res}"
     );
     drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The page of a player's private box (docs/private-boxes.md#the-browser):
+/// `POLLBOX` is filled in. Its own origin (the game's backend here) gives it
+/// a token at `/token`, as a cookie (`Set-Cookie: pollbox_token=...;
+/// HttpOnly`): the page never sees the token. Cookies are per host, not per
+/// port, so a cookie of the page's host 127.0.0.1 goes to pollbox on
+/// 127.0.0.1 at its own port, a cross-origin but same-site request (both on
+/// `localhost`, or pollbox on `pollbox.game.example` with `Domain=game.example`,
+/// would do the same; 127.0.0.1 and `localhost` are two sites, and the cookie
+/// would not go). `fetch` with `credentials: "include"` and `EventSource`
+/// with `withCredentials` send it, and pollbox answers the page's origin
+/// with `Access-Control-Allow-Credentials: true`. The page reads another
+/// player's box (refused), then streams its own; on `event: expired` it
+/// closes the stream, asks `/token` for a fresh cookie and opens it again.
+/// It reports each step to the test (`/report?...`) and writes what it saw
+/// into `#results`; `/hold` holds its load event until the test is done.
+const TOKEN_PAGE: &str = r#"<!doctype html>
+<html><head><meta charset="utf-8"><title>pollbox: a private box with a cookie token</title></head>
+<body><pre id="results">pending</pre>
+<img src="/hold" alt="">
+<script>
+const mine = "POLLBOX/v1/boxes/" + encodeURIComponent("room-17/alice");
+const theirs = "POLLBOX/v1/boxes/" + encodeURIComponent("room-17/bob");
+const results = { theirs_fetch: null, theirs_stream: null, shown: [], opens: 0,
+                  expired: [], tokens: 0, errors: [] };
+function record() {
+  document.getElementById("results").textContent = JSON.stringify(results);
+}
+function report(what) {
+  fetch("/report?" + what, { cache: "no-store" }).catch(() => {});
+}
+async function freshToken() {
+  const r = await fetch("/token", { cache: "no-store" });
+  results.tokens++;
+  record();
+  return r.status;
+}
+function subscribe() {
+  const es = new EventSource(mine, { withCredentials: true });
+  es.onopen = () => { results.opens++; record(); report("open=" + results.opens); };
+  es.onmessage = (e) => {
+    const p = JSON.parse(e.data);
+    results.shown.push(p.v);
+    record();
+    report("shown=" + p.v);
+  };
+  es.onerror = () => { results.errors.push(es.readyState); record(); report("error=" + es.readyState); };
+  es.addEventListener("expired", async (e) => {
+    // The token ended: pollbox closes the stream. Do not let EventSource
+    // reconnect with the old cookie; get a fresh one, then open again.
+    es.close();
+    results.expired.push(JSON.parse(e.data));
+    record();
+    report("expired");
+    await freshToken();
+    subscribe();
+  });
+}
+(async () => {
+  await freshToken();
+  try {
+    const r = await fetch(theirs, { credentials: "include", cache: "no-store" });
+    results.theirs_fetch = { status: r.status, body: await r.json() };
+  } catch (e) {
+    results.theirs_fetch = "rejected: " + e.name;
+  }
+  results.theirs_stream = await new Promise((ok) => {
+    const es = new EventSource(theirs, { withCredentials: true });
+    es.onmessage = () => { es.close(); ok("a message"); };
+    es.onerror = () => { const s = es.readyState; es.close(); ok("error, readyState " + s); };
+  });
+  record();
+  report("refused");
+  subscribe();
+})();
+</script></body></html>
+"#;
+
+/// Serve the private box's page on `listener`: `/token` answers with the
+/// next of `tokens` as the cookie `pollbox_token` (the last one again once
+/// they run out), `/report?WHAT` sends `WHAT` to the test, `/hold` waits for
+/// `hold`, anything else gets the page.
+fn serve_token_page(
+    listener: TcpListener,
+    page: String,
+    tokens: Vec<String>,
+    reports: Sender<String>,
+    hold: Arc<Hold>,
+) {
+    let given = Arc::new(AtomicUsize::new(0));
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let (page, tokens, reports) = (page.clone(), tokens.clone(), reports.clone());
+            let (hold, given) = (hold.clone(), given.clone());
+            std::thread::spawn(move || {
+                let target = request_target(&stream);
+                let mut cookie = String::new();
+                let (kind, body) = if target == "/token" {
+                    let i = given.fetch_add(1, Ordering::Relaxed).min(tokens.len() - 1);
+                    cookie = format!(
+                        "Set-Cookie: pollbox_token={}; Path=/; HttpOnly; SameSite=Lax\r\n",
+                        tokens[i]
+                    );
+                    let _ = reports.send(format!("token={}", i + 1));
+                    ("text/plain", String::new())
+                } else if let Some(what) = target.strip_prefix("/report?") {
+                    let _ = reports.send(what.to_owned());
+                    ("text/plain", String::new())
+                } else if target == "/hold" {
+                    hold.wait();
+                    ("text/plain", String::new())
+                } else {
+                    ("text/html; charset=utf-8", page)
+                };
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nCache-Control: no-store\r\n\
+                     {cookie}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+}
+
+/// Tokens for `claims`, one each, signed with the EdDSA key of a key set
+/// made in `dir` (its public half in `dir/jwks.json`) by PyJWT
+/// (crates/server/tests/mint_jwt.py).
+fn mint_tokens(dir: &Path, claims: &[serde_json::Value]) -> Vec<String> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../server/tests/mint_jwt.py");
+    let made = Command::new("python3")
+        .args([script, "keys"])
+        .arg(dir)
+        .status()
+        .expect("python3 runs");
+    assert!(made.success(), "mint_jwt.py keys");
+    let specs: Vec<serde_json::Value> = claims
+        .iter()
+        .map(|c| serde_json::json!({"kid": "ed", "claims": c}))
+        .collect();
+    let mut child = Command::new("python3")
+        .args([script, "mint"])
+        .arg(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let specs = serde_json::to_vec(&specs).unwrap();
+    child.stdin.take().unwrap().write_all(&specs).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "mint_jwt.py mint");
+    let tokens: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(tokens.len(), claims.len());
+    tokens
+}
+
+#[test]
+#[ignore = "needs chromium (Debian package chromium) and python3 with pyjwt and cryptography; .ci/run installs them"]
+fn a_page_with_a_cookie_token_streams_its_own_box_and_comes_back_after_event_expired() {
+    let (page_listener, page_addr) = page_origin();
+    let dir = std::env::temp_dir().join(format!("pollbox-browser-token-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let alice = |exp: u64| {
+        serde_json::json!({"iss": "game", "aud": "pollbox", "exp": exp,
+                           "pollbox": {"read": ["room-17/alice"], "write": []}})
+    };
+    // The first token ends while the page streams; the second does not.
+    let tokens = mint_tokens(&dir, &[alice(now + 15), alice(now + 600)]);
+    let mut c = Config::embedded();
+    c.server.listen = "127.0.0.1:0".into();
+    c.server.workers = 2;
+    c.http.cors_origins = vec![format!("http://{page_addr}")];
+    c.auth.read = pollbox_core::config::ReadAccess::Token;
+    c.auth.ingest_tokens = vec![TOKEN.into()];
+    c.auth.jwt.keys_file = dir.join("jwks.json").display().to_string();
+    c.auth.jwt.issuer = "game".into();
+    c.auth.jwt.audience = "pollbox".into();
+    c.auth.jwt.leeway_s = 0;
+    let server = Server::start(c).expect("server starts");
+    let ingest = |value: i64| {
+        let body = format!(r#"{{"key":"room-17/alice","value":{value}}}"#);
+        let req = format!(
+            "POST /v1/ingest HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {TOKEN}\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut s = TcpStream::connect(server.addr()).expect("connect to pollbox");
+        common::request(&mut s, req.as_bytes()).map_or(0, |(code, _)| code)
+    };
+    assert_eq!(ingest(1), 200);
+
+    let page = TOKEN_PAGE.replace("POLLBOX", &format!("http://{}", server.addr()));
+    let (report_tx, reports) = std::sync::mpsc::channel();
+    let hold = Arc::new(Hold::default());
+    serve_token_page(page_listener, page, tokens, report_tx, hold.clone());
+    let _release = ReleaseOnDrop(vec![hold.clone()]);
+    let url = format!("http://{page_addr}/");
+    let browser = std::thread::spawn(move || chromium_dump_dom(&url, &[]));
+    let mut r = Reports::default();
+    let wait = |r: &mut Reports, wanted: &[&str], what: &str| {
+        let wanted: Vec<String> = wanted.iter().map(|w| w.to_string()).collect();
+        if let Err(e) = r.wait_for(&reports, &wanted, Duration::from_secs(60)) {
+            panic!("{what}: {e}");
+        }
+    };
+
+    wait(
+        &mut r,
+        &["refused", "open=1", "shown=1"],
+        "its own box at once",
+    );
+    assert_eq!(ingest(2), 200);
+    wait(&mut r, &["shown=2"], "the update");
+    // The first token ends: `event: expired`, a fresh token, the stream
+    // again (the box as it is, then the next update).
+    wait(
+        &mut r,
+        &["expired", "token=2", "open=2"],
+        "back after expired",
+    );
+    assert_eq!(ingest(3), 200);
+    wait(&mut r, &["shown=3"], "the update after the fresh token");
+    hold.release();
+    let res = results(&browser.join().expect("chromium"));
+    eprintln!("private box: {res:#}");
+    assert_eq!(res["theirs_fetch"]["status"], 403, "{res}");
+    assert_eq!(
+        res["theirs_fetch"]["body"],
+        serde_json::json!({"error": "forbidden", "key": "room-17/bob"}),
+        "{res}"
+    );
+    assert_eq!(
+        res["theirs_stream"], "error, readyState 2",
+        "EventSource fails on the 403: {res}"
+    );
+    assert_eq!(res["shown"], serde_json::json!([1, 2, 2, 3]), "{res}");
+    assert_eq!(
+        res["expired"],
+        serde_json::json!([{"error": "invalid_token", "error_description": "expired"}]),
+        "{res}"
+    );
+    assert_eq!(res["opens"], 2, "{res}");
+    assert_eq!(res["tokens"], 2, "{res}");
+    assert_eq!(res["errors"], serde_json::json!([]), "{res}");
+    server.shutdown().expect("clean stop");
     let _ = std::fs::remove_dir_all(&dir);
 }

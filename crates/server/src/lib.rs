@@ -14,11 +14,13 @@
 //! (the exposition), [`stats`] (per-worker counters), [`listener`] (sockets),
 //! [`alloc_stats`] (jemalloc's figures), [`snapshot_file`] (snapshot files:
 //! atomic save, load, the writer thread), [`log`] (the Kafka client of a node
-//! built from a log).
+//! built from a log), [`auth_files`] (the key set and token files, read again
+//! on SIGHUP and when they change).
 //!
 //! What it is not: a general HTTP server, or a place where protocol rules live.
 
 pub mod alloc_stats;
+pub mod auth_files;
 pub mod conns;
 pub mod failpoint;
 pub mod host;
@@ -84,6 +86,8 @@ pub struct Shared {
     pub log: Option<Arc<log::LogState>>,
     /// What ingest produces to, on a node of a log (set once at start).
     pub producer: std::sync::OnceLock<log::produce::Producer>,
+    /// The key set and static token files, read again while serving.
+    pub auth_files: auth_files::AuthFiles,
 }
 
 impl Shared {
@@ -179,6 +183,8 @@ pub struct Server {
     snapshot_thread: Option<JoinHandle<snapshot_file::Snapshots>>,
     /// The thread consuming the log (`[log]` set).
     log_thread: Option<JoinHandle<()>>,
+    /// The thread reading the auth files again when they change.
+    auth_watcher: Option<auth_files::Watcher>,
     /// Keeps another pollbox off the address while this one runs.
     _claim: listener::Claim,
 }
@@ -370,6 +376,7 @@ impl Server {
             wakers.push(Arc::new(mio::Waker::new(poll.registry(), worker::WAKER)?));
             polls.push(poll);
         }
+        let auth_files = auth_files::AuthFiles::new(&config);
         let shared = Arc::new(Shared {
             node: Arc::new(Node::new(config, plan, boxes)),
             stats: (0..n).map(|_| stats::WorkerStats::default()).collect(),
@@ -390,6 +397,7 @@ impl Server {
             runtime_bytes: AtomicUsize::new(0),
             log: log_state,
             producer: std::sync::OnceLock::new(),
+            auth_files,
         });
         if let Some(l) = &shared.log {
             let p = log::produce::Producer::new(
@@ -458,6 +466,7 @@ impl Server {
             Some(l) => Some(log::consume::spawn(shared.clone(), l.clone())?),
             None => None,
         };
+        let auth_watcher = auth_files::Watcher::spawn(&shared)?;
         shared.ready.store(true, Ordering::Release);
         Ok(Server {
             shared,
@@ -469,6 +478,7 @@ impl Server {
             snapshot_stop,
             snapshot_thread,
             log_thread,
+            auth_watcher,
             _claim: claim,
         })
     }
@@ -486,9 +496,20 @@ impl Server {
         &self.shared
     }
 
+    /// Read the key set and static token files again, now (what SIGHUP
+    /// does; a change of a file does it too): the workers take the new keys
+    /// at their next tick. On a failure the keys and tokens in use stay.
+    /// Returns the new generation, or why nothing changed.
+    pub fn reload_auth(&self, why: &str) -> Result<u64, String> {
+        auth_files::reload(&self.shared, why)
+    }
+
     /// Graceful stop: stop accepting, finish requests in flight, write the
     /// snapshot. Returns the first error met.
     pub fn shutdown(mut self) -> Result<(), String> {
+        if let Some(w) = self.auth_watcher.take() {
+            w.stop();
+        }
         self.shared.draining.store(true, Ordering::Release);
         for w in &self.wakers {
             let _ = w.wake();
@@ -568,28 +589,35 @@ fn check_position(
     }
 }
 
-/// SIGTERM and SIGINT, caught. Install them before the server announces its
-/// address, so a signal sent right after start-up still drains gracefully.
+/// SIGTERM and SIGINT (drain and stop), and SIGHUP (read the auth files
+/// again), caught. Install them before the server announces its address, so
+/// a signal sent right after start-up still drains gracefully.
 pub struct ShutdownSignals(signal_hook::iterator::Signals);
 
 impl ShutdownSignals {
     pub fn install() -> Result<ShutdownSignals, String> {
-        use signal_hook::consts::{SIGINT, SIGTERM};
-        signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
             .map(ShutdownSignals)
             .map_err(|e| format!("cannot install signal handlers: {e}"))
     }
 }
 
-/// Serve until SIGTERM or SIGINT, then shut down gracefully.
+/// Serve until SIGTERM or SIGINT, then shut down gracefully; on SIGHUP read
+/// the key set and static token files again ([`Server::reload_auth`]).
 pub fn serve_until_signal(server: Server, mut signals: ShutdownSignals) -> Result<(), String> {
-    if let Some(sig) = signals.0.forever().next() {
+    for sig in signals.0.forever() {
+        if sig == signal_hook::consts::SIGHUP {
+            let _ = server.reload_auth("SIGHUP");
+            continue;
+        }
         let snapshot = if server.snapshot_path.is_some() {
             ", write the snapshot"
         } else {
             ""
         };
         eprintln!("pollbox: signal {sig}: draining (stop accepting, finish requests{snapshot})");
+        break;
     }
     let boxes = server.shared.node.boxes.len();
     let r = server.shutdown();

@@ -163,6 +163,7 @@ pub fn render(shared: &Shared, out: &mut Vec<u8>) {
     }
 
     auth_refused(out, shared);
+    auth_reloads(out, shared);
 
     single(
         out,
@@ -686,6 +687,25 @@ fn render_log(out: &mut Vec<u8>, log: &crate::log::LogState) {
     }
 }
 
+/// `pollbox_auth_reloads_total{result}`: reads of the key set and static
+/// token files while serving (crate::auth_files), `ok` or `error` (the keys
+/// and tokens in use kept).
+fn auth_reloads(out: &mut Vec<u8>, shared: &Shared) {
+    header(
+        out,
+        "pollbox_auth_reloads_total",
+        "counter",
+        "Reads of the key set and static token files while serving (SIGHUP, a file changed), by result; on an error the keys in use are kept.",
+    );
+    let files = &shared.auth_files;
+    for (result, n) in [
+        ("ok", files.reloads_ok.load(Ordering::Relaxed)),
+        ("error", files.reloads_failed.load(Ordering::Relaxed)),
+    ] {
+        let _ = writeln!(out, "pollbox_auth_reloads_total{{result=\"{result}\"}} {n}");
+    }
+}
+
 /// `pollbox_auth_refused_total{reason}`: requests (and batch messages)
 /// refused by access control (docs/private-boxes.md), every reason listed.
 fn auth_refused(out: &mut Vec<u8>, shared: &Shared) {
@@ -693,7 +713,7 @@ fn auth_refused(out: &mut Vec<u8>, shared: &Shared) {
         out,
         "pollbox_auth_refused_total",
         "counter",
-        "Requests (and batch messages) refused by access control, by reason.",
+        "Requests (and batch messages, and held requests whose token ended) refused by access control, by reason.",
     );
     for why in AuthRefused::ALL {
         let n = sum(shared, |s| s.auth_refused[why.index()].get());

@@ -764,6 +764,9 @@ impl Worker {
         let r = self.service.reset_arena();
         let reset_ns = reset_start.elapsed().as_nanos() as u64;
         self.service.set_time(SystemTime::now());
+        if self.service.follow_access() {
+            self.recheck_held_tokens();
+        }
         let buffers = self.buffer_total() as u64;
         let high_water = self.service.arena().high_water_bytes() as u64;
         let st = self.host.stats();
@@ -816,6 +819,26 @@ impl Worker {
         st.tick.observe_ns(work);
         if work > st.epoch_work_max_ns.get() {
             st.epoch_work_max_ns.set(work);
+        }
+    }
+
+    /// This worker took a new read of the key set and static token files:
+    /// held requests whose token it no longer holds end now (a 401, or
+    /// `event: expired`), not at their token's end. Only on a re-read.
+    fn recheck_held_tokens(&mut self) {
+        for slot in self.conns.slots() {
+            if !self
+                .conns
+                .get_mut(slot)
+                .is_some_and(|c| c.core.holds_token())
+            {
+                continue;
+            }
+            let Some(mut c) = self.conns.take(slot) else {
+                continue;
+            };
+            self.timed(|cx| c.core.on_access_changed(cx));
+            self.settle(slot, c);
         }
     }
 

@@ -4,61 +4,12 @@
 //! `.ci/run` installs them: `pip install pyjwt cryptography`.
 
 mod common;
+use common::jwt::{claims, keys, mint, now, tempdir};
 use common::*;
 use pollbox_core::config::{Config, ReadAccess};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{SystemTime, UNIX_EPOCH};
-
-const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mint_jwt.py");
-
-fn keys(dir: &Path) {
-    let ok = Command::new("python3")
-        .args([SCRIPT, "keys"])
-        .arg(dir)
-        .status()
-        .expect("python3 runs");
-    assert!(ok.success(), "mint_jwt.py keys");
-}
-
-/// One token per spec (see mint_jwt.py).
-fn mint(dir: &Path, specs: &[Value]) -> Vec<String> {
-    use std::io::Write;
-    let mut child = Command::new("python3")
-        .args([SCRIPT, "mint"])
-        .arg(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3 runs");
-    let specs = serde_json::to_vec(specs).unwrap();
-    child.stdin.take().unwrap().write_all(&specs).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "mint_jwt.py mint");
-    let tokens: Vec<String> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(String::from)
-        .collect();
-    assert_eq!(tokens.len(), specs.len().min(tokens.len()));
-    tokens
-}
-
-fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pollbox-auth-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+use std::path::Path;
 
 fn send(a: SocketAddr, method: &str, path: &str, fields: &str, body: &str) -> Resp {
     let req = format!(
@@ -82,11 +33,6 @@ fn private_config(dir: &Path) -> Config {
     c.auth.jwt.query_param = true;
     c.http.cors_origins = vec!["https://game.example".into()];
     c
-}
-
-fn claims(exp: u64, read: &[&str], write: &[&str]) -> Value {
-    json!({"iss": "game", "aud": "pollbox", "exp": exp,
-           "pollbox": {"read": read, "write": write}})
 }
 
 #[test]

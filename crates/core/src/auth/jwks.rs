@@ -13,6 +13,12 @@ pub struct Key {
     pub kid: Option<String>,
     pub alg: Algorithm,
     pub key: DecodingKey,
+    /// Which key this is, across re-reads of the set: a hash of its `kid` and
+    /// its parameters (the key material). A token verified with a key whose
+    /// identity is still in a re-read set is valid without verifying it again
+    /// ([`super::Access::grant`]). Not a secret, and not chosen by a client: the
+    /// set is the operator's file.
+    pub identity: u64,
 }
 
 /// The keys of a JWKS.
@@ -65,6 +71,11 @@ impl KeySet {
 
     pub fn len(&self) -> usize {
         self.keys.len()
+    }
+
+    /// Whether the set holds the key of this [`Key::identity`].
+    pub fn holds(&self, identity: u64) -> bool {
+        self.keys.iter().any(|k| k.identity == identity)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -142,7 +153,20 @@ fn load(jwk: &Jwk) -> Result<Key, String> {
         kid: jwk.common.key_id.clone(),
         alg,
         key,
+        identity: identity(jwk),
     })
+}
+
+/// [`Key::identity`]: the same `kid` and key material hash the same in
+/// every read of the file (std's SipHash with its fixed keys).
+fn identity(jwk: &Jwk) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    jwk.common.key_id.hash(&mut h);
+    serde_json::to_string(&jwk.algorithm)
+        .unwrap_or_default()
+        .hash(&mut h);
+    h.finish()
 }
 
 #[cfg(test)]
@@ -169,6 +193,28 @@ pub(crate) mod tests {
             set.find(None).is_none(),
             "kid required with more than one key"
         );
+    }
+
+    #[test]
+    fn a_key_is_the_same_key_in_every_read_and_another_with_other_material() {
+        let a = KeySet::from_jwks(JWKS).unwrap();
+        let b = KeySet::from_jwks(JWKS).unwrap();
+        for kid in ["hs", "es", "ed", "rs"] {
+            let id = a.find(Some(kid)).unwrap().identity;
+            assert!(b.holds(id), "{kid}");
+        }
+        let one = |kid: &str, k: &str| {
+            KeySet::from_jwks(&format!(
+                r#"{{"keys":[{{"kty":"oct","kid":"{kid}","k":"{k}"}}]}}"#
+            ))
+            .unwrap()
+        };
+        let secret = "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3JldA";
+        let other = "b3RoZXItb3RoZXItb3RoZXItb3RoZXItb3RoZXItb3RoZXI";
+        let id = one("a", secret).keys[0].identity;
+        assert!(one("a", secret).holds(id));
+        assert!(!one("a", other).holds(id), "same kid, other material");
+        assert!(!one("b", secret).holds(id), "same material, other kid");
     }
 
     #[test]

@@ -7,6 +7,12 @@
 //! only when it changes, so a keep-alive poll with a token costs a compare
 //! of its bytes, not a signature check.
 //!
+//! The key set and the static token files are re-read while serving (the
+//! server watches them): each read is a new [`Access`], installed in the
+//! node's [`LiveAccess`] and taken by each worker at its next tick. What a
+//! connection cached under an older read stays valid only if what made it
+//! valid is still there ([`Access::grant`], [`Access::held`]).
+//!
 //! What it is not: the answers. The service writes the 401 and 403
 //! (crates/core/src/service/mod.rs); this module only decides.
 
@@ -21,6 +27,8 @@ pub use token::{Refusal, Verified, Verifier};
 use crate::config::{AuthConfig, ReadAccess};
 use crate::http::Frame;
 use crate::service::constant_time_eq;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Why a request that needs a token has none that is valid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +39,9 @@ pub enum Denied {
     Invalid(Refusal),
 }
 
-/// The scoped tokens a node accepts, and where requests carry them.
+/// The scoped tokens a node accepts, and where requests carry them: one
+/// read of the key set and the static token files ([`LiveAccess`] holds the
+/// current one).
 pub struct Access {
     /// `auth.read = "token"`.
     pub reads_need_token: bool,
@@ -44,10 +54,14 @@ pub struct Access {
     verifier: Option<Verifier>,
     cookie: Box<[u8]>,
     query_param: bool,
+    /// Which read of the files this is ([`LiveAccess::replace`] numbers
+    /// them): what a connection cached under another is checked again.
+    generation: u64,
 }
 
 impl Access {
-    /// From `[auth]`; the JWKS text is `auth.jwt.keys` ([`crate::config::Config::add_jwks`]).
+    /// From `[auth]`; the JWKS text is `auth.jwt.keys` ([`crate::config::Config::add_jwks`]),
+    /// the static tokens' values `auth.token[i].token`.
     pub fn new(auth: &AuthConfig) -> Result<Access, JwksError> {
         let verifier = match (auth.jwt.keys_file.is_empty(), auth.jwt.keys.is_empty()) {
             (true, _) => None,
@@ -79,7 +93,23 @@ impl Access {
             verifier,
             cookie: auth.jwt.cookie.as_bytes().into(),
             query_param: auth.jwt.query_param,
+            generation: 0,
         })
+    }
+
+    /// Which read of the files this is (0 at start).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Keys in the set (0 without signed tokens).
+    pub fn keys(&self) -> usize {
+        self.verifier.as_ref().map_or(0, |v| v.keys().len())
+    }
+
+    /// Static tokens (`[[auth.token]]`).
+    pub fn static_tokens(&self) -> usize {
+        self.statics.len()
     }
 
     /// Whether a browser may send its cookie token cross-origin (CORS then
@@ -108,7 +138,8 @@ impl Access {
     }
 
     /// What `token` grants at `now_s`, from the connection's cache when it
-    /// is the token verified last.
+    /// is the token verified last (and, if the files were re-read since,
+    /// what made it valid is still there: [`Access::carry_over`]).
     pub fn grant<'c>(
         &self,
         creds: &'c mut Credentials,
@@ -118,27 +149,102 @@ impl Access {
         let Some(token) = token else {
             return Err(Denied::NoToken);
         };
-        let cached = creds.outcome.is_some() && creds.token == token;
+        let cached = creds.outcome.is_some()
+            && creds.token == token
+            && (creds.generation == self.generation || self.carry_over(creds));
         if !cached {
             creds.token.clear();
             creds.token.extend_from_slice(token);
             creds.outcome = self.judge(token, now_s);
+            creds.generation = self.generation;
         }
-        if matches!(&creds.outcome, Some(Ok((_, exp_s))) if now_s >= *exp_s) {
+        if matches!(&creds.outcome, Some(Ok(g)) if now_s >= g.end_s) {
             creds.outcome = Some(Err(Refusal::Expired));
         }
         match &creds.outcome {
-            Some(Ok((scopes, _))) => Ok(scopes),
+            Some(Ok(g)) => Ok(&g.scopes),
             Some(Err(r)) => Err(Denied::Invalid(*r)),
             // Not yet valid: not kept, it may be valid on the next request.
             None => Err(Denied::Invalid(Refusal::NotYetValid)),
         }
     }
 
+    /// Whether the token a held request (a parked long-poll, an event
+    /// stream) was granted with still holds at `now_s` under this read of
+    /// the files: `Ok` with when it ends (`exp` plus leeway; `u64::MAX` for
+    /// a static token), or why not. Cheap enough to ask of every held
+    /// request after a re-read: a signed token holds while the key that
+    /// verified it is in the set, and is not verified again (a key taken
+    /// out refuses it as an unknown key, without a signature check); a
+    /// static token is looked up again.
+    pub fn held(&self, creds: &mut Credentials, now_s: u64) -> Result<u64, Refusal> {
+        if creds.generation != self.generation && !self.carry_over(creds) {
+            let signed =
+                matches!(&creds.outcome, Some(Ok(g)) if matches!(g.source, Source::Signed(_)));
+            creds.generation = self.generation;
+            if signed {
+                // The next request with it is judged in full.
+                creds.outcome = None;
+                return Err(Refusal::UnknownKey);
+            }
+            let token = std::mem::take(&mut creds.token);
+            creds.outcome = self.judge(&token, now_s);
+            creds.token = token;
+        }
+        if matches!(&creds.outcome, Some(Ok(g)) if now_s >= g.end_s) {
+            creds.outcome = Some(Err(Refusal::Expired));
+        }
+        match &creds.outcome {
+            Some(Ok(g)) => Ok(g.end_s),
+            Some(Err(r)) => Err(*r),
+            None => Err(Refusal::NotYetValid),
+        }
+    }
+
+    /// After a re-read of the files: whether what the connection cached is
+    /// still valid without judging its token again (then it is marked as of
+    /// this read). An ingest token is (the config is not re-read); a static
+    /// token if it is still one (its scopes those of its entry now); a
+    /// signed token if the key that verified it is still in the set. A
+    /// refusal is not: the token is judged again (its key may have come).
+    fn carry_over(&self, creds: &mut Credentials) -> bool {
+        let kept = match &mut creds.outcome {
+            Some(Ok(g)) => match g.source {
+                Source::Ingest => true,
+                Source::Static => match self.static_scopes(&creds.token) {
+                    Some(scopes) => {
+                        if g.scopes != *scopes {
+                            g.scopes = scopes.clone();
+                        }
+                        true
+                    }
+                    None => false,
+                },
+                Source::Signed(key) => self.verifier.as_ref().is_some_and(|v| v.keys().holds(key)),
+            },
+            _ => false,
+        };
+        if kept {
+            creds.generation = self.generation;
+        }
+        kept
+    }
+
+    /// The scopes of the static token `token` (each compared in constant time).
+    fn static_scopes(&self, token: &[u8]) -> Option<&Scopes> {
+        let mut found = None;
+        for (t, scopes) in &self.statics {
+            if constant_time_eq(token, t) && found.is_none() {
+                found = Some(scopes);
+            }
+        }
+        found
+    }
+
     /// A token not seen before on this connection: an ingest token, a
     /// static token (each compared in constant time), or a signed token.
     /// `None`: not yet valid.
-    fn judge(&self, token: &[u8], now_s: u64) -> Option<Result<(Scopes, u64), Refusal>> {
+    fn judge(&self, token: &[u8], now_s: u64) -> Option<Result<Grant, Refusal>> {
         let ingest = self
             .ingest
             .iter()
@@ -148,26 +254,108 @@ impl Access {
                 read: Vec::new(),
                 write: vec![Pattern::Any],
             };
-            return Some(Ok((writes, u64::MAX)));
+            return Some(Ok(Grant {
+                scopes: writes,
+                end_s: u64::MAX,
+                source: Source::Ingest,
+            }));
         }
-        let mut found = None;
-        for (t, scopes) in &self.statics {
-            if constant_time_eq(token, t) && found.is_none() {
-                found = Some(scopes);
-            }
-        }
-        if let Some(scopes) = found {
-            return Some(Ok((scopes.clone(), u64::MAX)));
+        if let Some(scopes) = self.static_scopes(token) {
+            return Some(Ok(Grant {
+                scopes: scopes.clone(),
+                end_s: u64::MAX,
+                source: Source::Static,
+            }));
         }
         let Some(v) = &self.verifier else {
             return Some(Err(Refusal::UnknownToken));
         };
         match v.verify(token, now_s) {
-            Ok(t) => Some(Ok((t.scopes, t.exp_s))),
+            Ok(t) => Some(Ok(Grant {
+                scopes: t.scopes,
+                end_s: t.exp_s,
+                source: Source::Signed(t.key),
+            })),
             Err(Refusal::NotYetValid) => None,
             Err(r) => Some(Err(r)),
         }
     }
+}
+
+/// The node's [`Access`], replaced whole when the key set or a static token
+/// file is re-read (docs/private-boxes.md#key-rotation).
+///
+/// Each worker keeps its own `Arc<Access>` and asks here once a tick
+/// whether a newer one was installed: one relaxed atomic load a tick, none
+/// per request, and the lock only when there is something to take. (An
+/// `arc-swap` would let every request load the newest set at the price of
+/// an atomic per load, and it is not among our dependencies; a tick, a few
+/// milliseconds, is soon enough for a rotation.) What a connection cached
+/// under an older read is checked again on its next request
+/// ([`Access::grant`]), and its held request at the tick that takes the new
+/// read ([`Access::held`]).
+pub struct LiveAccess {
+    current: Mutex<Arc<Access>>,
+    /// The generation of `current`, for a look without the lock.
+    generation: AtomicU64,
+}
+
+impl LiveAccess {
+    pub fn new(access: Access) -> LiveAccess {
+        LiveAccess {
+            generation: AtomicU64::new(access.generation),
+            current: Mutex::new(Arc::new(access)),
+        }
+    }
+
+    /// The generation installed last (relaxed: the lock in
+    /// [`LiveAccess::current`] orders what comes with it).
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
+    }
+
+    /// The access installed last.
+    pub fn current(&self) -> Arc<Access> {
+        match self.current.lock() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Install `access` as the next generation; returns it.
+    pub fn replace(&self, mut access: Access) -> u64 {
+        let mut g = match self.current.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        access.generation = g.generation + 1;
+        let generation = access.generation;
+        *g = Arc::new(access);
+        self.generation.store(generation, Ordering::Relaxed);
+        generation
+    }
+}
+
+/// What a token was found to grant.
+#[derive(Debug, Clone, PartialEq)]
+struct Grant {
+    scopes: Scopes,
+    /// When it ends: `exp` plus leeway, `u64::MAX` for a static or ingest token.
+    end_s: u64,
+    source: Source,
+}
+
+/// Where a granted token was found: what a re-read of the files must still
+/// hold for it to stay valid ([`Access::carry_over`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// `auth.ingest_tokens` (the config: not re-read).
+    Ingest,
+    /// An `[[auth.token]]` (its `token_file` is re-read).
+    Static,
+    /// A signed token, verified with the key of this [`jwks::Key::identity`].
+    Signed(u64),
 }
 
 /// One connection's last token and what it was found to be. Its buffer is
@@ -176,9 +364,11 @@ impl Access {
 #[derive(Debug, Default)]
 pub struct Credentials {
     token: Vec<u8>,
-    /// The scopes and when they end (`exp` plus leeway; `u64::MAX` for a
-    /// static token), or why the token was refused. `None`: nothing kept.
-    outcome: Option<Result<(Scopes, u64), Refusal>>,
+    /// The scopes and when they end, or why the token was refused. `None`:
+    /// nothing kept.
+    outcome: Option<Result<Grant, Refusal>>,
+    /// The [`Access::generation`] it was judged under.
+    generation: u64,
 }
 
 impl Credentials {
@@ -309,6 +499,90 @@ mod tests {
             Err(Denied::Invalid(Refusal::NotYetValid))
         );
         assert!(a.grant(&mut c, Some(es), 1000).is_ok());
+    }
+
+    /// The test set without the key `kid`.
+    fn jwks_without(kid: &str) -> String {
+        let mut set: serde_json::Value = serde_json::from_str(jwks::tests::JWKS).unwrap();
+        let keys = set["keys"].as_array_mut().unwrap();
+        keys.retain(|k| k["kid"] != kid);
+        set.to_string()
+    }
+
+    fn reread(live: &LiveAccess, keys: &str, static_token: &str) -> Arc<Access> {
+        let mut auth = AuthConfig {
+            ingest_tokens: vec!["ingest-secret".into()],
+            token: vec![StaticTokenConfig {
+                token: static_token.into(),
+                read: vec!["room-17/*".into()],
+                ..Default::default()
+            }],
+            jwt: JwtConfig {
+                keys_file: "jwks.json".into(),
+                ..JwtConfig::default()
+            },
+            ..AuthConfig::default()
+        };
+        auth.jwt.keys = keys.into();
+        live.replace(Access::new(&auth).unwrap());
+        live.current()
+    }
+
+    #[test]
+    fn a_reread_keeps_what_is_still_there_and_refuses_what_was_taken_out() {
+        let live = LiveAccess::new(access());
+        let tokens: std::collections::HashMap<String, String> =
+            serde_json::from_str(include_str!("testdata/tokens.json")).unwrap();
+        let (es, ed) = (tokens["es"].as_bytes(), tokens["ed"].as_bytes());
+        let a0 = live.current();
+        assert_eq!(live.generation(), 0);
+        let (mut c_es, mut c_ed, mut c_st, mut c_in) = Default::default();
+        let mut c_held = Credentials::default();
+        assert!(a0.grant(&mut c_es, Some(es), 1500).is_ok());
+        assert!(a0.grant(&mut c_ed, Some(ed), 1500).is_ok());
+        assert!(a0.grant(&mut c_held, Some(es), 1500).is_ok());
+        assert!(a0.grant(&mut c_st, Some(b"static-secret"), 1500).is_ok());
+        assert!(a0.grant(&mut c_in, Some(b"ingest-secret"), 1500).is_ok());
+        assert_eq!(a0.held(&mut c_held, 1500), Ok(2030));
+
+        // The same files again: everything carries over.
+        let a1 = reread(&live, jwks::tests::JWKS, "static-secret");
+        assert_eq!((live.generation(), a1.generation()), (1, 1));
+        assert_eq!(a1.held(&mut c_held, 1500), Ok(2030));
+        assert!(a1.grant(&mut c_es, Some(es), 1500).is_ok());
+
+        // The key `es` taken out, the static token rotated.
+        let a2 = reread(&live, &jwks_without("es"), "static-rotated");
+        assert_eq!(a2.held(&mut c_held, 1500), Err(Refusal::UnknownKey));
+        assert_eq!(
+            a2.grant(&mut c_es, Some(es), 1500),
+            Err(Denied::Invalid(Refusal::UnknownKey))
+        );
+        assert!(a2.grant(&mut c_ed, Some(ed), 1500).is_ok(), "its key stays");
+        assert_eq!(
+            a2.grant(&mut c_st, Some(b"static-secret"), 1500),
+            Err(Denied::Invalid(Refusal::Malformed))
+        );
+        assert!(a2
+            .grant(&mut c_st, Some(b"static-rotated"), 1500)
+            .unwrap()
+            .allows(Need::Read, b"room-17/x"));
+        assert!(a2.grant(&mut c_in, Some(b"ingest-secret"), 1500).is_ok());
+
+        // The key back: a token refused under the last read is judged again.
+        let a3 = reread(&live, jwks::tests::JWKS, "static-rotated");
+        assert!(a3.grant(&mut c_es, Some(es), 1500).is_ok());
+        // A static token held over a read that drops it.
+        let mut c = Credentials::default();
+        assert!(a3.grant(&mut c, Some(b"static-rotated"), 1500).is_ok());
+        assert_eq!(a3.held(&mut c, 1500), Ok(u64::MAX));
+        let a4 = reread(&live, jwks::tests::JWKS, "static-again");
+        assert_eq!(a4.held(&mut c, 1500), Err(Refusal::Malformed));
+        // And expiry, as for a request.
+        let mut c = Credentials::default();
+        assert!(a4.grant(&mut c, Some(es), 1500).is_ok());
+        assert_eq!(a4.held(&mut c, 2029), Ok(2030));
+        assert_eq!(a4.held(&mut c, 2030), Err(Refusal::Expired));
     }
 
     #[test]

@@ -109,8 +109,10 @@ impl Refusal {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verified {
     pub scopes: Scopes,
-    /// `exp` in seconds since the epoch.
+    /// `exp` plus leeway, in seconds since the epoch: valid before it.
     pub exp_s: u64,
+    /// The key that verified it ([`super::jwks::Key::identity`]).
+    pub key: u64,
 }
 
 /// The claims pollbox reads; the others are ignored. `iss` and `aud` are
@@ -186,6 +188,11 @@ impl Verifier {
         }
     }
 
+    /// The key set.
+    pub fn keys(&self) -> &KeySet {
+        &self.keys
+    }
+
     /// Verify `token` at `now_s` (seconds since the epoch).
     pub fn verify(&self, token: &[u8], now_s: u64) -> Result<Verified, Refusal> {
         let header = match jsonwebtoken::decode_header(token) {
@@ -246,6 +253,7 @@ impl Verifier {
         Ok(Verified {
             scopes,
             exp_s: exp.saturating_add(self.leeway_s),
+            key: key.identity,
         })
     }
 }

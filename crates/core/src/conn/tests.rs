@@ -1179,3 +1179,211 @@ fn past_max_connections_a_connection_is_served_its_probe_and_nothing_else() {
     assert!(out.starts_with("HTTP/1.1 503"), "{out}");
     assert_eq!(r.host.over_cap, 2);
 }
+
+/// Reads need a token: the test key set (nbf 1000, exp 2000, leeway 30 in
+/// its tokens), a static token `alice`, and the ingest token `ing`.
+fn private_rig() -> Rig {
+    let mut r = rig_with(|c| {
+        c.auth.read = crate::config::ReadAccess::Token;
+        c.auth.ingest_tokens = vec!["ing".into()];
+        c.auth.token = vec![crate::config::StaticTokenConfig {
+            token: "alice".into(),
+            read: vec!["*".into()],
+            ..Default::default()
+        }];
+        c.auth.jwt.keys_file = "jwks.json".into();
+        c.add_jwks(crate::auth::jwks::tests::JWKS, "jwks.json")
+            .unwrap();
+    });
+    r.set_wall_s(2020);
+    r
+}
+
+/// A signed token of the test set (crates/core/src/auth/testdata).
+fn signed(kid: &str) -> String {
+    let tokens: std::collections::HashMap<String, String> =
+        serde_json::from_str(include_str!("../auth/testdata/tokens.json")).unwrap();
+    tokens[kid].clone()
+}
+
+impl Rig {
+    fn set_wall_s(&mut self, s: u64) {
+        self.service
+            .set_time(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(s));
+    }
+
+    fn ingest_with_token(&mut self, key: &str, value: i64) {
+        let mut c = self.conn();
+        let body = format!("{{\"value\":{value}}}");
+        let req = format!(
+            "POST /v1/boxes/{key} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ing\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        self.feed(&mut c, req.as_bytes());
+        let out = self.sent(&mut c);
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    }
+
+    /// The key set read again without the key `kid`; the static token
+    /// becomes `static_token`.
+    fn reread(&mut self, without: &str, static_token: &str) {
+        let node = self.service.node();
+        let mut auth = node.config.auth.clone();
+        let mut set: serde_json::Value =
+            serde_json::from_str(crate::auth::jwks::tests::JWKS).unwrap();
+        set["keys"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|k| k["kid"] != without);
+        auth.jwt.keys = set.to_string();
+        auth.token[0].token = static_token.into();
+        node.access
+            .replace(crate::auth::Access::new(&auth).unwrap());
+        assert!(self.service.follow_access());
+        assert!(!self.service.follow_access(), "taken once");
+    }
+}
+
+#[test]
+fn a_parked_poll_whose_token_expires_is_answered_401_then_what_follows() {
+    let mut r = private_rig();
+    r.ingest_with_token("room-17%2Fa", 1);
+    let auth = format!("Authorization: Bearer {}\r\n", signed("es"));
+    let mut c = r.conn();
+    let poll = format!("GET /v1/boxes/room-17%2Fa?after=999999999999999999&wait_ms=30000 HTTP/1.1\r\nHost: x\r\n{auth}\r\n");
+    let next = format!("GET /v1/boxes/room-17%2Fa HTTP/1.1\r\nHost: x\r\n{auth}\r\n");
+    r.feed(&mut c, format!("{poll}{next}").as_bytes());
+    assert!(c.watched_key().is_some(), "parked");
+    assert!(c.holds_token());
+    // exp 2000 plus 30 s of leeway: 10 s from 2020, before the wait's 30 s.
+    assert_eq!(c.deadline(), r.now_ms + 10_000);
+    r.now_ms += 10_000;
+    r.set_wall_s(2030);
+    c.on_timer(&mut r.cx());
+    let out = r.sent(&mut c);
+    assert_eq!(statuses(&out), ["401", "401"], "{out}");
+    assert!(
+        out.contains(
+            "WWW-Authenticate: Bearer error=\"invalid_token\", error_description=\"expired\"\r\n"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("{\"error\":\"invalid_token\",\"error_description\":\"expired\"}"));
+    assert!(c.watched_key().is_none() && !c.finished() && c.wants_read());
+    assert_eq!(r.host.answers.last(), Some(&(RouteLabel::Poll, 401)));
+    assert!(r.host.answers.contains(&(RouteLabel::LongPoll, 401)));
+}
+
+#[test]
+fn a_token_end_that_comes_early_by_the_wall_clock_rearms_and_a_static_token_never_ends() {
+    let mut r = private_rig();
+    r.ingest_with_token("room-17%2Fa", 1);
+    let mut c = r.conn();
+    let auth = format!("Authorization: Bearer {}\r\n", signed("ed"));
+    r.feed(
+        &mut c,
+        format!("GET /v1/boxes/room-17%2Fa HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n{auth}\r\n")
+            .as_bytes(),
+    );
+    r.sent(&mut c);
+    assert_eq!(c.deadline(), r.now_ms + 10_000);
+    // The wall clock went back 5 s meanwhile: the token holds 5 s more.
+    r.now_ms += 10_000;
+    r.set_wall_s(2025);
+    c.on_timer(&mut r.cx());
+    assert!(r.sent(&mut c).is_empty() && c.streaming());
+    assert_eq!(c.deadline(), r.now_ms + 5_000);
+
+    let mut s = r.conn();
+    r.feed(
+        &mut s,
+        b"GET /v1/boxes/room-17%2Fa HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\nAuthorization: Bearer alice\r\n\r\n",
+    );
+    r.sent(&mut s);
+    assert!(s.holds_token());
+    assert_eq!(s.deadline(), r.now_ms + 15_000, "its heartbeat");
+}
+
+#[test]
+fn a_stream_whose_token_expires_is_sent_event_expired_and_ends() {
+    let mut r = private_rig();
+    r.ingest_with_token("room-17%2Fa", 1);
+    r.ingest_with_token("room-17%2Fb", 1);
+    for target in [
+        "/v1/boxes/room-17%2Fa",
+        "/v1/boxes?keys=room-17/a,room-17/b",
+    ] {
+        let mut c = r.conn();
+        let req = format!(
+            "GET {target} HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\
+             Authorization: Bearer {}\r\n\r\n",
+            signed("es")
+        );
+        r.feed(&mut c, req.as_bytes());
+        assert!(r.sent(&mut c).contains("id: "), "{target}");
+        let start = r.now_ms;
+        r.now_ms = start + 10_000;
+        r.set_wall_s(2030);
+        c.on_timer(&mut r.cx());
+        assert_eq!(
+            r.sent(&mut c),
+            "event: expired\ndata: {\"error\":\"invalid_token\",\"error_description\":\"expired\"}\n\n",
+            "{target}"
+        );
+        assert!(!c.streaming() && c.watched_key().is_none() && c.finished());
+        r.now_ms = start;
+        r.set_wall_s(2020);
+    }
+}
+
+#[test]
+fn a_reread_without_its_key_ends_a_held_request_and_spares_the_others() {
+    let mut r = private_rig();
+    r.ingest_with_token("room-17%2Fa", 1);
+    let sse = |auth: &str| {
+        format!("GET /v1/boxes/room-17%2Fa HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n{auth}\r\n")
+    };
+    let bearer = |t: &str| format!("Authorization: Bearer {t}\r\n");
+    let (mut es, mut ed, mut st) = (r.conn(), r.conn(), r.conn());
+    let mut parked = r.conn();
+    r.feed(&mut es, sse(&bearer(&signed("es"))).as_bytes());
+    r.feed(&mut ed, sse(&bearer(&signed("ed"))).as_bytes());
+    r.feed(&mut st, sse(&bearer("alice")).as_bytes());
+    let poll = format!(
+        "GET /v1/boxes/room-17%2Fa?after=999999999999999999&wait_ms=30000 HTTP/1.1\r\nHost: x\r\n{}\r\n",
+        bearer(&signed("es"))
+    );
+    r.feed(&mut parked, poll.as_bytes());
+    for c in [&mut es, &mut ed, &mut st, &mut parked] {
+        r.sent(c);
+    }
+    // The key `es` taken out; the static token unchanged.
+    r.reread("es", "alice");
+    for c in [&mut es, &mut ed, &mut st, &mut parked] {
+        c.on_access_changed(&mut r.cx());
+    }
+    assert_eq!(
+        r.sent(&mut es),
+        "event: expired\ndata: {\"error\":\"invalid_token\",\"error_description\":\"unknown key\"}\n\n"
+    );
+    assert!(es.finished());
+    let out = r.sent(&mut parked);
+    assert_eq!(statuses(&out), ["401"]);
+    assert!(out.contains("error_description=\"unknown key\""), "{out}");
+    assert!(parked.wants_read() && !parked.finished());
+    assert!(ed.streaming() && st.streaming());
+    assert!(r.sent(&mut ed).is_empty() && r.sent(&mut st).is_empty());
+    // The static token rotated: its stream ends as any request with it
+    // would be refused.
+    r.reread("es", "alice-2");
+    assert!(st.on_access_changed(&mut r.cx()));
+    assert!(r.sent(&mut st).starts_with("event: expired\n"));
+    assert!(!ed.on_access_changed(&mut r.cx()));
+    // A stream of public reads holds no token.
+    let mut public = rig();
+    public.ingest("a", 1);
+    let mut c = public.conn();
+    public.feed(&mut c, SUBSCRIBE.as_bytes());
+    assert!(c.streaming() && !c.holds_token());
+}

@@ -68,7 +68,7 @@ impl Service {
         need: Need,
         many: bool,
     ) -> Result<(), Reply> {
-        let access = &self.node.access;
+        let access = &self.access;
         let checked = match need {
             Need::Read => access.reads_need_token,
             Need::Write => access.scoped,
@@ -109,7 +109,7 @@ impl Service {
         x: &mut Exchange<'_, H>,
         route: RouteLabel,
     ) -> Result<(), Reply> {
-        let access = &self.node.access;
+        let access = &self.access;
         if !access.scoped {
             return Ok(());
         }
@@ -153,11 +153,45 @@ impl Service {
     }
 }
 
+impl Service {
+    /// A parked long-poll whose token ended (expired, or no longer valid
+    /// after a re-read of the key set): the 401 a request with that token
+    /// gets now.
+    pub fn refuse_parked<H: Host>(
+        &mut self,
+        frame: &crate::http::Frame,
+        buf: &[u8],
+        why: Refusal,
+        keep_alive: bool,
+        out: &mut Vec<u8>,
+        host: &mut H,
+    ) -> Reply {
+        self.heads.begin(frame.field(&frame.origin, buf));
+        let creds = &mut crate::auth::Credentials::default();
+        let x = &mut Exchange {
+            frame,
+            buf,
+            keep_alive,
+            out,
+            host,
+            creds,
+        };
+        self.refuse_token(x, RouteLabel::LongPoll, Denied::Invalid(why))
+    }
+
+    /// An event stream whose token ended: `event: expired` (counted as a
+    /// refusal of its reason); the connection then ends the stream.
+    pub fn stream_expired<H: Host>(&mut self, why: Refusal, out: &mut Vec<u8>, host: &mut H) {
+        host.auth_refused(AuthRefused::Invalid(why));
+        super::write_expired(out, why);
+    }
+}
+
 /// The write scope of the request's token for a batch, checked message by
 /// message; `None` when writes are not scoped. The request passed
 /// [`Service::check_access`], so its token is the connection's cached one.
 pub(super) fn write_scopes<'c>(
-    node: &super::Node,
+    access: &crate::auth::Access,
     creds: &'c mut crate::auth::Credentials,
     frame: &crate::http::Frame,
     buf: &[u8],
@@ -168,11 +202,11 @@ pub(super) fn write_scopes<'c>(
         read: Vec::new(),
         write: Vec::new(),
     };
-    if !node.access.scoped {
+    if !access.scoped {
         return None;
     }
-    let token = node.access.presented(frame, buf);
-    Some(node.access.grant(creds, token, now_s).unwrap_or(&NOTHING))
+    let token = access.presented(frame, buf);
+    Some(access.grant(creds, token, now_s).unwrap_or(&NOTHING))
 }
 
 /// Whether `scopes` (`None`: writes are not scoped) may write `key`.

@@ -25,6 +25,7 @@ impl Service {
         // Split the service: the batch borrows the arena while answers are written.
         let Service {
             node,
+            access,
             arena,
             projector,
             heads,
@@ -36,7 +37,7 @@ impl Service {
         } = self;
         let now_ms = *now_ms;
         // The token passed the route's check: its write scope, message by message.
-        let scopes = write_scopes(node, creds, frame, buf, *now_s);
+        let scopes = write_scopes(access, creds, frame, buf, *now_s);
         let boxes = &node.boxes;
         text.clear();
         let batch = match projector.project(arena.bump(), &buf[frame.body.clone()], format, keys) {

@@ -175,6 +175,7 @@ impl Service {
         let body = &x.buf[x.frame.body.clone()];
         let Service {
             node,
+            access,
             arena,
             projector,
             key: path_key,
@@ -182,7 +183,7 @@ impl Service {
             now_s,
             ..
         } = self;
-        let scopes = super::access::write_scopes(node, &mut *x.creds, x.frame, x.buf, *now_s);
+        let scopes = super::access::write_scopes(access, &mut *x.creds, x.frame, x.buf, *now_s);
         let boxes = &node.boxes;
         let plan = boxes.plan();
         let batch = match projector.project(arena.bump(), body, format, keys) {

@@ -108,7 +108,7 @@ impl Service {
         if let Err(what) = self.decode_keys(q.keys) {
             return self.error(x, RouteLabel::Poll, 400, &what);
         }
-        if self.node.access.reads_need_token {
+        if self.access.reads_need_token {
             let need = crate::auth::Need::Read;
             if let Err(r) = self.check_access(x, RouteLabel::Poll, need, true) {
                 return r;

@@ -29,11 +29,13 @@ pub use auth::{constant_time_eq, Tokens};
 pub use cors::{Cors, PREFLIGHT};
 pub use logged::{Pending, Report};
 pub use many::{ManyKeys, Watching};
-pub use stream::{wants_event_stream, write_event, Event, Stream, DELETED, HEARTBEAT};
+pub use stream::{
+    wants_event_stream, write_event, write_expired, Event, Stream, DELETED, HEARTBEAT,
+};
 pub use tally::{IngestResult, Removal, RouteLabel};
 
 use crate::arena::{Arena, ResetStats};
-use crate::auth::{Access, Credentials, Need};
+use crate::auth::{Access, Credentials, LiveAccess, Need, Refusal};
 use crate::boxes::{BoxTable, Removed, SweepBudget, Swept};
 use crate::config::Config;
 use crate::http::{
@@ -58,8 +60,10 @@ pub struct Node {
     pub tokens: Tokens,
     /// Bearer tokens for `/metrics` (none: open).
     pub metrics_tokens: Tokens,
-    /// Scoped tokens: who may read and write which box.
-    pub access: Access,
+    /// Scoped tokens: who may read and write which box. Replaced whole when
+    /// the key set or a static token file is re-read; each worker's
+    /// [`Service`] takes the new one at its next tick.
+    pub access: LiveAccess,
 }
 
 impl Node {
@@ -69,7 +73,7 @@ impl Node {
         // The key set was checked when it joined the config (Config::add_jwks).
         let access = Access::new(&config.auth).expect("auth.jwt keys checked by Config::add_jwks");
         Node {
-            access,
+            access: LiveAccess::new(access),
             config,
             plan,
             boxes,
@@ -233,6 +237,8 @@ impl<H> Exchange<'_, H> {
 /// One worker's answering state.
 pub struct Service {
     node: Arc<Node>,
+    /// The node's access as of this worker's last tick ([`Service::follow_access`]).
+    access: Arc<Access>,
     arena: Arena,
     projector: Projector,
     heads: Heads,
@@ -251,6 +257,9 @@ pub struct Service {
     /// The wall clock in seconds since the epoch (token `exp` and `nbf`),
     /// followed with the `Date` header ([`Service::set_time`]).
     now_s: u64,
+    /// The same wall clock in milliseconds: when a held request's token
+    /// ends on the worker's clock ([`Service::token_deadline_ms`]).
+    wall_ms: u64,
     /// Boxes the last expiry step removed, until their long-polls are woken.
     expired: Vec<Removed>,
     /// A node of a log: ingest produces instead of applying.
@@ -269,19 +278,23 @@ impl Service {
         } else {
             0
         };
+        // Whether cookies are taken is config, the same in every read.
+        let access = node.access.current();
         Service {
             arena: Arena::new(working, limits.arena_limit_bytes),
             projector: Projector::new(node.plan.clone()),
             heads: Heads::new(
                 now,
-                Cors::with_credentials(&node.config.http.cors_origins, node.access.cookie_tokens()),
+                Cors::with_credentials(&node.config.http.cors_origins, access.cookie_tokens()),
             ),
+            access,
             key: Vec::with_capacity(node.config.boxes.max_key_bytes.max(256)),
             body: Vec::with_capacity(16 * 1024),
             scratch: Vec::with_capacity(node.config.boxes.max_key_bytes.max(256)),
             watching: None,
             now_ms: 0,
             now_s: unix_s(now),
+            wall_ms: unix_ms(now),
             expired: Vec::with_capacity(expiring),
             logged: node.config.log.enabled(),
             pending: None,
@@ -332,6 +345,46 @@ impl Service {
     pub fn set_time(&mut self, now: SystemTime) {
         self.heads.refresh(now);
         self.now_s = unix_s(now);
+        self.wall_ms = unix_ms(now);
+    }
+
+    /// Take the node's access if a newer read of the key set and token
+    /// files was installed (once a tick: a relaxed load when nothing
+    /// changed). Returns whether it was: the worker then asks its held
+    /// requests whether their tokens still hold ([`crate::conn::Connection::on_access_changed`]).
+    pub fn follow_access(&mut self) -> bool {
+        if self.node.access.generation() == self.access.generation() {
+            return false;
+        }
+        self.access = self.node.access.current();
+        true
+    }
+
+    /// The access this worker answers with.
+    pub fn access(&self) -> &Access {
+        &self.access
+    }
+
+    /// Whether the request just held (parked or streaming) needed a token:
+    /// then its token ends it ([`Service::held_token`]).
+    pub fn held_needs_token(&self) -> bool {
+        self.access.reads_need_token
+    }
+
+    /// Whether the token of a held request still holds now: `Ok` with when
+    /// it ends (seconds since the epoch, `u64::MAX`: never), or why not.
+    pub fn held_token(&self, creds: &mut Credentials) -> Result<u64, Refusal> {
+        self.access.held(creds, self.now_s)
+    }
+
+    /// When a token that ends at `end_s` (seconds since the epoch) ends on
+    /// the worker's clock, from `now_ms` on it: late by up to a tick (the
+    /// wall clock is read once a tick), never early.
+    pub fn token_deadline_ms(&self, end_s: u64, now_ms: u64) -> u64 {
+        if end_s == u64::MAX {
+            return u64::MAX;
+        }
+        now_ms.saturating_add(end_s.saturating_mul(1000).saturating_sub(self.wall_ms))
     }
 
     /// Heap bytes of the service's scratch and the projector's slots (the
@@ -412,7 +465,7 @@ impl Service {
             Route::Poll { key } => self.poll(x, key),
             Route::PollMany => self.poll_many(x),
             Route::IngestKey { key } => {
-                if !self.node.access.scoped && !self.authorized(x) {
+                if !self.access.scoped && !self.authorized(x) {
                     return self.unauthorized(x, RouteLabel::IngestKey);
                 }
                 if let Err(what) = self.decode_key(key) {
@@ -427,7 +480,7 @@ impl Service {
                 self.ingest(x, KeySource::Path)
             }
             Route::Ingest => {
-                if !self.node.access.scoped && !self.authorized(x) {
+                if !self.access.scoped && !self.authorized(x) {
                     return self.unauthorized(x, RouteLabel::Ingest);
                 }
                 // The token is checked here; its scope message by message.
@@ -492,7 +545,7 @@ impl Service {
             Ok(q) => q,
             Err(what) => return self.error(x, RouteLabel::Poll, 400, what),
         };
-        if self.node.access.reads_need_token {
+        if self.access.reads_need_token {
             if let Err(r) = self.check_access(x, RouteLabel::Poll, Need::Read, false) {
                 return r;
             }
@@ -561,7 +614,7 @@ impl Service {
     /// woken and answered 404), 404 for an unknown key; a token as for ingest.
     fn delete<H: Host>(&mut self, x: &mut Exchange<'_, H>, raw_key: &[u8]) -> Reply {
         let route = RouteLabel::Delete;
-        if !self.node.access.scoped && !self.authorized(x) {
+        if !self.access.scoped && !self.authorized(x) {
             return self.unauthorized(x, route);
         }
         if let Err(what) = self.decode_key(raw_key) {
@@ -716,6 +769,12 @@ impl Service {
 fn unix_s(now: SystemTime) -> u64 {
     now.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+/// Milliseconds since the epoch (0 before it).
+fn unix_ms(now: SystemTime) -> u64 {
+    now.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// `Content-Type` of the Prometheus text exposition 0.0.4.

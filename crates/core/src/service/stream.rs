@@ -20,6 +20,18 @@ pub const DELETED: &[u8] = b"event: deleted\ndata: \n\n";
 /// A comment line: keeps proxies from closing a stream with nothing to say.
 pub const HEARTBEAT: &[u8] = b":\n\n";
 
+/// `event: expired`: the stream's token ended (expired, or it is no longer
+/// valid after a re-read of the key set), with the reason a request with
+/// that token would be told; the stream then ends, and the client comes
+/// back with a fresh token (docs/private-boxes.md#when-a-token-ends).
+pub fn write_expired(out: &mut Vec<u8>, why: crate::auth::Refusal) {
+    out.extend_from_slice(
+        b"event: expired\ndata: {\"error\":\"invalid_token\",\"error_description\":\"",
+    );
+    out.extend_from_slice(why.description().as_bytes());
+    out.extend_from_slice(b"\"}\n\n");
+}
+
 /// An event stream, as the connection keeps it between events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stream {

@@ -8,6 +8,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+pub mod jwt;
 pub mod kafka;
 
 /// The embedded config on a free port with 2 workers. `POLLBOX_TEST_IO_URING=1`
