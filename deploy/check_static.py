@@ -74,6 +74,8 @@ EXPORTED_METRICS = {
     "pollbox_arena_used_bytes",
     "pollbox_worker_connections",
     "pollbox_worker_busy_ratio",
+    "pollbox_auth_refused_total",
+    "pollbox_limit_refused_total",
     "process_resident_memory_bytes",
     "process_cpu_seconds_total",
     "process_open_fds",
@@ -663,7 +665,8 @@ def check_dashboard():
             if not var.startswith("__") and var not in names:
                 errors.append(f"panel {p.get('title')!r} uses undefined variable ${var}")
     titles = " | ".join(p.get("title", "") for p in d.get("panels", []))
-    for want in ("Request rate", "Latency", "Ingest", "Boxes", "Memory", "Arena reset", "Epoch overruns", "Connections"):
+    for want in ("Request rate", "Latency", "Ingest", "Boxes", "Memory", "Arena reset", "Epoch overruns", "Connections",
+                 "Access refusals", "Per-client limit refusals"):
         if want.lower() not in titles.lower():
             errors.append(f"no panel about {want!r}")
     return errors, f"dashboard JSON: {len(ids)} panels, ids unique, no overlaps, every panel queries"
