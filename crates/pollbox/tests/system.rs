@@ -712,7 +712,9 @@ fn two_nodes_behind_haproxy_scraped_by_prometheus() {
             "GET {path} through HAProxy"
         );
     }
-    let r = Conn::new(nodes[0]).request("GET", "/metrics", None).unwrap();
+    let r = Conn::new(nodes[0])
+        .request("GET", "/metrics", None)
+        .unwrap();
     assert_eq!(r.status, 200, "GET /metrics on the node itself");
     eprintln!("/metrics through HAProxy: 404 (the node itself serves it)");
 
