@@ -52,7 +52,7 @@ need() { # need TOOL: present, or a failure (a skip with DEPLOY_CHECK_ALLOW_MISS
 command -v python3 >/dev/null 2>&1 || { echo "FAIL: python3 is required"; exit 1; }
 
 # --- static cross-checks (python only) -------------------------------------------
-run "configs: ConfigMap = systemd TOML, template = haproxy.cfg, timeouts, retries, manifests (HAProxy's too), replicas" \
+run "configs: ConfigMap = systemd TOML + [auth.jwt], template = haproxy.cfg, timeouts, retries, manifests (HAProxy's too), replicas" \
     python3 $D/check_static.py configs
 run "closed: /metrics on metrics_listen only, exposed by no Service/Ingress/HAProxy; HAProxy denies it; JWKS from a Secret" \
     python3 $D/check_static.py closed

@@ -426,7 +426,7 @@ fn expected(case: &Case, m: &Model) -> Result<auth::Verified, Refusal> {
     let exp = number(&m.exp)
         .filter(|e| *e >= 0.0)
         .ok_or(Refusal::Malformed)? as u64;
-    if case.now_s >= exp + LEEWAY_S {
+    if case.now_s >= exp.saturating_add(LEEWAY_S) {
         return Err(Refusal::Expired);
     }
     if let Some(nbf) = number(&m.nbf) {
@@ -439,7 +439,7 @@ fn expected(case: &Case, m: &Model) -> Result<auth::Verified, Refusal> {
             m.read.iter().map(String::as_str),
             m.write.iter().map(String::as_str),
         ),
-        exp_s: exp + LEEWAY_S,
+        exp_s: exp.saturating_add(LEEWAY_S),
     })
 }
 
@@ -648,7 +648,7 @@ fn check_verdict(case: &Case, now_s: u64, token: &[u8], verdict: Result<auth::Ve
         .and_then(Value::as_f64)
         .expect("accepted without a numeric exp");
     assert!(
-        exp >= 0.0 && now_s < exp as u64 + LEEWAY_S,
+        exp >= 0.0 && now_s < (exp as u64).saturating_add(LEEWAY_S),
         "accepted past exp {exp}"
     );
     if let Some(nbf) = claims.get("nbf") {
@@ -671,7 +671,7 @@ fn check_verdict(case: &Case, now_s: u64, token: &[u8], verdict: Result<auth::Ve
             claims.get("aud")
         );
     }
-    assert_eq!(v.exp_s, exp as u64 + LEEWAY_S);
+    assert_eq!(v.exp_s, (exp as u64).saturating_add(LEEWAY_S));
     let list = |name: &str| -> Vec<String> {
         claims
             .get("pollbox")
