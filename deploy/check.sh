@@ -6,7 +6,8 @@
 #
 # Required: python3, haproxy (2.6+), openssl, curl (with HTTP/2), promtool. Used when present, skipped otherwise:
 # systemd-analyze, hadolint, kubernetes-validate (pip). With POLLBOX_BIN=path/to/pollbox
-# it also runs `pollbox check-config` on the production config and checks that a
+# it also runs `pollbox check-config` on the production config, serves the Kubernetes
+# config (closed: /metrics on its own port only, writes need a token) and checks that a
 # running pollbox exports every metric the alerts and dashboard use. With
 # DEPLOY_CHECK_KAFKA=1 as well it starts a throwaway Kafka broker (scripts/kafka/,
 # Java 17+) and checks the same of a node of a log (the log metrics).
@@ -51,8 +52,10 @@ need() { # need TOOL: present, or a failure (a skip with DEPLOY_CHECK_ALLOW_MISS
 command -v python3 >/dev/null 2>&1 || { echo "FAIL: python3 is required"; exit 1; }
 
 # --- static cross-checks (python only) -------------------------------------------
-run "configs: ConfigMap = systemd TOML, template = haproxy.cfg, timeouts, retries, manifests (HAProxy's too), replicas" \
+run "configs: ConfigMap = systemd TOML + [auth.jwt], template = haproxy.cfg, timeouts, retries, manifests (HAProxy's too), replicas" \
     python3 $D/check_static.py configs
+run "closed: /metrics on metrics_listen only, exposed by no Service/Ingress/HAProxy; HAProxy denies it; JWKS from a Secret" \
+    python3 $D/check_static.py closed
 run "grafana: pollbox-dashboard.json is valid JSON" python3 -m json.tool $D/grafana/pollbox-dashboard.json
 run "grafana: dashboard structure (ids, grid, queries, variables)" python3 $D/check_static.py dashboard
 run "metrics: alerts and dashboard use exported metric names only" python3 $D/check_static.py metrics
@@ -150,7 +153,7 @@ else
 fi
 if command -v kubernetes-validate >/dev/null 2>&1; then
     run "k8s: kubernetes-validate --strict" kubernetes-validate --strict --quiet $D/k8s/*.yaml $D/k8s/replicas/*.yaml \
-        $D/k8s/ingress/*.yaml
+        $D/k8s/ingress/*.yaml $D/k8s/secret/*.yaml
 else
     skip "kubernetes-validate not installed (pip install kubernetes-validate)"
 fi
@@ -167,6 +170,23 @@ sys.stdout.write(c.configmap_toml(open(sys.argv[2]).read()))' $D $D/k8s/replicas
             "$BIN" check-config --file-only "$TMP/replica.toml"
     }
     run "pollbox: check-config of deploy/k8s/replicas/configmap.yaml" replica_config
+    # The Kubernetes config, run here: its JWKS is the Secret's, read through the
+    # links Kubernetes mounts a Secret with (check-config reads it as serve does).
+    k8s_closed() {
+        local port mport dir="$TMP/k8s-node" rc
+        port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+        mport="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+        mkdir -p "$dir" && python3 $D/check_static.py k8s-local "$dir" "$mport" &&
+            "$BIN" check-config "$dir/pollbox.toml" >/dev/null || return 1
+        "$BIN" serve --config "$dir/pollbox.toml" --listen "127.0.0.1:$port" --workers 1 >"$TMP/k8s-serve.log" 2>&1 &
+        SERVER_PID=$!
+        python3 $D/check_static.py probe-closed "$port" "$mport"
+        rc=$?
+        [[ $rc -eq 0 ]] || cat "$TMP/k8s-serve.log"
+        kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; SERVER_PID=""
+        return $rc
+    }
+    run "pollbox: deploy/k8s/configmap.yaml served with the Secret's JWKS: /metrics only on metrics_listen, writes need a token" k8s_closed
     # live_metrics [CONFIG]: serve (the embedded config, or CONFIG), ingest and poll
     # once, scrape, and check the names the alerts and dashboard use.
     live_metrics() {

@@ -7,12 +7,26 @@
                                  (HAProxy's Deployment, Service, Ingress against
                                  haproxy-k8s.cfg); the replicas' config, HAProxy and
                                  manifests fit a log
+  check_static.py closed         closed by default: every config serves /metrics on
+                                 metrics_listen, a port no Service, Ingress or HAProxy
+                                 server names; HAProxy's client frontends deny /metrics;
+                                 Prometheus scrapes that port; the k8s JWKS is a Secret
+                                 of public keys, mounted read-only as a directory
   check_static.py dashboard      Grafana JSON is well formed and every panel queries
   check_static.py metrics        alerts and dashboard use only metric names pollbox exports
                                  (the log metrics: found in the exporter's source and the docs)
   check_static.py dashboard-rules OUT
                                  write the dashboard's queries as a Prometheus rule
                                  file, so `promtool check rules OUT` parses them
+  check_static.py k8s-local DIR METRICS_PORT
+                                 write deploy/k8s/configmap.yaml's config, runnable
+                                 here (metrics on 127.0.0.1:METRICS_PORT, snapshot in
+                                 DIR), and the Secret's JWKS laid out as Kubernetes
+                                 mounts it, into DIR
+  check_static.py probe-closed PORT METRICS_PORT
+                                 a node running that config: /metrics 404 on PORT,
+                                 200 on METRICS_PORT (nothing else there), a write
+                                 without a token 401
   check_static.py live-metrics FILE
                                  every metric the alerts and dashboard use is in
                                  FILE, a /metrics scrape of a running pollbox (of a
@@ -60,6 +74,8 @@ EXPORTED_METRICS = {
     "pollbox_arena_used_bytes",
     "pollbox_worker_connections",
     "pollbox_worker_busy_ratio",
+    "pollbox_auth_refused_total",
+    "pollbox_limit_refused_total",
     "process_resident_memory_bytes",
     "process_cpu_seconds_total",
     "process_open_fds",
@@ -107,6 +123,12 @@ def configmap_toml(text):
     return None
 
 
+def split_jwt(text):
+    """(the TOML before its [auth.jwt] section, that section), or (text, "")."""
+    base, found, jwt = text.partition("\n[auth.jwt]\n")
+    return (base, "[auth.jwt]\n" + jwt) if found else (text, "")
+
+
 def toml_value(text, section, key):
     current = None
     for line in text.splitlines():
@@ -132,8 +154,12 @@ def check_configs():
     cm = configmap_toml(read("deploy/k8s/configmap.yaml"))
     if cm is None:
         errors.append("deploy/k8s/configmap.yaml has no `pollbox.toml: |` block")
-    elif cm != prod:
-        errors.append("deploy/k8s/configmap.yaml's pollbox.toml differs from deploy/systemd/pollbox.toml")
+    else:
+        base, jwt = split_jwt(cm)
+        if base.rstrip() != prod.rstrip():
+            errors.append("deploy/k8s/configmap.yaml's pollbox.toml, less its [auth.jwt], differs from deploy/systemd/pollbox.toml")
+        if not jwt or re.search(r"^\[", jwt.split("\n", 1)[1], re.M):
+            errors.append("deploy/k8s/configmap.yaml's pollbox.toml must end with [auth.jwt] and nothing after it")
 
     listen = toml_value(prod, "server", "listen")
     if listen != "0.0.0.0:8080":
@@ -214,7 +240,167 @@ def check_configs():
     arg = re.search(r"^ARG RUST_VERSION=(\S+)", read("deploy/docker/Dockerfile"), re.M)
     if not pin or not arg or pin.group(1) != arg.group(1):
         errors.append("deploy/docker/Dockerfile RUST_VERSION differs from rust-toolchain.toml's channel")
-    return errors, "configs agree (ConfigMap = systemd TOML, template = haproxy.cfg), timeouts cover max_wait_ms, manifests cross-reference"
+    return errors, "configs agree (ConfigMap = systemd TOML + [auth.jwt], template = haproxy.cfg), timeouts cover max_wait_ms, manifests cross-reference"
+
+
+def deploy_files(*exts):
+    """Files under deploy/ with one of these extensions, relative to the root."""
+    out = []
+    for d, _, files in os.walk(DEPLOY):
+        for f in sorted(files):
+            if f.endswith(exts):
+                out.append(os.path.relpath(os.path.join(d, f), ROOT))
+    return sorted(out)
+
+
+def pollbox_configs():
+    """Every pollbox config deploy/ ships: TOML files and ConfigMaps' pollbox.toml."""
+    configs = {}
+    for rel in deploy_files(".toml"):
+        configs[rel] = read(rel)
+    for rel in deploy_files(".yaml", ".yml"):
+        for kind, doc in yaml_docs(read(rel)):
+            if kind == "ConfigMap" and configmap_toml(doc) is not None:
+                configs[rel] = configmap_toml(doc)
+    return configs
+
+
+def port_of(addr):
+    m = re.fullmatch(r"(?:\[[^\]]*\]|[^:]*):(\d+)", addr or "")
+    return int(m.group(1)) if m else None
+
+
+def haproxy_sections(cfg, kind):
+    """(name, body) of each `frontend`/`backend`/`listen` section of kind."""
+    out = []
+    for m in re.finditer(rf"^{kind} (\S+)\n((?:(?![a-z]).*\n?)*)", cfg, re.M):
+        out.append((m.group(1), m.group(2)))
+    return out
+
+
+def jwks_errors(rel, text):
+    """The example JWKS: a key set of public keys only (none that can sign)."""
+    try:
+        keys = json.loads(text)["keys"]
+    except (ValueError, KeyError, TypeError) as e:
+        return [f"{rel}: jwks.json is not a JWKS ({e})"]
+    errors = [] if keys else [f"{rel}: jwks.json holds no key"]
+    for k in keys:
+        private = sorted(set(k) & {"d", "p", "q", "dp", "dq", "qi", "oth", "k"})
+        if k.get("kty") not in ("OKP", "EC", "RSA") or private:
+            errors.append(f"{rel}: key {k.get('kid')!r} can sign tokens (kty {k.get('kty')!r}, {private}): "
+                          "ship public keys only")
+    return errors
+
+
+def check_closed():
+    """deploy/ is closed by default: /metrics only on metrics_listen, a port no
+    Service, Ingress or HAProxy frontend exposes and Prometheus scrapes directly;
+    HAProxy refuses /metrics itself; the JWKS comes from a Secret."""
+    errors = []
+    # 1. Every config serves /metrics on its own port, one port for all.
+    ports = set()
+    configs = pollbox_configs()
+    for rel, toml in configs.items():
+        mport = port_of(toml_value(toml, "server", "metrics_listen"))
+        if mport is None:
+            errors.append(f"{rel}: server.metrics_listen must be set (/metrics off the client port)")
+        elif mport == port_of(toml_value(toml, "server", "listen")):
+            errors.append(f"{rel}: metrics_listen must be another port than listen")
+        else:
+            ports.add(mport)
+    if len(ports) != 1:
+        return errors + [f"deploy/ configs must agree on one metrics port, found {sorted(ports)}"], ""
+    mport = ports.pop()
+
+    # 2. Kubernetes: no Service or Ingress reaches it; the pods name it and
+    # Prometheus scrapes it; the JWKS is a Secret mounted as a directory.
+    keys_files = {toml_value(t, "auth.jwt", "keys_file") for rel, t in configs.items() if "k8s" in rel}
+    keys_file = keys_files.pop() if len(keys_files) == 1 else None
+    if not keys_file:
+        errors.append(f"deploy/k8s ConfigMaps must all set one [auth.jwt] keys_file, found {sorted(map(str, keys_files))}")
+    secrets = {}
+    for rel in deploy_files(".yaml", ".yml"):
+        if not rel.startswith("deploy/k8s/"):
+            continue
+        for kind, doc in yaml_docs(read(rel)):
+            m = re.search(r"^  name: (\S+)$", doc, re.M)
+            name = m.group(1) if m else "?"
+            if kind == "Service":
+                for port in re.findall(r"^\s+(?:- )?(?:port|targetPort|nodePort): (\S+)$", doc, re.M):
+                    if port in (str(mport), "metrics"):
+                        errors.append(f"{rel}: Service {name} exposes the metrics port ({port})")
+            elif kind == "Ingress":
+                for port in re.findall(r"port:\n\s+(?:number|name): (\S+)", doc):
+                    if port in (str(mport), "metrics"):
+                        errors.append(f"{rel}: Ingress {name} routes to the metrics port ({port})")
+            elif kind == "Secret":
+                secrets[name] = (rel, doc)
+            elif kind == "StatefulSet":
+                ports_ = dict(re.findall(r"- name: (\w+)\n\s+containerPort: (\d+)", doc))
+                if ports_.get("metrics") != str(mport):
+                    errors.append(f"{rel}: containerPort metrics must be metrics_listen's port {mport}")
+                if re.search(r'prometheus.io/port: "(\d+)"', doc) is None or \
+                        re.search(r'prometheus.io/port: "(\d+)"', doc).group(1) != str(mport):
+                    errors.append(f"{rel}: annotation prometheus.io/port must be the metrics port {mport}")
+                if re.search(r"(?:Probe):\n\s+httpGet:\n\s+path: \S+\n\s+port: (?:metrics|%d)\b" % mport, doc):
+                    errors.append(f"{rel}: probes must not use the metrics port (it serves /metrics only)")
+                vol = re.search(r"- name: (\S+)\n\s+secret:\n\s+secretName: pollbox-jwks\n", doc)
+                mnt = re.search(rf"- name: {vol.group(1)}\n\s+mountPath: (\S+)\n((?:\s+(?:readOnly|subPath).*\n)*)",
+                                doc) if vol else None
+                if not keys_file or not mnt or mnt.group(1).rstrip("/") != os.path.dirname(keys_file) \
+                        or "readOnly: true" not in mnt.group(2) or "subPath" in mnt.group(2):
+                    errors.append(f"{rel}: must mount the Secret pollbox-jwks read-only, as a directory (no subPath: "
+                                  f"it would never see an update), at {os.path.dirname(keys_file) if keys_file else '?'}")
+    if "pollbox-jwks" not in secrets:
+        errors.append("deploy/k8s: no Secret pollbox-jwks (the JWKS [auth.jwt] keys_file names)")
+    else:
+        rel, doc = secrets["pollbox-jwks"]
+        key = os.path.basename(keys_file or "")
+        m = re.search(rf"^stringData:\n  {re.escape(key)}: \|\n((?:    .*\n|\n)+)", doc, re.M)
+        if not m:
+            errors.append(f"{rel}: Secret pollbox-jwks must hold {key} in stringData")
+        else:
+            errors += jwks_errors(rel, "\n".join(line[4:] for line in m.group(1).splitlines()))
+        if os.path.dirname(rel) == "deploy/k8s":
+            errors.append(f"{rel}: keep the Secret out of deploy/k8s/*.yaml, or `kubectl apply -f deploy/k8s/` "
+                          "resets the keys to the example")
+    prom = read("deploy/prometheus/prometheus-k8s.yml")
+    job = prom.split("job_name: pollbox-k8s", 1)[1].split("job_name:", 1)[0] if "job_name: pollbox-k8s" in prom else ""
+    if "__meta_kubernetes_pod_annotation_prometheus_io_port" not in job:
+        errors.append("prometheus-k8s.yml: job pollbox-k8s must scrape the port of prometheus.io/port")
+
+    # 3. Static scrape targets are metrics ports.
+    prom = read("deploy/prometheus/prometheus.yml")
+    job = prom.split("job_name: pollbox\n", 1)[1].split("job_name:", 1)[0] if "job_name: pollbox\n" in prom else ""
+    targets = re.findall(r"^\s+- (\S+:\d+)$", job, re.M)
+    if not targets or any(port_of(t) != mport for t in targets):
+        errors.append(f"prometheus.yml: job pollbox must scrape the nodes' metrics port {mport}, not {targets}")
+
+    # 4. HAProxy: every client frontend refuses /metrics, no server line names
+    # the metrics port.
+    for rel in deploy_files(".cfg", ".tmpl"):
+        if not rel.startswith("deploy/haproxy/"):
+            continue
+        cfg = read(rel)
+        for name, body in haproxy_sections(cfg, "frontend"):
+            if name == "stats":
+                continue
+            if not re.search(r"^\s*http-request deny\b.*\bif \{ path -m beg /metrics \} \|\| "
+                             r"\{ path,url_dec -m beg /metrics \}", body, re.M):
+                errors.append(f"{rel}: frontend {name} must deny /metrics "
+                              "(`http-request deny ... if { path -m beg /metrics } || { path,url_dec -m beg /metrics }`)")
+        for line in re.findall(r"^[ \t]*server .*$", cfg, re.M):
+            if re.search(rf":{mport}\b", line):
+                errors.append(f"{rel}: a server line names the metrics port: {line.strip()}")
+
+    # 5. The image does not advertise it (`docker run -P` would publish it).
+    for exposed in re.findall(r"^EXPOSE (.+)$", read("deploy/docker/Dockerfile"), re.M):
+        if str(mport) in re.split(r"[\s/]+", exposed):
+            errors.append(f"deploy/docker/Dockerfile: EXPOSE {exposed} publishes the metrics port with -P")
+    return errors, (f"closed: {len(configs)} configs serve /metrics on :{mport} only; no Service, Ingress, "
+                    "HAProxy server or EXPOSE names it; every HAProxy client frontend denies /metrics; "
+                    "Prometheus scrapes :%d; the JWKS is the Secret pollbox-jwks (public keys), mounted read-only" % mport)
 
 
 def check_routing_retries(rel, routing):
@@ -385,8 +571,12 @@ def check_replicas(prod, max_wait_s):
         return [f"{rel} has no `pollbox.toml: |` block"]
     # The production config, then a [log] section: nothing else may drift.
     base, _, log = rep[rep.index("[server]"):].partition("\n[log]\n")
+    base, jwt = split_jwt(base)
     if base.rstrip() != prod[prod.index("[server]"):].rstrip():
-        errors.append(f"{rel}: everything before [log] must equal deploy/systemd/pollbox.toml from [server] on")
+        errors.append(f"{rel}: everything before [auth.jwt] must equal deploy/systemd/pollbox.toml from [server] on")
+    cm = configmap_toml(read("deploy/k8s/configmap.yaml")) or ""
+    if not jwt or jwt.rstrip() != split_jwt(cm)[1].rstrip():
+        errors.append(f"{rel}: [auth.jwt], before [log], must equal deploy/k8s/configmap.yaml's")
     if not (toml_value(rep, "log", "brokers") or "").strip():
         errors.append(f"{rel}: [log] brokers must be set (a replica reads a log)")
 
@@ -475,7 +665,8 @@ def check_dashboard():
             if not var.startswith("__") and var not in names:
                 errors.append(f"panel {p.get('title')!r} uses undefined variable ${var}")
     titles = " | ".join(p.get("title", "") for p in d.get("panels", []))
-    for want in ("Request rate", "Latency", "Ingest", "Boxes", "Memory", "Arena reset", "Epoch overruns", "Connections"):
+    for want in ("Request rate", "Latency", "Ingest", "Boxes", "Memory", "Arena reset", "Epoch overruns", "Connections",
+                 "Access refusals", "Per-client limit refusals"):
         if want.lower() not in titles.lower():
             errors.append(f"no panel about {want!r}")
     return errors, f"dashboard JSON: {len(ids)} panels, ids unique, no overlaps, every panel queries"
@@ -564,6 +755,77 @@ def check_live(scrape_file):
     return errors, f"all metrics used by alerts and dashboard are exported by pollbox ({len(exported)} series names, {kind})"
 
 
+def k8s_local(out, metrics_port):
+    """deploy/k8s/configmap.yaml's config made runnable here, in directory out:
+    metrics_listen on 127.0.0.1:metrics_port, the snapshot in out, and the
+    Secret pollbox-jwks's jwks.json laid out as Kubernetes mounts a Secret
+    (jwks.json -> ..data/jwks.json, ..data -> a timestamped directory)."""
+    toml = configmap_toml(read("deploy/k8s/configmap.yaml"))
+    jwks = out + "/jwks"
+    os.makedirs(jwks + "/..2026_01_01_00_00_00.1", exist_ok=True)
+    doc = dict(yaml_docs(read("deploy/k8s/secret/jwks.yaml")))["Secret"]
+    m = re.search(r"^stringData:\n  jwks.json: \|\n((?:    .*\n|\n)+)", doc, re.M)
+    if not m:
+        return ["deploy/k8s/secret/jwks.yaml: no stringData jwks.json"], ""
+    with open(jwks + "/..2026_01_01_00_00_00.1/jwks.json", "w", encoding="utf-8") as f:
+        f.write("\n".join(line[4:] for line in m.group(1).splitlines()) + "\n")
+    os.symlink("..2026_01_01_00_00_00.1", jwks + "/..data")
+    os.symlink("..data/jwks.json", jwks + "/jwks.json")
+    subs = [
+        (r'^metrics_listen = "[^"]*"', f'metrics_listen = "127.0.0.1:{metrics_port}"'),
+        (r'^path = "/var/lib/pollbox/boxes.snapshot"', f'path = "{out}/boxes.snapshot"'),
+        (r'^keys_file = "[^"]*"', f'keys_file = "{jwks}/jwks.json"'),
+    ]
+    for pattern, repl in subs:
+        toml, n = re.subn(pattern, repl, toml, count=1, flags=re.M)
+        if n != 1:
+            return [f"deploy/k8s/configmap.yaml: no line matching {pattern!r}"], ""
+    with open(out + "/pollbox.toml", "w", encoding="utf-8") as f:
+        f.write(toml)
+    return [], f"{out}/pollbox.toml: the ConfigMap's config, the Secret's JWKS behind Kubernetes' links"
+
+
+def probe_closed(port, metrics_port):
+    """A node running the Kubernetes config: /metrics on the metrics port only,
+    nothing else there, and writes need a token."""
+    import urllib.error
+    import urllib.request
+
+    def ask(p, path, data=None):
+        req = urllib.request.Request(f"http://127.0.0.1:{p}{path}", data=data, method="POST" if data else "GET",
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return r.status, r.headers, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers, e.read().decode()
+
+    import time
+    for _ in range(100):
+        try:
+            if ask(port, "/readyz")[0] == 200:
+                break
+        except OSError:
+            pass
+        time.sleep(0.1)
+    errors = []
+    status, _, body = ask(port, "/metrics")
+    if status != 404:
+        errors.append(f"GET /metrics on the client port: {status}, expected 404")
+    status, _, body = ask(metrics_port, "/metrics")
+    if status != 200 or "\npollbox_boxes " not in body:
+        errors.append(f"GET /metrics on metrics_listen: {status}, expected 200 with pollbox_boxes")
+    for path in ("/healthz", "/v1/boxes/x"):
+        status, _, _ = ask(metrics_port, path)
+        if status != 404:
+            errors.append(f"GET {path} on metrics_listen: {status}, expected 404 (it serves /metrics only)")
+    status, headers, body = ask(port, "/v1/boxes/deploy-check", b'{"value":1}')
+    if status != 401 or not (headers.get("WWW-Authenticate") or "").startswith("Bearer"):
+        errors.append(f"POST without a token: {status} {body!r}, expected 401 with WWW-Authenticate: Bearer")
+    return errors, ("/metrics 404 on the client port, 200 on metrics_listen (which serves nothing else); "
+                    "a write without a token 401")
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
@@ -571,12 +833,18 @@ def main(argv):
     cmd = argv[1]
     if cmd == "configs":
         errors, ok = check_configs()
+    elif cmd == "closed":
+        errors, ok = check_closed()
     elif cmd == "dashboard":
         errors, ok = check_dashboard()
     elif cmd == "metrics":
         errors, ok = check_metrics()
     elif cmd == "dashboard-rules" and len(argv) == 3:
         errors, ok = write_dashboard_rules(argv[2])
+    elif cmd == "k8s-local" and len(argv) == 4:
+        errors, ok = k8s_local(argv[2], int(argv[3]))
+    elif cmd == "probe-closed" and len(argv) == 4:
+        errors, ok = probe_closed(int(argv[2]), int(argv[3]))
     elif cmd == "live-metrics" and len(argv) == 3:
         errors, ok = check_live(argv[2])
     else:

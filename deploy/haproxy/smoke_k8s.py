@@ -13,7 +13,8 @@ With stub nodes (from smoke_test.py), always:
   TLS/HTTP/2 as over plain HTTP/1.1;
 - a node that closes without answering: a GET over HTTP/2 is retried on the same
   node (200), a POST and a long-poll are not re-sent (502, seen once);
-- a stopped node: its keys answer 503 and are not re-hashed onto the others.
+- a stopped node: its keys answer 503 and are not re-hashed onto the others;
+- /metrics is refused with 404 by HAProxy on both listeners, no node asked.
 With POLLBOX_BIN set, against three real pollbox nodes as well:
 - an ingest and a poll over HTTP/2 (HTTP/2 200, the payload);
 - 8 event streams on one HTTP/2 connection (a browser allows 6 HTTP/1.1
@@ -35,7 +36,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from smoke_test import StubNode, check, free_port, once, wait_for_port  # noqa: E402
+from smoke_test import StubNode, check, check_metrics_refused, free_port, once, wait_for_port  # noqa: E402
 
 CONFIG = os.environ.get("SMOKE_HAPROXY_CFG") or os.path.join(HERE, "haproxy-k8s.cfg")
 STREAMS = 8
@@ -103,6 +104,9 @@ def with_stubs(front, tls, nodes):
     share = {n.name: sum(1 for v in owner.values() if v == n.name) for n in nodes}
     check(all(share.values()), f"a node got no keys: {share}")
     print(f"  TLS listener speaks HTTP/2 (ALPN h2); 50 keys reach one node over TLS/HTTP/2 and plain HTTP; share {share}")
+    check_metrics_refused(lambda path: once(front, "GET", path), nodes, "plain HTTP")
+    check_metrics_refused(lambda path: curl(base + path)[1:], nodes, "TLS/HTTP/2")
+    print("  /metrics refused (404) by the load balancer over plain HTTP and TLS/HTTP/2, no node asked")
 
     # 2. Retries: a GET once more on the key's node, a POST or a long-poll not at
     #    all. Over TLS with HTTP/1.1 on a new connection: to an HTTP/2 client

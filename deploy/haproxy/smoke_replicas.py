@@ -10,6 +10,7 @@ README's "A cluster on one machine" runs it in front of real nodes):
 - least connections: with a long-poll held on one node, new requests go to the other;
 - a node whose /readyz is 503 (catching up with the log) gets no requests, and gets
   them again once ready;
+- /metrics (however spelled) is refused with 404 by HAProxy, no node asked;
 - a stopped node: every GET and POST still succeeds, on the other node;
 - a node that closes without answering, or answers 503: a GET is retried on the
   other node (200), a POST is not retried (the client gets the failure, the node
@@ -30,6 +31,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from smoke_test import check_metrics_refused  # noqa: E402
+
 CONFIG = os.environ.get("SMOKE_HAPROXY_CFG") or os.path.join(HERE, "haproxy-replicas.cfg.tmpl")
 
 
@@ -175,6 +179,8 @@ def run(front, nodes):
     share = {n: got.count(n) for n in names}
     check(all(v >= 10 for v in share.values()), f"requests not spread over the nodes: {share}")
     print(f"  one key's polls, ingests and batches spread over both nodes: {share}")
+    check_metrics_refused(lambda path: request(front, "GET", path), nodes, "replicas")
+    print("  /metrics refused (404) by the load balancer, no node asked")
 
     # 2. Least connections: a long-poll held on one node sends the next requests
     # to the other.

@@ -9,6 +9,7 @@ config makes, not pollbox itself (the system test with real nodes does that):
   same node, for 1,000 keys, and both nodes get a fair share of keys;
 - percent-encoded and plain spellings of one key reach the same node;
 - POST /v1/ingest and a path with a broken %-escape are refused with 400 by HAProxy;
+- /metrics (however spelled) is refused with 404 by HAProxy, no node asked;
 - a node that closes a connection without answering: a GET is retried on that
   same node (200), a POST and a long-poll are not retried (502, seen once);
 - a dead node's keys fail with 503 and are not re-hashed onto the live node, the
@@ -195,6 +196,23 @@ def check(cond, message):
         raise AssertionError(message)
 
 
+# /metrics as a client might spell it: plain, with a query, percent-encoded, with a
+# trailing slash or an encoded "?".
+METRICS_PATHS = ("/metrics", "/metrics?name[]=pollbox_boxes", "/%6Detrics", "/metrics/", "/metrics%3Fx")
+
+
+def check_metrics_refused(request, nodes, where):
+    """/metrics through the load balancer: 404 from HAProxy itself, no node asked.
+    request(path) -> (status, body)."""
+    before = [dict(n.seen) for n in nodes]
+    for path in METRICS_PATHS:
+        status, data = request(path)
+        check(status == 404 and json.loads(data) == {"error": "not found"},
+              f"GET {path} ({where}): expected HAProxy's 404, got {status} {data[:120]!r}")
+    asked = [n.name for n, b in zip(nodes, before) if n.seen != b]
+    check(not asked, f"/metrics ({where}) reached {asked}: the frontend must refuse it")
+
+
 def run(client, nodes):
     # 1. Ingest and long-poll of each key meet on one node.
     owner = {}
@@ -224,6 +242,8 @@ def run(client, nodes):
     status, data = client.request("GET", "/v1/boxes/bad%zzkey")
     check(status == 400 and b"percent-encoding" in data, f"broken escape: got {status} {data!r}")
     print("  POST /v1/ingest and broken %-escapes answered 400 by the load balancer")
+    check_metrics_refused(lambda path: client.request("GET", path), nodes, "plain HTTP")
+    print(f"  /metrics refused (404) by the load balancer, no node asked: {', '.join(METRICS_PATHS)}")
 
     # 4. A node closes without answering: a GET is retried once, on the same node
     #    (the key's), a POST or a long-poll is not. Each on a new client connection

@@ -9,6 +9,8 @@
 //! - each key lives on exactly one node, both nodes hold a fair share, and each
 //!   node's own `pollbox_boxes` equals the keys it holds (the counts add to 1,000);
 //! - Prometheus, scraping both nodes every second, reports those same counts;
+//! - `/metrics` through HAProxy is refused (404 from HAProxy) although the nodes
+//!   serve it on the port HAProxy uses: scraped directly only;
 //! - a node stopped with SIGTERM exits cleanly; its keys then fail fast with 503 at
 //!   HAProxy (not re-hashed onto the other node, no box created there), while the
 //!   other node's keys keep answering with the right version;
@@ -696,6 +698,25 @@ fn two_nodes_behind_haproxy_scraped_by_prometheus() {
     let want: HashMap<String, u64> = (0..2).map(|n| (nodes[n].to_string(), boxes[n])).collect();
     wait_for_prometheus(&mut kids, prom, &want, Duration::from_secs(20));
     eprintln!("prometheus reports pollbox_boxes {want:?}");
+
+    // /metrics is not for clients: HAProxy refuses it even though these nodes
+    // (the embedded config, no metrics_listen) serve it on the port it uses.
+    let mut client = Conn::new(front);
+    for path in ["/metrics", "/%6Detrics", "/metrics?x=1"] {
+        let r = client
+            .request("GET", path, None)
+            .unwrap_or_else(|e| panic!("GET {path} through HAProxy: {e}"));
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (404, r#"{"error":"not found"}"#),
+            "GET {path} through HAProxy"
+        );
+    }
+    let r = Conn::new(nodes[0])
+        .request("GET", "/metrics", None)
+        .unwrap();
+    assert_eq!(r.status, 200, "GET /metrics on the node itself");
+    eprintln!("/metrics through HAProxy: 404 (the node itself serves it)");
 
     // 3. Stop node2 gracefully: its keys fail fast, node1's keep working.
     let (dead, live) = (1, 0);

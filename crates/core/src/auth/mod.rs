@@ -378,8 +378,10 @@ impl Credentials {
     }
 }
 
-/// `Bearer <token>` (the scheme in any case).
-fn bearer(h: &[u8]) -> Option<&[u8]> {
+/// `Bearer <token>` (the scheme in any case). Public for the fuzz target
+/// `auth` (fuzz/fuzz_targets/auth.rs), not an API.
+#[doc(hidden)]
+pub fn bearer(h: &[u8]) -> Option<&[u8]> {
     let h = h.trim_ascii();
     (h.len() > 7 && h[..7].eq_ignore_ascii_case(b"bearer ")).then(|| h[7..].trim_ascii())
 }
@@ -388,7 +390,9 @@ fn bearer(h: &[u8]) -> Option<&[u8]> {
 /// §5.4: `a=1; b=2`, a value may be quoted). The head is scanned here, only
 /// when a token is needed and none came in `Authorization`: the framer keeps
 /// no `Cookie` range, so a frame stays as small as it is on every request.
-fn cookie<'b>(head: &'b [u8], name: &[u8]) -> Option<&'b [u8]> {
+/// Public for the fuzz target `auth`, not an API.
+#[doc(hidden)]
+pub fn cookie<'b>(head: &'b [u8], name: &[u8]) -> Option<&'b [u8]> {
     head.split(|&b| b == b'\n').skip(1).find_map(|line| {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let colon = line.iter().position(|&b| b == b':')?;
@@ -411,8 +415,10 @@ fn cookie<'b>(head: &'b [u8], name: &[u8]) -> Option<&'b [u8]> {
     })
 }
 
-/// `access_token=` in a query, as it is (a JWT needs no escape).
-fn query_token(q: &[u8]) -> Option<&[u8]> {
+/// `access_token=` in a query, as it is (a JWT needs no escape). Public for
+/// the fuzz target `auth`, not an API.
+#[doc(hidden)]
+pub fn query_token(q: &[u8]) -> Option<&[u8]> {
     q.split(|&b| b == b'&')
         .find_map(|pair| pair.strip_prefix(b"access_token="))
         .filter(|v| !v.is_empty())

@@ -116,14 +116,15 @@ pub struct Verified {
 }
 
 /// The claims pollbox reads; the others are ignored. `iss` and `aud` are
-/// checked by `jsonwebtoken` from the [`Validation`].
+/// checked here, not by `jsonwebtoken`: it passes a value it cannot read as
+/// a string or a list of strings (`"aud": 5`, `"aud": ["pollbox", 5]`) as
+/// if there were none, and takes a list for `iss`.
 #[derive(Deserialize)]
 struct Claims {
     exp: Option<f64>,
     nbf: Option<f64>,
-    /// Present or not (their values are checked by `jsonwebtoken`).
-    iss: Option<serde::de::IgnoredAny>,
-    aud: Option<serde::de::IgnoredAny>,
+    iss: Option<serde_json::Value>,
+    aud: Option<serde_json::Value>,
     #[serde(default)]
     pollbox: ScopeClaim,
 }
@@ -142,9 +143,9 @@ pub struct Verifier {
     /// One per algorithm, the key's: index by [`alg_index`].
     validations: [Validation; 4],
     leeway_s: u64,
-    /// `iss` and `aud` must be there (their values are checked when they are).
-    need_iss: bool,
-    need_aud: bool,
+    /// `[auth.jwt]` `issuer` and `audience`; "" = not checked.
+    issuer: String,
+    audience: String,
 }
 
 fn alg_index(alg: Algorithm) -> Option<usize> {
@@ -161,17 +162,13 @@ impl Verifier {
     pub fn new(keys: KeySet, config: &JwtConfig) -> Verifier {
         let validation = |alg| {
             let mut v = Validation::new(alg);
-            // Times are checked here, against the caller's clock.
+            // Times are checked here, against the caller's clock, and so
+            // are `iss` and `aud` (see `Claims`): jsonwebtoken checks the
+            // signature and the algorithm only.
             v.validate_exp = false;
             v.validate_nbf = false;
+            v.validate_aud = false;
             v.required_spec_claims.clear();
-            v.validate_aud = !config.audience.is_empty();
-            if !config.audience.is_empty() {
-                v.set_audience(&[&config.audience]);
-            }
-            if !config.issuer.is_empty() {
-                v.set_issuer(&[&config.issuer]);
-            }
             v
         };
         Verifier {
@@ -183,8 +180,8 @@ impl Verifier {
                 validation(Algorithm::RS256),
             ],
             leeway_s: config.leeway_s,
-            need_iss: !config.issuer.is_empty(),
-            need_aud: !config.audience.is_empty(),
+            issuer: config.issuer.clone(),
+            audience: config.audience.clone(),
         }
     }
 
@@ -203,6 +200,11 @@ impl Verifier {
             Err(_) if declares_none(token) => return Err(Refusal::BadSignature),
             Err(_) => return Err(Refusal::Malformed),
         };
+        // RFC 7515 §4.1.11: `crit` lists extensions the recipient must
+        // understand or refuse the token; pollbox understands none.
+        if header.crit.is_some() {
+            return Err(Refusal::Malformed);
+        }
         let key = self
             .keys
             .find(header.kid.as_deref())
@@ -219,16 +221,14 @@ impl Verifier {
                     ErrorKind::InvalidSignature | ErrorKind::InvalidAlgorithm => {
                         Refusal::BadSignature
                     }
-                    ErrorKind::InvalidIssuer => Refusal::WrongIssuer,
-                    ErrorKind::InvalidAudience => Refusal::WrongAudience,
                     _ => Refusal::Malformed,
                 }
             })?;
         let c = data.claims;
-        if self.need_iss && c.iss.is_none() {
+        if !self.issuer.is_empty() && !is_string(c.iss.as_ref(), &self.issuer) {
             return Err(Refusal::WrongIssuer);
         }
-        if self.need_aud && c.aud.is_none() {
+        if !self.audience.is_empty() && !names_audience(c.aud.as_ref(), &self.audience) {
             return Err(Refusal::WrongAudience);
         }
         let exp = c
@@ -255,6 +255,21 @@ impl Verifier {
             exp_s: exp.saturating_add(self.leeway_s),
             key: key.identity,
         })
+    }
+}
+
+/// `iss` (RFC 7519 §4.1.1): a string, this one.
+fn is_string(claim: Option<&serde_json::Value>, want: &str) -> bool {
+    matches!(claim, Some(serde_json::Value::String(s)) if s == want)
+}
+
+/// `aud` (RFC 7519 §4.1.3): this string, or an array of strings holding it.
+fn names_audience(claim: Option<&serde_json::Value>, want: &str) -> bool {
+    match claim {
+        Some(serde_json::Value::Array(all)) => {
+            all.iter().all(serde_json::Value::is_string) && all.iter().any(|a| a == want)
+        }
+        other => is_string(other, want),
     }
 }
 
@@ -359,6 +374,97 @@ mod tests {
             open.verify(t["no_scope"].as_bytes(), 1500).unwrap().scopes,
             Scopes::default()
         );
+    }
+
+    /// An HS256 token of the test set's key `hs`, with these claims and
+    /// header changes.
+    fn hs_token(claims: serde_json::Value, crit: Option<Vec<String>>) -> String {
+        use base64::Engine;
+        let jwks: serde_json::Value = serde_json::from_str(JWKS).unwrap();
+        let k = jwks["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["kid"] == "hs")
+            .unwrap()["k"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(k)
+            .unwrap();
+        let mut header = jsonwebtoken::Header::new(Algorithm::HS256);
+        header.kid = Some("hs".into());
+        header.crit = crit;
+        let key = jsonwebtoken::EncodingKey::from_secret(&secret);
+        jsonwebtoken::encode(&header, &claims, &key).unwrap()
+    }
+
+    /// Found by the fuzz target `auth` (fuzz/fuzz_targets/auth.rs):
+    /// jsonwebtoken passes an `iss` or `aud` it cannot read as strings, so a
+    /// token with `"aud": 5` or `"aud": ["pollbox", 5]` got past a configured
+    /// audience.
+    #[test]
+    fn issuer_and_audience_must_be_strings() {
+        use serde_json::json;
+        let v = verifier("game", "pollbox");
+        let cases = [
+            (
+                json!({"iss": 5, "aud": "pollbox"}),
+                Err(Refusal::WrongIssuer),
+            ),
+            (
+                json!({"iss": ["game"], "aud": "pollbox"}),
+                Err(Refusal::WrongIssuer),
+            ),
+            (
+                json!({"iss": {}, "aud": "pollbox"}),
+                Err(Refusal::WrongIssuer),
+            ),
+            (
+                json!({"iss": "game", "aud": 5}),
+                Err(Refusal::WrongAudience),
+            ),
+            (
+                json!({"iss": "game", "aud": ["pollbox", 5]}),
+                Err(Refusal::WrongAudience),
+            ),
+            (
+                json!({"iss": "game", "aud": {"pollbox": 1}}),
+                Err(Refusal::WrongAudience),
+            ),
+            (
+                json!({"iss": "game", "aud": []}),
+                Err(Refusal::WrongAudience),
+            ),
+            (json!({"iss": "game", "aud": ["x", "pollbox"]}), Ok(2030)),
+            (json!({"iss": "game", "aud": "pollbox"}), Ok(2030)),
+        ];
+        for (mut claims, want) in cases {
+            claims["exp"] = json!(2000);
+            let t = hs_token(claims.clone(), None);
+            assert_eq!(
+                v.verify(t.as_bytes(), 1500).map(|t| t.exp_s),
+                want,
+                "{claims}"
+            );
+        }
+        // Not configured: not looked at.
+        let t = hs_token(json!({"exp": 2000, "iss": 5, "aud": [5]}), None);
+        assert!(verifier("", "").verify(t.as_bytes(), 1500).is_ok());
+    }
+
+    /// A `crit` header names extensions that must be understood (RFC 7515
+    /// §4.1.11); pollbox understands none.
+    #[test]
+    fn a_critical_extension_is_refused() {
+        let v = verifier("", "");
+        let claims = serde_json::json!({"exp": 2000});
+        assert!(v
+            .verify(hs_token(claims.clone(), None).as_bytes(), 1500)
+            .is_ok());
+        let crit = hs_token(claims, Some(vec!["exp".into()]));
+        assert_eq!(v.verify(crit.as_bytes(), 1500), Err(Refusal::Malformed));
     }
 
     #[test]
