@@ -1,0 +1,234 @@
+//! What one connection knows of its client, and what the per-client limits
+//! let each of its requests do.
+//!
+//! - A peer not in `server.trusted_proxies` is the client, known (and its
+//!   connection counted) when the connection opens.
+//! - A trusted peer may start the connection with a PROXY v2 header: the
+//!   client it names is known, and counted, once the header is read.
+//! - A trusted peer that sends none (or a `LOCAL` one, or one without an IP
+//!   address) names the client of each request in `X-Forwarded-For`, else the
+//!   request is the proxy's own: the connection is counted against the client
+//!   of its latest request (a proxy that reuses a connection for another
+//!   client moves it to that client's count).
+//!
+//! A connection over `max_connections_per_ip` is served its probes only
+//! (`/healthz`, `/readyz`, then close), as one past `max_connections` is;
+//! any other request is answered 429 and the connection closed. Probes are
+//! never counted or refused by a client limit.
+
+use super::proxy::{parse_proxy_header, ProxyError, ProxyHeader};
+use super::table::{ClientTable, Seat, RETRY_HELD_S};
+use super::{canonical, last_forwarded_hop, Limit, Refusal, TrustedProxies};
+use crate::http::{Frame, Method};
+use crate::service::wants_event_stream;
+use std::net::IpAddr;
+
+/// What a request may do ([`Admission::admit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// Answer it.
+    Serve,
+    /// A probe on a connection over its client's cap: answer it, then close.
+    ProbeThenClose,
+    /// Answer 429; `close`: then close the connection.
+    Refuse { refusal: Refusal, close: bool },
+}
+
+/// A connection's client and what it holds of the client's limits.
+#[derive(Debug, Default)]
+pub struct Admission {
+    /// The socket's peer (`None`: not known; nothing is limited).
+    peer: Option<IpAddr>,
+    /// The peer is a trusted proxy and nothing was read yet: a PROXY v2
+    /// header may come first.
+    proxy_header: bool,
+    /// Each request names its client (`X-Forwarded-For`).
+    per_request: bool,
+    /// The per-client limits apply to this connection's requests.
+    limited: bool,
+    /// The client the connection is counted against.
+    seat: Option<Seat>,
+    /// Over `max_connections_per_ip`: probes only.
+    over_cap: bool,
+    /// One of the client's held requests is this connection's (an event
+    /// stream, a parked long-poll, or a request that may become one).
+    holding: bool,
+}
+
+impl Admission {
+    /// A connection from `peer`. `limited`: the per-client limits are on and
+    /// apply to its listener (the main one).
+    pub fn new(
+        peer: IpAddr,
+        limited: bool,
+        trusted: &TrustedProxies,
+        table: &ClientTable,
+    ) -> Admission {
+        let peer = canonical(peer);
+        let mut a = Admission {
+            peer: Some(peer),
+            proxy_header: trusted.trusts(peer),
+            limited,
+            ..Admission::default()
+        };
+        if limited && !a.proxy_header {
+            a.sit(peer, table);
+        }
+        a
+    }
+
+    /// Count the connection against `addr`, or mark it over the cap.
+    fn sit(&mut self, addr: IpAddr, table: &ClientTable) {
+        match table.enter(addr) {
+            Ok(seat) => {
+                self.seat = Some(seat);
+                self.over_cap = false;
+            }
+            Err(_) => self.over_cap = true,
+        }
+    }
+
+    /// Whether the connection's first bytes may be a PROXY v2 header.
+    #[inline]
+    pub fn awaits_proxy_header(&self) -> bool {
+        self.proxy_header
+    }
+
+    /// The connection's first bytes, from a trusted proxy: how many of them
+    /// are a PROXY v2 header (0: none came), or `None` while too few are in
+    /// to tell. A malformed header is an error (400, then close).
+    pub fn take_proxy_header(
+        &mut self,
+        buf: &[u8],
+        table: &ClientTable,
+    ) -> Result<Option<usize>, ProxyError> {
+        let (len, source) = match parse_proxy_header(buf)? {
+            ProxyHeader::Partial => return Ok(None),
+            ProxyHeader::Absent => (0, None),
+            ProxyHeader::Complete { len, source } => (len, source),
+        };
+        self.proxy_header = false;
+        match source {
+            Some(client) if self.limited => self.sit(canonical(client), table),
+            Some(_) => {}
+            None => self.per_request = true,
+        }
+        Ok(Some(len))
+    }
+
+    /// Whether the per-client limits apply to this connection's requests
+    /// ([`Admission::admit`] is then called for each).
+    #[inline]
+    pub fn limited(&self) -> bool {
+        self.limited
+    }
+
+    /// Over `max_connections_per_ip`: served its probes only, until its probe
+    /// deadline.
+    pub fn over_cap(&self) -> bool {
+        self.over_cap
+    }
+
+    /// The client the connection is counted against, once known.
+    pub fn client(&self) -> Option<IpAddr> {
+        self.seat.as_ref().map(Seat::addr)
+    }
+
+    /// What the complete request `frame` (its ranges index `buf`) may do at
+    /// `now_us` (the server's clock). A request that may be held (an event
+    /// stream, a long-poll) takes one of the client's held requests here:
+    /// give it back with [`Admission::unhold`] unless its answer holds it.
+    pub fn admit(&mut self, frame: &Frame, buf: &[u8], table: &ClientTable, now_us: u64) -> Admit {
+        if self.per_request {
+            if let Some(peer) = self.peer {
+                let head = buf.get(..frame.body.start).unwrap_or_default();
+                let named = last_forwarded_hop(head).unwrap_or(peer);
+                if self.client() != Some(named) {
+                    // Nothing is held between requests: a held one ends first.
+                    self.unhold();
+                    if let Some(old) = self.seat.take() {
+                        table.leave(old, now_us);
+                    }
+                    self.sit(named, table);
+                }
+            }
+        }
+        let probe = is_probe(frame, buf);
+        if self.over_cap {
+            if probe {
+                return Admit::ProbeThenClose;
+            }
+            let refusal = Refusal {
+                limit: Limit::Connections,
+                retry_after_s: RETRY_HELD_S,
+            };
+            return Admit::Refuse {
+                refusal,
+                close: true,
+            };
+        }
+        let Some(seat) = &self.seat else {
+            return Admit::Serve;
+        };
+        if probe {
+            return Admit::Serve;
+        }
+        let limits = table.limits();
+        if limits.rate_limited() {
+            if let Err(refusal) = seat.client().take_request(limits, now_us) {
+                return Admit::Refuse {
+                    refusal,
+                    close: false,
+                };
+            }
+        }
+        if limits.streams > 0 && may_hold(frame, buf) {
+            if let Err(refusal) = seat.client().hold(limits) {
+                return Admit::Refuse {
+                    refusal,
+                    close: false,
+                };
+            }
+            self.holding = true;
+        }
+        Admit::Serve
+    }
+
+    /// The held request ended (answered, closed, or it was not held after
+    /// all): the client's count goes down.
+    #[inline]
+    pub fn unhold(&mut self) {
+        if std::mem::take(&mut self.holding) {
+            if let Some(seat) = &self.seat {
+                seat.client().unhold();
+            }
+        }
+    }
+
+    /// The connection closed: give back what it held.
+    pub fn release(&mut self, table: &ClientTable, now_us: u64) {
+        self.unhold();
+        if let Some(seat) = self.seat.take() {
+            table.leave(seat, now_us);
+        }
+    }
+}
+
+/// `/healthz` and `/readyz`, whatever the method: never refused by a client limit.
+#[inline]
+fn is_probe(frame: &Frame, buf: &[u8]) -> bool {
+    matches!(buf.get(frame.path.clone()), Some(b"/healthz" | b"/readyz"))
+}
+
+/// A request that may be held: an event stream, or a long-poll (`wait_ms`).
+fn may_hold(frame: &Frame, buf: &[u8]) -> bool {
+    match frame.method {
+        Method::Get if wants_event_stream(frame, buf) => true,
+        Method::Get | Method::Head => buf
+            .get(frame.query.clone())
+            .unwrap_or_default()
+            .split(|&b| b == b'&')
+            .any(|p| p.starts_with(b"wait_ms=")),
+        _ => false,
+    }
+}
