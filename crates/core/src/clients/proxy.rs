@@ -262,6 +262,34 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Any bytes after the signature: an answer, never a panic; and a
+        /// header found is never longer than the bytes.
+        #[test]
+        fn any_bytes_after_the_signature(rest in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+            let mut bytes = SIGNATURE.to_vec();
+            bytes.extend_from_slice(&rest);
+            if let Ok(ProxyHeader::Complete { len, .. }) = parse_proxy_header(&bytes) {
+                proptest::prop_assert!(len <= bytes.len());
+            }
+        }
+
+        /// A valid header followed by anything is read the same, and names
+        /// its source.
+        #[test]
+        fn a_header_then_anything(src in proptest::num::u32::ANY, tail in proptest::collection::vec(proptest::num::u8::ANY, 0..64)) {
+            let mut bytes = tcp4(src.to_be_bytes());
+            bytes.extend_from_slice(&tail);
+            proptest::prop_assert_eq!(
+                parse_proxy_header(&bytes),
+                Ok(ProxyHeader::Complete {
+                    len: 28,
+                    source: Some(IpAddr::V4(Ipv4Addr::from(src))),
+                })
+            );
+        }
+    }
+
     #[test]
     fn any_bytes_give_an_answer_never_a_panic() {
         // Every short input over a few alphabets that matter.
