@@ -658,11 +658,12 @@ impl Connection {
                     let mut keep_alive = frame.keep_alive && !host.draining();
                     self.posted = frame.method == Method::Post;
                     let buf = &self.rbuf[self.rstart..self.rend];
+                    let mut held = false;
                     if limited {
-                        let now_us = cx.now_ms.saturating_mul(1000);
                         let table = &service.node().clients;
-                        match self.client.admit(frame, buf, table, now_us) {
+                        match self.client.admit(frame, buf, table, cx.now_ms) {
                             Admit::Serve => {}
+                            Admit::Held => held = true,
                             Admit::ProbeThenClose => keep_alive = false,
                             Admit::Refuse { refusal, close } => {
                                 let keep_alive = keep_alive && !close;
@@ -683,7 +684,7 @@ impl Connection {
                     let r = self.sendq.append(&mut buffers.send, |out| {
                         service.answer(listener, frame, buf, keep_alive, out, *host, creds)
                     });
-                    if limited && !matches!(r, Reply::Park(_) | Reply::Stream(_)) {
+                    if held && !matches!(r, Reply::Park(_) | Reply::Stream(_)) {
                         // Not held after all (answered at once): give it back.
                         self.client.unhold();
                     }

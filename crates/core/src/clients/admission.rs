@@ -14,10 +14,10 @@
 //! A connection over `max_connections_per_ip` is served its probes only
 //! (`/healthz`, `/readyz`, then close), as one past `max_connections` is;
 //! any other request is answered 429 and the connection closed. Probes are
-//! never counted or refused by a client limit.
+//! never refused by a client limit, nor counted as held.
 
 use super::proxy::{parse_proxy_header, ProxyError, ProxyHeader};
-use super::table::{ClientTable, Seat, RETRY_HELD_S};
+use super::table::{ClientLimits, ClientTable, Seat, RETRY_HELD_S};
 use super::{canonical, last_forwarded_hop, Limit, Refusal, TrustedProxies};
 use crate::http::{Frame, Method};
 use crate::service::wants_event_stream;
@@ -28,6 +28,9 @@ use std::net::IpAddr;
 pub enum Admit {
     /// Answer it.
     Serve,
+    /// Answer it; one of the client's held requests was taken for it: give
+    /// it back ([`Admission::unhold`]) unless the answer holds the request.
+    Held,
     /// A probe on a connection over its client's cap: answer it, then close.
     ProbeThenClose,
     /// Answer 429; `close`: then close the connection.
@@ -46,8 +49,13 @@ pub struct Admission {
     per_request: bool,
     /// The per-client limits apply to this connection's requests.
     limited: bool,
-    /// The client the connection is counted against.
+    /// The limits (the table's, copied: the common request reads them here).
+    limits: ClientLimits,
+    /// The client the connection is counted against, when it is fixed (the
+    /// peer, or named by a PROXY header): the common request needs only this.
     seat: Option<Seat>,
+    /// The client of the latest request, when each request names its own.
+    named: Option<Seat>,
     /// Over `max_connections_per_ip`: probes only.
     over_cap: bool,
     /// One of the client's held requests is this connection's (an event
@@ -69,6 +77,7 @@ impl Admission {
             peer: Some(peer),
             proxy_header: trusted.trusts(peer),
             limited,
+            limits: *table.limits(),
             ..Admission::default()
         };
         if limited && !a.proxy_header {
@@ -80,12 +89,21 @@ impl Admission {
     /// Count the connection against `addr`, or mark it over the cap.
     fn sit(&mut self, addr: IpAddr, table: &ClientTable) {
         match table.enter(addr) {
+            Ok(seat) if self.per_request => {
+                self.named = Some(seat);
+                self.over_cap = false;
+            }
             Ok(seat) => {
                 self.seat = Some(seat);
                 self.over_cap = false;
             }
             Err(_) => self.over_cap = true,
         }
+    }
+
+    /// The client the connection is counted against now.
+    fn current(&self) -> Option<&Seat> {
+        self.seat.as_ref().or(self.named.as_ref())
     }
 
     /// Whether the connection's first bytes may be a PROXY v2 header.
@@ -131,14 +149,48 @@ impl Admission {
 
     /// The client the connection is counted against, once known.
     pub fn client(&self) -> Option<IpAddr> {
-        self.seat.as_ref().map(Seat::addr)
+        self.current().map(Seat::addr)
     }
 
     /// What the complete request `frame` (its ranges index `buf`) may do at
-    /// `now_us` (the server's clock). A request that may be held (an event
-    /// stream, a long-poll) takes one of the client's held requests here:
-    /// give it back with [`Admission::unhold`] unless its answer holds it.
-    pub fn admit(&mut self, frame: &Frame, buf: &[u8], table: &ClientTable, now_us: u64) -> Admit {
+    /// `now_ms` (the server's clock). A request that may be held (an event
+    /// stream, a long-poll) takes one of the client's held requests here
+    /// ([`Admit::Held`]).
+    ///
+    /// The common request (of a fixed client under its connection cap, with a
+    /// request in its bucket, a plain poll) is one compare-and-swap on the
+    /// bucket, inlined into the connection's loop (callgrind: a call and the
+    /// general path cost ~100 instructions a poll, this ~25); the rest is
+    /// [`Admission::admit_other`]. A probe takes a request from the bucket
+    /// when there is one, and is answered when there is none.
+    #[inline]
+    pub fn admit(&mut self, frame: &Frame, buf: &[u8], table: &ClientTable, now_ms: u64) -> Admit {
+        let Some(seat) = &self.seat else {
+            return self.admit_other(frame, buf, table, now_ms * 1000);
+        };
+        let l = &self.limits;
+        if l.rate_limited() && !seat.client().try_take_request(l, now_ms * 1000) {
+            // None left (or a race): refused, unless a probe.
+            return self.admit_other(frame, buf, table, now_ms * 1000);
+        }
+        if l.streams > 0 && may_be_held(frame) {
+            return self.hold_for(frame, buf);
+        }
+        Admit::Serve
+    }
+
+    /// [`Admission::admit`] for all but the common request: a client not yet
+    /// known or over its cap, a bucket found empty, a request of a client a
+    /// proxy names (`X-Forwarded-For`). A request whose token was already
+    /// taken does not come here.
+    #[inline(never)]
+    fn admit_other(
+        &mut self,
+        frame: &Frame,
+        buf: &[u8],
+        table: &ClientTable,
+        now_us: u64,
+    ) -> Admit {
         if self.per_request {
             if let Some(peer) = self.peer {
                 let head = buf.get(..frame.body.start).unwrap_or_default();
@@ -146,7 +198,7 @@ impl Admission {
                 if self.client() != Some(named) {
                     // Nothing is held between requests: a held one ends first.
                     self.unhold();
-                    if let Some(old) = self.seat.take() {
+                    if let Some(old) = self.named.take() {
                         table.leave(old, now_us);
                     }
                     self.sit(named, table);
@@ -167,7 +219,7 @@ impl Admission {
                 close: true,
             };
         }
-        let Some(seat) = &self.seat else {
+        let Some(seat) = self.current() else {
             return Admit::Serve;
         };
         if probe {
@@ -182,16 +234,30 @@ impl Admission {
                 };
             }
         }
-        if limits.streams > 0 && may_hold(frame, buf) {
-            if let Err(refusal) = seat.client().hold(limits) {
-                return Admit::Refuse {
-                    refusal,
-                    close: false,
-                };
-            }
-            self.holding = true;
+        if limits.streams > 0 && may_be_held(frame) {
+            return self.hold_for(frame, buf);
         }
         Admit::Serve
+    }
+
+    /// A request that may be held, its token taken: take one of the client's
+    /// held requests for it, unless it will not be held after all.
+    #[inline(never)]
+    fn hold_for(&mut self, frame: &Frame, buf: &[u8]) -> Admit {
+        let Some(seat) = self.current() else {
+            return Admit::Serve;
+        };
+        if !may_hold(frame, buf) || is_probe(frame, buf) {
+            return Admit::Serve;
+        }
+        if let Err(refusal) = seat.client().hold(&self.limits) {
+            return Admit::Refuse {
+                refusal,
+                close: false,
+            };
+        }
+        self.holding = true;
+        Admit::Held
     }
 
     /// The held request ended (answered, closed, or it was not held after
@@ -199,7 +265,7 @@ impl Admission {
     #[inline]
     pub fn unhold(&mut self) {
         if std::mem::take(&mut self.holding) {
-            if let Some(seat) = &self.seat {
+            if let Some(seat) = self.current() {
                 seat.client().unhold();
             }
         }
@@ -208,7 +274,7 @@ impl Admission {
     /// The connection closed: give back what it held.
     pub fn release(&mut self, table: &ClientTable, now_us: u64) {
         self.unhold();
-        if let Some(seat) = self.seat.take() {
+        for seat in [self.seat.take(), self.named.take()].into_iter().flatten() {
             table.leave(seat, now_us);
         }
     }
@@ -218,6 +284,13 @@ impl Admission {
 #[inline]
 fn is_probe(frame: &Frame, buf: &[u8]) -> bool {
     matches!(buf.get(frame.path.clone()), Some(b"/healthz" | b"/readyz"))
+}
+
+/// A request that cannot be held: no `Accept` (an event stream asks for
+/// one) and no query (a long-poll has `wait_ms`). A plain poll stops here.
+#[inline]
+fn may_be_held(frame: &Frame) -> bool {
+    frame.accept.is_some() || !frame.query.is_empty()
 }
 
 /// A request that may be held: an event stream, or a long-poll (`wait_ms`).

@@ -139,6 +139,20 @@ impl Client {
         }
     }
 
+    /// [`Client::take_request`] when there is a request in the bucket (the
+    /// common case, inlined): whether one was taken. `false` takes nothing;
+    /// the caller then asks [`Client::take_request`] for the refusal.
+    #[inline]
+    pub fn try_take_request(&self, limits: &ClientLimits, now_us: u64) -> bool {
+        let tat = self.tat_us.load(Ordering::Relaxed);
+        let next = tat.max(now_us) + limits.interval_us;
+        next - now_us <= limits.tolerance_us
+            && self
+                .tat_us
+                .compare_exchange(tat, next, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
     /// Hold one more event stream or parked long-poll, within `limits.streams`.
     pub fn hold(&self, limits: &ClientLimits) -> Result<(), Refusal> {
         let cap = limits.streams;

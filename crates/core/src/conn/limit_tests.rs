@@ -199,7 +199,7 @@ fn past_max_connections_per_ip_a_connection_gets_its_probe_or_429_and_the_close(
 }
 
 #[test]
-fn the_request_rate_is_a_bucket_per_client_and_probes_take_nothing() {
+fn the_request_rate_is_a_bucket_per_client_and_probes_are_never_refused() {
     let mut r = rig(|c| {
         c.limits.requests_per_s_per_ip = 1;
         c.limits.requests_burst_per_ip = 3;
