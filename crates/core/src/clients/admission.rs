@@ -135,7 +135,8 @@ impl Admission {
     }
 
     /// Whether the per-client limits apply to this connection's requests
-    /// ([`Admission::admit`] is then called for each).
+    /// ([`Admission::admit_common`], then [`Admission::admit`] unless it took
+    /// the request, is then called for each).
     #[inline]
     pub fn limited(&self) -> bool {
         self.limited
@@ -271,8 +272,8 @@ fn is_probe(frame: &Frame, buf: &[u8]) -> bool {
     matches!(buf.get(frame.path.clone()), Some(b"/healthz" | b"/readyz"))
 }
 
-/// A request that cannot be held: no `Accept` (an event stream asks for
-/// one) and no query (a long-poll has `wait_ms`). A plain poll stops here.
+/// Whether a request may be held at all: an event stream asks with `Accept`,
+/// a long-poll has a query (`wait_ms`); a plain poll has neither and stops here.
 #[inline]
 fn may_be_held(frame: &Frame) -> bool {
     frame.accept.is_some() || !frame.query.is_empty()
