@@ -243,7 +243,11 @@ def tail(log):
 
 def start_pollbox(binary, port, tmp, i):
     logf = open(os.path.join(tmp, f"pollbox{i}.log"), "wb")
-    proc = subprocess.Popen([binary, "serve", "--listen", f"127.0.0.1:{port}", "--workers", "1"],
+    # HAProxy sends PROXY v2 (send-proxy-v2): the node trusts it, on loopback.
+    config = os.path.join(tmp, f"pollbox{i}.toml")
+    with open(config, "w") as f:
+        f.write('[server]\ntrusted_proxies = ["127.0.0.1"]\n')
+    proc = subprocess.Popen([binary, "serve", "--config", config, "--listen", f"127.0.0.1:{port}", "--workers", "1"],
                             stdout=logf, stderr=subprocess.STDOUT)
     end = time.monotonic() + 10
     while time.monotonic() < end:

@@ -32,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from smoke_test import check_metrics_refused  # noqa: E402
+from smoke_test import check_metrics_refused, take_proxy_header  # noqa: E402
 
 CONFIG = os.environ.get("SMOKE_HAPROXY_CFG") or os.path.join(HERE, "haproxy-replicas.cfg.tmpl")
 
@@ -64,6 +64,8 @@ class StubNode:
         self.lock = threading.Lock()
         self.conns = set()
         self.server = None
+        # What the PROXY v2 header of each connection that carried a request named.
+        self.proxied = set()
 
     def start(self):
         node = self
@@ -73,6 +75,7 @@ class StubNode:
             disable_nagle_algorithm = True
 
             def setup(self):
+                self.proxy_client = take_proxy_header(self.request)
                 super().setup()
                 with node.lock:
                     node.conns.add(self.connection)
@@ -100,6 +103,7 @@ class StubNode:
                 if path == "/readyz":
                     return self.reply(200 if node.ready else 503, b"ready" if node.ready else b"not ready")
                 with node.lock:
+                    node.proxied.add(self.proxy_client)
                     node.seen[self.command] = node.seen.get(self.command, 0) + 1
                 if node.mode == "close":
                     self.close_connection = True
@@ -237,6 +241,12 @@ def run(front, nodes):
         print(f"  {b.name} answering {'nothing' if mode == 'close' else '503'}: GETs retried on {a.name} "
               f"({b.seen['GET']} retried), POSTs not retried ({failed} of 10 got {post_status})")
         b.mode = "ok"
+
+    # 6. Every request came on a connection that began with a PROXY v2 header
+    # naming the client (send-proxy-v2: pollbox's per-client limits see it).
+    proxied = a.proxied | b.proxied
+    check(proxied == {"127.0.0.1"}, f"PROXY v2 headers named {proxied} (None: no header)")
+    print("  every request came on a connection whose PROXY v2 header named the client")
 
 
 def main():

@@ -42,6 +42,29 @@ def free_port():
         return s.getsockname()[1]
 
 
+PROXY_V2 = b"\r\n\r\n\x00\r\nQUIT\n"
+
+
+def take_proxy_header(conn):
+    """Read the PROXY v2 header HAProxy starts a connection with (send-proxy-v2)
+    off `conn`: the client address it names, "local" for a LOCAL header (a
+    health check), None when the connection starts without one."""
+    head = conn.recv(16, socket.MSG_PEEK | socket.MSG_WAITALL)
+    if len(head) < 16 or head[:12] != PROXY_V2:
+        return None
+    need = 16 + int.from_bytes(head[14:16], "big")
+    data = b""
+    while len(data) < need:
+        chunk = conn.recv(need - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    if data[12] & 0x0F == 0:
+        return "local"
+    family = {1: (socket.AF_INET, 4), 2: (socket.AF_INET6, 16)}.get(data[13] >> 4)
+    return socket.inet_ntop(family[0], data[16:16 + family[1]]) if family else "unspec"
+
+
 class QuietServer(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -62,6 +85,9 @@ class StubNode:
         # close_next > 0: close that many requests' connections without answering.
         self.close_next = 0
         self.seen = {"GET": 0, "POST": 0}
+        # For each request but health checks: what its connection's PROXY v2
+        # header named (None: it had none).
+        self.proxied = []
 
     def start(self):
         name = self.name
@@ -74,6 +100,7 @@ class StubNode:
             disable_nagle_algorithm = True
 
             def setup(self):
+                self.proxy_client = take_proxy_header(self.request)
                 super().setup()
                 with node.lock:
                     node.conns.add(self.connection)
@@ -93,6 +120,7 @@ class StubNode:
                 path = self.path.split("?", 1)[0]
                 if path != "/healthz":
                     with node.lock:
+                        node.proxied.append(self.proxy_client)
                         node.seen[self.command] += 1
                         close = node.close_next > 0
                         node.close_next -= close
@@ -267,7 +295,16 @@ def run(client, nodes):
         check(got == sent, f"{method} {path}: {node.name} saw it {got} times, expected {sent}")
         check(node.close_next == 0, f"{method} {path}: never reached {node.name}")
     print("  a connection closed unanswered: GET retried on its key's node; POST and long-poll not re-sent (502)")
+    check_proxied(nodes)
     return owner
+
+
+def check_proxied(nodes):
+    """Every request HAProxy routed came on a connection that began with a
+    PROXY v2 header naming the client (the test's, 127.0.0.1)."""
+    named = [c for n in nodes for c in n.proxied]
+    check(named and set(named) == {"127.0.0.1"}, f"PROXY v2 headers named {set(named)} (None: no header)")
+    print(f"  all {len(named)} requests routed came on connections whose PROXY v2 header named the client")
 
 
 def main():

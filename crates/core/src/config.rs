@@ -58,6 +58,11 @@ pub struct ServerConfig {
     /// a few µs more latency below it (BENCHMARKS.md, "The server side by side"), so off by default. Falls
     /// back to `send` where the kernel refuses io_uring.
     pub io_uring: bool,
+    /// Proxies (CIDRs, IPv4 or IPv6; a bare address is one host) whose PROXY
+    /// protocol v2 header or `X-Forwarded-For` names the client the per-client
+    /// limits count (docs/private-boxes.md#per-client-limits). Empty: the client
+    /// is always the socket's peer.
+    pub trusted_proxies: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -76,6 +81,15 @@ pub struct LimitsConfig {
     pub arena_limit_bytes: usize,
     /// All connections' buffers together (read buffers, send queues).
     pub max_buffered_bytes: usize,
+    /// Open connections of one client (0: no cap).
+    pub max_connections_per_ip: usize,
+    /// Open event streams and parked long-polls of one client (0: no cap).
+    pub max_streams_per_ip: usize,
+    /// Requests a second of one client, a token bucket (0: no rate limit).
+    pub requests_per_s_per_ip: u64,
+    /// The bucket's size: requests one client may send at once (0: as many
+    /// as `requests_per_s_per_ip`).
+    pub requests_burst_per_ip: u64,
 }
 
 /// What browsers see (docs/http.md#event-streams, docs/http.md#cors).
@@ -339,6 +353,7 @@ impl Default for ServerConfig {
             epoch_ms: 16,
             metrics_listen: String::new(),
             io_uring: false,
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -357,6 +372,10 @@ impl Default for LimitsConfig {
             max_keys_per_request: 64,
             arena_limit_bytes: 67_108_864,
             max_buffered_bytes: 268_435_456,
+            max_connections_per_ip: 0,
+            max_streams_per_ip: 0,
+            requests_per_s_per_ip: 0,
+            requests_burst_per_ip: 0,
         }
     }
 }
@@ -524,6 +543,7 @@ impl Config {
                 "must be at least 1048576",
             ));
         }
+        self.check_client_limits()?;
         for (name, tokens) in [
             ("ingest_tokens", &self.auth.ingest_tokens),
             ("metrics_tokens", &self.auth.metrics_tokens),
@@ -696,6 +716,45 @@ impl Config {
         }
     }
 }
+
+impl Config {
+    /// `server.trusted_proxies` and the per-client limits of `[limits]`.
+    fn check_client_limits(&self) -> Result<(), ConfigError> {
+        for (i, p) in self.server.trusted_proxies.iter().enumerate() {
+            if let Err(reason) = crate::clients::Cidr::parse(p) {
+                return Err(invalid(format!("server.trusted_proxies[{i}]"), reason));
+            }
+        }
+        let l = &self.limits;
+        for (key, v) in [
+            (
+                "limits.max_connections_per_ip",
+                l.max_connections_per_ip as u64,
+            ),
+            ("limits.max_streams_per_ip", l.max_streams_per_ip as u64),
+            ("limits.requests_per_s_per_ip", l.requests_per_s_per_ip),
+            ("limits.requests_burst_per_ip", l.requests_burst_per_ip),
+        ] {
+            if v > MAX_PER_CLIENT {
+                return Err(invalid(
+                    key,
+                    format!("must be 0 (no limit) to {MAX_PER_CLIENT}"),
+                ));
+            }
+        }
+        if l.requests_burst_per_ip > 0 && l.requests_per_s_per_ip == 0 {
+            return Err(invalid(
+                "limits.requests_burst_per_ip",
+                "a bucket without a rate limits nothing: set limits.requests_per_s_per_ip too",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The largest per-client limit: a million connections, streams or requests
+/// a second of one address is already no limit.
+pub const MAX_PER_CLIENT: u64 = 1_000_000;
 
 impl LogConfig {
     fn validate(&self) -> Result<(), ConfigError> {
@@ -998,6 +1057,72 @@ pub fn parse_pointer(path: &str) -> Result<Vec<String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn per_client_limits_and_trusted_proxies() {
+        let c = Config::embedded();
+        assert!(c.server.trusted_proxies.is_empty());
+        let l = &c.limits;
+        assert_eq!(
+            (
+                l.max_connections_per_ip,
+                l.max_streams_per_ip,
+                l.requests_per_s_per_ip,
+                l.requests_burst_per_ip
+            ),
+            (0, 0, 0, 0),
+            "off by default"
+        );
+        let c = Config::from_toml(
+            "[server]\ntrusted_proxies = [\"10.0.0.0/8\", \"127.0.0.1\", \"fd00::/8\"]\n\
+             [limits]\nmax_connections_per_ip = 100\nmax_streams_per_ip = 20\n\
+             requests_per_s_per_ip = 50\nrequests_burst_per_ip = 200\n",
+        )
+        .unwrap();
+        assert_eq!(c.server.trusted_proxies.len(), 3);
+        assert_eq!(c.limits.requests_burst_per_ip, 200);
+        assert_eq!(Config::from_toml(&c.to_toml()).unwrap(), c);
+        for (doc, key, says) in [
+            (
+                "[server]\ntrusted_proxies = [\"10.0.0.0/8\", \"10.0.0.1/8\"]\n",
+                "server.trusted_proxies[1]",
+                "write 10.0.0.0/8",
+            ),
+            (
+                "[server]\ntrusted_proxies = [\"haproxy\"]\n",
+                "server.trusted_proxies[0]",
+                "not an address",
+            ),
+            (
+                "[server]\ntrusted_proxies = [\"::1/200\"]\n",
+                "server.trusted_proxies[0]",
+                "0 to 128",
+            ),
+            (
+                "[limits]\nrequests_burst_per_ip = 10\n",
+                "limits.requests_burst_per_ip",
+                "requests_per_s_per_ip",
+            ),
+            (
+                "[limits]\nrequests_per_s_per_ip = 1000001\n",
+                "limits.requests_per_s_per_ip",
+                "0 (no limit) to 1000000",
+            ),
+            (
+                "[limits]\nmax_streams_per_ip = 2000000\n",
+                "limits.max_streams_per_ip",
+                "to 1000000",
+            ),
+            (
+                "[limits]\nmax_connections_per_ip = -1\n",
+                "max_connections_per_ip",
+                "",
+            ),
+        ] {
+            let e = Config::from_toml(doc).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains(says), "{doc:?} -> {e}");
+        }
+    }
 
     #[test]
     fn embedded_default_equals_code_default() {

@@ -12,6 +12,8 @@
 //! - [`projection`]: a body validated by a single-pass JSON scanner, only the
 //!   configured paths read, into a worker's arena.
 //! - [`boxes`]: the box table shared by all workers; where a box is updated.
+//! - [`clients`]: who a connection's requests come from (the peer, a PROXY
+//!   v2 header, `X-Forwarded-For`) and the per-client limits.
 //! - [`log`]: what a record of the Kafka log does to the box table (a node
 //!   of a log is a replica built from it).
 //! - [`snapshot`]: the snapshot format, written to any `Write` and read from
@@ -29,6 +31,7 @@ pub mod auth;
 pub mod boxes;
 pub mod buffers;
 mod bytes;
+pub mod clients;
 pub mod config;
 pub mod conn;
 pub mod http;

@@ -107,7 +107,12 @@ fn drive(stream: &[u8], reads: &[usize], tick_every: usize) -> (Vec<u8>, Vec<Vec
     };
     conn.eof(&mut cx);
     take(&mut conn, &mut buffers, &mut out);
-    conn.release(&mut buffers);
+    conn.release(&mut Ctx {
+        now_ms,
+        service: &mut service,
+        buffers: &mut buffers,
+        host: &mut host,
+    });
     let payloads = (0..4)
         .map(|k| {
             let mut p = Vec::new();

@@ -146,6 +146,10 @@ impl Host for WorkerHost {
         self.shared.stats[self.id].auth_refused[why.index()].inc();
     }
 
+    fn limit_refused(&mut self, limit: pollbox_core::clients::Limit) {
+        self.shared.stats[self.id].limit_refused[limit.index()].inc();
+    }
+
     #[inline]
     fn sse_event(&mut self, coalesced: u64) {
         let stats = &self.shared.stats[self.id];

@@ -9,6 +9,7 @@ use crate::stats::{
     TICK_BUCKETS,
 };
 use crate::Shared;
+use pollbox_core::clients::Limit;
 use pollbox_core::service::AuthRefused;
 use std::io::Write;
 use std::sync::atomic::Ordering;
@@ -164,6 +165,7 @@ pub fn render(shared: &Shared, out: &mut Vec<u8>) {
 
     auth_refused(out, shared);
     auth_reloads(out, shared);
+    limit_refused(out, shared);
 
     single(
         out,
@@ -720,4 +722,28 @@ fn auth_refused(out: &mut Vec<u8>, shared: &Shared) {
         let label = why.label();
         let _ = writeln!(out, "pollbox_auth_refused_total{{reason=\"{label}\"}} {n}");
     }
+}
+
+/// `pollbox_limit_refused_total{limit}`: requests and connections refused by
+/// a per-client limit (docs/private-boxes.md#per-client-limits), every limit
+/// listed; and `pollbox_limit_clients`, the clients the limits remember.
+fn limit_refused(out: &mut Vec<u8>, shared: &Shared) {
+    header(
+        out,
+        "pollbox_limit_refused_total",
+        "counter",
+        "Requests and connections refused by a per-client limit (429), by limit.",
+    );
+    for limit in Limit::ALL {
+        let n = sum(shared, |s| s.limit_refused[limit.index()].get());
+        let label = limit.label();
+        let _ = writeln!(out, "pollbox_limit_refused_total{{limit=\"{label}\"}} {n}");
+    }
+    single(
+        out,
+        "pollbox_limit_clients",
+        "gauge",
+        "Clients the per-client limits remember (with a connection, a held request or a bucket not yet refilled).",
+        shared.node.clients.len() as u64,
+    );
 }

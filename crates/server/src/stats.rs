@@ -5,6 +5,7 @@
 //! cache line bouncing between workers). The scraper on any thread reads them
 //! with relaxed loads; a value is at worst one increment stale.
 
+use pollbox_core::clients::Limit;
 use pollbox_core::service::AuthRefused;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -63,8 +64,9 @@ impl Rejected {
 }
 
 /// Status codes pollbox answers with; anything else lands in the last slot.
-pub const CODES: [u16; 19] = [
-    100, 200, 204, 304, 400, 401, 403, 404, 405, 408, 413, 422, 431, 500, 501, 503, 505, 507, 0,
+pub const CODES: [u16; 20] = [
+    100, 200, 204, 304, 400, 401, 403, 404, 405, 408, 413, 422, 429, 431, 500, 501, 503, 505, 507,
+    0,
 ];
 const NCODES: usize = CODES.len();
 
@@ -179,6 +181,8 @@ pub struct WorkerStats {
     pub sse_coalesced: Counter,
     /// Requests (and batch messages) refused by access control, by reason.
     pub auth_refused: [Counter; AuthRefused::ALL.len()],
+    /// Requests and connections refused by a per-client limit, by limit.
+    pub limit_refused: [Counter; Limit::ALL.len()],
 }
 
 impl Default for WorkerStats {
@@ -214,6 +218,7 @@ impl Default for WorkerStats {
             sse_events: Counter::default(),
             sse_coalesced: Counter::default(),
             auth_refused: Default::default(),
+            limit_refused: Default::default(),
         }
     }
 }

@@ -463,7 +463,13 @@ impl Worker {
             self.conns.release(slot);
             return;
         }
-        let core = Connection::new(self.now_ms, listener, &self.service);
+        // Its client (the per-client limits): the peer, or whom a trusted
+        // proxy names. A socket already disconnected has no peer, and no
+        // request to limit.
+        let core = match stream.peer_addr() {
+            Ok(peer) => Connection::from_peer(self.now_ms, listener, peer.ip(), &self.service),
+            Err(_) => Connection::new(self.now_ms, listener, &self.service),
+        };
         let st = self.host.stats();
         st.connections_total.inc();
         st.connections_open.inc();
@@ -729,7 +735,7 @@ impl Worker {
         if let Some(r) = c.awaiting.take() {
             self.awaiting.remove(&r);
         }
-        c.core.release(&mut self.buffers);
+        c.core.release(&mut cx!(self));
         self.conn_send_bytes -= c.accounted;
         self.conn_watch_bytes -= c.watched;
         self.conns.release(slot);
@@ -809,6 +815,12 @@ impl Worker {
         // long-polls are woken through the same path as an ingest's.
         let table_ms = self.host.shared.table_clock(self.now_ms);
         self.service.expire(table_ms, &mut self.host);
+        // Clients gone whose request bucket has refilled are forgotten, a
+        // shard a tick (docs/private-boxes.md#per-client-limits).
+        let clients = &self.host.shared.node.clients;
+        if clients.limits().rate_limited() {
+            clients.sweep(self.now_ms.saturating_mul(1000));
+        }
         self.quiet_ticks = if self.is_quiet() {
             self.quiet_ticks.saturating_add(1)
         } else {

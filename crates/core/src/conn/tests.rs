@@ -543,7 +543,7 @@ fn idle_connections_hold_no_read_buffer_and_release_returns_everything() {
     assert!(c.buffer_bytes().1 > 0, "the answer is queued");
     r.feed(&mut c, b"GET /hea");
     assert!(c.buffer_bytes().0 > 0);
-    c.release(&mut r.buffers);
+    c.release(&mut r.cx());
     assert_eq!(c.buffer_bytes(), (0, 0));
     assert!(r.buffers.pooled_bytes() > 0 && r.buffers.send.pooled_bytes() > 0);
     assert_eq!(r.buffers.read_held(), 0, "every read buffer came back");
@@ -717,7 +717,7 @@ fn a_connection_past_the_budget_waits_unread_and_polls_go_on() {
     r.feed(&mut poll, b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
     assert!(r.sent(&mut poll).ends_with("ok"));
     // Once the big one is gone, its bytes are back.
-    big.release(&mut r.buffers);
+    big.release(&mut r.cx());
     assert_eq!(r.buffers.read_held(), 0);
 }
 

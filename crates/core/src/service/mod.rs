@@ -37,6 +37,7 @@ pub use tally::{IngestResult, Removal, RouteLabel};
 use crate::arena::{Arena, ResetStats};
 use crate::auth::{Access, Credentials, LiveAccess, Need, Refusal};
 use crate::boxes::{BoxTable, Removed, SweepBudget, Swept};
+use crate::clients::{ClientLimits, ClientTable, Limit, Refusal as ClientRefusal, TrustedProxies};
 use crate::config::Config;
 use crate::http::{
     parse_poll_query, percent_decode_into, route, Frame, HttpError, Method, Route, Version,
@@ -64,6 +65,12 @@ pub struct Node {
     /// the key set or a static token file is re-read; each worker's
     /// [`Service`] takes the new one at its next tick.
     pub access: LiveAccess,
+    /// `server.trusted_proxies`: peers whose PROXY header or
+    /// `X-Forwarded-For` names the client.
+    pub trusted: TrustedProxies,
+    /// Every client's connections, held requests and request bucket (the
+    /// per-client limits).
+    pub clients: ClientTable,
 }
 
 impl Node {
@@ -72,8 +79,15 @@ impl Node {
         let metrics_tokens = Tokens::new(&config.auth.metrics_tokens);
         // The key set was checked when it joined the config (Config::add_jwks).
         let access = Access::new(&config.auth).expect("auth.jwt keys checked by Config::add_jwks");
+        let trusted = TrustedProxies::new(&config.server.trusted_proxies);
+        let clients = ClientTable::new(
+            ClientLimits::new(&config.limits),
+            config.limits.max_connections,
+        );
         Node {
             access: LiveAccess::new(access),
+            trusted,
+            clients,
             config,
             plan,
             boxes,
@@ -134,6 +148,10 @@ pub trait Host {
     /// A request (or one message of a batch) was refused by access control.
     fn auth_refused(&mut self, why: AuthRefused) {
         let _ = why;
+    }
+    /// A request (or a connection) was refused by a per-client limit.
+    fn limit_refused(&mut self, limit: Limit) {
+        let _ = limit;
     }
 }
 
@@ -757,6 +775,52 @@ impl Service {
         error_body(&mut self.body, what);
         let a = Answer::json(RouteLabel::Other, code, Version::Http11, false);
         self.heads.write(out, host, &a, &self.body);
+    }
+
+    /// Answer 429 to a request a per-client limit refuses (`request`: its
+    /// frame and the bytes its ranges index; `None` when no request came in
+    /// time), with `Retry-After` and the limit named:
+    /// `{"error":"too many requests","limit":"requests_per_s_per_ip"}`.
+    /// `keep_alive` false: the connection closes after it.
+    pub fn refuse_client<H: Host>(
+        &mut self,
+        refusal: ClientRefusal,
+        request: Option<(&Frame, &[u8])>,
+        keep_alive: bool,
+        out: &mut Vec<u8>,
+        host: &mut H,
+    ) -> Reply {
+        let limit = refusal.limit;
+        host.limit_refused(limit);
+        let (version, head_only) = match request {
+            Some((frame, buf)) => {
+                self.heads.begin(frame.field(&frame.origin, buf));
+                (frame.version, frame.method == Method::Head)
+            }
+            None => {
+                self.heads.begin(None);
+                (Version::Http11, false)
+            }
+        };
+        self.body.clear();
+        self.body.extend_from_slice(b"{\"error\":\"");
+        self.body.extend_from_slice(limit.message().as_bytes());
+        self.body.extend_from_slice(b"\",\"limit\":\"");
+        self.body.extend_from_slice(limit.key().as_bytes());
+        self.body.extend_from_slice(b"\"}");
+        let mut digits = itoa::Buffer::new();
+        let retry_after = digits.format(refusal.retry_after_s).as_bytes();
+        let a = Answer {
+            head_only,
+            extra: &[(b"Retry-After", retry_after)],
+            ..Answer::json(RouteLabel::Other, 429, version, keep_alive)
+        };
+        self.heads.write(out, host, &a, &self.body);
+        if keep_alive {
+            Reply::KeepAlive
+        } else {
+            Reply::Close
+        }
     }
 
     /// Answer a framing error (the connection closes after it).

@@ -23,11 +23,16 @@ pub struct Recorder {
     pub requests: u64,
     /// Requests refused on connections past `max_connections`.
     pub over_cap: u64,
+    /// Refusals by a per-client limit, in order.
+    pub limit_refused: Vec<crate::clients::Limit>,
 }
 
 impl Host for Recorder {
     fn over_connection_cap(&mut self) {
         self.over_cap += 1;
+    }
+    fn limit_refused(&mut self, limit: crate::clients::Limit) {
+        self.limit_refused.push(limit);
     }
 
     fn draining(&self) -> bool {
