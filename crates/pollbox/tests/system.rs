@@ -197,9 +197,14 @@ fn self_signed_cert(dir: &Path) -> PathBuf {
 
 /// Start a node on `listen` and return the address from its start-up line.
 fn spawn_node(kids: &mut Children, name: &str, listen: &str) -> SocketAddr {
+    // The embedded default config (no snapshot, so a restart starts empty),
+    // trusting the local HAProxy, which sends a PROXY v2 header as deploy/'s
+    // configs do.
+    let config = kids.dir.join(format!("{name}.toml"));
+    std::fs::write(&config, "[server]\ntrusted_proxies = [\"127.0.0.1\"]\n").unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_pollbox"))
-        .args(["serve", "--listen", listen, "--workers", "2"])
-        // The embedded default config: no snapshot, so a restart starts empty.
+        .args(["serve", "--listen", listen, "--workers", "2", "--config"])
+        .arg(&config)
         .env_remove("POLLBOX_CONFIG")
         .env_remove("POLLBOX_LISTEN")
         .env_remove("POLLBOX_WORKERS")

@@ -24,6 +24,8 @@ fn log_config(broker: &Broker, topic: &str, snapshot: Option<&std::path::Path>) 
     c.log.topic = topic.into();
     // One broker: replication factor 1, refused without this.
     c.log.allow_unsafe_topic = true;
+    // HAProxy in front (`Front`, deploy/'s config) sends a PROXY v2 header.
+    c.server.trusted_proxies = vec!["127.0.0.1".into()];
     if let Some(p) = snapshot {
         c.snapshot.path = p.display().to_string();
         c.snapshot.interval_s = 3600;

@@ -74,11 +74,15 @@ impl Node {
             &config,
             format!(
                 "# written by pollbox-faults\n\
-                 [server]\nlisten = \"{ip}:{HTTP_PORT}\"\nworkers = 2\n\n\
+                 [server]\nlisten = \"{ip}:{HTTP_PORT}\"\nworkers = 2\n\
+                 trusted_proxies = [\"{proxy}/32\"]\n\n\
                  [http]\nsse_heartbeat_ms = 1000\n\n\
                  [snapshot]\npath = \"{snap}\"\ninterval_s = 1\n\n\
                  [log]\nbrokers = \"{bootstrap}\"\ntopic = \"{topic}\"\nack_timeout_ms = 5000\n",
                 snap = dir.join("boxes.snap").display(),
+                // HAProxy (deploy/'s replicas config) runs in the root
+                // namespace and sends a PROXY v2 header.
+                proxy = net.root_addr(Lan::Http),
             ),
         )
         .map_err(|e| e.to_string())?;
