@@ -59,7 +59,7 @@ use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 use crate::config::Reduce;
 use crate::plan::{MessageError, Plan, Value};
 use crate::render::{render_fields, FieldState, FieldView};
-use reduce::{with_scratch, Message};
+use reduce::{with_scratch, Message, Scratch};
 use slot::{backoff, Slot};
 use update::{Change, Stamp, REPLAYED};
 
@@ -463,6 +463,16 @@ impl BoxTable {
         ));
     }
 
+    /// Run `f` with this thread's scratch buffers ([`with_scratch`]), their
+    /// record image reserved ([`BoxTable::reserve_image`]).
+    #[inline(always)]
+    fn with_record_scratch<R>(&self, f: impl FnOnce(&mut Scratch) -> R) -> R {
+        with_scratch(|scratch| {
+            self.reserve_image(&mut scratch.image);
+            f(scratch)
+        })
+    }
+
     fn check_key(&self, key: &str) -> Result<(), MessageError> {
         if key.is_empty() {
             Err(MessageError::EmptyKey)
@@ -536,9 +546,8 @@ impl BoxTable {
         out: &mut Vec<u8>,
         guard: &Guard,
     ) -> Option<u64> {
-        with_scratch(|scratch| {
+        self.with_record_scratch(|scratch| {
             let image = &mut scratch.image;
-            self.reserve_image(image);
             loop {
                 let r = slot.begin(guard);
                 r.load(image);

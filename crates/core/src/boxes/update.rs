@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use crossbeam_epoch::Guard;
 
 use super::record::{self, Payload};
-use super::reduce::{next_record, with_scratch, Message, Prior, Reducers, Scratch};
+use super::reduce::{next_record, Message, Prior, Reducers};
 use super::slot::Words;
 use super::{expiry::touch, look, size_class, whole_words, BoxTable, Place, Shard};
 use crate::plan::MessageError;
@@ -85,13 +85,8 @@ impl BoxTable {
         guard: &Guard,
     ) -> Result<Option<u64>, MessageError> {
         let key = change.msg.key;
-        with_scratch(|scratch| {
-            let Scratch {
-                state,
-                payload,
-                image,
-            } = scratch;
-            self.reserve_image(image);
+        self.with_record_scratch(|s| {
+            let (state, payload, image) = (&mut s.state, &mut s.payload, &mut s.image);
             loop {
                 let r = place.slot.begin(guard);
                 r.load(image);
@@ -172,13 +167,8 @@ impl BoxTable {
         let key = msg.key;
         let render = out.is_some();
         let build = |floor: u64| {
-            with_scratch(|scratch| {
-                let Scratch {
-                    state,
-                    payload,
-                    image,
-                } = scratch;
-                self.reserve_image(image);
+            self.with_record_scratch(|s| {
+                let (state, payload, image) = (&mut s.state, &mut s.payload, &mut s.image);
                 let prior = Prior {
                     state: &[],
                     version: match stamp {
