@@ -52,13 +52,17 @@ pub(super) fn next_record(
     // One copy of the steps for each, so that neither carries the other's
     // code.
     let f = if render { fold::<true> } else { fold::<false> };
-    f(reducers, msg, prior, st, payload)
+    f(reducers.plan, reducers.heads, msg, prior, st, payload)
 }
 
-/// [`next_record`], rendering or not.
+/// [`next_record`], rendering or not. The plan and the heads are arguments
+/// of their own, not a [`Reducers`]: as arguments they are known to stay
+/// unchanged while the payload is written, and are not read again (callgrind:
+/// +15 instructions a message when they came in a struct).
 #[inline(never)]
 fn fold<const RENDER: bool>(
-    Reducers { plan, heads }: Reducers<'_>,
+    plan: &Plan,
+    heads: &[Box<[u8]>],
     Message { key, values }: Message<'_>,
     prior: Prior<'_>,
     st: &mut Vec<u8>,
