@@ -64,8 +64,8 @@ use crate::http::{
     Frame, Framer, FramerState, HttpError, Limits, Method, Progress, Version, CONTINUE,
 };
 use crate::service::{
-    Event, Host, Listener, Park, Pending, Reply, Report, RouteLabel, Service, Stream, Watching,
-    DELETED, HEARTBEAT,
+    Event, Host, Listener, Park, Pending, Reply, Report, Request, RouteLabel, Service, Stream,
+    Watching, DELETED, HEARTBEAT,
 };
 
 /// A connection with this many unsent bytes is not read until it drains.
@@ -579,8 +579,8 @@ impl Connection {
     /// a stream is sent `event: expired` and ends.
     fn end_held<H: Host>(&mut self, why: Refusal, cx: &mut Ctx<'_, H>) {
         if let Some(p) = self.parked.take() {
-            self.answer_held(&p.frame, cx, |service, buf, keep_alive, out, host| {
-                service.refuse_parked(&p.frame, buf, why, keep_alive, out, host)
+            self.answer_held(&p.frame, cx, |service, request, out, host| {
+                service.refuse_parked(request, why, out, host)
             });
             return;
         }
@@ -769,9 +769,8 @@ impl Connection {
                                 frame,
                                 buf,
                                 keep_alive,
-                                now_ms: cx.now_ms,
                             };
-                            match admit(client, &request, out, service, *host) {
+                            match admit(client, &request, cx.now_ms, out, service, *host) {
                                 Screen::Serve => {}
                                 Screen::Held => held = true,
                                 Screen::ProbeThenClose => keep_alive = false,
@@ -779,7 +778,12 @@ impl Connection {
                                 Screen::RefusedThenClose => return Reply::Close,
                             }
                         }
-                        service.answer(listener, frame, buf, keep_alive, out, *host, creds)
+                        let request = Request {
+                            frame,
+                            buf,
+                            keep_alive,
+                        };
+                        service.answer(listener, request, out, *host, creds)
                     });
                     if held && !matches!(r, Reply::Park(_) | Reply::Stream(_)) {
                         // Not held after all (answered at once): give it back.
@@ -1018,8 +1022,8 @@ impl Connection {
             return;
         };
         let l = *l;
-        self.answer_held(&l.frame, cx, |service, buf, keep_alive, out, host| {
-            service.answer_logged(&l.frame, buf, l.pending, timed_out, keep_alive, out, host)
+        self.answer_held(&l.frame, cx, |service, request, out, host| {
+            service.answer_logged(request, l.pending, timed_out, out, host)
         });
     }
 
@@ -1031,10 +1035,8 @@ impl Connection {
             return;
         };
         self.client.unhold();
-        self.answer_held(&p.frame, cx, |service, buf, keep_alive, out, host| {
-            service.answer_parked(
-                &p.frame, buf, &p.key, p.park, timed_out, keep_alive, out, host,
-            )
+        self.answer_held(&p.frame, cx, |service, request, out, host| {
+            service.answer_parked(request, &p.key, p.park, timed_out, out, host)
         });
     }
 
@@ -1044,19 +1046,22 @@ impl Connection {
         &mut self,
         frame: &Frame,
         cx: &mut Ctx<'_, H>,
-        answer: impl FnOnce(&mut Service, &[u8], bool, &mut Vec<u8>, &mut H) -> Reply,
+        answer: impl FnOnce(&mut Service, Request<'_>, &mut Vec<u8>, &mut H) -> Reply,
     ) {
-        let keep_alive = frame.keep_alive && !cx.host.draining();
-        let buf = &self.rbuf[self.rstart..self.rend];
+        let request = Request {
+            frame,
+            buf: &self.rbuf[self.rstart..self.rend],
+            keep_alive: frame.keep_alive && !cx.host.draining(),
+        };
         let Ctx {
             service,
             buffers,
             host,
             ..
         } = cx;
-        let r = self.sendq.append(&mut buffers.send, |out| {
-            answer(service, buf, keep_alive, out, host)
-        });
+        let r = self
+            .sendq
+            .append(&mut buffers.send, |out| answer(service, request, out, host));
         if r == Reply::Close {
             self.closing = Some(Closing::AfterSend);
         }
@@ -1144,14 +1149,6 @@ fn token_end_ms<H: Host>(creds: &mut Credentials, cx: &Ctx<'_, H>) -> Option<u64
     })
 }
 
-/// A complete request as the per-client limits see it.
-struct Request<'a> {
-    frame: &'a Frame,
-    buf: &'a [u8],
-    keep_alive: bool,
-    now_ms: u64,
-}
-
 /// What [`admit`] decided.
 #[derive(Clone, Copy)]
 enum Screen {
@@ -1175,12 +1172,13 @@ enum Screen {
 fn admit<H: Host>(
     client: &mut Admission,
     r: &Request<'_>,
+    now_ms: u64,
     out: &mut Vec<u8>,
     service: &mut Service,
     host: &mut H,
 ) -> Screen {
     let table = &service.node().clients;
-    let now_us = r.now_ms.saturating_mul(1000);
+    let now_us = now_ms.saturating_mul(1000);
     let (refusal, close) = match client.admit(r.frame, r.buf, table, now_us) {
         Admit::Serve => return Screen::Serve,
         Admit::Held => return Screen::Held,

@@ -12,7 +12,7 @@
 
 use pollbox_core::http::{
     parse_poll_query, percent_decode_into, route, write_response_head, DateCache, Frame, Framer,
-    HttpError, Limits, Method, Progress, Route, Version,
+    HttpError, Limits, Method, Progress, ResponseHead, Route, Version,
 };
 use proptest::prelude::*;
 
@@ -601,16 +601,15 @@ fn steady_state_framing_and_response_heads_allocate_nothing() {
                     let _ = percent_decode_into(raw, &mut key);
                     let _ = parse_poll_query(&buf[frame.query.clone()]);
                 }
-                write_response_head(
-                    &mut out,
-                    200,
-                    b"application/json",
-                    frame.body.len(),
-                    date.get(),
-                    frame.keep_alive,
-                    frame.version,
-                    &[(b"ETag", b"\"4\"")],
-                );
+                let head = ResponseHead {
+                    status: 200,
+                    content_type: b"application/json",
+                    content_length: frame.body.len(),
+                    date: date.get(),
+                    keep_alive: frame.keep_alive,
+                    version: frame.version,
+                };
+                write_response_head(&mut out, &head, &[(b"ETag", b"\"4\"")]);
                 buf.drain(..frame.consumed);
                 framed += 1;
             }

@@ -12,8 +12,9 @@
 //! rendered lazily, by the first poll of a version that batch ingest stored.
 //!
 //! One job a file:
-//! - this file: the table's API (apply, poll, version, remove) and the
-//!   update path (find, update, create);
+//! - this file: the table's API (apply, poll, version, remove), the lookup
+//!   ([`BoxTable::find`]) and the render of a payload left for later;
+//! - `update.rs`: the update path (update a box found, create one missed);
 //! - `map.rs`: a shard's index and its chunks of slots (what readers probe);
 //! - `shard.rs`: the shards, their writer mutex and sequence, and the
 //!   structural changes made under it (insert, remove, grow, shrink);
@@ -34,6 +35,7 @@ mod reduce;
 mod shard;
 mod size;
 mod slot;
+mod update;
 mod walk;
 
 pub use changes::Walk;
@@ -41,7 +43,7 @@ pub use expiry::{Removed, SweepBudget, Swept};
 pub use size::size_class;
 pub use walk::RestoreError;
 
-use expiry::{second, touch};
+use expiry::second;
 use map::*;
 use shard::*;
 
@@ -57,9 +59,9 @@ use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 use crate::config::Reduce;
 use crate::plan::{MessageError, Plan, Value};
 use crate::render::{render_fields, FieldState, FieldView};
-use record::Payload;
-use reduce::{next_record, with_scratch, Scratch};
-use slot::{backoff, Slot, Words};
+use reduce::{with_scratch, Message, Scratch};
+use slot::{backoff, Slot};
+use update::{Change, Stamp, REPLAYED};
 
 /// Number of shards. A power of two; 256 keeps writer-mutex contention low on
 /// any core count we run on while costing 32 KiB.
@@ -194,38 +196,6 @@ fn whole_words(image: &[u8], used: usize) -> &[u8] {
     &image[..used.next_multiple_of(8).min(image.len())]
 }
 
-/// The size class a record of `key`, `state` and a payload of `payload_len`
-/// bytes moves to from a record of `now` bytes, `None` to stay. It grows when
-/// it does not fit; it shrinks only when a class half the size would do, so a
-/// payload wavering around a class edge does not reallocate on every message.
-fn resize(key: &str, state: &[u8], payload_len: usize, now: usize) -> Option<usize> {
-    let need = record::size(key, state, payload_len);
-    let class = size_class(need);
-    (need > now || class <= now / 2).then_some(class)
-}
-
-/// A new record's words (built in `image`, a scratch buffer, so the words are
-/// the only allocation).
-fn new_words(image: &mut Vec<u8>, version: u64, key: &str, state: &[u8], p: Payload<'_>) -> Words {
-    image.clear();
-    image.resize(size_class(record::size(key, state, p.len())), 0);
-    record::write(image, version, key, state, p);
-    Words::new(image)
-}
-
-/// Where an applied message's version comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stamp {
-    /// One past the box's version (a new box: past its shard's floor).
-    Next,
-    /// The log's: the record's position.
-    At(u64),
-}
-
-/// What `update` and `create` return for a record the box already holds
-/// (never a version: versions start at 1).
-const REPLAYED: u64 = 0;
-
 /// What [`BoxTable::apply_logged`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Logged {
@@ -333,32 +303,19 @@ impl BoxTable {
         let hash = self.hasher.hash_one(key.as_bytes());
         let shard = self.shard(hash);
         let expires = self.expires_at(now_ms);
+        let change = Change {
+            msg: Message { key, values },
+            stamp,
+            expires,
+        };
         let guard = epoch::pin();
         loop {
             let found = self.find(shard, hash, &guard, |p| {
                 look(p.slot, &guard, key.as_bytes(), None).map(|_| p)
             });
             let done = match found {
-                Some(place) => self.update(
-                    shard,
-                    place,
-                    key,
-                    values,
-                    stamp,
-                    expires,
-                    out.as_deref_mut(),
-                    &guard,
-                )?,
-                None => self.create(
-                    shard,
-                    hash,
-                    key,
-                    values,
-                    stamp,
-                    expires,
-                    out.as_deref_mut(),
-                    &guard,
-                )?,
+                Some(place) => self.update(shard, place, &change, out.as_deref_mut(), &guard)?,
+                None => self.create(shard, hash, &change, out.as_deref_mut(), &guard)?,
             };
             if let Some(version) = done {
                 return Ok(version);
@@ -506,6 +463,16 @@ impl BoxTable {
         ));
     }
 
+    /// Run `f` with this thread's scratch buffers ([`with_scratch`]), their
+    /// record image reserved ([`BoxTable::reserve_image`]).
+    #[inline(always)]
+    fn with_record_scratch<R>(&self, f: impl FnOnce(&mut Scratch) -> R) -> R {
+        with_scratch(|scratch| {
+            self.reserve_image(&mut scratch.image);
+            f(scratch)
+        })
+    }
+
     fn check_key(&self, key: &str) -> Result<(), MessageError> {
         if key.is_empty() {
             Err(MessageError::EmptyKey)
@@ -566,106 +533,6 @@ impl BoxTable {
         }
     }
 
-    /// Apply to an existing box, found at `place`, shared with readers and
-    /// other writers: read the record, build the next one from that copy, and
-    /// store it if nothing was stored meanwhile (else start again from a fresh
-    /// copy); a record that needs another size class is swapped for a new
-    /// allocation under the same claim. `Ok(None)` when the slot no longer
-    /// holds the box (removed, or another box moved in): look it up again.
-    #[allow(clippy::too_many_arguments)]
-    fn update(
-        &self,
-        shard: &Shard,
-        place: Place<'_>,
-        key: &str,
-        values: &[Option<Value<'_>>],
-        stamp: Stamp,
-        expires: u32,
-        out: Option<&mut Vec<u8>>,
-        guard: &Guard,
-    ) -> Result<Option<u64>, MessageError> {
-        with_scratch(|scratch| {
-            let Scratch {
-                state,
-                payload,
-                image,
-            } = scratch;
-            self.reserve_image(image);
-            loop {
-                let r = place.slot.begin(guard);
-                r.load(image);
-                if !r.valid() {
-                    continue;
-                }
-                if r.is_empty() || !record::key_is(image, key.as_bytes()) {
-                    return Ok(None);
-                }
-                let base = match stamp {
-                    Stamp::Next => record::version(image),
-                    Stamp::At(v) if v <= record::version(image) => return Ok(Some(REPLAYED)),
-                    Stamp::At(v) => v.saturating_sub(1),
-                };
-                let (version, len) =
-                    self.next_of(image, key, base, values, state, payload, out.is_some())?;
-                let next = Payload::of(out.is_some(), payload, len);
-                let old = image.len();
-                match resize(key, state, len, old) {
-                    None => {
-                        let used = record::rewrite(image, version, key, state, next);
-                        let Some(claim) = r.claim() else {
-                            continue;
-                        };
-                        record::set_generation(image, self.generation_now());
-                        claim.store(whole_words(image, used));
-                        touch(place.stamp, expires);
-                    }
-                    Some(class) => {
-                        let words = new_words(image, version, key, state, next);
-                        let Some(mut claim) = r.claim() else {
-                            continue;
-                        };
-                        words.set_generation(self.generation_now());
-                        claim.replace(words, guard);
-                        touch(place.stamp, expires);
-                        drop(claim);
-                        shard.add_bytes(old, class);
-                    }
-                }
-                if let Some(out) = out {
-                    out.extend_from_slice(payload);
-                }
-                return Ok(Some(version));
-            }
-        })
-    }
-
-    /// The message applied to the box whose record is in `image`: its next
-    /// version (`base + 1`) and payload length, the next state in `state` and, when
-    /// `render`, the payload in `payload`.
-    #[allow(clippy::too_many_arguments)]
-    fn next_of(
-        &self,
-        image: &[u8],
-        key: &str,
-        base: u64,
-        values: &[Option<Value<'_>>],
-        state: &mut Vec<u8>,
-        payload: &mut Vec<u8>,
-        render: bool,
-    ) -> Result<(u64, usize), MessageError> {
-        next_record(
-            &self.plan,
-            &self.heads,
-            key,
-            record::state(image),
-            base,
-            values,
-            state,
-            payload,
-            render,
-        )
-    }
-
     /// A poll found the payload of `key` left for later: render it into `out`
     /// from a whole copy of the record, and store it in the record so the
     /// next polls copy it (unless a writer stored meanwhile: then this version
@@ -679,9 +546,8 @@ impl BoxTable {
         out: &mut Vec<u8>,
         guard: &Guard,
     ) -> Option<u64> {
-        with_scratch(|scratch| {
+        self.with_record_scratch(|scratch| {
             let image = &mut scratch.image;
-            self.reserve_image(image);
             loop {
                 let r = slot.begin(guard);
                 r.load(image);
@@ -711,88 +577,6 @@ impl BoxTable {
                 return Some(version);
             }
         })
-    }
-
-    /// Create `key`, missed by a lookup: build the new box outside the mutex
-    /// (past the shard's floor), then insert it unless another writer created
-    /// the key meanwhile (`Ok(None)`: the caller applies to that box). Should
-    /// a box of the shard have been removed meanwhile, the floor moved and the
-    /// box is built again past it (rare).
-    #[allow(clippy::too_many_arguments)]
-    fn create(
-        &self,
-        shard: &Shard,
-        hash: u64,
-        key: &str,
-        values: &[Option<Value<'_>>],
-        stamp: Stamp,
-        expires: u32,
-        out: Option<&mut Vec<u8>>,
-        guard: &Guard,
-    ) -> Result<Option<u64>, MessageError> {
-        let render = out.is_some();
-        let build = |floor: u64| {
-            with_scratch(|scratch| {
-                let Scratch {
-                    state,
-                    payload,
-                    image,
-                } = scratch;
-                self.reserve_image(image);
-                let (version, len) = next_record(
-                    &self.plan,
-                    &self.heads,
-                    key,
-                    &[],
-                    match stamp {
-                        Stamp::Next => floor.max(self.version_clock()),
-                        Stamp::At(v) => v.saturating_sub(1),
-                    },
-                    values,
-                    state,
-                    payload,
-                    render,
-                )?;
-                let next = Payload::of(render, payload, len);
-                Ok::<_, MessageError>((version, len, new_words(image, version, key, state, next)))
-            })
-        };
-        let floor = shard.write.floor.load(Ordering::Acquire);
-        let (mut version, mut len, mut words) = build(floor)?;
-        let _writer = shard.lock();
-        if self
-            .find(shard, hash, guard, |p| {
-                look(p.slot, guard, key.as_bytes(), None)
-            })
-            .is_some()
-        {
-            return Ok(None);
-        }
-        let now = shard.write.floor.load(Ordering::Relaxed);
-        if now != floor && stamp == Stamp::Next {
-            (version, len, words) = build(now)?;
-        }
-        self.reserve_box()?;
-        if let Some(out) = out {
-            // Rendered into the record, which no one else sees yet.
-            words.copy_to(record::HEADER, len, out);
-        }
-        // Under the shard's mutex: a walk that has begun this shard moved the
-        // generation on before it (`changes.rs`).
-        words.set_generation(self.generation_now());
-        self.insert(shard, hash, words, expires, guard);
-        Ok(Some(version))
-    }
-
-    /// Count one more box, unless that would pass `max_boxes`.
-    fn reserve_box(&self) -> Result<(), MessageError> {
-        let max = self.plan.max_boxes;
-        self.boxes
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .map(|_| ())
-            .map_err(|_| MessageError::TooManyBoxes)
     }
 }
 

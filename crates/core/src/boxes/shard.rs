@@ -4,6 +4,7 @@
 //! inserting a box, removing one (moving the last slot into the hole),
 //! growing and shrinking the map, retiring what was replaced.
 
+use super::slot::Words;
 use super::*;
 
 /// What a poll reads: the sequence and the map, on a line of their own.

@@ -1,3 +1,5 @@
+use super::record::Payload;
+use super::update::new_words;
 use super::*;
 use crate::config::FieldType;
 use crate::plan::FieldPlan;

@@ -2,6 +2,9 @@
 //! box in batches under each shard's mutex, and [`BoxTable::restore`] puts a
 //! walked box back (checking it against the current configuration).
 
+use super::record::Payload;
+use super::reduce::Scratch;
+use super::update::new_words;
 use super::*;
 
 /// Why [`BoxTable::restore`] refused a box (a snapshot that does not fit the

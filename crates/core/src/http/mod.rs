@@ -82,7 +82,7 @@ pub use date::DateCache;
 pub use framer::{Framer, MAX_HEADERS};
 pub use response::{
     status_reason, write_fields, write_head_end, write_response_head, write_response_start,
-    CONTINUE,
+    ResponseHead, CONTINUE,
 };
 pub use route::{
     parse_many_query, parse_poll_query, percent_decode_into, route, BadEscape, ManyQuery,

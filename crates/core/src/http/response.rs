@@ -40,6 +40,20 @@ pub fn status_reason(status: u16) -> &'static str {
     }
 }
 
+/// What a response head says: its status, the content's type and length, the
+/// `Date`, and whether the connection stays open for a client of `version`.
+#[derive(Debug, Clone, Copy)]
+pub struct ResponseHead<'a> {
+    /// Written as given, so it must be a three-digit code.
+    pub status: u16,
+    /// Left out of the head when empty.
+    pub content_type: &'a [u8],
+    pub content_length: usize,
+    pub date: &'a [u8],
+    pub keep_alive: bool,
+    pub version: Version,
+}
+
 /// Append a response head to `out`:
 ///
 /// ```text
@@ -55,42 +69,27 @@ pub fn status_reason(status: u16) -> &'static str {
 ///
 /// The status line always says HTTP/1.1 (RFC 9110 §6.2: a server sends its own
 /// version); `version` only decides whether keep-alive must be spelled out.
-/// `status` is written as given, so it must be a three-digit code. Allocates
-/// only if `out` lacks the capacity.
-#[allow(clippy::too_many_arguments)]
+/// Allocates only if `out` lacks the capacity.
 pub fn write_response_head(
     out: &mut Vec<u8>,
-    status: u16,
-    content_type: &[u8],
-    content_length: usize,
-    date: &[u8],
-    keep_alive: bool,
-    version: Version,
+    head: &ResponseHead<'_>,
     extra_headers: &[(&[u8], &[u8])],
 ) {
-    write_response_start(
-        out,
+    write_response_start(out, head);
+    write_head_end(out, extra_headers);
+}
+
+/// A response head up to its extra fields: what [`write_response_head`]
+/// writes before `extra_headers` and the blank line.
+pub fn write_response_start(out: &mut Vec<u8>, head: &ResponseHead<'_>) {
+    let &ResponseHead {
         status,
         content_type,
         content_length,
         date,
         keep_alive,
         version,
-    );
-    write_head_end(out, extra_headers);
-}
-
-/// A response head up to its extra fields: what [`write_response_head`]
-/// writes before `extra_headers` and the blank line.
-pub fn write_response_start(
-    out: &mut Vec<u8>,
-    status: u16,
-    content_type: &[u8],
-    content_length: usize,
-    date: &[u8],
-    keep_alive: bool,
-    version: Version,
-) {
+    } = head;
     let mut num = itoa::Buffer::new();
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(num.format(status).as_bytes());
@@ -138,18 +137,29 @@ mod tests {
 
     const DATE: &[u8] = b"Sun, 06 Nov 1994 08:49:37 GMT";
 
+    /// A keep-alive HTTP/1.1 head of `status` with no content.
+    fn empty(status: u16) -> ResponseHead<'static> {
+        ResponseHead {
+            status,
+            content_type: b"",
+            content_length: 0,
+            date: DATE,
+            keep_alive: true,
+            version: Version::Http11,
+        }
+    }
+
     fn head(status: u16, keep_alive: bool, version: Version, extra: &[(&[u8], &[u8])]) -> String {
         let mut out = Vec::new();
-        write_response_head(
-            &mut out,
+        let h = ResponseHead {
             status,
-            b"application/json",
-            42,
-            DATE,
+            content_type: b"application/json",
+            content_length: 42,
+            date: DATE,
             keep_alive,
             version,
-            extra,
-        );
+        };
+        write_response_head(&mut out, &h, extra);
         String::from_utf8(out).unwrap()
     }
 
@@ -201,7 +211,7 @@ mod tests {
     #[test]
     fn empty_content_type_is_left_out() {
         let mut out = Vec::new();
-        write_response_head(&mut out, 304, b"", 0, DATE, true, Version::Http11, &[]);
+        write_response_head(&mut out, &empty(304), &[]);
         let h = String::from_utf8(out).unwrap();
         assert!(!h.contains("Content-Type"), "{h}");
         assert!(h.contains("Content-Length: 0\r\n"), "{h}");
@@ -210,7 +220,7 @@ mod tests {
     #[test]
     fn no_content_has_no_length_and_no_type() {
         let mut out = Vec::new();
-        write_response_head(&mut out, 204, b"", 0, DATE, true, Version::Http11, &[]);
+        write_response_head(&mut out, &empty(204), &[]);
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "HTTP/1.1 204 No Content\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n"
@@ -222,16 +232,12 @@ mod tests {
         let mut out = Vec::with_capacity(512);
         out.extend_from_slice(b"previous");
         let ptr = out.as_ptr();
-        write_response_head(
-            &mut out,
-            200,
-            b"text/plain",
-            2,
-            DATE,
-            true,
-            Version::Http11,
-            &[],
-        );
+        let h = ResponseHead {
+            content_type: b"text/plain",
+            content_length: 2,
+            ..empty(200)
+        };
+        write_response_head(&mut out, &h, &[]);
         assert_eq!(out.as_ptr(), ptr);
         assert!(out.starts_with(b"previousHTTP/1.1 200 OK\r\n"));
     }

@@ -159,13 +159,16 @@ impl Service {
     /// gets now.
     pub fn refuse_parked<H: Host>(
         &mut self,
-        frame: &crate::http::Frame,
-        buf: &[u8],
+        request: super::Request<'_>,
         why: Refusal,
-        keep_alive: bool,
         out: &mut Vec<u8>,
         host: &mut H,
     ) -> Reply {
+        let super::Request {
+            frame,
+            buf,
+            keep_alive,
+        } = request;
         self.heads.begin(frame.field(&frame.origin, buf));
         let creds = &mut crate::auth::Credentials::default();
         let x = &mut Exchange {

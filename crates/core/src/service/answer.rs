@@ -5,7 +5,9 @@
 
 use super::cors::{Allowed, Cors};
 use super::{Host, RouteLabel};
-use crate::http::{write_fields, write_response_head, write_response_start, DateCache, Version};
+use crate::http::{
+    write_fields, write_response_head, write_response_start, DateCache, ResponseHead, Version,
+};
 use std::time::SystemTime;
 
 pub const JSON: &[u8] = b"application/json";
@@ -101,7 +103,15 @@ impl Heads {
         for (code, out) in [(200, &mut self.ok_json), (304, &mut self.not_modified_json)] {
             out.clear();
             // Everything write_response_head writes before the length's digits.
-            write_response_head(out, code, JSON, 0, date, true, Version::Http11, &[]);
+            let head = ResponseHead {
+                status: code,
+                content_type: JSON,
+                content_length: 0,
+                date,
+                keep_alive: true,
+                version: Version::Http11,
+            };
+            write_response_head(out, &head, &[]);
             let cut = out.len() - b"0\r\n\r\n".len();
             out.truncate(cut);
         }
@@ -146,12 +156,14 @@ impl Heads {
             }
             None => write_response_start(
                 out,
-                a.code,
-                a.content_type,
-                body.len(),
-                self.date.get(),
-                a.keep_alive,
-                a.version,
+                &ResponseHead {
+                    status: a.code,
+                    content_type: a.content_type,
+                    content_length: body.len(),
+                    date: self.date.get(),
+                    keep_alive: a.keep_alive,
+                    version: a.version,
+                },
             ),
         }
         out.extend_from_slice(rest.bytes());
@@ -280,16 +292,15 @@ mod tests {
         for code in [200u16, 304] {
             let extra: &[(&[u8], &[u8])] = &[(b"ETag", b"\"7\"")];
             let mut want = Vec::new();
-            write_response_head(
-                &mut want,
-                code,
-                JSON,
-                2,
-                &date,
-                true,
-                Version::Http11,
-                extra,
-            );
+            let head = ResponseHead {
+                status: code,
+                content_type: JSON,
+                content_length: 2,
+                date: &date,
+                keep_alive: true,
+                version: Version::Http11,
+            };
+            write_response_head(&mut want, &head, extra);
             want.extend_from_slice(b"{}");
             let a = Answer {
                 extra,

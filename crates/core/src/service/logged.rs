@@ -14,8 +14,7 @@
 //! writes the answer.
 
 use super::ingest::refuse;
-use super::{Answer, Exchange, Host, IngestResult, Reply, RouteLabel, Service};
-use crate::http::Frame;
+use super::{Answer, Exchange, Host, IngestResult, Reply, Request, RouteLabel, Service};
 use crate::plan::MessageError;
 use crate::projection::{BodyFormat, KeySource, Shape};
 
@@ -294,17 +293,19 @@ impl Service {
 
     /// Answer a logged ingest or `DELETE` whose records are all reported, or
     /// whose wait ran out (`timed_out`: 503 "log unavailable").
-    #[allow(clippy::too_many_arguments)]
     pub fn answer_logged<H: Host>(
         &mut self,
-        frame: &Frame,
-        buf: &[u8],
+        request: Request<'_>,
         mut p: Pending,
         timed_out: bool,
-        keep_alive: bool,
         out: &mut Vec<u8>,
         host: &mut H,
     ) -> Reply {
+        let Request {
+            frame,
+            buf,
+            keep_alive,
+        } = request;
         self.heads.begin(frame.field(&frame.origin, buf));
         if timed_out && !p.complete() {
             p.failed = true;

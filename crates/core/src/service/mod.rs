@@ -209,6 +209,16 @@ impl Park {
     }
 }
 
+/// A framed request to answer: the frame, the bytes its ranges index, and
+/// whether the connection stays open after it (the request's wish, unless
+/// the server is draining or the client's limits close it).
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub frame: &'a Frame,
+    pub buf: &'a [u8],
+    pub keep_alive: bool,
+}
+
 /// One request being answered: the framed request and the bytes its ranges
 /// index, whether the connection stays open after it, where the answer is
 /// written and the host that counts it.
@@ -435,20 +445,21 @@ impl Service {
         &self.key
     }
 
-    /// Answer one framed request (`buf` is the slice the frame's ranges index)
-    /// into `out`. `keep_alive`: the request's, unless the server is draining.
-    /// `creds`: the connection's last token, verified once.
-    #[allow(clippy::too_many_arguments)]
+    /// Answer one framed request into `out`. `creds`: the connection's last
+    /// token, verified once.
     pub fn answer<H: Host>(
         &mut self,
         listener: Listener,
-        frame: &Frame,
-        buf: &[u8],
-        keep_alive: bool,
+        request: Request<'_>,
         out: &mut Vec<u8>,
         host: &mut H,
         creds: &mut Credentials,
     ) -> Reply {
+        let Request {
+            frame,
+            buf,
+            keep_alive,
+        } = request;
         let x = &mut Exchange {
             frame,
             buf,
@@ -596,18 +607,20 @@ impl Service {
     /// (200), it was deleted or expired (404), or the wait ran out (`timed_out`:
     /// 304 unless it moved after all). Of many boxes (`park.many`, `key` their
     /// keys): 200 once their ETag moved from `park.after`, else 304.
-    #[allow(clippy::too_many_arguments)]
     pub fn answer_parked<H: Host>(
         &mut self,
-        frame: &Frame,
-        buf: &[u8],
+        request: Request<'_>,
         key: &[u8],
         park: Park,
         timed_out: bool,
-        keep_alive: bool,
         out: &mut Vec<u8>,
         host: &mut H,
     ) -> Reply {
+        let Request {
+            frame,
+            buf,
+            keep_alive,
+        } = request;
         self.heads.begin(frame.field(&frame.origin, buf));
         self.key.clear();
         self.key.extend_from_slice(key);

@@ -25,15 +25,12 @@ fn ask(s: &mut Service, host: &mut Recorder, listener: Listener, req: &str) -> (
     };
     let mut out = Vec::new();
     let creds = &mut crate::auth::Credentials::default();
-    let r = s.answer(
-        listener,
-        &frame,
-        &buf,
-        frame.keep_alive,
-        &mut out,
-        host,
-        creds,
-    );
+    let request = Request {
+        frame: &frame,
+        buf: &buf,
+        keep_alive: frame.keep_alive,
+    };
+    let r = s.answer(listener, request, &mut out, host, creds);
     (r, String::from_utf8(out).unwrap())
 }
 
@@ -280,11 +277,14 @@ fn answers_go_through_a_send_queue_unchanged() {
         panic!()
     };
     q.append(&mut pool, |out| {
+        let request = Request {
+            frame: &frame,
+            buf: &buf,
+            keep_alive: true,
+        };
         s.answer(
             Listener::Main,
-            &frame,
-            &buf,
-            true,
+            request,
             out,
             &mut h,
             &mut Default::default(),
