@@ -82,7 +82,7 @@ EXPORTED_METRICS = {
 }
 # Exported only by a node of a Kafka log ([log] brokers set; docs/operations.md#log-metrics),
 # so a standalone scrape lacks them: check_metrics finds each in the exporter's source
-# (crates/server/src/metrics.rs) and in the docs instead, and check.sh with
+# (crates/server/src/metrics/families.rs) and in the docs instead, and check.sh with
 # DEPLOY_CHECK_KAFKA=1 scrapes a node of a real log.
 LOG_METRICS = {
     "pollbox_log_records_total",
@@ -706,16 +706,16 @@ def check_metrics():
             errors.append(f"{m} (in {', '.join(sorted(where))}) is not a metric pollbox exports")
     # The log metrics cannot be scraped from a standalone node: find each in the
     # code that renders them, and in the documentation.
-    source = read("crates/server/src/metrics.rs")
+    source = read("crates/server/src/metrics/families.rs")
     docs = read("docs/operations.md")
     for m in sorted(LOG_METRICS):
         if f'"{m}"' not in source:
-            errors.append(f"{m} is not rendered by crates/server/src/metrics.rs")
+            errors.append(f"{m} is not declared in crates/server/src/metrics/families.rs")
         if f"`{m}" not in docs:
             errors.append(f"{m} is not documented in docs/operations.md")
     rendered = set(re.findall(r'"(pollbox_log_[a-z_]+)', source))
     for m in sorted(rendered - LOG_METRICS):
-        errors.append(f"{m} is rendered by crates/server/src/metrics.rs but not listed in LOG_METRICS")
+        errors.append(f"{m} is declared in crates/server/src/metrics/families.rs but not listed in LOG_METRICS")
     return errors, f"{len(used)} metric names in alerts and dashboard, all exported by pollbox"
 
 
