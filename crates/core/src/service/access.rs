@@ -164,21 +164,10 @@ impl Service {
         out: &mut Vec<u8>,
         host: &mut H,
     ) -> Reply {
-        let super::Request {
-            frame,
-            buf,
-            keep_alive,
-        } = request;
+        let super::Request { frame, buf, .. } = request;
         self.heads.begin(frame.field(&frame.origin, buf));
         let creds = &mut crate::auth::Credentials::default();
-        let x = &mut Exchange {
-            frame,
-            buf,
-            keep_alive,
-            out,
-            host,
-            creds,
-        };
+        let x = &mut Exchange::new(request, out, host, creds);
         self.refuse_token(x, RouteLabel::LongPoll, Denied::Invalid(why))
     }
 

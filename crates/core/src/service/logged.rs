@@ -301,25 +301,14 @@ impl Service {
         out: &mut Vec<u8>,
         host: &mut H,
     ) -> Reply {
-        let Request {
-            frame,
-            buf,
-            keep_alive,
-        } = request;
+        let Request { frame, buf, .. } = request;
         self.heads.begin(frame.field(&frame.origin, buf));
         if timed_out && !p.complete() {
             p.failed = true;
         }
         // Its access was checked when its records were produced.
         let creds = &mut crate::auth::Credentials::default();
-        let x = &mut Exchange {
-            frame,
-            buf,
-            keep_alive,
-            out,
-            host,
-            creds,
-        };
+        let x = &mut Exchange::new(request, out, host, creds);
         self.answer_pending(x, &mut p)
     }
 

@@ -232,7 +232,27 @@ pub(super) struct Exchange<'a, H> {
     creds: &'a mut Credentials,
 }
 
-impl<H> Exchange<'_, H> {
+impl<'a, H> Exchange<'a, H> {
+    /// `request`, answered into `out` for `host`, with the connection's
+    /// credentials (a held request's were checked when it was held: then a
+    /// fresh, empty `creds`).
+    #[inline(always)]
+    fn new(
+        request: Request<'a>,
+        out: &'a mut Vec<u8>,
+        host: &'a mut H,
+        creds: &'a mut Credentials,
+    ) -> Exchange<'a, H> {
+        Exchange {
+            frame: request.frame,
+            buf: request.buf,
+            keep_alive: request.keep_alive,
+            out,
+            host,
+            creds,
+        }
+    }
+
     /// What the connection does once this request is answered.
     fn reply(&self) -> Reply {
         if self.keep_alive {
@@ -455,19 +475,8 @@ impl Service {
         host: &mut H,
         creds: &mut Credentials,
     ) -> Reply {
-        let Request {
-            frame,
-            buf,
-            keep_alive,
-        } = request;
-        let x = &mut Exchange {
-            frame,
-            buf,
-            keep_alive,
-            out,
-            host,
-            creds,
-        };
+        let Request { frame, buf, .. } = request;
+        let x = &mut Exchange::new(request, out, host, creds);
         let allowed = self.heads.begin(frame.field(&frame.origin, buf));
         if frame.method == Method::Options
             && listener == Listener::Main
@@ -616,25 +625,14 @@ impl Service {
         out: &mut Vec<u8>,
         host: &mut H,
     ) -> Reply {
-        let Request {
-            frame,
-            buf,
-            keep_alive,
-        } = request;
+        let Request { frame, buf, .. } = request;
         self.heads.begin(frame.field(&frame.origin, buf));
         self.key.clear();
         self.key.extend_from_slice(key);
         let not_modified = timed_out && !self.park_due(key, &park);
         // Its access was checked when it parked.
         let creds = &mut Credentials::default();
-        let x = &mut Exchange {
-            frame,
-            buf,
-            keep_alive,
-            out,
-            host,
-            creds,
-        };
+        let x = &mut Exchange::new(request, out, host, creds);
         if park.many {
             return self.write_many(x, RouteLabel::LongPoll, not_modified);
         }
