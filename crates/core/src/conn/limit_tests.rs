@@ -1,38 +1,19 @@
 //! The per-client limits as a connection applies them, without sockets: the
 //! client from the peer, a PROXY v2 header or `X-Forwarded-For`, and the 429s.
 
+use super::tests::{rig_with, Rig};
 use super::*;
-use crate::boxes::BoxTable;
 use crate::clients::proxy::SIGNATURE;
 use crate::clients::Limit;
 use crate::config::Config;
-use crate::plan::Plan;
-use crate::service::testing::Recorder;
-use crate::service::Node;
 use std::net::IpAddr;
-use std::sync::Arc;
-use std::time::SystemTime;
 
-struct Rig {
-    service: Service,
-    buffers: Buffers,
-    host: Recorder,
-    now_ms: u64,
-}
-
+/// The connection tests' rig, its config checked as a server's is.
 fn rig(edit: impl FnOnce(&mut Config)) -> Rig {
-    let mut config = Config::embedded();
-    edit(&mut config);
-    config.validate().unwrap();
-    let plan = Arc::new(Plan::compile(&config.boxes).unwrap());
-    let boxes = BoxTable::new(plan.clone());
-    let node = Arc::new(Node::new(config, plan, boxes));
-    Rig {
-        service: Service::new(node, SystemTime::UNIX_EPOCH),
-        buffers: Buffers::default(),
-        host: Recorder::default(),
-        now_ms: 1_000,
-    }
+    rig_with(|config| {
+        edit(config);
+        config.validate().unwrap();
+    })
 }
 
 fn ip(s: &str) -> IpAddr {
@@ -43,48 +24,12 @@ const POLL: &[u8] = b"GET /v1/boxes/a HTTP/1.1\r\nHost: x\r\n\r\n";
 const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
 
 impl Rig {
-    fn cx(&mut self) -> Ctx<'_, Recorder> {
-        Ctx {
-            now_ms: self.now_ms,
-            service: &mut self.service,
-            buffers: &mut self.buffers,
-            host: &mut self.host,
-        }
-    }
-
     fn from(&self, peer: &str) -> Connection {
         Connection::from_peer(self.now_ms, Listener::Main, ip(peer), &self.service)
     }
 
-    fn feed(&mut self, c: &mut Connection, bytes: &[u8]) {
-        let mut cx = self.cx();
-        let buf = c.read_buffer(&mut cx).expect("the connection reads");
-        buf[..bytes.len()].copy_from_slice(bytes);
-        c.received(bytes.len(), &mut cx);
-    }
-
-    fn sent(&mut self, c: &mut Connection) -> String {
-        let q = c.send_queue();
-        let mut out = Vec::new();
-        for chunk in q.chunks() {
-            out.extend_from_slice(chunk);
-        }
-        let n = out.len();
-        q.advance(n, &mut self.buffers.send);
-        String::from_utf8(out).unwrap()
-    }
-
     fn close(&mut self, mut c: Connection) {
         c.release(&mut self.cx());
-    }
-
-    fn ingest(&mut self, key: &str) {
-        let mut c = Connection::new(self.now_ms, Listener::Main, &self.service);
-        let req = format!(
-            "POST /v1/boxes/{key} HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\n{{\"value\":1}}"
-        );
-        self.feed(&mut c, req.as_bytes());
-        assert!(self.sent(&mut c).starts_with("HTTP/1.1 200"));
     }
 
     fn clients(&self) -> &crate::clients::ClientTable {
@@ -247,7 +192,7 @@ fn the_request_rate_is_a_bucket_per_client_and_probes_are_never_refused() {
 #[test]
 fn held_requests_are_capped_per_client_and_given_back_when_they_end() {
     let mut r = rig(|c| c.limits.max_streams_per_ip = 2);
-    r.ingest("a");
+    r.ingest("a", 1);
     let v = r.service.version(b"a");
     let long_poll = format!("GET /v1/boxes/a?after={v}&wait_ms=5000 HTTP/1.1\r\nHost: x\r\n\r\n");
     let stream = b"GET /v1/boxes/a HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n";
@@ -278,7 +223,7 @@ fn held_requests_are_capped_per_client_and_given_back_when_they_end() {
     r.feed(&mut c, at_once.as_bytes());
     assert_429(&r.sent(&mut c), "max_streams_per_ip", 1);
     // The parked poll is answered: its place is free.
-    r.ingest("a");
+    r.ingest("a", 1);
     parked.on_box_updated(&mut r.cx());
     assert!(r.sent(&mut parked).starts_with("HTTP/1.1 200"));
     let v = r.service.version(b"a");

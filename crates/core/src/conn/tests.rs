@@ -9,15 +9,16 @@ use crate::service::{IngestResult, Node};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-/// A worker's pieces around one connection under test.
-struct Rig {
-    service: Service,
-    buffers: Buffers,
-    host: Recorder,
-    now_ms: u64,
+/// A worker's pieces around one connection under test (the per-client
+/// limits' tests use it too: `limit_tests.rs`).
+pub(super) struct Rig {
+    pub(super) service: Service,
+    pub(super) buffers: Buffers,
+    pub(super) host: Recorder,
+    pub(super) now_ms: u64,
 }
 
-fn rig_with(edit: impl FnOnce(&mut Config)) -> Rig {
+pub(super) fn rig_with(edit: impl FnOnce(&mut Config)) -> Rig {
     let mut config = Config::embedded();
     edit(&mut config);
     let plan = Arc::new(Plan::compile(&config.boxes).unwrap());
@@ -36,7 +37,7 @@ fn rig() -> Rig {
 }
 
 impl Rig {
-    fn cx(&mut self) -> Ctx<'_, Recorder> {
+    pub(super) fn cx(&mut self) -> Ctx<'_, Recorder> {
         Ctx {
             now_ms: self.now_ms,
             service: &mut self.service,
@@ -45,12 +46,12 @@ impl Rig {
         }
     }
 
-    fn conn(&self) -> Connection {
+    pub(super) fn conn(&self) -> Connection {
         Connection::new(self.now_ms, Listener::Main, &self.service)
     }
 
     /// Feed `bytes` as one read.
-    fn feed(&mut self, c: &mut Connection, bytes: &[u8]) {
+    pub(super) fn feed(&mut self, c: &mut Connection, bytes: &[u8]) {
         let mut cx = self.cx();
         let buf = c.read_buffer(&mut cx).expect("the connection reads");
         buf[..bytes.len()].copy_from_slice(bytes);
@@ -58,7 +59,7 @@ impl Rig {
     }
 
     /// Everything queued so far, as the socket would take it.
-    fn sent(&mut self, c: &mut Connection) -> String {
+    pub(super) fn sent(&mut self, c: &mut Connection) -> String {
         let q = c.send_queue();
         let mut out = Vec::new();
         for chunk in q.chunks() {
@@ -69,7 +70,7 @@ impl Rig {
         String::from_utf8(out).unwrap()
     }
 
-    fn ingest(&mut self, key: &str, value: i64) {
+    pub(super) fn ingest(&mut self, key: &str, value: i64) {
         let mut c = self.conn();
         let body = format!("{{\"value\":{value}}}");
         let req = format!(
