@@ -26,27 +26,56 @@
 //! and freed once no thread that was pinned when it was retired is pinned any
 //! more, so a reader, which loads the pointer while pinned (a [`Guard`]),
 //! never reads freed memory, even when it loaded the pointer just before the
-//! swap. The pointer and its length are read between two equal even
-//! sequence loads, so they belong to one allocation.
+//! swap. The record's length (in words) is kept in the same word as the
+//! sequence, and its pointer is read between two equal even loads of that
+//! word, so the two belong to one allocation.
+//!
+//! The slot is 16 bytes: the sequence word (the length in its top
+//! [`LEN_BITS`] bits, the counter in the rest) and the pointer. The counter
+//! takes 2^43 claims to wrap, and a reader is fooled only if one slot is
+//! claimed exactly a multiple of that many times between its two loads of
+//! the word, a few instructions apart (Linux's seqcount wraps at 2^31).
 
 use std::cell::Cell;
 use std::hint::spin_loop;
-use std::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicPtr, AtomicU64, Ordering};
 
 use crate::bytes::short_le;
 use crossbeam_epoch::Guard;
 
-/// One box. 32 bytes, aligned: two slots a cache line, none straddles two.
-#[repr(align(32))]
+/// Bits of the sequence word that hold the record's length in words (the
+/// top ones): 2^20 words is 8 MiB, far above the largest record the config
+/// allows (a 64 KiB payload, a 4 KiB key and their state).
+const LEN_BITS: u32 = 20;
+/// The counter's bits of the sequence word (its low bit: claimed).
+const COUNTER: u64 = (1 << (64 - LEN_BITS)) - 1;
+/// The longest record a slot can hold, in words.
+pub(super) const MAX_WORDS: usize = (1 << LEN_BITS) - 1;
+
+/// The sequence word of a record of `len` words at counter `counter`.
+#[inline]
+fn pack(counter: u64, len: usize) -> u64 {
+    (len as u64) << (64 - LEN_BITS) | (counter & COUNTER)
+}
+
+/// The record's length in words a sequence word holds.
+#[inline]
+fn len_of(seq: u64) -> usize {
+    (seq >> (64 - LEN_BITS)) as usize
+}
+
+/// One box. 16 bytes, aligned: four slots a cache line, none straddles two.
+#[repr(align(16))]
 pub(super) struct Slot {
-    /// Even: the record is stable; odd: a writer holds a claim.
+    /// The counter in the low bits (even: the record is stable; odd: a
+    /// writer holds a claim) and the record's length in words in the top
+    /// [`LEN_BITS`].
     seq: AtomicU64,
     /// The record's words (null: no box in this slot), little-endian (byte
     /// `i` is byte `i % 8` of word `i / 8`), as many as its size class;
-    /// owned by the slot (a `Box<[AtomicU64]>` taken apart). Both change
-    /// only under a claim.
+    /// owned by the slot (a `Box<[AtomicU64]>` taken apart). It and the
+    /// length change only under a claim.
     ptr: AtomicPtr<AtomicU64>,
-    len: AtomicUsize,
 }
 
 impl Default for Slot {
@@ -54,14 +83,13 @@ impl Default for Slot {
         Slot {
             seq: AtomicU64::new(0),
             ptr: AtomicPtr::new(std::ptr::null_mut()),
-            len: AtomicUsize::new(0),
         }
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let (ptr, len) = (*self.ptr.get_mut(), *self.len.get_mut());
+        let (ptr, len) = (*self.ptr.get_mut(), len_of(*self.seq.get_mut()));
         if !ptr.is_null() {
             // SAFETY: the slot owns the allocation `ptr` names (it came from
             // `Words::into_raw` and was never handed to another slot without
@@ -286,16 +314,16 @@ impl Slot {
             let seq = self.seq.load(Ordering::Acquire);
             if seq & 1 == 0 {
                 let ptr = self.ptr.load(Ordering::Relaxed);
-                let len = self.len.load(Ordering::Relaxed);
+                let len = len_of(seq);
                 fence(Ordering::Acquire);
                 if self.seq.load(Ordering::Relaxed) == seq {
                     let words: &'g [AtomicU64] = if ptr.is_null() {
                         &[]
                     } else {
-                        // SAFETY: `(ptr, len)` were read between two loads of
-                        // one even sequence, so they are one allocation's
-                        // (both change only under a claim, which makes the
-                        // sequence odd), initialised before the release that
+                        // SAFETY: `ptr` was read between two loads of one even
+                        // sequence word, which holds `len`, so they are one
+                        // allocation's (both change only under a claim, which
+                        // makes the sequence odd), initialised before the release that
                         // published them (synchronised with by the acquire
                         // load above). It is freed only after being unlinked
                         // under a claim and retired to the epoch collector;
@@ -444,7 +472,12 @@ impl<'g> Read<'g> {
             // walk that did not see this claim began after it in the total
             // order, so the generation the writer loads after the claim is
             // the walk's next one (`BoxTable::generation_now`).
-            .compare_exchange(self.seq, self.seq + 1, Ordering::SeqCst, Ordering::Relaxed)
+            .compare_exchange(
+                self.seq,
+                pack(self.seq + 1, len_of(self.seq)),
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            )
             .ok()?;
         // Readers that see any of the stores under the claim must see the
         // odd sequence when they check it again.
@@ -452,6 +485,7 @@ impl<'g> Read<'g> {
         Some(Claim {
             slot: self.slot,
             seq: self.seq,
+            len: self.words.len(),
             words: self.words,
         })
     }
@@ -474,7 +508,10 @@ fn load(words: &[AtomicU64], image: &mut Vec<u8>) {
 /// they read. Released when dropped.
 pub(super) struct Claim<'g> {
     slot: &'g Slot,
+    /// The sequence word claimed from (even).
     seq: u64,
+    /// The record's length in words when released (what `set` stored).
+    len: usize,
     words: &'g [AtomicU64],
 }
 
@@ -508,6 +545,11 @@ impl<'g> Claim<'g> {
     /// Put `words` in the slot, retiring the record it held (if any) to the
     /// collector.
     pub(super) fn replace(&mut self, words: Words, guard: &'g Guard) {
+        assert!(
+            words.0.len() <= MAX_WORDS,
+            "a record of {} words",
+            words.0.len()
+        );
         let (ptr, len) = words.into_raw();
         let (old, old_len) = self.set(ptr, len);
         // SAFETY: `(ptr, len)` was just made from an owned `Words`; readers
@@ -540,19 +582,20 @@ impl<'g> Claim<'g> {
     }
 
     /// The record's pointer and length become `(ptr, len)`; the old ones
-    /// are returned (plain loads and stores: the claim makes them ours).
+    /// are returned (plain loads and stores: the claim makes them ours; the
+    /// length is published with the release).
     fn set(&mut self, ptr: *mut AtomicU64, len: usize) -> (*mut AtomicU64, usize) {
         let old = self.slot.ptr.load(Ordering::Relaxed);
-        let old_len = self.slot.len.load(Ordering::Relaxed);
         self.slot.ptr.store(ptr, Ordering::Relaxed);
-        self.slot.len.store(len, Ordering::Relaxed);
-        (old, old_len)
+        (old, std::mem::replace(&mut self.len, len))
     }
 }
 
 impl Drop for Claim<'_> {
     fn drop(&mut self) {
-        self.slot.seq.store(self.seq + 2, Ordering::Release);
+        self.slot
+            .seq
+            .store(pack(self.seq + 2, self.len), Ordering::Release);
     }
 }
 
@@ -568,6 +611,49 @@ mod tests {
         let guard = epoch::pin();
         s.claim_now(&guard).replace(Words::new(image), &guard);
         s
+    }
+
+    #[test]
+    fn the_length_rides_in_the_sequence_word_and_survives_its_wrap() {
+        let image: Vec<u8> = (0..40).collect();
+        let s = slot_with(&image);
+        let guard = epoch::pin();
+        assert_eq!(s.begin(&guard).bytes(), 40);
+        // The counter at its last even value: the next release wraps it to
+        // zero and leaves the length alone.
+        let at = s.seq.load(Ordering::Relaxed);
+        s.seq
+            .store(pack(COUNTER - 1, len_of(at)), Ordering::Relaxed);
+        let r = s.begin(&guard);
+        let claim = r.claim().expect("free");
+        assert_eq!(s.seq.load(Ordering::Relaxed) & COUNTER, COUNTER, "odd");
+        assert_eq!(len_of(s.seq.load(Ordering::Relaxed)), 5);
+        drop(claim);
+        assert_eq!(s.seq.load(Ordering::Relaxed), pack(0, 5));
+        // A stale read from before the wrap no longer validates.
+        assert!(!r.valid());
+        // A new record of another length is published with the release.
+        let mut claim = s.begin(&guard).claim().expect("free");
+        claim.replace(Words::new(&image[..16]), &guard);
+        assert_eq!(len_of(s.seq.load(Ordering::Relaxed)), 5, "not before");
+        drop(claim);
+        let r = s.begin(&guard);
+        assert_eq!((r.bytes(), r.valid()), (16, true));
+        let mut out = Vec::new();
+        assert!(r.copy_to(0, 16, &mut out));
+        assert_eq!(out, image[..16]);
+        s.claim_now(&guard).clear(&guard);
+        assert_eq!(s.seq.load(Ordering::Relaxed) >> (64 - LEN_BITS), 0);
+        assert!(s.begin(&guard).is_empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "a record of")]
+    fn a_record_longer_than_the_length_bits_is_refused() {
+        let s = Slot::default();
+        let guard = epoch::pin();
+        s.claim_now(&guard)
+            .replace(Words::new(&vec![0; (MAX_WORDS + 1) * 8]), &guard);
     }
 
     #[test]

@@ -1121,9 +1121,9 @@ fn shard_sides_are_cache_lines_and_table_is_shareable() {
     shareable::<BoxTable>();
     assert_eq!(std::mem::size_of::<ReadSide>(), 64);
     assert_eq!(std::mem::size_of::<Shard>(), 128);
-    assert_eq!(std::mem::size_of::<Chunk>(), 2016);
+    assert_eq!(std::mem::size_of::<Chunk>(), 2048);
     assert_eq!(chunk_bytes(), 2048);
-    assert_eq!(std::mem::size_of::<Slot>(), 32);
+    assert_eq!(std::mem::size_of::<Slot>(), 16);
 }
 
 fn default_table() -> BoxTable {
