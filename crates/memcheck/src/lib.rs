@@ -25,6 +25,9 @@ pub struct Memory {
     pub active: f64,
     pub resident: f64,
     pub rss: f64,
+    /// The part of `rss` backed by files (the binary, shared libraries);
+    /// zero from a pollbox that does not export it.
+    pub rss_file: f64,
 }
 
 impl Memory {
@@ -53,6 +56,10 @@ impl Memory {
                 "pollbox_jemalloc_active_bytes" => &mut m.active,
                 "pollbox_jemalloc_resident_bytes" => &mut m.resident,
                 "process_resident_memory_bytes" => &mut m.rss,
+                "pollbox_process_resident_file_bytes" => {
+                    m.rss_file = v;
+                    continue;
+                }
                 _ => continue,
             };
             *slot = v;
@@ -183,6 +190,13 @@ pub fn run(url: &str, watch: Option<u64>) -> Result<ExitCode, String> {
                 "  je.tcache {} (freed, in thread caches) is left out of alloc-acct",
                 mib(m.tcache)
             );
+            if m.rss_file > 0.0 {
+                println!(
+                    "  rss = anonymous {} + files {} (the binary and shared libraries: clean, reclaimable)",
+                    mib(m.rss - m.rss_file),
+                    mib(m.rss_file)
+                );
+            }
             println!(
                 "  accounted = arena {} + boxes {} + buffers {} + send_queue {} + runtime {}",
                 mib(m.arena),
@@ -213,12 +227,14 @@ pollbox_accounted_bytes{part=\"send_queue\"} 500\n\
 pollbox_jemalloc_allocated_bytes 4200\n\
 pollbox_jemalloc_active_bytes 5000\n\
 pollbox_jemalloc_resident_bytes 6000\n\
-process_resident_memory_bytes 8000\n";
+process_resident_memory_bytes 8000\n\
+pollbox_process_resident_file_bytes 1500\n";
 
     #[test]
     fn parses_and_judges() {
         let m = Memory::from_metrics(SAMPLE).unwrap();
         assert_eq!(m.accounted, 4000.0);
+        assert_eq!((m.rss, m.rss_file), (8000.0, 1500.0));
         assert!(!m.leaking(), "5% over is fine");
         let worse = Memory::from_metrics(&SAMPLE.replace("4200", "4500")).unwrap();
         assert!(worse.leaking());

@@ -161,6 +161,12 @@ fn counters_are_exact() {
         assert!(m.contains_key(name), "{name} missing");
     }
     assert!(n("process_resident_memory_bytes") > 0.0);
+    // The binary's own pages are resident and file-backed: part of RSS, not all.
+    let file = n("pollbox_process_resident_file_bytes");
+    assert!(
+        file > 0.0 && file < n("process_resident_memory_bytes"),
+        "{file}"
+    );
     assert!(n("pollbox_bytes_received_total") >= 0.0);
     s.shutdown().unwrap();
 }

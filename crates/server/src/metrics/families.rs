@@ -487,6 +487,13 @@ pub static FAMILIES: &[Family] = &[
         |s, o| o.value(s.process().rss),
     ),
     Family::new(
+        Gauge,
+        "pollbox_process_resident_file_bytes",
+        &[],
+        "The part of process_resident_memory_bytes backed by files (the binary, shared libraries): clean pages the kernel may drop and read back.",
+        |s, o| o.value(s.process().rss_file),
+    ),
+    Family::new(
         Counter,
         "process_cpu_seconds_total",
         &[],

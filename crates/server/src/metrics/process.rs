@@ -5,6 +5,9 @@
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ProcessStats {
     pub rss: u64,
+    /// The part of `rss` backed by files (the binary, shared libraries) or
+    /// shared memory: clean pages the kernel may drop and read back.
+    pub rss_file: u64,
     pub cpu_seconds: f64,
     pub open_fds: u64,
     pub start_time: f64,
@@ -27,12 +30,11 @@ pub fn process_stats() -> ProcessStats {
     // SAFETY: as above.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     if let Ok(statm) = std::fs::read_to_string("/proc/self/statm") {
-        if let Some(rss) = statm
-            .split_whitespace()
-            .nth(1)
-            .and_then(|v| v.parse::<u64>().ok())
-        {
+        // Pages: size, resident, shared (file-backed or shared, resident), ...
+        let mut f = statm.split_whitespace().map(|v| v.parse::<u64>().ok());
+        if let (Some(Some(rss)), Some(Some(shared))) = (f.nth(1), f.next()) {
             p.rss = rss * page;
+            p.rss_file = shared * page;
         }
     }
     if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
