@@ -331,6 +331,13 @@ const ESCAPE: [u8; 256] = {
 
 /// Append `s` as a quoted JSON string: `"` and `\` escaped, control characters
 /// as `\n`, `\t`, ... or `\u00XX`, every other character (UTF-8 included) as is.
+/// Whether [`write_json_str`] writes `s` as it is, between quotes (nothing
+/// in it to escape).
+#[inline]
+pub(crate) fn is_plain_json_str(s: &str) -> bool {
+    s.bytes().all(|b| ESCAPE[b as usize] == 0)
+}
+
 pub fn write_json_str(s: &str, out: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let bytes = s.as_bytes();

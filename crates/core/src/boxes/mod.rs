@@ -170,7 +170,7 @@ fn look(slot: &Slot, guard: &Guard, key: &[u8], mut out: Option<&mut Vec<u8>>) -
         let head = r.head();
         let (key_len, payload_len) = (record::key_len(&head), record::payload_len(&head));
         let mark = out.as_ref().map_or(0, |o| o.len());
-        let seen = if key_len != key.len() || !r.eq_at(record::key_at(payload_len), key) {
+        let seen = if key_len != key.len() || !r.eq_at(record::key_start(&head), key) {
             None
         } else {
             match out.as_deref_mut() {

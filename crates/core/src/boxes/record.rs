@@ -1,20 +1,78 @@
-//! A box's record: header, key, payload, encoded state, unused slack, in one
+//! A box's record: header, payload, encoded state, unused slack, in one
 //! allocation (the layout is in the [module doc](super)). The payload starts
-//! at byte 16, on a word, so a reader copies it a word at a time (`slot.rs`);
-//! the key follows it.
+//! at byte 16, on a word, so a reader copies it a word at a time (`slot.rs`).
+//!
+//! The key is the payload's own: every payload starts `{"k":"` key `"`, so a
+//! key JSON writes as it is lies at byte 22 of the record, and is not stored
+//! twice. A payload not rendered yet holds that start all the same (its
+//! other bytes are left as they were). A key JSON must escape (a quote, a
+//! backslash, a control character) is stored apart, after the payload, and
+//! the header says so ([`APART`]).
+
+use crate::render::is_plain_json_str;
 
 pub(super) const HEADER: usize = 16;
+/// Bit 15 of the stored key length: the key is stored after the payload,
+/// not read from it.
+const APART: u16 = 1 << 15;
+/// How every payload starts, before its key.
+const PREFIX: &[u8; 6] = b"{\"k\":\"";
+/// Where a key read from its payload starts.
+const KEY_IN_PAYLOAD: usize = HEADER + PREFIX.len();
 /// Set in the stored payload length while the payload is not rendered yet
 /// (lazy rendering: an update stores the state and the length its payload
 /// will have; the first read renders it).
 const STALE: u32 = 1 << 31;
-/// Key lengths are stored in 16 bits (the config allows at most 4096).
-pub(super) const MAX_KEY: usize = u16::MAX as usize;
+/// Key lengths are stored in 15 bits (the config allows at most 4096).
+pub(super) const MAX_KEY: usize = (APART - 1) as usize;
 
-pub(super) fn key_len(r: &[u8]) -> usize {
+fn stored_key_len(r: &[u8]) -> u16 {
     r.get(8..10)
         .and_then(|b| b.try_into().ok())
-        .map_or(0, |b| u16::from_le_bytes(b) as usize)
+        .map_or(0, u16::from_le_bytes)
+}
+
+pub(super) fn key_len(r: &[u8]) -> usize {
+    (stored_key_len(r) & !APART) as usize
+}
+
+/// Whether JSON escapes `key` (it is then kept apart from the payload). A
+/// scan of the key: a record says it without one ([`escapes_in`]).
+#[inline]
+pub(super) fn escapes(key: &str) -> bool {
+    !is_plain_json_str(key)
+}
+
+/// Whether the key of record `r` is kept apart (as [`escapes`] says of it).
+#[inline]
+pub(super) fn escapes_in(r: &[u8]) -> bool {
+    stored_key_len(r) & APART != 0
+}
+
+/// Whether a record of a key of `k` bytes (that JSON escapes, or not) with a
+/// payload of `payload_len` bytes keeps the key apart: when JSON escapes it,
+/// or (never in a table, which renders every payload from its key) when the
+/// payload is too short to hold it.
+#[inline]
+fn kept_apart(escapes: bool, k: usize, payload_len: usize) -> bool {
+    escapes || payload_len < PREFIX.len() + k + 1
+}
+
+/// Where the key starts in a record whose first 16 bytes are `head`.
+#[inline]
+pub(super) fn key_start(head: &[u8]) -> usize {
+    if stored_key_len(head) & APART != 0 {
+        HEADER + payload_len(head)
+    } else {
+        KEY_IN_PAYLOAD
+    }
+}
+
+/// Where the state starts.
+#[inline]
+fn state_start(r: &[u8]) -> usize {
+    let apart = stored_key_len(r) & APART != 0;
+    HEADER + payload_len(r) + if apart { key_len(r) } else { 0 }
 }
 
 fn stored_len(r: &[u8]) -> u32 {
@@ -56,14 +114,8 @@ pub(super) fn version(r: &[u8]) -> u64 {
         .map_or(0, u64::from_le_bytes)
 }
 
-/// Where the key of a record whose payload takes `payload_len` bytes starts.
-#[inline]
-pub(super) fn key_at(payload_len: usize) -> usize {
-    HEADER + payload_len
-}
-
 pub(super) fn key(r: &[u8]) -> &[u8] {
-    let start = key_at(payload_len(r));
+    let start = key_start(r);
     r.get(start..start + key_len(r)).unwrap_or(&[])
 }
 
@@ -97,11 +149,17 @@ pub(super) fn payload(r: &[u8]) -> &[u8] {
 /// The encoded state and the slack after it (the state decoder reads one
 /// entry per field and never looks further).
 pub(super) fn state(r: &[u8]) -> &[u8] {
-    r.get(key_at(payload_len(r)) + key_len(r)..).unwrap_or(&[])
+    r.get(state_start(r)..).unwrap_or(&[])
 }
 
-pub(super) fn size(key: &str, state: &[u8], payload_len: usize) -> usize {
-    HEADER + payload_len + key.len() + state.len()
+/// The bytes of a record of `key` (that JSON escapes, or not: [`escapes`]).
+pub(super) fn size(key: &str, escapes: bool, state: &[u8], payload_len: usize) -> usize {
+    let apart = if kept_apart(escapes, key.len(), payload_len) {
+        key.len()
+    } else {
+        0
+    };
+    HEADER + payload_len + apart + state.len()
 }
 
 /// The payload of a record, rendered or to be rendered.
@@ -156,16 +214,19 @@ pub(super) fn write(
     r: &mut [u8],
     version: u64,
     key: &str,
+    escapes: bool,
     state: &[u8],
     payload: Payload<'_>,
 ) -> usize {
-    write_with(r, version, key, state, payload, true)
+    write_with(r, version, key, escapes, state, payload, true)
 }
 
 /// [`write`] over the record of `key` that `r` holds already (its key was
-/// compared equal to `key`): the key is copied only when it moves, that is
-/// when the payload's length changes (a box's payload mostly keeps its
-/// length from one message to the next).
+/// compared equal to `key`): a key kept apart is copied only when it moves,
+/// that is when the payload's length changes (a box's payload mostly keeps
+/// its length from one message to the next); a key in the payload stays
+/// where it is (a rendered payload starts with it, and one left for later
+/// keeps the start the record had).
 pub(super) fn rewrite(
     r: &mut [u8],
     version: u64,
@@ -175,7 +236,7 @@ pub(super) fn rewrite(
 ) -> usize {
     let moved = key_len(r) != key.len() || payload_len(r) != payload.len();
     debug_assert!(moved || self::key(r) == key.as_bytes());
-    write_with(r, version, key, state, payload, moved)
+    write_with(r, version, key, escapes_in(r), state, payload, moved)
 }
 
 #[inline(always)]
@@ -183,29 +244,46 @@ fn write_with(
     r: &mut [u8],
     version: u64,
     key: &str,
+    escapes: bool,
     state: &[u8],
     payload: Payload<'_>,
     copy_key: bool,
 ) -> usize {
     let (k, p) = (key.len(), payload.len());
-    debug_assert!(k <= MAX_KEY && r.len() >= size(key, state, p));
+    debug_assert!(k <= MAX_KEY && r.len() >= size(key, escapes, state, p));
+    debug_assert!(escapes || !self::escapes(key));
+    let apart = kept_apart(escapes, k, p);
     r[..8].copy_from_slice(&version.to_le_bytes());
-    r[8..10].copy_from_slice(&(k as u16).to_le_bytes());
+    let stored_key = k as u16 | if apart { APART } else { 0 };
+    r[8..10].copy_from_slice(&stored_key.to_le_bytes());
     let stored = match payload {
         Payload::Rendered(_) => p as u32,
         Payload::Later(_) => p as u32 | STALE,
     };
     r[10..14].copy_from_slice(&stored.to_le_bytes());
     r[14..16].fill(0);
-    if let Payload::Rendered(bytes) = payload {
-        r[HEADER..HEADER + p].copy_from_slice(bytes);
+    match payload {
+        Payload::Rendered(bytes) => {
+            debug_assert!(apart || bytes[PREFIX.len()..].starts_with(key.as_bytes()));
+            r[HEADER..HEADER + p].copy_from_slice(bytes);
+        }
+        // The start a rendered payload will have, so the key is there.
+        Payload::Later(_) if copy_key && !apart => {
+            r[HEADER..KEY_IN_PAYLOAD].copy_from_slice(PREFIX);
+            copy_short(&mut r[KEY_IN_PAYLOAD..KEY_IN_PAYLOAD + k], key.as_bytes());
+            r[KEY_IN_PAYLOAD + k] = b'"';
+        }
+        Payload::Later(_) => {}
     }
-    let at = key_at(p);
-    if copy_key {
-        copy_short(&mut r[at..at + k], key.as_bytes());
+    let mut at = HEADER + p;
+    if apart {
+        if copy_key {
+            copy_short(&mut r[at..at + k], key.as_bytes());
+        }
+        at += k;
     }
-    copy_short(&mut r[at + k..at + k + state.len()], state);
-    at + k + state.len()
+    copy_short(&mut r[at..at + state.len()], state);
+    at + state.len()
 }
 
 /// `dst.copy_from_slice(src)`; up to 16 bytes in two overlapping loads and
@@ -254,6 +332,19 @@ mod tests {
         }
     }
 
+    /// A payload of `len` bytes as a table renders one for `key` (its start,
+    /// then filler `fill`); too short to hold the start, filler only.
+    fn payload_of(key: &str, len: usize, fill: u8) -> Vec<u8> {
+        let mut p = Vec::new();
+        crate::render::render_head(key, 1, &mut p);
+        p.resize(len.max(p.len()), fill);
+        if len < PREFIX.len() + key.len() + 1 {
+            p = vec![fill; len];
+        }
+        p.truncate(len);
+        p
+    }
+
     #[test]
     fn keys_compare_exactly() {
         let keys = [
@@ -267,18 +358,75 @@ mod tests {
             "abcdefghijklmnop",
         ];
         let long = "abcdefghijklmnopqrstuvwxyz";
-        for n in 0..=long.len() {
-            let key = &long[..n];
-            let mut r = vec![0u8; 96];
-            write(&mut r, 1, key, &[6, 1], Payload::Later(5));
-            assert!(key_is(&r, key.as_bytes()), "{key}");
-            for other in keys.iter().filter(|&&o| o != key) {
-                assert!(!key_is(&r, other.as_bytes()), "{key} is not {other}");
+        // Payloads too short to hold the key (it is kept apart), and payloads
+        // a table would render (the key is read from them), left for later
+        // or not.
+        for payload_len in [5, 64] {
+            for rendered in [false, true] {
+                for n in 0..=long.len() {
+                    let key = &long[..n];
+                    let mut r = vec![0u8; 128];
+                    let p = payload_of(key, payload_len, b'x');
+                    let used = write(
+                        &mut r,
+                        1,
+                        key,
+                        escapes(key),
+                        &[6, 1],
+                        Payload::of(rendered, &p, p.len()),
+                    );
+                    assert_eq!(used, size(key, escapes(key), &[6, 1], p.len()));
+                    assert_eq!(self::key(&r), key.as_bytes());
+                    assert_eq!(state(&r)[..2], [6, 1]);
+                    assert_eq!(key_start(&r) == KEY_IN_PAYLOAD, payload_len == 64);
+                    assert!(key_is(&r, key.as_bytes()), "{key}");
+                    for other in keys.iter().filter(|&&o| o != key) {
+                        assert!(!key_is(&r, other.as_bytes()), "{key} is not {other}");
+                    }
+                    for i in 0..n {
+                        let mut off = key.as_bytes().to_vec();
+                        off[i] ^= 0x20;
+                        assert!(!key_is(&r, &off), "{key} at {i}");
+                    }
+                }
             }
-            for i in 0..n {
-                let mut off = key.as_bytes().to_vec();
-                off[i] ^= 0x20;
-                assert!(!key_is(&r, &off), "{key} at {i}");
+        }
+    }
+
+    /// A key read from its payload is not stored twice; one JSON escapes is.
+    #[test]
+    fn a_key_lies_in_its_payload_unless_json_escapes_it() {
+        let st = [6u8, 1];
+        let plain = payload_of("box-42", 40, b' ');
+        assert_eq!(size("box-42", escapes("box-42"), &st, 40), HEADER + 40 + 2);
+        let escaped = "say \"hi\"";
+        assert!(escapes(escaped) && !escapes("box-42"));
+        assert_eq!(
+            size(escaped, true, &st, 40),
+            HEADER + 40 + escaped.len() + 2
+        );
+        for (key, p) in [("box-42", plain), (escaped, payload_of(escaped, 40, b' '))] {
+            for rendered in [false, true] {
+                let mut r = vec![0u8; 96];
+                write(
+                    &mut r,
+                    7,
+                    key,
+                    escapes(key),
+                    &st,
+                    Payload::of(rendered, &p, 40),
+                );
+                assert_eq!(self::key(&r), key.as_bytes());
+                assert_eq!(key_len(&r), key.len());
+                assert_eq!(state(&r)[..2], st);
+                assert_eq!(version(&r), 7);
+                // Rendered later, the payload is the one a table renders.
+                if !rendered {
+                    assert!(set_rendered(&mut r, &p));
+                }
+                assert_eq!(payload(&r), p);
+                assert_eq!(self::key(&r), key.as_bytes());
+                assert_eq!(state(&r)[..2], st);
             }
         }
     }
@@ -288,21 +436,36 @@ mod tests {
     #[test]
     fn rewrites_are_writes() {
         let state = [6u8, 1, 2, 3];
-        for key in ["k", "box-42", "a-longer-key-of-22-b"] {
-            for old_len in [0usize, 5, 8, 13] {
-                for new_len in [0usize, 5, 8, 13] {
+        for key in ["k", "box-42", "a-longer-key-of-22-b", "with \\ escape"] {
+            let base = payload_of(key, 0, b'o')
+                .len()
+                .max(PREFIX.len() + key.len() + 10);
+            for old_len in [0usize, 5, base, base + 5, base + 13] {
+                for new_len in [0usize, 5, base, base + 8, base + 13] {
                     for rendered in [false, true] {
-                        let (old, new) = (vec![b'o'; old_len], vec![b'n'; new_len]);
+                        let (old, new) = (
+                            payload_of(key, old_len, b'o'),
+                            payload_of(key, new_len, b'n'),
+                        );
                         let old_payload = Payload::of(rendered, &old, old_len);
                         let new_payload = Payload::of(rendered, &new, new_len);
-                        let mut r = vec![0u8; 128];
-                        write(&mut r, 1, key, &[5, 5, 5, 5, 5, 5], old_payload);
+                        let mut r = vec![0u8; 160];
+                        write(
+                            &mut r,
+                            1,
+                            key,
+                            escapes(key),
+                            &[5, 5, 5, 5, 5, 5],
+                            old_payload,
+                        );
                         let mut want = r.clone();
                         let used = rewrite(&mut r, 2, key, &state, new_payload);
-                        let want_used = write(&mut want, 2, key, &state, new_payload);
+                        let was_apart = escapes_in(&want);
+                        let want_used = write(&mut want, 2, key, was_apart, &state, new_payload);
                         assert_eq!(used, want_used);
                         assert_eq!(r, want, "{key} {old_len} -> {new_len}");
                         assert_eq!(self::key(&r), key.as_bytes());
+                        assert_eq!(self::state(&r)[..4], state);
                     }
                 }
             }

@@ -340,6 +340,60 @@ fn payloads_are_rendered_by_the_first_poll_and_kept() {
     assert_eq!(seen[0].1, 52);
 }
 
+/// A key is read from its payload (`{"k":"` key), and kept apart only when
+/// JSON escapes it: both kinds go through every path a record takes.
+#[test]
+fn keys_read_from_their_payload_or_kept_apart_take_every_path() {
+    let t = BoxTable::new(Arc::new(Plan::default_plan()));
+    let names = [
+        "a",
+        "abcdefgh",
+        "quo\"te",
+        "back\\slash",
+        "tab\there",
+        "ünï-cödé",
+    ];
+    for (n, key) in names.iter().enumerate() {
+        let by = Some(Value::Str("p-1"));
+        // Created without rendering, grown and shrunk past size classes
+        // unrendered, then rendered by a poll, then updated rendered.
+        apply(&t, key, &[i(7), i(7), None, by]).expect("ok");
+        assert!(!is_rendered(&t, key));
+        assert_eq!(t.version(key.as_bytes()), Some(1), "{key}");
+        for v in [1i64 << 40, 3, 1 << 60, 9] {
+            apply(&t, key, &[i(v), i(0), None, None]).expect("ok");
+        }
+        let mut quoted = Vec::new();
+        crate::render::write_json_str(key, &mut quoted);
+        let quoted = String::from_utf8(quoted).expect("UTF-8");
+        let want = format!(r#"{{"k":{quoted},"ver":5,"v":9,"sum":7,"n":5,"by":"p-1"}}"#);
+        assert_eq!(payload(&t, key), want);
+        assert!(is_rendered(&t, key));
+        let mut out = Vec::new();
+        t.apply(key, &[i(1 << 50), i(1), None, None], 0, Some(&mut out))
+            .expect("ok");
+        let want = format!(
+            r#"{{"k":{quoted},"ver":6,"v":{},"sum":8,"n":6,"by":"p-1"}}"#,
+            1i64 << 50
+        );
+        assert_eq!(String::from_utf8(out).expect("UTF-8"), want);
+        assert_eq!(payload(&t, key), want);
+        assert_eq!(keys(&t).len(), n + 1);
+    }
+    let mut seen = Vec::new();
+    t.for_each(0, |k, v, _, s| seen.push((k.to_string(), v, s.len())));
+    seen.sort();
+    let mut want: Vec<_> = names.iter().map(|k| (k.to_string(), 6, 4)).collect();
+    want.sort();
+    assert_eq!(seen, want);
+    check_consistent(&t);
+    for key in names {
+        assert!(t.remove(key.as_bytes()).is_some(), "{key}");
+        assert_eq!(t.version(key.as_bytes()), None);
+    }
+    assert!(keys(&t).is_empty());
+}
+
 #[test]
 fn a_lazy_payload_over_the_limit_is_refused_like_a_rendered_one() {
     let mut plan = Plan::default_plan();
@@ -694,7 +748,14 @@ fn boxes_sharing_a_hash_are_told_apart_by_key() {
     let shard = t.shard(hash);
     let guard = epoch::pin();
     for (key, version) in [("first", 3), ("second", 5)] {
-        let words = new_words(&mut Vec::new(), version, key, &[], Payload::Rendered(b"{}"));
+        let words = new_words(
+            &mut Vec::new(),
+            version,
+            key,
+            false,
+            &[],
+            Payload::Rendered(b"{}"),
+        );
         let _writer = shard.lock();
         t.insert(shard, hash, words, NEVER, &guard);
     }

@@ -38,24 +38,26 @@ pub(super) struct Change<'a> {
 /// bytes moves to from a record of `now` bytes, `None` to stay. It grows when
 /// it does not fit; it shrinks only when a class half the size would do, so a
 /// payload wavering around a class edge does not reallocate on every message.
-fn resize(key: &str, state: &[u8], payload_len: usize, now: usize) -> Option<usize> {
-    let need = record::size(key, state, payload_len);
+fn resize(key: &str, escapes: bool, state: &[u8], payload_len: usize, now: usize) -> Option<usize> {
+    let need = record::size(key, escapes, state, payload_len);
     let class = size_class(need);
     (need > now || class <= now / 2).then_some(class)
 }
 
 /// A new record's words (built in `image`, a scratch buffer, so the words are
-/// the only allocation).
+/// the only allocation); `escapes`: whether JSON escapes `key`
+/// ([`record::escapes`]).
 pub(super) fn new_words(
     image: &mut Vec<u8>,
     version: u64,
     key: &str,
+    escapes: bool,
     state: &[u8],
     p: Payload<'_>,
 ) -> Words {
     image.clear();
-    image.resize(size_class(record::size(key, state, p.len())), 0);
-    record::write(image, version, key, state, p);
+    image.resize(size_class(record::size(key, escapes, state, p.len())), 0);
+    record::write(image, version, key, escapes, state, p);
     Words::new(image)
 }
 
@@ -115,7 +117,8 @@ impl BoxTable {
                 )?;
                 let next = Payload::of(out.is_some(), payload, len);
                 let old = image.len();
-                match resize(key, state, len, old) {
+                let escapes = record::escapes_in(image);
+                match resize(key, escapes, state, len, old) {
                     None => {
                         let used = record::rewrite(image, version, key, state, next);
                         let Some(claim) = r.claim() else {
@@ -126,7 +129,7 @@ impl BoxTable {
                         touch(place.stamp, change.expires);
                     }
                     Some(class) => {
-                        let words = new_words(image, version, key, state, next);
+                        let words = new_words(image, version, key, escapes, state, next);
                         let Some(mut claim) = r.claim() else {
                             continue;
                         };
@@ -179,7 +182,9 @@ impl BoxTable {
                 let (version, len) =
                     next_record(self.reducers(), msg, prior, state, payload, render)?;
                 let next = Payload::of(render, payload, len);
-                Ok::<_, MessageError>((version, len, new_words(image, version, key, state, next)))
+                let escapes = record::escapes(key);
+                let words = new_words(image, version, key, escapes, state, next);
+                Ok::<_, MessageError>((version, len, words))
             })
         };
         let floor = shard.write.floor.load(Ordering::Acquire);

@@ -104,6 +104,7 @@ impl BoxTable {
                 image,
                 version,
                 key,
+                record::escapes(key),
                 st,
                 Payload::Rendered(payload),
             ))
