@@ -10,7 +10,10 @@
 # SNAP_SETTLE (s between the pre-seed and the measurement, 8: jemalloc purges the
 # pre-seed's dirty pages within its 5 s decay), SNAP_REPS (runs per mode, 3), SNAP_BIN (pollbox binary; default: build release),
 # SNAP_WORK (raw data folder), SNAP_NICE (-10 as root: the server and the
-# generator ahead of anything else the machine runs).
+# generator ahead of anything else the machine runs), SNAP_CHANGE_RATE (ingests/s
+# into the same keys during the measurement, in both modes, from a second generator
+# on core 1; 0: none, so incremental snapshots have nothing to write after the first
+# base; 5000 changes about 1 % of 1,000,000 boxes per 2 s interval).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 KEYS=${SNAP_KEYS:-1000000}
@@ -47,17 +50,24 @@ run() {
     taskset -c 1 "$SNAP_BIN" load --url "http://127.0.0.1:$port" --preseed --keys "$KEYS" \
         --mix poll:100 --duration 1s --quiet >/dev/null
     sleep "${SNAP_SETTLE:-8}"
+    local changer=
+    if ((${SNAP_CHANGE_RATE:-0} > 0)); then
+        taskset -c 1 "$SNAP_BIN" load --url "http://127.0.0.1:$port" --keys "$KEYS" --mix ingest:100 \
+            --rate "$SNAP_CHANGE_RATE" --connections 4 --duration "$((DUR + 2))s" --quiet >/dev/null &
+        changer=$!
+    fi
     taskset -c 1 nice -n "$NICE" "$SNAP_BIN" load --url "http://127.0.0.1:$port" --keys "$KEYS" --mix poll:100 \
         --rate "$RATE" --connections 32 --duration "${DUR}s" --quiet \
         --json "$WORK/$mode-$rep.json" >/dev/null
+    [[ -z $changer ]] || wait "$changer" || true
     local snaps
     snaps=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^pollbox_snapshots_total / {print $2}')
-    echo "$mode $rep snapshots_ok=${snaps:-?}" >>"$WORK/snapshots.txt"
+    echo "$mode $rep snapshots_ok=${snaps:-?} $(curl -s "http://127.0.0.1:$port/metrics" | grep -E '^pollbox_snapshot_(written_bytes|bases)_total ' | tr '\n' ' ')" >>"$WORK/snapshots.txt"
     kill -INT "$pid"
     wait "$pid" || true
 }
 
-echo "pollbox snapshot stall: $KEYS boxes, polls at $RATE/s for ${DUR}s, $REPS runs per mode, $(uptime)"
+echo "pollbox snapshot stall: $KEYS boxes, polls at $RATE/s for ${DUR}s, ${SNAP_CHANGE_RATE:-0} ingests/s beside them, $REPS runs per mode, $(uptime)"
 for rep in $(seq "$REPS"); do
     run none "$rep"
     run snapshots "$rep"
