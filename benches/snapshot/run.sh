@@ -33,7 +33,7 @@ run() {
     local mode=$1 rep=$2 port cfg pid
     port=$(free_port)
     cfg=$WORK/$mode.toml
-    rm -f "$WORK/boxes.snap"
+    rm -f "$WORK"/boxes.snap*
     if [[ $mode == snapshots ]]; then
         printf '[snapshot]\npath = "%s"\ninterval_s = 2\n' "$WORK/boxes.snap" >"$cfg"
     else
