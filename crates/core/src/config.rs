@@ -464,8 +464,30 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Check every value that types alone cannot.
+    /// Check every value that types alone cannot. The first value found wrong
+    /// is the error, in the order of the sections here.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check_server()?;
+        self.check_request_limits()?;
+        self.check_http()?;
+        if self.limits.max_buffered_bytes < 1 << 20 {
+            return Err(invalid(
+                "limits.max_buffered_bytes",
+                "must be at least 1048576",
+            ));
+        }
+        self.check_client_limits()?;
+        self.check_tokens()?;
+        self.auth.validate_scoped()?;
+        self.check_boxes()?;
+        if self.snapshot.interval_s == 0 {
+            return Err(invalid("snapshot.interval_s", "must be greater than 0"));
+        }
+        self.log.validate()
+    }
+
+    /// `[server]`: the listen addresses, the workers, the epoch.
+    fn check_server(&self) -> Result<(), ConfigError> {
         let s = &self.server;
         if !is_host_port(&s.listen) {
             return Err(invalid(
@@ -494,6 +516,11 @@ impl Config {
         if !(1..=1000).contains(&s.epoch_ms) {
             return Err(invalid("server.epoch_ms", "must be 1 to 1000"));
         }
+        Ok(())
+    }
+
+    /// `[limits]` that bound one request and one connection.
+    fn check_request_limits(&self) -> Result<(), ConfigError> {
         let l = &self.limits;
         let positive = [
             ("limits.max_connections", l.max_connections as u64),
@@ -529,6 +556,11 @@ impl Config {
                 "must be at least 65536",
             ));
         }
+        Ok(())
+    }
+
+    /// `[http]`: the heartbeat and the CORS origins.
+    fn check_http(&self) -> Result<(), ConfigError> {
         if self.http.sse_heartbeat_ms == 0 {
             return Err(invalid("http.sse_heartbeat_ms", "must be greater than 0"));
         }
@@ -537,13 +569,11 @@ impl Config {
                 return Err(invalid(format!("http.cors_origins[{i}]"), reason));
             }
         }
-        if l.max_buffered_bytes < 1 << 20 {
-            return Err(invalid(
-                "limits.max_buffered_bytes",
-                "must be at least 1048576",
-            ));
-        }
-        self.check_client_limits()?;
+        Ok(())
+    }
+
+    /// `auth.ingest_tokens` and `auth.metrics_tokens`.
+    fn check_tokens(&self) -> Result<(), ConfigError> {
         for (name, tokens) in [
             ("ingest_tokens", &self.auth.ingest_tokens),
             ("metrics_tokens", &self.auth.metrics_tokens),
@@ -557,7 +587,11 @@ impl Config {
                 }
             }
         }
-        self.auth.validate_scoped()?;
+        Ok(())
+    }
+
+    /// `[boxes]`: the key, the sizes, the fields and the payload they render.
+    fn check_boxes(&self) -> Result<(), ConfigError> {
         let b = &self.boxes;
         if b.key_field.is_empty() {
             return Err(invalid("boxes.key_field", "must not be empty"));
@@ -585,75 +619,7 @@ impl Config {
         }
         let mut names: Vec<&str> = Vec::new();
         for (i, f) in b.fields.iter().enumerate() {
-            let at = |k: &str| format!("boxes.field[{i}].{k}");
-            if f.name.is_empty()
-                || !f
-                    .name
-                    .bytes()
-                    .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
-            {
-                return Err(invalid(at("name"), "must be non-empty [A-Za-z0-9_-]"));
-            }
-            if f.name == "k" || f.name == "ver" {
-                return Err(invalid(at("name"), "`k` and `ver` are reserved"));
-            }
-            if names.contains(&f.name.as_str()) {
-                return Err(invalid(at("name"), format!("`{}` is used twice", f.name)));
-            }
-            names.push(&f.name);
-            match f.reduce {
-                Reduce::Count => {
-                    if f.path.is_some() {
-                        return Err(invalid(
-                            at("path"),
-                            "a count counts every accepted message and reads no path: leave `path` out",
-                        ));
-                    }
-                    if f.ty.is_some_and(|t| t != FieldType::I64) {
-                        return Err(invalid(at("type"), "a count is an i64; leave `type` out"));
-                    }
-                    if f.max_len.is_some() {
-                        return Err(invalid(at("max_len"), "only for type = \"str\""));
-                    }
-                }
-                reduce => {
-                    let Some(path) = &f.path else {
-                        return Err(invalid(at("path"), "required unless reduce = \"count\""));
-                    };
-                    if let Err(reason) = parse_pointer(path) {
-                        return Err(invalid(at("path"), reason));
-                    }
-                    let Some(ty) = f.ty else {
-                        return Err(invalid(at("type"), "required unless reduce = \"count\""));
-                    };
-                    match ty {
-                        FieldType::Str => match f.max_len {
-                            None => {
-                                return Err(invalid(at("max_len"), "required for type = \"str\""))
-                            }
-                            Some(0) => return Err(invalid(at("max_len"), "must be at least 1")),
-                            Some(n) if n > b.max_payload_bytes => {
-                                return Err(invalid(
-                                    at("max_len"),
-                                    "must not exceed boxes.max_payload_bytes",
-                                ))
-                            }
-                            Some(_) => {}
-                        },
-                        _ if f.max_len.is_some() => {
-                            return Err(invalid(at("max_len"), "only for type = \"str\""))
-                        }
-                        _ => {}
-                    }
-                    let numeric = matches!(ty, FieldType::I64 | FieldType::F64);
-                    if matches!(reduce, Reduce::Sum | Reduce::Min | Reduce::Max) && !numeric {
-                        return Err(invalid(
-                            at("reduce"),
-                            "sum, min and max need type = \"i64\" or \"f64\"",
-                        ));
-                    }
-                }
-            }
+            check_field(b, i, f, &mut names)?;
         }
         let worst = largest_payload(b);
         if worst > b.max_payload_bytes {
@@ -667,10 +633,7 @@ impl Config {
                 ),
             ));
         }
-        if self.snapshot.interval_s == 0 {
-            return Err(invalid("snapshot.interval_s", "must be greater than 0"));
-        }
-        self.log.validate()
+        Ok(())
     }
 
     /// The effective configuration as TOML, in the layout of `config/pollbox.toml`.
@@ -966,6 +929,84 @@ fn is_host_port(a: &str) -> bool {
         && host
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+}
+
+/// One `[[boxes.field]]`, the `i`th; `names` are the fields' names before it
+/// (this one's is added).
+fn check_field<'c>(
+    b: &'c BoxesConfig,
+    i: usize,
+    f: &'c FieldConfig,
+    names: &mut Vec<&'c str>,
+) -> Result<(), ConfigError> {
+    let at = |k: &str| format!("boxes.field[{i}].{k}");
+    if f.name.is_empty()
+        || !f
+            .name
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+    {
+        return Err(invalid(at("name"), "must be non-empty [A-Za-z0-9_-]"));
+    }
+    if f.name == "k" || f.name == "ver" {
+        return Err(invalid(at("name"), "`k` and `ver` are reserved"));
+    }
+    if names.contains(&f.name.as_str()) {
+        return Err(invalid(at("name"), format!("`{}` is used twice", f.name)));
+    }
+    names.push(&f.name);
+    match f.reduce {
+        Reduce::Count => {
+            if f.path.is_some() {
+                return Err(invalid(
+                    at("path"),
+                    "a count counts every accepted message and reads no path: leave `path` out",
+                ));
+            }
+            if f.ty.is_some_and(|t| t != FieldType::I64) {
+                return Err(invalid(at("type"), "a count is an i64; leave `type` out"));
+            }
+            if f.max_len.is_some() {
+                return Err(invalid(at("max_len"), "only for type = \"str\""));
+            }
+        }
+        reduce => {
+            let Some(path) = &f.path else {
+                return Err(invalid(at("path"), "required unless reduce = \"count\""));
+            };
+            if let Err(reason) = parse_pointer(path) {
+                return Err(invalid(at("path"), reason));
+            }
+            let Some(ty) = f.ty else {
+                return Err(invalid(at("type"), "required unless reduce = \"count\""));
+            };
+            match ty {
+                FieldType::Str => match f.max_len {
+                    None => return Err(invalid(at("max_len"), "required for type = \"str\"")),
+                    Some(0) => return Err(invalid(at("max_len"), "must be at least 1")),
+                    Some(n) if n > b.max_payload_bytes => {
+                        return Err(invalid(
+                            at("max_len"),
+                            "must not exceed boxes.max_payload_bytes",
+                        ))
+                    }
+                    Some(_) => {}
+                },
+                _ if f.max_len.is_some() => {
+                    return Err(invalid(at("max_len"), "only for type = \"str\""))
+                }
+                _ => {}
+            }
+            let numeric = matches!(ty, FieldType::I64 | FieldType::F64);
+            if matches!(reduce, Reduce::Sum | Reduce::Min | Reduce::Max) && !numeric {
+                return Err(invalid(
+                    at("reduce"),
+                    "sum, min and max need type = \"i64\" or \"f64\"",
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The longest payload the fields can render, with an empty key: `{"k":"",

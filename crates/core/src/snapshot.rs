@@ -166,48 +166,20 @@ pub fn write_snapshot_at(
     position: Option<&Position>,
     w: &mut impl Write,
 ) -> io::Result<u32> {
-    let mut w = CrcWriter {
-        inner: w,
-        crc: crc32fast::Hasher::new(),
-    };
-    let plan = table.plan();
-    let mut head = Vec::with_capacity(64);
-    head.extend_from_slice(MAGIC);
-    head.extend_from_slice(&FORMAT_WITHOUT_CHAIN.to_le_bytes());
-    encode_layout(plan, &mut head)?;
-    w.write_all(&head)?;
-
+    let mut file = FileWriter::start(w, &encode_head(table.plan(), None)?)?;
     let mut count = 0u64;
-    let mut failed: Option<io::Error> = None;
-    let mut record = Vec::with_capacity(256);
     table.for_each(now_ms, |key, version, idle_s, state| {
-        if failed.is_some() {
-            return;
-        }
-        record.clear();
-        match encode_box(key, version, idle_s, state, &mut record)
-            .and_then(|()| w.write_all(&record))
-        {
-            Ok(()) => count += 1,
-            Err(e) => failed = Some(e),
+        if file.put(|record| encode_box(key, version, idle_s, state, record)) {
+            count += 1;
         }
     });
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    let mut end = [0u8; 17];
-    end[0] = END_MARKER;
-    end[1..9].copy_from_slice(&count.to_le_bytes());
-    // After the walk: every box removed before it saw the box's shard is in it.
-    end[9..].copy_from_slice(&table.version_floor().to_le_bytes());
-    w.write_all(&end)?;
-    let mut log = Vec::with_capacity(64);
-    encode_position(position, &mut log)?;
-    w.write_all(&log)?;
-    let crc = w.crc.clone().finalize();
-    w.inner.write_all(&crc.to_le_bytes())?;
-    w.inner.flush()?;
-    Ok(crc)
+    file.finish(|end| {
+        end.push(END_MARKER);
+        end.extend_from_slice(&count.to_le_bytes());
+        // After the walk: every box removed before it saw the box's shard is in it.
+        end.extend_from_slice(&table.version_floor().to_le_bytes());
+        encode_position(position, end)
+    })
 }
 
 /// Write one file of a chain (format 5): with [`Kind::Base`] every box of
@@ -224,29 +196,10 @@ pub fn write_link(
     position: Option<&Position>,
     w: &mut impl Write,
 ) -> io::Result<Written> {
-    let mut w = CrcWriter {
-        inner: w,
-        crc: crc32fast::Hasher::new(),
-    };
-    let plan = table.plan();
-    let mut head = Vec::with_capacity(64);
-    head.extend_from_slice(MAGIC);
-    head.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    head.push(match link.kind {
-        Kind::Base => 0,
-        Kind::Delta => 1,
-    });
-    head.extend_from_slice(&link.chain.to_le_bytes());
-    head.extend_from_slice(&link.seq.to_le_bytes());
-    head.extend_from_slice(&link.wall_ms.to_le_bytes());
-    encode_layout(plan, &mut head)?;
-    w.write_all(&head)?;
-
+    let file = FileWriter::start(w, &encode_head(table.plan(), Some(link))?)?;
     let (mut boxes, mut removed) = (0u64, 0u64);
-    let failed: std::cell::RefCell<Option<io::Error>> = std::cell::RefCell::new(None);
-    let w = std::cell::RefCell::new(w);
-    let mut record = Vec::with_capacity(256);
-    let mut gone = Vec::with_capacity(64);
+    // Both callbacks write to the file.
+    let file = std::cell::RefCell::new(file);
     let which = match link.kind {
         Kind::Base => Walk::All,
         Kind::Delta => Walk::Changed,
@@ -255,56 +208,63 @@ pub fn write_link(
         now_ms,
         which,
         |key| {
-            if failed.borrow().is_some() {
-                return;
-            }
-            gone.clear();
-            gone.push(REMOVED_MARKER);
-            let done = len_u16(key.len()).and_then(|n| {
-                gone.extend_from_slice(&n.to_le_bytes());
-                gone.extend_from_slice(key.as_bytes());
-                w.borrow_mut().write_all(&gone)
+            let put = file.borrow_mut().put(|record| {
+                record.push(REMOVED_MARKER);
+                record.extend_from_slice(&len_u16(key.len())?.to_le_bytes());
+                record.extend_from_slice(key.as_bytes());
+                Ok(())
             });
-            match done {
-                Ok(()) => removed += 1,
-                Err(e) => *failed.borrow_mut() = Some(e),
+            if put {
+                removed += 1;
             }
         },
         |key, version, idle_s, state| {
-            if failed.borrow().is_some() {
-                return;
-            }
-            record.clear();
-            match encode_box(key, version, idle_s, state, &mut record)
-                .and_then(|()| w.borrow_mut().write_all(&record))
-            {
-                Ok(()) => boxes += 1,
-                Err(e) => *failed.borrow_mut() = Some(e),
+            let put = file
+                .borrow_mut()
+                .put(|record| encode_box(key, version, idle_s, state, record));
+            if put {
+                boxes += 1;
             }
         },
     );
-    if let Some(e) = failed.into_inner() {
-        return Err(e);
-    }
-    let mut w = w.into_inner();
-    let floor = table.version_floor();
-    let mut end = Vec::with_capacity(64);
-    end.push(END_MARKER);
-    end.extend_from_slice(&boxes.to_le_bytes());
-    end.extend_from_slice(&removed.to_le_bytes());
-    // After the walk: every box removed before it saw the box's shard is in it.
-    end.extend_from_slice(&floor.to_le_bytes());
-    encode_position(position, &mut end)?;
-    w.write_all(&end)?;
-    let crc = w.crc.clone().finalize();
-    w.inner.write_all(&crc.to_le_bytes())?;
-    w.inner.flush()?;
+    let mut floor = 0;
+    let crc = file.into_inner().finish(|end| {
+        floor = table.version_floor();
+        end.push(END_MARKER);
+        end.extend_from_slice(&boxes.to_le_bytes());
+        end.extend_from_slice(&removed.to_le_bytes());
+        // After the walk: every box removed before it saw the box's shard is in it.
+        end.extend_from_slice(&floor.to_le_bytes());
+        encode_position(position, end)
+    })?;
     Ok(Written {
         crc,
         boxes,
         removed,
         floor,
     })
+}
+
+/// The head of a file: the magic, the format (5 with the link it stands at
+/// in a chain, 4 without) and the field layout.
+fn encode_head(plan: &Plan, link: Option<&Link>) -> io::Result<Vec<u8>> {
+    let mut head = Vec::with_capacity(64);
+    head.extend_from_slice(MAGIC);
+    match link {
+        None => head.extend_from_slice(&FORMAT_WITHOUT_CHAIN.to_le_bytes()),
+        Some(link) => {
+            head.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+            head.push(match link.kind {
+                Kind::Base => 0,
+                Kind::Delta => 1,
+            });
+            head.extend_from_slice(&link.chain.to_le_bytes());
+            head.extend_from_slice(&link.seq.to_le_bytes());
+            head.extend_from_slice(&link.wall_ms.to_le_bytes());
+        }
+    }
+    encode_layout(plan, &mut head)?;
+    Ok(head)
 }
 
 fn encode_layout(plan: &Plan, head: &mut Vec<u8>) -> io::Result<()> {
@@ -584,117 +544,25 @@ pub fn read_link_into(
     let older_s =
         u32::try_from(newest_wall_ms.saturating_sub(link.wall_ms) / 1000).unwrap_or(u32::MAX);
     let lifecycle = found != FORMAT_WITHOUT_LIFECYCLE;
-    let at = r.offset;
-    let n = r.u32()?;
-    if n == 0 || n > MAX_FIELDS {
-        return Err(r.corrupt_at(at, "field count out of range"));
-    }
-    let mut stored = Vec::with_capacity(n as usize);
-    for _ in 0..n {
-        let len = r.u16()?;
-        let at = r.offset;
-        let name = String::from_utf8(r.bytes(len as usize)?)
-            .map_err(|_| r.corrupt_at(at, "field name is not UTF-8"))?;
-        let [ty, reduce] = r.array::<2>()?;
-        stored.push((name, ty, reduce));
-    }
+    let stored = read_layout(&mut r)?;
     let same_layout = stored.len() == plan.fields.len()
         && stored
             .iter()
             .zip(layout(plan))
             .all(|((n, t, r), (pn, pt, pr))| n == pn && *t == pt && *r == pr);
-
-    // The first box the table refused; reported once the checksum vouches for
-    // the file.
-    let mut refused: Option<SnapshotError> = None;
-    let (mut boxes, mut removals, mut restored) = (0u64, 0u64, 0u64);
-    let mut state: Vec<FieldState> = Vec::with_capacity(stored.len());
-    let mut state_bytes: Vec<u8> = Vec::new();
-    loop {
-        let at = r.offset;
-        let marker = r.u8()?;
-        match marker {
-            END_MARKER => break,
-            BOX_MARKER => {}
-            REMOVED_MARKER if link.kind == Kind::Delta => {}
-            _ => return Err(r.corrupt_at(at, "bad box marker")),
-        }
-        let len = r.u16()?;
-        let at = r.offset;
-        let key = String::from_utf8(r.bytes(len as usize)?)
-            .map_err(|_| r.corrupt_at(at, "box key is not UTF-8"))?;
-        if marker == REMOVED_MARKER {
-            removals += 1;
-            // Unless a newer file (or this one: boxes follow the removals of
-            // their shard) holds the key again.
-            if table.version(key.as_bytes()).is_none() {
-                newer.removed.entry(key).or_insert(link.seq);
-            }
-            continue;
-        }
-        let version = r.u64()?;
-        let idle_s = if lifecycle { r.u32()? } else { 0 };
-        let at = r.offset;
-        let len = r.u32()?;
-        if len > MAX_STATE {
-            return Err(r.corrupt_at(at, "field state length out of range"));
-        }
-        state_bytes.resize(len as usize, 0);
-        r.fill(&mut state_bytes)?;
-        let mut fields = codec::Decoder::new(&state_bytes);
-        state.clear();
-        for _ in 0..stored.len() {
-            let view = fields
-                .try_next()
-                .ok_or_else(|| r.corrupt_at(at, "bad field state"))?;
-            state.push(view.to_state());
-        }
-        if !fields.is_at_end() {
-            return Err(r.corrupt_at(at, "bytes after the field states"));
-        }
-        boxes += 1;
-        let gone = (!newer.removed.is_empty()
-            && newer.removed.get(&key).is_some_and(|&seq| seq > link.seq))
-            || (newer_boxes && table.version(key.as_bytes()).is_some());
-        if same_layout && refused.is_none() && !gone {
-            let version = past.map_or(version, |p| version.max(p) + 1);
-            let idle_s = idle_s.saturating_add(older_s);
-            match table.restore(&key, version, idle_s, &state, now_ms) {
-                Ok(()) => restored += 1,
-                // A newer state of the box was restored already.
-                Err(RestoreError::Duplicate) => {}
-                Err(reason) => refused = Some(SnapshotError::BoxRefused { key, reason }),
-            }
-        }
+    let body = BoxReader {
+        table,
+        now_ms,
+        link,
+        past,
+        older_s,
+        newer_boxes,
+        same_layout,
+        lifecycle,
+        fields: stored.len(),
     }
-    let at = r.offset;
-    let count = r.u64()?;
-    let removal_count = if found == FORMAT_VERSION { r.u64()? } else { 0 };
-    let floor = if lifecycle { r.u64()? } else { 0 };
-    let mut position = None;
-    if found >= FORMAT_WITHOUT_CHAIN {
-        let len = r.u16()?;
-        if len > 0 {
-            let at = r.offset;
-            let topic = String::from_utf8(r.bytes(len as usize)?)
-                .map_err(|_| r.corrupt_at(at, "log topic is not UTF-8"))?;
-            let at = r.offset;
-            let n = r.u32()?;
-            if n > MAX_PARTITIONS {
-                return Err(r.corrupt_at(at, "partition count out of range"));
-            }
-            let mut next = std::collections::BTreeMap::new();
-            for _ in 0..n {
-                let at = r.offset;
-                let partition = r.u32()? as i32;
-                let offset = r.u64()? as i64;
-                if partition < 0 || offset < 0 || next.insert(partition, offset).is_some() {
-                    return Err(r.corrupt_at(at, "bad log position"));
-                }
-            }
-            position = Some(Position { topic, next });
-        }
-    }
+    .read(&mut r, newer)?;
+    let end = read_end(&mut r, found, lifecycle)?;
     let computed = r.crc.clone().finalize();
     let stored_crc = u32::from_le_bytes(r.array_unhashed::<4>()?);
     if stored_crc != computed {
@@ -703,8 +571,8 @@ pub fn read_link_into(
             computed,
         });
     }
-    if count != boxes || removal_count != removals {
-        return Err(r.corrupt_at(at, "box count does not match the boxes read"));
+    if end.boxes != body.boxes || end.removals != body.removals {
+        return Err(r.corrupt_at(end.at, "box count does not match the boxes read"));
     }
     let mut extra = [0u8; 1];
     if read_some(&mut r.inner, &mut extra)? != 0 {
@@ -720,17 +588,222 @@ pub fn read_link_into(
             ),
         });
     }
-    match refused {
+    match body.refused {
         Some(e) => Err(e),
         None => Ok(FileRead {
             link,
             format: found,
-            position,
+            position: end.position,
             crc: computed,
-            floor,
-            restored,
+            floor: end.floor,
+            restored: body.restored,
         }),
     }
+}
+
+/// The field layout a file was written with: each field's name, type and
+/// reduction.
+fn read_layout<R: Read>(r: &mut CrcReader<'_, R>) -> Result<Vec<(String, u8, u8)>, SnapshotError> {
+    let at = r.offset;
+    let n = r.u32()?;
+    if n == 0 || n > MAX_FIELDS {
+        return Err(r.corrupt_at(at, "field count out of range"));
+    }
+    let mut stored = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let len = r.u16()?;
+        let at = r.offset;
+        let name = String::from_utf8(r.bytes(len as usize)?)
+            .map_err(|_| r.corrupt_at(at, "field name is not UTF-8"))?;
+        let [ty, reduce] = r.array::<2>()?;
+        stored.push((name, ty, reduce));
+    }
+    Ok(stored)
+}
+
+/// How the boxes of one file of a chain go into the table.
+struct BoxReader<'t> {
+    table: &'t BoxTable,
+    now_ms: u64,
+    link: Link,
+    /// Restamp each version past this clock (`None`: keep them).
+    past: Option<u64>,
+    /// Seconds between this file and the newest, added to idle times.
+    older_s: u32,
+    /// The table holds boxes of newer files: look each key up first.
+    newer_boxes: bool,
+    /// The file's layout is the configuration's: without it nothing is
+    /// restored, and the file is only checked.
+    same_layout: bool,
+    /// Each box carries its idle time (format 3 on).
+    lifecycle: bool,
+    /// Fields a box's state holds.
+    fields: usize,
+}
+
+/// What [`BoxReader::read`] found between the layout and the end marker.
+struct BoxesRead {
+    boxes: u64,
+    removals: u64,
+    restored: u64,
+    /// The first box the table refused; reported once the checksum vouches
+    /// for the file.
+    refused: Option<SnapshotError>,
+}
+
+impl BoxReader<'_> {
+    /// The boxes and removals up to the end marker: each box restored unless
+    /// a newer file holds or removed it, each removal noted in `newer`.
+    fn read<R: Read>(
+        &self,
+        r: &mut CrcReader<'_, R>,
+        newer: &mut Newer,
+    ) -> Result<BoxesRead, SnapshotError> {
+        let mut read = BoxesRead {
+            boxes: 0,
+            removals: 0,
+            restored: 0,
+            refused: None,
+        };
+        let mut state: Vec<FieldState> = Vec::with_capacity(self.fields);
+        let mut state_bytes: Vec<u8> = Vec::new();
+        loop {
+            let at = r.offset;
+            let marker = r.u8()?;
+            match marker {
+                END_MARKER => return Ok(read),
+                BOX_MARKER => {}
+                REMOVED_MARKER if self.link.kind == Kind::Delta => {}
+                _ => return Err(r.corrupt_at(at, "bad box marker")),
+            }
+            let len = r.u16()?;
+            let at = r.offset;
+            let key = String::from_utf8(r.bytes(len as usize)?)
+                .map_err(|_| r.corrupt_at(at, "box key is not UTF-8"))?;
+            if marker == REMOVED_MARKER {
+                read.removals += 1;
+                // Unless a newer file (or this one: boxes follow the removals of
+                // their shard) holds the key again.
+                if self.table.version(key.as_bytes()).is_none() {
+                    newer.removed.entry(key).or_insert(self.link.seq);
+                }
+                continue;
+            }
+            let version = r.u64()?;
+            let idle_s = if self.lifecycle { r.u32()? } else { 0 };
+            self.read_state(r, &mut state_bytes, &mut state)?;
+            read.boxes += 1;
+            let gone = (!newer.removed.is_empty()
+                && newer
+                    .removed
+                    .get(&key)
+                    .is_some_and(|&seq| seq > self.link.seq))
+                || (self.newer_boxes && self.table.version(key.as_bytes()).is_some());
+            if self.same_layout && read.refused.is_none() && !gone {
+                let version = self.past.map_or(version, |p| version.max(p) + 1);
+                let idle_s = idle_s.saturating_add(self.older_s);
+                match self
+                    .table
+                    .restore(&key, version, idle_s, &state, self.now_ms)
+                {
+                    Ok(()) => read.restored += 1,
+                    // A newer state of the box was restored already.
+                    Err(RestoreError::Duplicate) => {}
+                    Err(reason) => read.refused = Some(SnapshotError::BoxRefused { key, reason }),
+                }
+            }
+        }
+    }
+
+    /// One box's field states, decoded into `state` (`bytes` holds them as
+    /// read).
+    fn read_state<R: Read>(
+        &self,
+        r: &mut CrcReader<'_, R>,
+        bytes: &mut Vec<u8>,
+        state: &mut Vec<FieldState>,
+    ) -> Result<(), SnapshotError> {
+        let at = r.offset;
+        let len = r.u32()?;
+        if len > MAX_STATE {
+            return Err(r.corrupt_at(at, "field state length out of range"));
+        }
+        bytes.resize(len as usize, 0);
+        r.fill(bytes)?;
+        let mut fields = codec::Decoder::new(bytes);
+        state.clear();
+        for _ in 0..self.fields {
+            let view = fields
+                .try_next()
+                .ok_or_else(|| r.corrupt_at(at, "bad field state"))?;
+            state.push(view.to_state());
+        }
+        if !fields.is_at_end() {
+            return Err(r.corrupt_at(at, "bytes after the field states"));
+        }
+        Ok(())
+    }
+}
+
+/// What follows the end marker, up to the checksum.
+struct FileEnd {
+    /// Where the counts start (what a count that does not match points to).
+    at: u64,
+    boxes: u64,
+    removals: u64,
+    floor: u64,
+    position: Option<Position>,
+}
+
+/// The counts, the version floor and the log position of a file of format
+/// `found`, each as far as that format has it.
+fn read_end<R: Read>(
+    r: &mut CrcReader<'_, R>,
+    found: u32,
+    lifecycle: bool,
+) -> Result<FileEnd, SnapshotError> {
+    let at = r.offset;
+    let boxes = r.u64()?;
+    let removals = if found == FORMAT_VERSION { r.u64()? } else { 0 };
+    let floor = if lifecycle { r.u64()? } else { 0 };
+    let position = if found >= FORMAT_WITHOUT_CHAIN {
+        read_position(r)?
+    } else {
+        None
+    };
+    Ok(FileEnd {
+        at,
+        boxes,
+        removals,
+        floor,
+        position,
+    })
+}
+
+/// The log position the boxes reflect (`None` for a standalone node's).
+fn read_position<R: Read>(r: &mut CrcReader<'_, R>) -> Result<Option<Position>, SnapshotError> {
+    let len = r.u16()?;
+    if len == 0 {
+        return Ok(None);
+    }
+    let at = r.offset;
+    let topic = String::from_utf8(r.bytes(len as usize)?)
+        .map_err(|_| r.corrupt_at(at, "log topic is not UTF-8"))?;
+    let at = r.offset;
+    let n = r.u32()?;
+    if n > MAX_PARTITIONS {
+        return Err(r.corrupt_at(at, "partition count out of range"));
+    }
+    let mut next = std::collections::BTreeMap::new();
+    for _ in 0..n {
+        let at = r.offset;
+        let partition = r.u32()? as i32;
+        let offset = r.u64()? as i64;
+        if partition < 0 || offset < 0 || next.insert(partition, offset).is_some() {
+            return Err(r.corrupt_at(at, "bad log position"));
+        }
+    }
+    Ok(Some(Position { topic, next }))
 }
 
 fn read_some(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
@@ -751,6 +824,61 @@ impl<W: Write> CrcWriter<'_, W> {
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
         self.crc.update(buf);
         self.inner.write_all(buf)
+    }
+}
+
+/// A file being written: the records of a walk, one at a time, then its end
+/// and checksum. A write that fails inside the walk (whose callbacks return
+/// nothing) is kept, and the file ends with it.
+struct FileWriter<'w, W: Write> {
+    w: CrcWriter<'w, W>,
+    record: Vec<u8>,
+    failed: Option<io::Error>,
+}
+
+impl<'w, W: Write> FileWriter<'w, W> {
+    fn start(inner: &'w mut W, head: &[u8]) -> io::Result<Self> {
+        let mut w = CrcWriter {
+            inner,
+            crc: crc32fast::Hasher::new(),
+        };
+        w.write_all(head)?;
+        Ok(FileWriter {
+            w,
+            record: Vec::with_capacity(256),
+            failed: None,
+        })
+    }
+
+    /// Write the record `encode` puts into an empty buffer. False when it was
+    /// not written: it failed, or a write before it did.
+    fn put(&mut self, encode: impl FnOnce(&mut Vec<u8>) -> io::Result<()>) -> bool {
+        if self.failed.is_some() {
+            return false;
+        }
+        self.record.clear();
+        match encode(&mut self.record).and_then(|()| self.w.write_all(&self.record)) {
+            Ok(()) => true,
+            Err(e) => {
+                self.failed = Some(e);
+                false
+            }
+        }
+    }
+
+    /// The first failed write, or else the end `encode` writes and then the
+    /// checksum (not itself checksummed); returns the checksum.
+    fn finish(mut self, encode: impl FnOnce(&mut Vec<u8>) -> io::Result<()>) -> io::Result<u32> {
+        if let Some(e) = self.failed {
+            return Err(e);
+        }
+        self.record.clear();
+        encode(&mut self.record)?;
+        self.w.write_all(&self.record)?;
+        let crc = self.w.crc.clone().finalize();
+        self.w.inner.write_all(&crc.to_le_bytes())?;
+        self.w.inner.flush()?;
+        Ok(crc)
     }
 }
 

@@ -676,17 +676,30 @@ impl<'a> Checker<'a> {
 
     fn log_checks(&mut self) {
         let partitions = self.partitions.unwrap_or(1);
-        // The topic as read at the end.
-        struct Rec<'r> {
-            i: usize,
-            partition: i32,
-            offset: i64,
-            key: Option<&'r str>,
-            msg: Option<Message>,
-            tombstone: bool,
+        let recs = self.records();
+        self.report.figures.log_wrong_partition = recs
+            .iter()
+            .filter(|r| r.key.is_some() && !r.is_home(partitions))
+            .count() as u64;
+        let topic = Topic::new(&recs, partitions);
+        let mut found: Vec<Found<'a>> = Vec::new();
+        let (lost, duplicated) = self.ingests_in_log(&topic, &mut found);
+        self.report.figures.duplicated += duplicated;
+        self.report.figures.lost = self.report.figures.lost.max(lost);
+        self.wrong_partition_not_applied(&topic, &mut found);
+        self.observations_match_log(&topic, &mut found);
+        self.nodes_end_at_log_end(&topic, &mut found);
+        self.wrong_partition_counted(&mut found);
+        for (property, key, what, ops) in found {
+            self.violate(property, key, what, ops);
         }
+    }
+
+    /// The topic as read at the end.
+    fn records(&self) -> Vec<Rec<'a>> {
+        let ops: &'a [Op] = self.ops;
         let mut recs = Vec::new();
-        for (i, op) in self.ops.iter().enumerate() {
+        for (i, op) in ops.iter().enumerate() {
             if let Event::Record {
                 partition,
                 offset,
@@ -704,68 +717,17 @@ impl<'a> Checker<'a> {
                 });
             }
         }
-        let is_home = |r: &Rec| {
-            r.key
-                .is_some_and(|k| partition::home(k, partitions) == r.partition)
-        };
-        self.report.figures.log_wrong_partition = recs
-            .iter()
-            .filter(|r| r.key.is_some() && !is_home(r))
-            .count() as u64;
+        recs
+    }
 
-        // The model: per key, its state after each home-partition record.
-        let mut home_recs: BTreeMap<&str, Vec<&Rec>> = BTreeMap::new();
-        for r in &recs {
-            if let (Some(k), true) = (r.key, is_home(r)) {
-                home_recs.entry(k).or_default().push(r);
-            }
-        }
-        let mut model: HashMap<&str, BTreeMap<u64, Option<Payload>>> = HashMap::new();
-        for (key, rs) in &mut home_recs {
-            rs.sort_by_key(|r| r.offset);
-            let mut states = BTreeMap::new();
-            let mut cur: Option<Payload> = None;
-            for r in rs.iter() {
-                let ver = (r.offset + 1) as u64;
-                if r.tombstone {
-                    cur = None;
-                } else if let Some(m) = &r.msg {
-                    let p = cur.get_or_insert(Payload {
-                        k: key.to_string(),
-                        ver,
-                        v: None,
-                        sum: Some(0),
-                        n: Some(0),
-                        by: None,
-                    });
-                    p.ver = ver;
-                    p.v = Some(m.value);
-                    p.sum = Some(p.sum.unwrap_or(0) + m.value);
-                    p.n = Some(p.n.unwrap_or(0) + 1);
-                    p.by = Some(m.player.clone());
-                } else {
-                    continue; // an invalid record: applied by no node
-                }
-                states.insert(ver, cur.clone());
-            }
-            model.insert(key, states);
-        }
-        // Where each value is: (key, in its home partition?, the record).
-        type Place<'r, 'k> = (Option<&'k str>, bool, &'r Rec<'k>);
-        let mut where_value: HashMap<i64, Vec<Place>> = HashMap::new();
-        for r in &recs {
-            if let Some(m) = &r.msg {
-                where_value
-                    .entry(m.value)
-                    .or_default()
-                    .push((r.key, is_home(r), r));
-            }
-        }
-
-        let mut found: Vec<(Property, Option<&str>, String, Vec<usize>)> = Vec::new();
-        let mut lost = 0;
-        // Acknowledged, refused, at most once.
-        for (i, op) in self.ops.iter().enumerate() {
+    /// Acknowledged, refused, at most once: each ingest against the log.
+    /// Returns the values lost (acknowledged, not in the key's home
+    /// partition) and the copies beyond the first.
+    fn ingests_in_log(&self, topic: &Topic<'_, 'a>, found: &mut Vec<Found<'a>>) -> (u64, u64) {
+        let ops: &'a [Op] = self.ops;
+        let partitions = topic.partitions;
+        let (mut lost, mut duplicated) = (0, 0);
+        for (i, op) in ops.iter().enumerate() {
             match &op.event {
                 Event::Ingest {
                     key,
@@ -775,7 +737,7 @@ impl<'a> Checker<'a> {
                     via,
                     ..
                 } => {
-                    let at = where_value.get(value).map(Vec::as_slice).unwrap_or(&[]);
+                    let at = topic.places.get(value).map(Vec::as_slice).unwrap_or(&[]);
                     let in_home: Vec<&&Rec> = at
                         .iter()
                         .filter(|(k, h, _)| *h && *k == Some(key.as_str()))
@@ -826,7 +788,7 @@ impl<'a> Checker<'a> {
                         Outcome::Indeterminate => {}
                     }
                     if at.len() > 1 {
-                        self.report.figures.duplicated += at.len() as u64 - 1;
+                        duplicated += at.len() as u64 - 1;
                         found.push((
                             Property::AtMostOnce,
                             Some(key),
@@ -845,7 +807,7 @@ impl<'a> Checker<'a> {
                     offset: Some(o),
                     ..
                 } => {
-                    let at = where_value.get(value).map(Vec::as_slice).unwrap_or(&[]);
+                    let at = topic.places.get(value).map(Vec::as_slice).unwrap_or(&[]);
                     if !at
                         .iter()
                         .any(|(_, _, r)| r.partition == *p && r.offset == *o)
@@ -864,17 +826,20 @@ impl<'a> Checker<'a> {
                 _ => {}
             }
         }
-        self.report.figures.lost = self.report.figures.lost.max(lost);
+        (lost, duplicated)
+    }
 
-        // Wrong-partition records show in no payload: the value they carry
-        // lives nowhere else, so a payload whose last value is theirs applied
-        // them.
+    /// Wrong-partition records show in no payload: the value they carry
+    /// lives nowhere else, so a payload whose last value is theirs applied
+    /// them.
+    fn wrong_partition_not_applied(&self, topic: &Topic<'_, 'a>, found: &mut Vec<Found<'a>>) {
+        let partitions = topic.partitions;
         for s in &self.seen {
             let Some(p) = s.payload.and_then(parse_payload) else {
                 continue;
             };
             let Some(v) = p.v else { continue };
-            if let Some(at) = where_value.get(&v) {
+            if let Some(at) = topic.places.get(&v) {
                 if at.iter().all(|(_, h, _)| !h) {
                     let r = at[0].2;
                     found.push((
@@ -892,11 +857,13 @@ impl<'a> Checker<'a> {
                 }
             }
         }
+    }
 
-        // Every payload seen is the log's projection at its version.
+    /// Every payload seen is the log's projection at its version.
+    fn observations_match_log(&self, topic: &Topic<'_, 'a>, found: &mut Vec<Found<'a>>) {
         for s in &self.seen {
             let Some(raw) = s.payload else { continue };
-            let states = model.get(s.key);
+            let states = topic.model.get(s.key);
             let want = states.and_then(|m| m.get(&s.ver));
             let got = parse_payload(raw);
             let ok = match (want, &got) {
@@ -921,11 +888,19 @@ impl<'a> Checker<'a> {
                 ));
             }
         }
-        // And every node ends at the log's end.
+    }
+
+    /// Every node ends at the log's end.
+    fn nodes_end_at_log_end(&self, topic: &Topic<'_, 'a>, found: &mut Vec<Found<'a>>) {
         for (node, keys) in &self.finals {
-            let all: BTreeSet<&str> = keys.keys().copied().chain(model.keys().copied()).collect();
+            let all: BTreeSet<&str> = keys
+                .keys()
+                .copied()
+                .chain(topic.model.keys().copied())
+                .collect();
             for key in all {
-                let last = model
+                let last = topic
+                    .model
                     .get(key)
                     .and_then(|m| m.last_key_value())
                     .and_then(|(_, p)| p.as_ref());
@@ -949,39 +924,129 @@ impl<'a> Checker<'a> {
                 }
             }
         }
+    }
 
-        // The node replaying from nothing counted each wrong-partition record once.
-        if self.finals.contains_key(REPLAY_NODE) {
-            let counted = self
-                .ops
-                .iter()
-                .enumerate()
-                .find_map(|(i, op)| match &op.event {
-                    Event::Metric { via, name, value }
-                        if via == REPLAY_NODE && name == WRONG_PARTITION_METRIC =>
-                    {
-                        Some((i, *value))
-                    }
-                    _ => None,
-                });
-            let want = self.report.figures.log_wrong_partition;
-            match counted {
-                Some((_, v)) if v as u64 == want => {}
-                None if want == 0 => {}
-                other => found.push((
-                    Property::WrongPartitionCounted,
-                    None,
-                    format!(
-                        "node {REPLAY_NODE} counted {} wrong-partition records; the log holds {want}",
-                        other.map_or("none (no metric)".to_string(), |(_, v)| v.to_string())
-                    ),
-                    other.map(|(i, _)| i).into_iter().collect(),
-                )),
+    /// The node replaying from nothing counted each wrong-partition record once.
+    fn wrong_partition_counted(&self, found: &mut Vec<Found<'a>>) {
+        if !self.finals.contains_key(REPLAY_NODE) {
+            return;
+        }
+        let counted = self
+            .ops
+            .iter()
+            .enumerate()
+            .find_map(|(i, op)| match &op.event {
+                Event::Metric { via, name, value }
+                    if via == REPLAY_NODE && name == WRONG_PARTITION_METRIC =>
+                {
+                    Some((i, *value))
+                }
+                _ => None,
+            });
+        let want = self.report.figures.log_wrong_partition;
+        match counted {
+            Some((_, v)) if v as u64 == want => {}
+            None if want == 0 => {}
+            other => found.push((
+                Property::WrongPartitionCounted,
+                None,
+                format!(
+                    "node {REPLAY_NODE} counted {} wrong-partition records; the log holds {want}",
+                    other.map_or("none (no metric)".to_string(), |(_, v)| v.to_string())
+                ),
+                other.map(|(i, _)| i).into_iter().collect(),
+            )),
+        }
+    }
+}
+
+/// A violation found, reported once every check ran: the property, the key,
+/// what, the operations that show it.
+type Found<'a> = (Property, Option<&'a str>, String, Vec<usize>);
+
+/// A record of the topic as read at the end.
+struct Rec<'a> {
+    i: usize,
+    partition: i32,
+    offset: i64,
+    key: Option<&'a str>,
+    msg: Option<Message>,
+    tombstone: bool,
+}
+
+impl Rec<'_> {
+    /// Whether the record is in its key's home partition (one without a key
+    /// is in none).
+    fn is_home(&self, partitions: i32) -> bool {
+        self.key
+            .is_some_and(|k| partition::home(k, partitions) == self.partition)
+    }
+}
+
+/// Where a value is: (key, in its home partition?, the record).
+type Place<'r, 'a> = (Option<&'a str>, bool, &'r Rec<'a>);
+
+/// What the checks read of the topic.
+struct Topic<'r, 'a> {
+    partitions: i32,
+    /// The model: per key, its state after each home-partition record, by
+    /// version.
+    model: HashMap<&'a str, BTreeMap<u64, Option<Payload>>>,
+    /// Where each value is.
+    places: HashMap<i64, Vec<Place<'r, 'a>>>,
+}
+
+impl<'r, 'a> Topic<'r, 'a> {
+    fn new(recs: &'r [Rec<'a>], partitions: i32) -> Topic<'r, 'a> {
+        let mut home_recs: BTreeMap<&str, Vec<&Rec>> = BTreeMap::new();
+        for r in recs {
+            if let (Some(k), true) = (r.key, r.is_home(partitions)) {
+                home_recs.entry(k).or_default().push(r);
             }
         }
-
-        for (property, key, what, ops) in found {
-            self.violate(property, key, what, ops);
+        let mut model: HashMap<&str, BTreeMap<u64, Option<Payload>>> = HashMap::new();
+        for (key, rs) in &mut home_recs {
+            rs.sort_by_key(|r| r.offset);
+            let mut states = BTreeMap::new();
+            let mut cur: Option<Payload> = None;
+            for r in rs.iter() {
+                let ver = (r.offset + 1) as u64;
+                if r.tombstone {
+                    cur = None;
+                } else if let Some(m) = &r.msg {
+                    let p = cur.get_or_insert(Payload {
+                        k: key.to_string(),
+                        ver,
+                        v: None,
+                        sum: Some(0),
+                        n: Some(0),
+                        by: None,
+                    });
+                    p.ver = ver;
+                    p.v = Some(m.value);
+                    p.sum = Some(p.sum.unwrap_or(0) + m.value);
+                    p.n = Some(p.n.unwrap_or(0) + 1);
+                    p.by = Some(m.player.clone());
+                } else {
+                    continue; // an invalid record: applied by no node
+                }
+                states.insert(ver, cur.clone());
+            }
+            model.insert(key, states);
+        }
+        let mut places: HashMap<i64, Vec<Place>> = HashMap::new();
+        for r in recs {
+            if let Some(m) = &r.msg {
+                places
+                    .entry(m.value)
+                    .or_default()
+                    .push((r.key, r.is_home(partitions), r));
+            }
+        }
+        Topic {
+            partitions,
+            model,
+            places,
         }
     }
 }

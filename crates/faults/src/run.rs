@@ -123,26 +123,7 @@ fn run_with(
     );
 
     let shared = Arc::new(Shared::new(opts.keys));
-    let nodes: Vec<Target> = nemesis::NODES
-        .iter()
-        .map(|n| {
-            let node = cluster.node(n);
-            Target {
-                name: node.name.clone(),
-                addr: node.addr,
-                runs: Some(node.runs.clone()),
-            }
-        })
-        .collect();
-    let lb = Target {
-        name: "lb".into(),
-        addr: cluster
-            .haproxy
-            .as_ref()
-            .map(|h| h.addr)
-            .ok_or("no haproxy")?,
-        runs: None,
-    };
+    let (nodes, lb) = targets(&cluster)?;
     let mut workload = Workload::start(shared.clone(), rec, &nodes, &lb, opts.seed);
     say(&format!(
         "workload and nemesis for {} s (seed {})",
@@ -162,6 +143,60 @@ fn run_with(
     cluster.net.heal_all();
     workload.stop();
     say("workload stopped; recovering");
+    recover(&cluster)?;
+    say("cluster recovered; waiting for the producers' last records (6 s)");
+    std::thread::sleep(Duration::from_secs(6));
+    let (ends, finals) = read_at_the_end(&cluster, rec, &shared.keys)?;
+    say("nodes a and b caught up and read; the moving clients finish");
+    workload.finish();
+    for (t0, process, ev) in finals {
+        rec.record(t0, process, ev);
+    }
+    phases += &format!(
+        "recovered and read in {:.0} s (log ends {ends:?})\n",
+        t.elapsed().as_secs_f64()
+    );
+
+    let t = Instant::now();
+    read_topic(&cluster, rec)?;
+    replay(&mut cluster, rec, &shared.keys, &ends)?;
+    phases += &format!(
+        "topic read and node {REPLAY_NODE} replayed it in {:.0} s\n",
+        t.elapsed().as_secs_f64()
+    );
+    note_record_counts(&cluster, rec);
+    cluster.stop();
+    Ok(phases)
+}
+
+/// What the workload talks to: each node, and the load balancer.
+fn targets(cluster: &Cluster) -> Result<(Vec<Target>, Target), String> {
+    let nodes = nemesis::NODES
+        .iter()
+        .map(|n| {
+            let node = cluster.node(n);
+            Target {
+                name: node.name.clone(),
+                addr: node.addr,
+                runs: Some(node.runs.clone()),
+            }
+        })
+        .collect();
+    let lb = Target {
+        name: "lb".into(),
+        addr: cluster
+            .haproxy
+            .as_ref()
+            .map(|h| h.addr)
+            .ok_or("no haproxy")?,
+        runs: None,
+    };
+    Ok((nodes, lb))
+}
+
+/// Every broker and node running again (resumed, or restarted), the topic in
+/// sync, the nodes ready.
+fn recover(cluster: &Cluster) -> Result<(), String> {
     for (i, b) in cluster.brokers.list.iter().enumerate() {
         let _ = cluster.brokers.signal(i, libc::SIGCONT);
         if !cluster.brokers.running(i) {
@@ -183,12 +218,19 @@ fn run_with(
     for n in &cluster.nodes {
         n.wait_ready(Duration::from_secs(120))?;
     }
-    say("cluster recovered; waiting for the producers' last records (6 s)");
-    std::thread::sleep(Duration::from_secs(6));
+    Ok(())
+}
 
-    // The nodes caught up with the log's end, which no longer moves.
+/// The log's ends and every node's final reads, once the nodes caught up with
+/// the log's end and it no longer moves (read again, up to three times, while
+/// it does).
+fn read_at_the_end(
+    cluster: &Cluster,
+    rec: &Recorder,
+    keys: &[String],
+) -> Result<(Vec<i64>, Vec<FinalRead>), String> {
     let mut attempt = 0;
-    let (ends, finals) = loop {
+    loop {
         attempt += 1;
         let ends = cluster.brokers.ends(TOPIC, PARTITIONS)?;
         for n in &cluster.nodes {
@@ -196,28 +238,20 @@ fn run_with(
         }
         let mut finals = Vec::new();
         for n in &cluster.nodes {
-            finals.extend(final_reads(rec, n, &shared.keys)?);
+            finals.extend(final_reads(rec, n, keys)?);
         }
         let again = cluster.brokers.ends(TOPIC, PARTITIONS)?;
         if again == ends || attempt == 3 {
-            break (ends, finals);
+            return Ok((ends, finals));
         }
         say(&format!(
             "the log moved ({ends:?} -> {again:?}); reading again"
         ));
-    };
-    say("nodes a and b caught up and read; the moving clients finish");
-    workload.finish();
-    for (t0, process, ev) in finals {
-        rec.record(t0, process, ev);
     }
-    phases += &format!(
-        "recovered and read in {:.0} s (log ends {ends:?})\n",
-        t.elapsed().as_secs_f64()
-    );
+}
 
-    // The topic itself, from its start.
-    let t = Instant::now();
+/// The topic itself, from its start, into the history.
+fn read_topic(cluster: &Cluster, rec: &Recorder) -> Result<(), String> {
     say("reading the topic back");
     let records = cluster.brokers.read_all(TOPIC, PARTITIONS)?;
     let t0 = rec.now();
@@ -233,21 +267,30 @@ fn run_with(
             },
         );
     }
+    Ok(())
+}
 
-    // A node from nothing replays it all.
+/// A node from nothing replays it all, up to `ends`, and is read.
+fn replay(
+    cluster: &mut Cluster,
+    rec: &Recorder,
+    keys: &[String],
+    ends: &[i64],
+) -> Result<(), String> {
     say(&format!(
         "node {REPLAY_NODE} replays the topic from nothing"
     ));
-    let replay = cluster.start_replay_node()?;
-    replay.wait_ready(Duration::from_secs(180))?;
-    replay.wait_applied(&ends, Duration::from_secs(180))?;
-    for (t0, process, ev) in final_reads(rec, replay, &shared.keys)? {
+    let node = cluster.start_replay_node()?;
+    node.wait_ready(Duration::from_secs(180))?;
+    node.wait_applied(ends, Duration::from_secs(180))?;
+    for (t0, process, ev) in final_reads(rec, node, keys)? {
         rec.record(t0, process, ev);
     }
-    phases += &format!(
-        "topic read and node {REPLAY_NODE} replayed it in {:.0} s\n",
-        t.elapsed().as_secs_f64()
-    );
+    Ok(())
+}
+
+/// Each node's `pollbox_log_records_total` series, into the history.
+fn note_record_counts(cluster: &Cluster, rec: &Recorder) {
     for n in &cluster.nodes {
         if let Ok(m) = n.metrics() {
             for (series, value) in m {
@@ -264,17 +307,14 @@ fn run_with(
             }
         }
     }
-    cluster.stop();
-    Ok(phases)
 }
+
+/// A final read as the history records it: when, by whom, what.
+type FinalRead = (u64, &'static str, Event);
 
 /// `GET /v1/boxes/{key}` of every key on a node, as final reads (recorded by
 /// the caller once the log is known not to have moved).
-fn final_reads(
-    rec: &Recorder,
-    node: &Node,
-    keys: &[String],
-) -> Result<Vec<(u64, &'static str, Event)>, String> {
+fn final_reads(rec: &Recorder, node: &Node, keys: &[String]) -> Result<Vec<FinalRead>, String> {
     let mut cl = Client::new(node.addr);
     let mut out = Vec::new();
     for key in keys {

@@ -221,92 +221,14 @@ pub fn run(args: &LoadArgs) -> Result<Report, LoadError> {
     } else {
         Vec::new()
     };
-    let published = (args.sse > 0).then(|| std::sync::Arc::new(sse::Published::new(args.keys)));
     let mut streams = Vec::with_capacity(args.connections);
     for _ in 0..args.connections {
         streams.push(connect(target.addr)?);
     }
 
+    let plan = plan(args, target.addr, requests);
+    let (stats, sse_result) = drive_threads(args, &plan, threads, streams, subscribers)?;
     let warmup = args.warmup.unwrap_or(Duration::ZERO);
-    let warmup_ns = warmup.as_nanos() as u64;
-    let end_ns = warmup_ns + args.duration.as_nanos() as u64;
-    let drain = Duration::from_secs(2)
-        + if args.mix.entries().iter().any(|(op, _)| op.waits()) {
-            args.longpoll_wait
-        } else {
-            Duration::ZERO
-        };
-    let plan = Plan {
-        addr: target.addr,
-        requests,
-        mix: args.mix.clone(),
-        keys: KeySampler::new(args.key_dist, args.keys, args.zipf_exponent),
-        key_count: args.keys,
-        keys_per_request: args.keys_per_request,
-        pipeline: args.pipeline,
-        interval_ns: args.rate.map(|rate| 1e9 * args.connections as f64 / rate),
-        connections: args.connections,
-        warmup_ns,
-        end_ns,
-        drain_ns: drain.as_nanos() as u64,
-        seed: args.seed,
-        published: published.clone(),
-    };
-
-    // Contiguous shares of the connections per thread.
-    let mut shares: Vec<Vec<(usize, std::net::TcpStream)>> =
-        (0..threads).map(|_| Vec::new()).collect();
-    for (global, stream) in streams.into_iter().enumerate() {
-        shares[global * threads / args.connections].push((global, stream));
-    }
-
-    let board = Board::new(threads);
-    // A little head start so every thread is waiting when the clock starts.
-    let origin = Instant::now() + Duration::from_millis(20);
-    let mut sse_result = None;
-    let results: Vec<std::thread::Result<std::io::Result<Stats>>> = std::thread::scope(|scope| {
-        let sse_handle = published.as_ref().map(|p| {
-            let end = end_ns + Duration::from_millis(200).as_nanos() as u64;
-            std::thread::Builder::new()
-                .name("load-sse".into())
-                .spawn_scoped(scope, move || {
-                    sse::drive(subscribers, p, origin, warmup_ns, end)
-                })
-        });
-        let handles: Vec<_> = shares
-            .into_iter()
-            .enumerate()
-            .map(|(t, share)| {
-                let (plan, board) = (&plan, &board);
-                std::thread::Builder::new()
-                    .name(format!("load-{t}"))
-                    .spawn_scoped(scope, move || engine::drive(plan, origin, share, board, t))
-            })
-            .collect();
-        if !args.quiet {
-            report_progress(&board, origin, warmup, &handles);
-        }
-        sse_result = sse_handle.map(|h| match h {
-            Ok(h) => h.join(),
-            Err(e) => Ok(Err(e)),
-        });
-        handles
-            .into_iter()
-            .map(|h| match h {
-                Ok(h) => h.join(),
-                Err(e) => Ok(Err(e)),
-            })
-            .collect()
-    });
-    let mut stats = Stats::default();
-    for result in results {
-        match result {
-            Ok(Ok(s)) => stats.merge(&s),
-            Ok(Err(e)) => return Err(LoadError::Io(e)),
-            Err(_) => return Err(LoadError::ThreadPanicked),
-        }
-    }
-
     let mut report = Report::build(
         RunShape {
             url: args.url.clone(),
@@ -343,6 +265,105 @@ pub fn run(args: &LoadArgs) -> Result<Report, LoadError> {
         report.write_plot(path)?;
     }
     Ok(report)
+}
+
+/// What every connection thread follows: the target, the requests, the mix,
+/// and the clock (warm-up, end, and the drain after it).
+fn plan(args: &LoadArgs, addr: SocketAddr, requests: Requests) -> Plan {
+    let warmup_ns = args.warmup.unwrap_or(Duration::ZERO).as_nanos() as u64;
+    let drain = Duration::from_secs(2)
+        + if args.mix.entries().iter().any(|(op, _)| op.waits()) {
+            args.longpoll_wait
+        } else {
+            Duration::ZERO
+        };
+    Plan {
+        addr,
+        requests,
+        mix: args.mix.clone(),
+        keys: KeySampler::new(args.key_dist, args.keys, args.zipf_exponent),
+        key_count: args.keys,
+        keys_per_request: args.keys_per_request,
+        pipeline: args.pipeline,
+        interval_ns: args.rate.map(|rate| 1e9 * args.connections as f64 / rate),
+        connections: args.connections,
+        warmup_ns,
+        end_ns: warmup_ns + args.duration.as_nanos() as u64,
+        drain_ns: drain.as_nanos() as u64,
+        seed: args.seed,
+        published: (args.sse > 0).then(|| std::sync::Arc::new(sse::Published::new(args.keys))),
+    }
+}
+
+/// What the event-stream thread returns, when there is one.
+type SseOutcome = std::thread::Result<std::io::Result<sse::SseStats>>;
+
+/// Run the load: `threads` threads share `streams` (contiguous shares), one
+/// more reads the event streams of `subscribers`, and progress is printed
+/// each second unless `--quiet`. Returns the threads' stats merged, and the
+/// event-stream thread's outcome.
+fn drive_threads(
+    args: &LoadArgs,
+    plan: &Plan,
+    threads: usize,
+    streams: Vec<std::net::TcpStream>,
+    subscribers: Vec<(u32, std::net::TcpStream)>,
+) -> Result<(Stats, Option<SseOutcome>), LoadError> {
+    let mut shares: Vec<Vec<(usize, std::net::TcpStream)>> =
+        (0..threads).map(|_| Vec::new()).collect();
+    for (global, stream) in streams.into_iter().enumerate() {
+        shares[global * threads / args.connections].push((global, stream));
+    }
+
+    let board = Board::new(threads);
+    // A little head start so every thread is waiting when the clock starts.
+    let origin = Instant::now() + Duration::from_millis(20);
+    let mut sse_result = None;
+    let results: Vec<std::thread::Result<std::io::Result<Stats>>> = std::thread::scope(|scope| {
+        let sse_handle = plan.published.as_ref().map(|p| {
+            let end = plan.end_ns + Duration::from_millis(200).as_nanos() as u64;
+            let warmup_ns = plan.warmup_ns;
+            std::thread::Builder::new()
+                .name("load-sse".into())
+                .spawn_scoped(scope, move || {
+                    sse::drive(subscribers, p, origin, warmup_ns, end)
+                })
+        });
+        let handles: Vec<_> = shares
+            .into_iter()
+            .enumerate()
+            .map(|(t, share)| {
+                let board = &board;
+                std::thread::Builder::new()
+                    .name(format!("load-{t}"))
+                    .spawn_scoped(scope, move || engine::drive(plan, origin, share, board, t))
+            })
+            .collect();
+        if !args.quiet {
+            let warmup = args.warmup.unwrap_or(Duration::ZERO);
+            report_progress(&board, origin, warmup, &handles);
+        }
+        sse_result = sse_handle.map(|h| match h {
+            Ok(h) => h.join(),
+            Err(e) => Ok(Err(e)),
+        });
+        handles
+            .into_iter()
+            .map(|h| match h {
+                Ok(h) => h.join(),
+                Err(e) => Ok(Err(e)),
+            })
+            .collect()
+    });
+    let mut stats = Stats::default();
+    for result in results {
+        match result {
+            Ok(Ok(s)) => stats.merge(&s),
+            Ok(Err(e)) => return Err(LoadError::Io(e)),
+            Err(_) => return Err(LoadError::ThreadPanicked),
+        }
+    }
+    Ok((stats, sse_result))
 }
 
 fn connect(addr: SocketAddr) -> Result<std::net::TcpStream, LoadError> {

@@ -462,6 +462,16 @@ fn status_map(slots: &[u64]) -> BTreeMap<String, u64> {
 
 /// Prints the final table.
 pub fn print_report(report: &Report, out: &mut impl Write) -> io::Result<()> {
+    print_setup(report, out)?;
+    writeln!(out)?;
+    print_latency_table(report, out)?;
+    writeln!(out)?;
+    print_rates(report, out)?;
+    print_outcomes(report, out)
+}
+
+/// What ran: the target, connections, mode, duration, mix and messages.
+fn print_setup(report: &Report, out: &mut impl Write) -> io::Result<()> {
     let mode = match report.offered_rate {
         Some(rate) => format!("open-loop at {rate} req/s"),
         None => "closed-loop".to_string(),
@@ -497,7 +507,12 @@ pub fn print_report(report: &Report, out: &mut impl Write) -> io::Result<()> {
     if let Some(k) = report.keys_per_request {
         writeln!(out, "{k} keys per poll_many/longpoll_many request")?;
     }
-    writeln!(out)?;
+    Ok(())
+}
+
+/// A row an operation (then `all`, and `sse` with streams): requests, rate,
+/// latency percentiles and errors.
+fn print_latency_table(report: &Report, out: &mut impl Write) -> io::Result<()> {
     // As wide as the longest operation's name (`longpoll_many`), 9 at least.
     let w = report
         .ops
@@ -552,7 +567,12 @@ pub fn print_report(report: &Report, out: &mut impl Write) -> io::Result<()> {
             sse.subscribers, sse.deleted, sse.unmatched
         )?;
     }
-    writeln!(out)?;
+    Ok(())
+}
+
+/// The rate achieved (against the offered one in an open loop), in messages
+/// where messages were sent, and the generator's own lateness.
+fn print_rates(report: &Report, out: &mut impl Write) -> io::Result<()> {
     match (report.offered_rate, report.scheduled_requests) {
         (Some(rate), Some(scheduled)) => writeln!(
             out,
@@ -577,6 +597,12 @@ pub fn print_report(report: &Report, out: &mut impl Write) -> io::Result<()> {
             l.p50, l.p99, l.max
         )?;
     }
+    Ok(())
+}
+
+/// The statuses, the answers that are not errors, the messages accepted,
+/// what the table leaves out, the errors and the verdict.
+fn print_outcomes(report: &Report, out: &mut impl Write) -> io::Result<()> {
     writeln!(out, "status: {}", join_counts(&report.status))?;
     let expected: Vec<String> = report
         .ops

@@ -36,6 +36,8 @@
 //! `cargo test -p pollbox --test browser -- --ignored`.
 
 mod common;
+#[path = "../../server/tests/common/jwt.rs"]
+mod jwt;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -1248,55 +1250,23 @@ fn serve_token_page(
 }
 
 /// Tokens for `claims`, one each, signed with the EdDSA key of a key set
-/// made in `dir` (its public half in `dir/jwks.json`) by PyJWT
-/// (crates/server/tests/mint_jwt.py).
+/// made in `dir` (its public half in `dir/jwks.json`) by PyJWT.
 fn mint_tokens(dir: &Path, claims: &[serde_json::Value]) -> Vec<String> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../server/tests/mint_jwt.py");
-    let made = Command::new("python3")
-        .args([script, "keys"])
-        .arg(dir)
-        .status()
-        .expect("python3 runs");
-    assert!(made.success(), "mint_jwt.py keys");
+    jwt::keys(dir);
     let specs: Vec<serde_json::Value> = claims
         .iter()
         .map(|c| serde_json::json!({"kid": "ed", "claims": c}))
         .collect();
-    let mut child = Command::new("python3")
-        .args([script, "mint"])
-        .arg(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3 runs");
-    let specs = serde_json::to_vec(&specs).unwrap();
-    child.stdin.take().unwrap().write_all(&specs).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "mint_jwt.py mint");
-    let tokens: Vec<String> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(String::from)
-        .collect();
-    assert_eq!(tokens.len(), claims.len());
-    tokens
+    jwt::mint(dir, &specs)
 }
 
 #[test]
 #[ignore = "needs chromium (Debian package chromium) and python3 with pyjwt and cryptography; .ci/run installs them"]
 fn a_page_with_a_cookie_token_streams_its_own_box_and_comes_back_after_event_expired() {
     let (page_listener, page_addr) = page_origin();
-    let dir = std::env::temp_dir().join(format!("pollbox-browser-token-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let alice = |exp: u64| {
-        serde_json::json!({"iss": "game", "aud": "pollbox", "exp": exp,
-                           "pollbox": {"read": ["room-17/alice"], "write": []}})
-    };
+    let dir = jwt::tempdir("browser-token");
+    let now = jwt::now();
+    let alice = |exp: u64| jwt::claims(exp, &["room-17/alice"], &[]);
     // The first token ends while the page streams; the second does not.
     let tokens = mint_tokens(&dir, &[alice(now + 15), alice(now + 600)]);
     let mut c = Config::embedded();

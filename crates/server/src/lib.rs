@@ -91,6 +91,40 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// The state of a server of `node`, a worker for each of `wakers`; not
+    /// ready yet.
+    fn new(
+        node: Node,
+        wakers: &[Arc<mio::Waker>],
+        started: Instant,
+        log: Option<Arc<log::LogState>>,
+        auth_files: auth_files::AuthFiles,
+    ) -> Shared {
+        let n = wakers.len();
+        Shared {
+            node: Arc::new(node),
+            stats: (0..n).map(|_| stats::WorkerStats::default()).collect(),
+            open_connections: AtomicUsize::new(0),
+            uring_workers: AtomicUsize::new(0),
+            draining: AtomicBool::new(false),
+            workers_stopped: AtomicBool::new(false),
+            ready: AtomicBool::new(false),
+            waiters: wakeups::Waiters::new(wakers.to_vec()),
+            placement: placement::Placement::new(wakers),
+            started,
+            workers: n,
+            snapshots_ok: AtomicUsize::new(0),
+            snapshots_failed: AtomicUsize::new(0),
+            snapshot_bytes: AtomicU64::new(0),
+            snapshot_bases: AtomicUsize::new(0),
+            snapshot_write_us: AtomicU64::new(0),
+            runtime_bytes: AtomicUsize::new(0),
+            log,
+            producer: std::sync::OnceLock::new(),
+            auth_files,
+        }
+    }
+
     /// Listening, the snapshot loaded, and with a log: caught up with the log
     /// as it stood at start.
     pub fn is_ready(&self) -> bool {
@@ -352,103 +386,17 @@ impl Server {
                 reason: format!("cannot remove its seal: {e}"),
             })?;
         }
-        // `metrics_listen` is served by worker 0, with the same connection state
-        // machine as every other listener (it routes only `/metrics` there).
-        let mut metrics_listener = if config.server.metrics_listen.is_empty() {
-            None
-        } else {
-            let a = config.server.metrics_listen.clone();
-            let l = resolve(&a)
-                .and_then(std::net::TcpListener::bind)
-                .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                .map_err(|source| StartError::Listen { addr: a, source })?;
-            Some(mio::net::TcpListener::from_std(l))
-        };
+        let metrics_listener = bind_metrics(&config.server.metrics_listen)?;
         let metrics_addr = metrics_listener
             .as_ref()
             .map(|l| l.local_addr())
             .transpose()?;
-
-        let mut polls = Vec::with_capacity(n);
-        let mut wakers = Vec::with_capacity(n);
-        for _ in 0..n {
-            let poll = mio::Poll::new()?;
-            wakers.push(Arc::new(mio::Waker::new(poll.registry(), worker::WAKER)?));
-            polls.push(poll);
-        }
+        let (polls, wakers) = new_polls(n)?;
         let auth_files = auth_files::AuthFiles::new(&config);
-        let shared = Arc::new(Shared {
-            node: Arc::new(Node::new(config, plan, boxes)),
-            stats: (0..n).map(|_| stats::WorkerStats::default()).collect(),
-            open_connections: AtomicUsize::new(0),
-            uring_workers: AtomicUsize::new(0),
-            draining: AtomicBool::new(false),
-            workers_stopped: AtomicBool::new(false),
-            ready: AtomicBool::new(false),
-            waiters: wakeups::Waiters::new(wakers.clone()),
-            placement: placement::Placement::new(&wakers),
-            started,
-            workers: n,
-            snapshots_ok: AtomicUsize::new(0),
-            snapshots_failed: AtomicUsize::new(0),
-            snapshot_bytes: AtomicU64::new(0),
-            snapshot_bases: AtomicUsize::new(0),
-            snapshot_write_us: AtomicU64::new(0),
-            runtime_bytes: AtomicUsize::new(0),
-            log: log_state,
-            producer: std::sync::OnceLock::new(),
-            auth_files,
-        });
-        if let Some(l) = &shared.log {
-            let p = log::produce::Producer::new(
-                &shared.node.config.log,
-                l.node,
-                Arc::downgrade(&shared),
-            )
-            .map_err(|e| StartError::Log(format!("cannot create the Kafka producer: {e}")))?;
-            let _ = shared.producer.set(p);
-        }
-        // Worker i goes to the i-th core this process may run on (its affinity mask,
-        // e.g. `taskset -c 8-15`), not to core i, so pinning stays inside the mask.
-        let cores = if shared.node.config.server.pin_workers {
-            allowed_cores()
-        } else {
-            Vec::new()
-        };
-        let mut workers = Vec::with_capacity(n);
-        for (i, (l, poll)) in listeners.into_iter().zip(polls).enumerate() {
-            let metrics = if i == 0 {
-                metrics_listener.take()
-            } else {
-                None
-            };
-            workers.push(worker::Worker::new(i, shared.clone(), l, metrics, poll)?);
-        }
-        // Everything allocated so far that is not a box, an arena or a buffer
-        // counted by the workers is fixed start-up memory.
-        let counted: usize = shared.node.boxes.accounted_bytes()
-            + workers
-                .iter()
-                .map(worker::Worker::accounted_bytes)
-                .sum::<usize>();
-        shared.runtime_bytes.store(
-            (alloc_stats::read_global_fresh().allocated as usize).saturating_sub(counted),
-            Ordering::Relaxed,
-        );
-        let mut threads = Vec::with_capacity(n);
-        for (i, w) in workers.into_iter().enumerate() {
-            let core = (!cores.is_empty()).then(|| cores[i % cores.len()]);
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("pollbox-w{i}"))
-                    .spawn(move || {
-                        if let Some(core) = core {
-                            pin_to_core(core);
-                        }
-                        exit_on_panic(i, || w.run())
-                    })?,
-            );
-        }
+        let node = Node::new(config, plan, boxes);
+        let shared = Arc::new(Shared::new(node, &wakers, started, log_state, auth_files));
+        start_producer(&shared)?;
+        let threads = start_workers(&shared, listeners, polls, metrics_listener)?;
         let snapshot_stop = Arc::new((Mutex::new(false), Condvar::new()));
         let snapshot_thread = match &snapshot_path {
             Some(p) => {
@@ -629,6 +577,94 @@ pub fn serve_until_signal(server: Server, mut signals: ShutdownSignals) -> Resul
 
 /// Exit code of a process whose worker panicked (EX_SOFTWARE).
 pub const WORKER_PANIC_EXIT: i32 = 70;
+
+/// The listener of `server.metrics_listen` (none when it is empty). Worker 0
+/// serves it, with the same connection state machine as every other listener
+/// (it routes only `/metrics` there).
+fn bind_metrics(addr: &str) -> Result<Option<mio::net::TcpListener>, StartError> {
+    if addr.is_empty() {
+        return Ok(None);
+    }
+    let l = resolve(addr)
+        .and_then(std::net::TcpListener::bind)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|source| StartError::Listen {
+            addr: addr.to_string(),
+            source,
+        })?;
+    Ok(Some(mio::net::TcpListener::from_std(l)))
+}
+
+/// A poll a worker, and the waker of each.
+fn new_polls(n: usize) -> io::Result<(Vec<mio::Poll>, Vec<Arc<mio::Waker>>)> {
+    let mut polls = Vec::with_capacity(n);
+    let mut wakers = Vec::with_capacity(n);
+    for _ in 0..n {
+        let poll = mio::Poll::new()?;
+        wakers.push(Arc::new(mio::Waker::new(poll.registry(), worker::WAKER)?));
+        polls.push(poll);
+    }
+    Ok((polls, wakers))
+}
+
+/// On a node of a log: the producer ingest writes to.
+fn start_producer(shared: &Arc<Shared>) -> Result<(), StartError> {
+    if let Some(l) = &shared.log {
+        let p =
+            log::produce::Producer::new(&shared.node.config.log, l.node, Arc::downgrade(shared))
+                .map_err(|e| StartError::Log(format!("cannot create the Kafka producer: {e}")))?;
+        let _ = shared.producer.set(p);
+    }
+    Ok(())
+}
+
+/// Build a worker a listener (worker 0 also serves `metrics`), count the
+/// fixed start-up memory, and run each worker on its thread, `pollbox-w{i}`.
+fn start_workers(
+    shared: &Arc<Shared>,
+    listeners: Vec<mio::net::TcpListener>,
+    polls: Vec<mio::Poll>,
+    mut metrics: Option<mio::net::TcpListener>,
+) -> Result<Vec<JoinHandle<io::Result<()>>>, StartError> {
+    // Worker i goes to the i-th core this process may run on (its affinity mask,
+    // e.g. `taskset -c 8-15`), not to core i, so pinning stays inside the mask.
+    let cores = if shared.node.config.server.pin_workers {
+        allowed_cores()
+    } else {
+        Vec::new()
+    };
+    let mut workers = Vec::with_capacity(polls.len());
+    for (i, (l, poll)) in listeners.into_iter().zip(polls).enumerate() {
+        let metrics = if i == 0 { metrics.take() } else { None };
+        workers.push(worker::Worker::new(i, shared.clone(), l, metrics, poll)?);
+    }
+    // Everything allocated so far that is not a box, an arena or a buffer
+    // counted by the workers is fixed start-up memory.
+    let counted: usize = shared.node.boxes.accounted_bytes()
+        + workers
+            .iter()
+            .map(worker::Worker::accounted_bytes)
+            .sum::<usize>();
+    shared.runtime_bytes.store(
+        (alloc_stats::read_global_fresh().allocated as usize).saturating_sub(counted),
+        Ordering::Relaxed,
+    );
+    let mut threads = Vec::with_capacity(workers.len());
+    for (i, w) in workers.into_iter().enumerate() {
+        let core = (!cores.is_empty()).then(|| cores[i % cores.len()]);
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("pollbox-w{i}"))
+                .spawn(move || {
+                    if let Some(core) = core {
+                        pin_to_core(core);
+                    }
+                    exit_on_panic(i, || w.run())
+                })?,
+        );
+    }
+    Ok(threads)
+}
 
 /// Run a worker; if it panics, end the process (docs/operations.md#worker-panics): a server with a
 /// silently missing worker would go on taking connections on its listener's

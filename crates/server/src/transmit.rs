@@ -227,8 +227,8 @@ impl Ring {
             c.queued = false;
             // SAFETY: the connection (its send queue and socket) stays in the
             // slab untouched until this batch's submission has returned: `turn`
-            // submits right after this and settles after that, and nothing else
-            // runs in between.
+            // submits right after this and applies the results after that, and
+            // nothing else runs in between.
             if unsafe { self.batch.push(c.stream.as_raw_fd(), c.core.send_queue()) }.is_some() {
                 self.entries.push(slot);
             }
@@ -237,7 +237,12 @@ impl Ring {
     }
 
     /// Apply the results of the submission `entries` describes.
-    fn settle(&mut self, conns: &mut Slab, pool: &mut BufferPool, done: &mut Vec<(usize, Sent)>) {
+    fn apply_results(
+        &mut self,
+        conns: &mut Slab,
+        pool: &mut BufferPool,
+        done: &mut Vec<(usize, Sent)>,
+    ) {
         for (i, &slot) in self.entries.iter().enumerate() {
             let sent = self.batch.result(i);
             if let (Sent::Bytes(n), Some(c)) = (sent, conns.get_mut(slot)) {
@@ -303,7 +308,7 @@ impl Transmit for Ring {
                 self.failed(conns, done, ready);
                 return Err(e);
             }
-            self.settle(conns, pool, done);
+            self.apply_results(conns, pool, done);
         }
         if !waits {
             return epoll_wait(poll, &mut self.events, timeout, ready);
@@ -312,7 +317,7 @@ impl Transmit for Ring {
             self.failed(conns, done, ready);
             return Err(e);
         }
-        self.settle(conns, pool, done);
+        self.apply_results(conns, pool, done);
         self.raw.clear();
         self.batch.take_events(&mut self.raw);
         ready.extend(self.raw.iter().map(|&(t, f)| ready_from_epoll(t, f)));

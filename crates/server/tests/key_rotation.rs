@@ -7,7 +7,7 @@
 //! is what SIGHUP calls (crates/pollbox/tests/sighup.rs sends the signal).
 
 mod common;
-use common::jwt::{claims, eventually, get_with, keys, mint, now, reloads, replace_file, tempdir};
+use common::jwt::{claims, keys, mint, now, tempdir};
 use common::*;
 use pollbox_core::config::{ReadAccess, StaticTokenConfig};
 use serde_json::{json, Value};

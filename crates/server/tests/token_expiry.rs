@@ -53,7 +53,7 @@ fn a_long_poll_held_past_its_tokens_exp_is_answered_401() {
     ingest(a, "room-17/alice", 1);
     let token = short_token(&dir);
     let mut conn = Reader::new(connect(a));
-    let first = common::jwt::get_with(&mut conn, "/v1/boxes/room-17%2Falice", &token);
+    let first = common::get_with(&mut conn, "/v1/boxes/room-17%2Falice", &token);
     assert_eq!(first.status, 200, "{}", first.text());
     let version = first.version();
     // Nothing moves the box: only the token's end answers it.
@@ -72,7 +72,7 @@ fn a_long_poll_held_past_its_tokens_exp_is_answered_401() {
         json!({"error": "invalid_token", "error_description": "expired"})
     );
     // The connection stays; the token is refused on it from now on.
-    let r = common::jwt::get_with(&mut conn, "/v1/boxes/room-17%2Falice", &token);
+    let r = common::get_with(&mut conn, "/v1/boxes/room-17%2Falice", &token);
     assert_eq!(r.header("WWW-Authenticate"), Some(EXPIRED));
     s.shutdown().unwrap();
     let _ = std::fs::remove_dir_all(&dir);

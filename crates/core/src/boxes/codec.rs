@@ -56,9 +56,9 @@ fn zigzag(x: i64) -> u64 {
 pub(crate) fn encode(v: FieldView<'_>, out: &mut Vec<u8>) {
     match v {
         FieldView::Unset => out.push(UNSET),
-        FieldView::I64(x) => put_tagged(I64, zigzag(x), out),
-        FieldView::F64(x) => {
-            let b = x.to_bits().to_le_bytes();
+        FieldView::I64(int) => put_tagged(I64, zigzag(int), out),
+        FieldView::F64(float) => {
+            let b = float.to_bits().to_le_bytes();
             out.extend_from_slice(&[F64, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
         }
         FieldView::Bool(b) => out.push(if b { TRUE } else { FALSE }),
@@ -319,13 +319,13 @@ mod tests {
     fn reference_encode(v: FieldView<'_>, out: &mut Vec<u8>) {
         match v {
             FieldView::Unset => out.push(UNSET),
-            FieldView::I64(x) => {
+            FieldView::I64(int) => {
                 out.push(I64);
-                put_varint(((x << 1) ^ (x >> 63)) as u64, out);
+                put_varint(((int << 1) ^ (int >> 63)) as u64, out);
             }
-            FieldView::F64(x) => {
+            FieldView::F64(float) => {
                 out.push(F64);
-                out.extend_from_slice(&x.to_bits().to_le_bytes());
+                out.extend_from_slice(&float.to_bits().to_le_bytes());
             }
             FieldView::Bool(b) => out.push(if b { TRUE } else { FALSE }),
             FieldView::Str(s) => {

@@ -151,7 +151,7 @@ pub fn read_batch() -> ReadBatch {
 
 /// What a read of a slot found for the key looked up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Seen {
+enum SlotRead {
     /// The box's version (its payload copied, when asked for).
     At(u64),
     /// The payload was asked for and is not rendered yet: render it from a
@@ -164,7 +164,12 @@ enum Seen {
 /// writer nor writes anything; retries while a writer stores (a few dozen
 /// stores).
 #[inline(always)]
-fn look(slot: &Slot, guard: &Guard, key: &[u8], mut out: Option<&mut Vec<u8>>) -> Option<Seen> {
+fn read_slot(
+    slot: &Slot,
+    guard: &Guard,
+    key: &[u8],
+    mut out: Option<&mut Vec<u8>>,
+) -> Option<SlotRead> {
     loop {
         let r = slot.begin(guard);
         let head = r.head();
@@ -174,11 +179,11 @@ fn look(slot: &Slot, guard: &Guard, key: &[u8], mut out: Option<&mut Vec<u8>>) -
             None
         } else {
             match out.as_deref_mut() {
-                None => Some(Seen::At(record::version(&head))),
-                Some(_) if !record::rendered(&head) => Some(Seen::Unrendered),
+                None => Some(SlotRead::At(record::version(&head))),
+                Some(_) if !record::rendered(&head) => Some(SlotRead::Unrendered),
                 Some(o) => r
                     .copy_to(record::HEADER, payload_len, o)
-                    .then(|| Seen::At(record::version(&head))),
+                    .then(|| SlotRead::At(record::version(&head))),
             }
         };
         if r.valid() {
@@ -311,7 +316,7 @@ impl BoxTable {
         let guard = epoch::pin();
         loop {
             let found = self.find(shard, hash, &guard, |p| {
-                look(p.slot, &guard, key.as_bytes(), None).map(|_| p)
+                read_slot(p.slot, &guard, key.as_bytes(), None).map(|_| p)
             });
             let done = match found {
                 Some(place) => self.update(shard, place, &change, out.as_deref_mut(), &guard)?,
@@ -336,11 +341,11 @@ impl BoxTable {
         let guard = epoch::pin();
         loop {
             let (place, seen) = self.find(shard, hash, &guard, |p| {
-                look(p.slot, &guard, key, Some(&mut *out)).map(|seen| (p, seen))
+                read_slot(p.slot, &guard, key, Some(&mut *out)).map(|seen| (p, seen))
             })?;
             match seen {
-                Seen::At(version) => return Some(version),
-                Seen::Unrendered => {
+                SlotRead::At(version) => return Some(version),
+                SlotRead::Unrendered => {
                     if let Some(version) = self.render_later(place.slot, key, out, &guard) {
                         return Some(version);
                     }
@@ -354,10 +359,10 @@ impl BoxTable {
         let hash = self.hasher.hash_one(key);
         let guard = epoch::pin();
         match self.find(self.shard(hash), hash, &guard, |p| {
-            look(p.slot, &guard, key, None)
+            read_slot(p.slot, &guard, key, None)
         })? {
-            Seen::At(version) => Some(version),
-            Seen::Unrendered => None,
+            SlotRead::At(version) => Some(version),
+            SlotRead::Unrendered => None,
         }
     }
 
@@ -370,7 +375,7 @@ impl BoxTable {
         let guard = epoch::pin();
         let _writer = shard.lock();
         let n = self.find(shard, hash, &guard, |p| {
-            look(p.slot, &guard, key, None).map(|_| p.n)
+            read_slot(p.slot, &guard, key, None).map(|_| p.n)
         })?;
         let removed = self.remove_slot(shard, n, None, &guard)?;
         Some(record::version(&removed))
@@ -386,8 +391,8 @@ impl BoxTable {
         let guard = epoch::pin();
         let _writer = shard.lock();
         let n = self.find(shard, hash, &guard, |p| {
-            match look(p.slot, &guard, key, None)? {
-                Seen::At(v) if v < version => Some(Some(p.n)),
+            match read_slot(p.slot, &guard, key, None)? {
+                SlotRead::At(v) if v < version => Some(Some(p.n)),
                 _ => Some(None),
             }
         })??;

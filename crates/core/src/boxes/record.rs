@@ -129,14 +129,14 @@ pub(super) fn key_is(r: &[u8], key: &[u8]) -> bool {
         return false;
     }
     #[inline(always)]
-    fn two<const W: usize>(a: &[u8], b: &[u8]) -> bool {
+    fn first_and_last_equal<const W: usize>(a: &[u8], b: &[u8]) -> bool {
         a.first_chunk::<W>() == b.first_chunk::<W>() && a.last_chunk::<W>() == b.last_chunk::<W>()
     }
     match n {
         17.. => k == key,
-        8.. => two::<8>(k, key),
-        4.. => two::<4>(k, key),
-        2.. => two::<2>(k, key),
+        8.. => first_and_last_equal::<8>(k, key),
+        4.. => first_and_last_equal::<4>(k, key),
+        2.. => first_and_last_equal::<2>(k, key),
         1 => k[0] == key[0],
         0 => true,
     }
@@ -297,7 +297,7 @@ fn copy_short(dst: &mut [u8], src: &[u8]) {
         return;
     }
     #[inline(always)]
-    fn two<const W: usize>(dst: &mut [u8], src: &[u8]) {
+    fn copy_first_and_last<const W: usize>(dst: &mut [u8], src: &[u8]) {
         if let (Some(d), Some(s)) = (dst.first_chunk_mut::<W>(), src.first_chunk::<W>()) {
             *d = *s;
         }
@@ -306,9 +306,9 @@ fn copy_short(dst: &mut [u8], src: &[u8]) {
         }
     }
     match n {
-        8.. => two::<8>(dst, src),
-        4.. => two::<4>(dst, src),
-        2.. => two::<2>(dst, src),
+        8.. => copy_first_and_last::<8>(dst, src),
+        4.. => copy_first_and_last::<4>(dst, src),
+        2.. => copy_first_and_last::<2>(dst, src),
         1 => dst[0] = src[0],
         _ => {}
     }

@@ -275,7 +275,7 @@ fn is_rendered(t: &BoxTable, key: &str) -> bool {
     let hash = t.hasher.hash_one(key.as_bytes());
     let guard = epoch::pin();
     t.find(t.shard(hash), hash, &guard, |p| {
-        look(p.slot, &guard, key.as_bytes(), None)?;
+        read_slot(p.slot, &guard, key.as_bytes(), None)?;
         let mut image = Vec::new();
         loop {
             let r = p.slot.begin(&guard);
@@ -762,15 +762,15 @@ fn boxes_sharing_a_hash_are_told_apart_by_key() {
     let find = |key: &[u8], out: Option<&mut Vec<u8>>| {
         let mut out = out;
         t.find(shard, hash, &guard, |p| {
-            look(p.slot, &guard, key, out.as_deref_mut()).map(|s| (p.n, s))
+            read_slot(p.slot, &guard, key, out.as_deref_mut()).map(|s| (p.n, s))
         })
     };
-    assert_eq!(find(b"first", None), Some((0, Seen::At(3))));
-    assert_eq!(find(b"second", None), Some((1, Seen::At(5))));
+    assert_eq!(find(b"first", None), Some((0, SlotRead::At(3))));
+    assert_eq!(find(b"second", None), Some((1, SlotRead::At(5))));
     assert!(find(b"third", None).is_none());
     assert!(find(b"firs", None).is_none());
     let mut out = Vec::new();
-    assert_eq!(find(b"second", Some(&mut out)), Some((1, Seen::At(5))));
+    assert_eq!(find(b"second", Some(&mut out)), Some((1, SlotRead::At(5))));
     assert_eq!(out, b"{}");
     // Removing the first moves the second into its slot; still found.
     assert_eq!(
@@ -778,7 +778,7 @@ fn boxes_sharing_a_hash_are_told_apart_by_key() {
             .map(|r| record::version(&r)),
         Some(3)
     );
-    assert_eq!(find(b"second", None), Some((0, Seen::At(5))));
+    assert_eq!(find(b"second", None), Some((0, SlotRead::At(5))));
     assert!(find(b"first", None).is_none());
 }
 
@@ -855,7 +855,7 @@ fn check_consistent(t: &BoxTable) {
             assert_eq!((e >> 32) as u32, fingerprint(hash));
             let m = t
                 .find(shard, hash, &guard, |p| {
-                    look(p.slot, &guard, &key, None).map(|_| p.n)
+                    read_slot(p.slot, &guard, &key, None).map(|_| p.n)
                 })
                 .expect("found by key");
             assert_eq!(m, n);

@@ -9,7 +9,7 @@ use crossbeam_epoch::Guard;
 use super::record::{self, Payload};
 use super::reduce::{next_record, Message, Prior, Reducers};
 use super::slot::Words;
-use super::{expiry::touch, look, size_class, whole_words, BoxTable, Place, Shard};
+use super::{expiry::touch, read_slot, size_class, whole_words, BoxTable, Place, Shard};
 use crate::plan::MessageError;
 
 /// Where an applied message's version comes from.
@@ -192,7 +192,7 @@ impl BoxTable {
         let _writer = shard.lock();
         if self
             .find(shard, hash, guard, |p| {
-                look(p.slot, guard, key.as_bytes(), None)
+                read_slot(p.slot, guard, key.as_bytes(), None)
             })
             .is_some()
         {

@@ -119,7 +119,7 @@ impl BoxTable {
         let _writer = shard.lock();
         if self
             .find(shard, hash, &guard, |p| {
-                look(p.slot, &guard, key.as_bytes(), None)
+                read_slot(p.slot, &guard, key.as_bytes(), None)
             })
             .is_some()
         {

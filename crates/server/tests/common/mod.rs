@@ -285,3 +285,42 @@ pub fn wait_parked(a: SocketAddr, n: u64) {
     }
     assert_eq!(parked, n, "polls parked");
 }
+
+/// Write `text` to `path` as a rotation should: beside it, then renamed
+/// over it (a reader never sees half a file).
+pub fn replace_file(path: &std::path::Path, text: &str) {
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// Wait (up to 10 s) until `done` says so: a rotation is taken within
+/// about a second (the files are looked at once a second, the workers take
+/// a new read at their next tick); a test asserts what happens, not when.
+pub fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !done() {
+        assert!(std::time::Instant::now() < until, "never: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// `pollbox_auth_reloads_total{result}` of the server at `a`.
+pub fn reloads(a: SocketAddr, result: &str) -> u64 {
+    let line = format!("pollbox_auth_reloads_total{{result=\"{result}\"}} ");
+    get(a, "/metrics")
+        .text()
+        .lines()
+        .find_map(|l| l.strip_prefix(line.as_str()))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `GET path` with `token` as a bearer token, on a kept-alive connection.
+pub fn get_with(conn: &mut Reader, path: &str, token: &str) -> Resp {
+    conn.send(
+        format!("GET {path} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\n\r\n")
+            .as_bytes(),
+    );
+    conn.read(false)
+}
