@@ -267,6 +267,9 @@ pub struct SnapshotConfig {
     /// "" = no persistence.
     pub path: String,
     pub interval_s: u64,
+    /// A new base (a compaction) once the chain's deltas pass this share of
+    /// the base's bytes, in percent; 0: a full snapshot every interval.
+    pub compact_percent: u32,
 }
 
 /// `[log]`: with `brokers` set the node is a replica built from a Kafka topic
@@ -428,6 +431,7 @@ impl Default for SnapshotConfig {
         Self {
             path: String::new(),
             interval_s: 10,
+            compact_percent: 25,
         }
     }
 }
@@ -482,6 +486,12 @@ impl Config {
         self.check_boxes()?;
         if self.snapshot.interval_s == 0 {
             return Err(invalid("snapshot.interval_s", "must be greater than 0"));
+        }
+        if self.snapshot.compact_percent > 100 {
+            return Err(invalid(
+                "snapshot.compact_percent",
+                "must be 0 (a full snapshot every interval) to 100",
+            ));
         }
         self.log.validate()
     }
@@ -1211,6 +1221,7 @@ mod tests {
             ("[limits]\nmax_body_bytes = 0\n", "limits.max_body_bytes"),
             ("[boxes]\nmax_key_bytes = 0\n", "boxes.max_key_bytes"),
             ("[snapshot]\ninterval_s = 0\n", "snapshot.interval_s"),
+            ("[snapshot]\ncompact_percent = 101\n", "snapshot.compact_percent"),
             ("[log]\ntopic = \"a/b\"\n", "log.topic"),
             ("[log]\ntopic = \"\"\n", "log.topic"),
             ("[log]\nack_timeout_ms = 0\n", "log.ack_timeout_ms"),

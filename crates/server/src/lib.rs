@@ -393,6 +393,7 @@ impl Server {
             .transpose()?;
         let (polls, wakers) = new_polls(n)?;
         let auth_files = auth_files::AuthFiles::new(&config);
+        let compact_percent = config.snapshot.compact_percent;
         let node = Node::new(config, plan, boxes);
         let shared = Arc::new(Shared::new(node, &wakers, started, log_state, auth_files));
         start_producer(&shared)?;
@@ -400,7 +401,8 @@ impl Server {
         let snapshot_stop = Arc::new((Mutex::new(false), Condvar::new()));
         let snapshot_thread = match &snapshot_path {
             Some(p) => {
-                let snapshots = snapshot_file::Snapshots::new(p.clone(), chain);
+                let snapshots =
+                    snapshot_file::Snapshots::new(p.clone(), chain).compact_at(compact_percent);
                 let (shared, stop) = (shared.clone(), snapshot_stop.clone());
                 Some(
                     std::thread::Builder::new()

@@ -31,7 +31,7 @@ use pollbox_core::snapshot::{
 
 use crate::{failpoint, Shared, StartError};
 
-/// A new base is written once the chain's deltas together pass this share of
+/// By default, a new base is written once the chain's deltas together pass this share of
 /// its base's bytes (a compaction): with 1 % of the boxes changing between
 /// snapshots that is a base every ~25 snapshots, about 5 % of a full snapshot
 /// written per interval, and a restart reads at most 1.25 times a base's
@@ -64,9 +64,10 @@ pub struct Chain {
 }
 
 impl Chain {
-    /// Whether the next file is to be a new base.
-    fn compaction_due(&self) -> bool {
-        self.delta_bytes * 100 >= self.base_bytes * COMPACT_PERCENT || self.seq >= MAX_DELTAS
+    /// Whether the next file is to be a new base, with compactions at
+    /// `percent` of the base's bytes.
+    fn compaction_due(&self, percent: u32) -> bool {
+        self.delta_bytes * 100 >= self.base_bytes * u64::from(percent) || self.seq >= MAX_DELTAS
     }
 }
 
@@ -87,13 +88,26 @@ pub struct Snapshots {
     /// `None`: the next file is a base (no chain yet, versions re-stamped at
     /// the load, or a write failed).
     chain: Option<Chain>,
+    /// `snapshot.compact_percent` ([`COMPACT_PERCENT`] unless set).
+    compact_percent: u32,
 }
 
 impl Snapshots {
     /// The snapshots at `path`, extending `chain` (what [`load`] found), or
     /// starting with a base.
     pub fn new(path: PathBuf, chain: Option<Chain>) -> Snapshots {
-        Snapshots { path, chain }
+        Snapshots {
+            path,
+            chain,
+            compact_percent: COMPACT_PERCENT as u32,
+        }
+    }
+
+    /// Compactions once the deltas pass `percent` of the base's bytes (0: a
+    /// base every time).
+    pub fn compact_at(mut self, percent: u32) -> Snapshots {
+        self.compact_percent = percent;
+        self
     }
 
     pub fn path(&self) -> &Path {
@@ -107,7 +121,7 @@ impl Snapshots {
     /// Write the next file of the chain for `table` at `now_ms` (the table's
     /// clock), with the log `position` it reflects at least (taken before this
     /// call): a delta, or a base when none is extended or the deltas passed
-    /// [`COMPACT_PERCENT`] of it. After an error the next file is a base.
+    /// its share of it (`compact_at`). After an error the next file is a base.
     pub fn save(
         &mut self,
         table: &BoxTable,
@@ -115,7 +129,9 @@ impl Snapshots {
         position: Option<&Position>,
     ) -> io::Result<Saved> {
         let r = match self.chain.take() {
-            Some(c) if !c.compaction_due() => self.save_delta(c, table, now_ms, position),
+            Some(c) if !c.compaction_due(self.compact_percent) => {
+                self.save_delta(c, table, now_ms, position)
+            }
             _ => self.save_base(table, now_ms, position),
         };
         if r.is_err() {
@@ -828,6 +844,46 @@ mod tests {
             "only the new chain's deltas"
         );
         fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    /// The kinds of twelve snapshots of a table of 100 boxes, 10 changing
+    /// between each, compacting at `percent`.
+    fn kinds_at(percent: u32) -> Vec<Kind> {
+        let dir = scratch_dir(&format!("compact-at-{percent}"));
+        let path = dir.join("boxes.snap");
+        let t = sample(100);
+        let mut snaps = Snapshots::new(path.clone(), None).compact_at(percent);
+        let mut kinds = vec![snaps.save(&t, 0, None).expect("saves").kind];
+        for round in 0..12i64 {
+            for k in 0..10 {
+                let key = format!("box-{}", (round * 10 + k) % 100);
+                t.apply(&key, &[Some(Value::I64(round))], 0, None)
+                    .expect("ok");
+            }
+            kinds.push(snaps.save(&t, 0, None).expect("saves").kind);
+            assert_same_boxes(&t, &load_plain(&path).table);
+        }
+        fs::remove_dir_all(&dir).expect("cleanup");
+        kinds
+    }
+
+    #[test]
+    fn the_compaction_share_is_a_setting() {
+        let bases = |k: &[Kind]| k.iter().filter(|k| **k == Kind::Base).count();
+        // 0: a full snapshot every time.
+        assert_eq!(bases(&kinds_at(0)), 13);
+        // Deltas of about 10 % of the base each: the lower the share, the
+        // more bases.
+        let (ten, default, all) = (
+            bases(&kinds_at(10)),
+            bases(&kinds_at(COMPACT_PERCENT as u32)),
+            bases(&kinds_at(100)),
+        );
+        assert!(ten > default && default > all, "{ten} {default} {all}");
+        assert_eq!(
+            all, 2,
+            "one compaction past 100 % in twelve deltas of ~10 %"
+        );
     }
 
     #[test]
