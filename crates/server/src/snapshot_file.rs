@@ -814,13 +814,9 @@ mod tests {
         fs::remove_dir_all(&dir).expect("cleanup");
     }
 
-    #[test]
-    fn deltas_past_a_quarter_of_the_base_start_a_new_base_and_the_old_deltas_go() {
-        let dir = scratch_dir("compact");
-        let path = dir.join("boxes.snap");
-        let t = sample(100);
-        let mut snaps = Snapshots::new(path.clone(), None);
-        assert_eq!(snaps.save(&t, 0, None).expect("saves").kind, Kind::Base);
+    /// Twelve snapshots of `t` (100 boxes) at `path` after a first, 10
+    /// boxes changing before each, each loaded back and compared: their kinds.
+    fn twelve_rounds(snaps: &mut Snapshots, t: &BoxTable, path: &Path) -> Vec<Kind> {
         let mut kinds = Vec::new();
         for round in 0..12i64 {
             for k in 0..10 {
@@ -828,9 +824,20 @@ mod tests {
                 t.apply(&key, &[Some(Value::I64(round))], 0, None)
                     .expect("ok");
             }
-            kinds.push(snaps.save(&t, 0, None).expect("saves").kind);
-            assert_same_boxes(&t, &load_plain(&path).table);
+            kinds.push(snaps.save(t, 0, None).expect("saves").kind);
+            assert_same_boxes(t, &load_plain(path).table);
         }
+        kinds
+    }
+
+    #[test]
+    fn deltas_past_a_quarter_of_the_base_start_a_new_base_and_the_old_deltas_go() {
+        let dir = scratch_dir("compact");
+        let path = dir.join("boxes.snap");
+        let t = sample(100);
+        let mut snaps = Snapshots::new(path.clone(), None);
+        assert_eq!(snaps.save(&t, 0, None).expect("saves").kind, Kind::Base);
+        let kinds = twelve_rounds(&mut snaps, &t, &path);
         let first_base = kinds
             .iter()
             .position(|k| *k == Kind::Base)
@@ -846,23 +853,15 @@ mod tests {
         fs::remove_dir_all(&dir).expect("cleanup");
     }
 
-    /// The kinds of twelve snapshots of a table of 100 boxes, 10 changing
-    /// between each, compacting at `percent`.
+    /// The kinds of thirteen snapshots (a first, then [`twelve_rounds`]),
+    /// compacting at `percent`.
     fn kinds_at(percent: u32) -> Vec<Kind> {
         let dir = scratch_dir(&format!("compact-at-{percent}"));
         let path = dir.join("boxes.snap");
         let t = sample(100);
         let mut snaps = Snapshots::new(path.clone(), None).compact_at(percent);
         let mut kinds = vec![snaps.save(&t, 0, None).expect("saves").kind];
-        for round in 0..12i64 {
-            for k in 0..10 {
-                let key = format!("box-{}", (round * 10 + k) % 100);
-                t.apply(&key, &[Some(Value::I64(round))], 0, None)
-                    .expect("ok");
-            }
-            kinds.push(snaps.save(&t, 0, None).expect("saves").kind);
-            assert_same_boxes(&t, &load_plain(&path).table);
-        }
+        kinds.extend(twelve_rounds(&mut snaps, &t, &path));
         fs::remove_dir_all(&dir).expect("cleanup");
         kinds
     }
