@@ -102,6 +102,43 @@ pub enum Closing {
     Now,
 }
 
+/// What a connection waits on, if anything: one thing at a time, because a
+/// request that waits holds back everything pipelined behind it.
+#[derive(Debug)]
+enum Wait {
+    None,
+    /// Boxed, as `Logging`: rare states, kept out of every connection's size.
+    /// A stream is not (an event stream's memory is mostly its `Connection`:
+    /// BENCHMARKS.md).
+    Parked(Box<Parked>),
+    Logging(Box<Logging>),
+    Streaming(Streaming),
+}
+
+impl Wait {
+    /// The parked poll, taken out (the connection then waits on nothing).
+    fn take_parked(&mut self) -> Option<Box<Parked>> {
+        match std::mem::replace(self, Wait::None) {
+            Wait::Parked(p) => Some(p),
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
+
+    /// The logged request, taken out.
+    fn take_logging(&mut self) -> Option<Box<Logging>> {
+        match std::mem::replace(self, Wait::None) {
+            Wait::Logging(l) => Some(l),
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
+}
+
 /// A long-poll waiting on this connection.
 #[derive(Debug)]
 struct Parked {
@@ -160,14 +197,14 @@ pub struct Connection {
     head_started_ms: Option<u64>,
     /// Bytes of the current partial request seen at the last check (body progress).
     partial_seen: usize,
-    /// Boxed, as `logging`: rare states, kept out of every connection's size
-    /// (an event stream's memory is mostly its `Connection`: BENCHMARKS.md).
-    parked: Option<Box<Parked>>,
+    wait: Wait,
     /// The last request answered was a `POST` (an ingest): the server serves
     /// such connections after the others of a loop turn.
     posted: bool,
-    logging: Option<Box<Logging>>,
-    streaming: Option<Streaming>,
+    /// Apart from `wait`, because it coexists with one: a client that sends
+    /// a long-poll (or an ingest of a log, or opens a stream) and then
+    /// half-closes is answered, then closed (`AfterSend`); a stream that
+    /// ends is closing with nothing left to wait on.
     closing: Option<Closing>,
     /// The last read wanted a buffer the worker's budget did not allow.
     starved: bool,
@@ -201,10 +238,8 @@ impl Connection {
                 },
             head_started_ms: None,
             partial_seen: 0,
-            parked: None,
+            wait: Wait::None,
             posted: false,
-            logging: None,
-            streaming: None,
             closing: None,
             starved: false,
             creds: Credentials::default(),
@@ -247,12 +282,7 @@ impl Connection {
     /// what the client still sends).
     pub fn wants_read(&self) -> bool {
         match self.closing {
-            None => {
-                self.parked.is_none()
-                    && self.logging.is_none()
-                    && self.streaming.is_none()
-                    && self.sendq.pending() < SEND_BACKPRESSURE
-            }
+            None => matches!(self.wait, Wait::None) && self.sendq.pending() < SEND_BACKPRESSURE,
             Some(Closing::Linger { .. }) => self.sendq.is_empty(),
             Some(_) => false,
         }
@@ -341,16 +371,12 @@ impl Connection {
 
     /// When the server must call [`Connection::on_timer`] (ms on the worker clock).
     pub fn deadline(&self) -> u64 {
-        if let Some(l) = &self.logging {
-            return l.deadline_ms;
-        }
-        if let (Some(s), None) = (&self.streaming, self.closing) {
-            return s.heartbeat_ms.min(s.token_end_ms.unwrap_or(u64::MAX));
-        }
-        match (&self.parked, self.closing) {
-            (Some(p), _) => p.deadline_ms.min(p.token_end_ms.unwrap_or(u64::MAX)),
-            (None, Some(Closing::Linger { until_ms, .. })) => until_ms,
-            (None, _) => self.deadline_ms,
+        match (&self.wait, self.closing) {
+            (Wait::Logging(l), _) => l.deadline_ms,
+            (Wait::Streaming(s), None) => s.heartbeat_ms.min(s.token_end_ms.unwrap_or(u64::MAX)),
+            (Wait::Parked(p), _) => p.deadline_ms.min(p.token_end_ms.unwrap_or(u64::MAX)),
+            (_, Some(Closing::Linger { until_ms, .. })) => until_ms,
+            _ => self.deadline_ms,
         }
     }
 
@@ -362,24 +388,23 @@ impl Connection {
         if self.held_token_end().is_some_and(|end| cx.now_ms >= end) && self.check_held_token(cx) {
             return;
         }
-        if self
-            .parked
-            .as_ref()
-            .is_some_and(|p| cx.now_ms < p.deadline_ms)
-        {
-            // Its token's end came first, and the token still holds (the
-            // wall clock moved): its deadline is armed again.
-            return;
+        match &self.wait {
+            Wait::Parked(p) if cx.now_ms < p.deadline_ms => {
+                // Its token's end came first, and the token still holds (the
+                // wall clock moved): its deadline is armed again.
+                return;
+            }
+            Wait::Parked(_) => {
+                self.answer_parked(true, cx);
+                return;
+            }
+            Wait::Logging(_) => {
+                self.answer_logging(true, cx);
+                return;
+            }
+            _ => {}
         }
-        if self.parked.is_some() {
-            self.answer_parked(true, cx);
-            return;
-        }
-        if self.logging.is_some() {
-            self.answer_logging(true, cx);
-            return;
-        }
-        if let (Some(s), None) = (&mut self.streaming, self.closing) {
+        if let (Wait::Streaming(s), None) = (&mut self.wait, self.closing) {
             if cx.now_ms < s.heartbeat_ms {
                 // Its token's end came first, and the token still holds.
                 return;
@@ -436,9 +461,9 @@ impl Connection {
     /// The key whose updates this connection waits for: a parked long-poll's
     /// or an event stream's. The server registers it where ingests wake it.
     pub fn watched_key(&self) -> Option<&[u8]> {
-        match (&self.parked, &self.streaming) {
-            (Some(p), _) => Some(&p.key),
-            (None, Some(s)) if self.closing.is_none() => Some(&s.key),
+        match (&self.wait, self.closing) {
+            (Wait::Parked(p), _) => Some(&p.key),
+            (Wait::Streaming(s), None) => Some(&s.key),
             _ => None,
         }
     }
@@ -446,9 +471,9 @@ impl Connection {
     /// Whether [`Connection::watched_key`] is the keys of a many-box poll
     /// ([`crate::service::ManyKeys`]): wake-ups of each of them concern it.
     pub fn watches_many(&self) -> bool {
-        match (&self.parked, &self.streaming) {
-            (Some(p), _) => p.park.many,
-            (None, Some(s)) => s.many.is_some(),
+        match &self.wait {
+            Wait::Parked(p) => p.park.many,
+            Wait::Streaming(s) => s.many.is_some(),
             _ => false,
         }
     }
@@ -456,7 +481,10 @@ impl Connection {
     /// The log request this connection waits for (a node of a log's ingest
     /// or `DELETE`): the server routes its records' reports here.
     pub fn awaited_request(&self) -> Option<u64> {
-        self.logging.as_ref().map(|l| l.pending.request)
+        match &self.wait {
+            Wait::Logging(l) => Some(l.pending.request),
+            _ => None,
+        }
     }
 
     /// Record `index` of the awaited log request met its fate: once every
@@ -469,9 +497,9 @@ impl Connection {
         cx: &mut Ctx<'_, H>,
     ) -> bool {
         let plan = &cx.service.node().plan;
-        let done = match self.logging.as_mut() {
-            Some(l) => l.pending.report(index, report, plan),
-            None => return false,
+        let done = match &mut self.wait {
+            Wait::Logging(l) => l.pending.report(index, report, plan),
+            _ => return false,
         };
         if done {
             self.answer_logging(false, cx);
@@ -488,7 +516,7 @@ impl Connection {
 
     /// Whether this connection streams events (and is not closing).
     pub fn streaming(&self) -> bool {
-        self.streaming.is_some() && self.closing.is_none()
+        matches!(self.wait, Wait::Streaming(_)) && self.closing.is_none()
     }
 
     /// A box this connection may wait on was updated, deleted or expired:
@@ -508,7 +536,7 @@ impl Connection {
         moved: &dyn Fn(usize) -> bool,
         cx: &mut Ctx<'_, H>,
     ) -> bool {
-        if let Some(s) = self.streaming.as_mut() {
+        if let Wait::Streaming(s) = &mut self.wait {
             if let Some(watching) = s.many.as_mut() {
                 for i in (0..watching.len()).filter(|&i| moved(i)) {
                     watching.mark(i);
@@ -517,10 +545,10 @@ impl Connection {
             }
             return self.stream_update(cx);
         }
-        let due = self
-            .parked
-            .as_ref()
-            .is_some_and(|p| cx.service.park_due(&p.key, &p.park));
+        let due = match &self.wait {
+            Wait::Parked(p) => cx.service.park_due(&p.key, &p.park),
+            _ => false,
+        };
         if due {
             self.answer_parked(false, cx);
         }
@@ -542,9 +570,9 @@ impl Connection {
 
     /// When the held request's token ends, if it needed one.
     fn held_token_end(&self) -> Option<u64> {
-        match (&self.parked, &self.streaming, self.closing) {
-            (Some(p), _, _) => p.token_end_ms,
-            (None, Some(s), None) => s.token_end_ms,
+        match (&self.wait, self.closing) {
+            (Wait::Parked(p), _) => p.token_end_ms,
+            (Wait::Streaming(s), None) => s.token_end_ms,
             _ => None,
         }
     }
@@ -560,10 +588,10 @@ impl Connection {
         match cx.service.held_token(&mut self.creds) {
             Ok(end_s) => {
                 let end = Some(cx.service.token_deadline_ms(end_s, cx.now_ms));
-                if let Some(p) = self.parked.as_mut() {
-                    p.token_end_ms = end;
-                } else if let Some(s) = self.streaming.as_mut() {
-                    s.token_end_ms = end;
+                match &mut self.wait {
+                    Wait::Parked(p) => p.token_end_ms = end,
+                    Wait::Streaming(s) => s.token_end_ms = end,
+                    _ => {}
                 }
                 false
             }
@@ -578,13 +606,13 @@ impl Connection {
     /// poll is answered 401 (then what was pipelined behind it is served),
     /// a stream is sent `event: expired` and ends.
     fn end_held<H: Host>(&mut self, why: Refusal, cx: &mut Ctx<'_, H>) {
-        if let Some(p) = self.parked.take() {
+        if let Some(p) = self.wait.take_parked() {
             self.answer_held(&p.frame, cx, |service, request, out, host| {
                 service.refuse_parked(request, why, out, host)
             });
             return;
         }
-        if self.streaming.is_some() {
+        if matches!(self.wait, Wait::Streaming(_)) {
             let Ctx {
                 service,
                 buffers,
@@ -604,10 +632,7 @@ impl Connection {
     /// client that half-closes and then waits for a parked answer loses it, as
     /// with Nchan; no HTTP client does that.)
     pub fn peer_hung_up(&mut self) {
-        if self.parked.take().is_some()
-            || self.logging.take().is_some()
-            || self.streaming.take().is_some()
-        {
+        if !matches!(std::mem::replace(&mut self.wait, Wait::None), Wait::None) {
             self.client.unhold();
             self.closing = Some(Closing::Now);
         }
@@ -617,7 +642,7 @@ impl Connection {
     /// meanwhile sends the newest version now (the versions between were
     /// coalesced). Returns whether something was queued.
     pub fn on_send_drained<H: Host>(&mut self, cx: &mut Ctx<'_, H>) -> bool {
-        let dirty = self.streaming.as_ref().is_some_and(|s| s.dirty);
+        let dirty = matches!(&self.wait, Wait::Streaming(s) if s.dirty);
         if !dirty || !self.sendq.is_empty() || self.closing.is_some() {
             return false;
         }
@@ -627,7 +652,7 @@ impl Connection {
     /// Whether [`Connection::on_send_drained`] has something to send once the
     /// queue is empty.
     pub fn stream_dirty(&self) -> bool {
-        self.streaming.as_ref().is_some_and(|s| s.dirty) && self.closing.is_none()
+        matches!(&self.wait, Wait::Streaming(s) if s.dirty) && self.closing.is_none()
     }
 
     /// The server is shutting down: a parked long-poll is answered now with the
@@ -638,18 +663,22 @@ impl Connection {
             self.closing = Some(Closing::Now);
             return;
         }
-        if self.parked.is_some() {
-            self.answer_parked(true, cx);
-            self.closing.get_or_insert(Closing::AfterSend);
-        } else if self.logging.is_some() {
+        match self.wait {
+            Wait::Parked(_) => {
+                self.answer_parked(true, cx);
+                self.closing.get_or_insert(Closing::AfterSend);
+            }
             // Its answer comes from the log (or its deadline), with
             // `Connection: close`.
-        } else if self.streaming.is_some() {
+            Wait::Logging(_) => {}
             // The stream ends with the connection: once what is queued is
             // sent. An EventSource reconnects (elsewhere) after `retry`.
-            self.end_stream(cx.now_ms, cx.service);
-        } else if self.sendq.is_empty() && self.rend == self.rstart {
-            self.closing = Some(Closing::Now);
+            Wait::Streaming(_) => self.end_stream(cx.now_ms, cx.service),
+            Wait::None => {
+                if self.sendq.is_empty() && self.rend == self.rstart {
+                    self.closing = Some(Closing::Now);
+                }
+            }
         }
     }
 
@@ -686,19 +715,17 @@ impl Connection {
         self.give_back_rbuf(buffers);
         self.client
             .release(&cx.service.node().clients, cx.now_ms.saturating_mul(1000));
-        self.parked = None;
-        self.logging = None;
-        self.streaming = None;
+        self.wait = Wait::None;
     }
 
     /// Heap bytes of what a parked poll or an event stream keeps: its key (or
     /// keys) and, for many boxes, where the stream stands with each.
     pub fn watch_bytes(&self) -> usize {
-        let parked = self.parked.as_ref().map_or(0, |p| p.key.len());
-        let streaming = self.streaming.as_ref().map_or(0, |s| {
-            s.key.len() + s.many.as_ref().map_or(0, Watching::heap_bytes)
-        });
-        parked + streaming
+        match &self.wait {
+            Wait::Parked(p) => p.key.len(),
+            Wait::Streaming(s) => s.key.len() + s.many.as_ref().map_or(0, Watching::heap_bytes),
+            _ => 0,
+        }
     }
 
     /// Heap bytes held for this connection: (read buffer, send queue).
@@ -715,12 +742,7 @@ impl Connection {
             return;
         }
         let limited = self.client.limited();
-        while self.closing.is_none()
-            && self.parked.is_none()
-            && self.logging.is_none()
-            && self.streaming.is_none()
-            && self.rstart < self.rend
-        {
+        while self.closing.is_none() && matches!(self.wait, Wait::None) && self.rstart < self.rend {
             let progress = self.framer.advance(&mut self.rbuf[self.rstart..self.rend]);
             let Ctx {
                 service,
@@ -796,10 +818,14 @@ impl Connection {
                             let key = service.key().into();
                             let frame = frame.clone();
                             let token_end_ms = token_end_ms(&mut self.creds, cx);
-                            self.park(frame, key, p, cx.now_ms + p.wait_ms, cx.buffers);
-                            if let Some(parked) = self.parked.as_mut() {
-                                parked.token_end_ms = token_end_ms;
-                            }
+                            self.hold_request(cx.buffers);
+                            self.wait = Wait::Parked(Box::new(Parked {
+                                frame,
+                                key,
+                                park: p,
+                                deadline_ms: cx.now_ms + p.wait_ms,
+                                token_end_ms,
+                            }));
                             return;
                         }
                         Reply::Log => {
@@ -809,7 +835,7 @@ impl Connection {
                             let deadline_ms = cx.now_ms + service.node().config.log.ack_timeout_ms;
                             let frame = frame.clone();
                             self.hold_request(cx.buffers);
-                            self.logging = Some(Box::new(Logging {
+                            self.wait = Wait::Logging(Box::new(Logging {
                                 frame,
                                 pending,
                                 deadline_ms,
@@ -825,7 +851,7 @@ impl Connection {
                             // The stream's body ends with the connection: what
                             // was pipelined behind it is never answered.
                             self.give_back_rbuf(cx.buffers);
-                            self.streaming = Some(Streaming {
+                            self.wait = Wait::Streaming(Streaming {
                                 key,
                                 stream,
                                 many,
@@ -883,7 +909,7 @@ impl Connection {
     /// client has not read what is queued (then only remember it: at most one
     /// event is ever queued); or `event: deleted` and the end.
     fn stream_update<H: Host>(&mut self, cx: &mut Ctx<'_, H>) -> bool {
-        let Some(s) = self.streaming.as_mut() else {
+        let Wait::Streaming(s) = &mut self.wait else {
             return false;
         };
         if self.closing.is_some() {
@@ -955,7 +981,7 @@ impl Connection {
     /// End the event stream: the connection closes once what is queued is
     /// sent, or at the idle timeout from now if the client does not read it.
     fn end_stream(&mut self, now_ms: u64, service: &Service) {
-        self.streaming = None;
+        self.wait = Wait::None;
         self.client.unhold();
         self.closing = Some(Closing::AfterSend);
         self.deadline_ms = now_ms + service.node().config.limits.idle_timeout_ms;
@@ -982,28 +1008,6 @@ impl Connection {
         self.partial_seen = 0;
     }
 
-    /// Wait for the box of `key` to move past `park.after` (or go). The
-    /// request's bytes (and any pipelined after it) stay, in a buffer of their
-    /// size: the read buffer goes back to the pool, so a parked poll costs about
-    /// its request's size.
-    fn park(
-        &mut self,
-        frame: Frame,
-        key: Box<[u8]>,
-        park: Park,
-        deadline_ms: u64,
-        buffers: &mut Buffers,
-    ) {
-        self.hold_request(buffers);
-        self.parked = Some(Box::new(Parked {
-            frame,
-            key,
-            park,
-            deadline_ms,
-            token_end_ms: None,
-        }));
-    }
-
     /// Keep the request's bytes (and any pipelined after it) while it waits,
     /// in a buffer of their size: the read buffer goes back to the pool.
     fn hold_request(&mut self, buffers: &mut Buffers) {
@@ -1018,7 +1022,7 @@ impl Connection {
     /// Answer the logged ingest or `DELETE` (every record reported, or
     /// `timed_out`: 503), then what was pipelined behind it.
     fn answer_logging<H: Host>(&mut self, timed_out: bool, cx: &mut Ctx<'_, H>) {
-        let Some(l) = self.logging.take() else {
+        let Some(l) = self.wait.take_logging() else {
             return;
         };
         let l = *l;
@@ -1031,7 +1035,7 @@ impl Connection {
     /// is gone, or 304 when `timed_out` and nothing changed), then what was
     /// pipelined behind it.
     fn answer_parked<H: Host>(&mut self, timed_out: bool, cx: &mut Ctx<'_, H>) {
-        let Some(p) = self.parked.take() else {
+        let Some(p) = self.wait.take_parked() else {
             return;
         };
         self.client.unhold();
@@ -1107,7 +1111,7 @@ impl Connection {
 
     /// Choose the deadline from the state.
     fn update_deadline<H: Host>(&mut self, cx: &Ctx<'_, H>) {
-        if self.parked.is_some() || self.logging.is_some() || self.streaming.is_some() {
+        if !matches!(self.wait, Wait::None) {
             return;
         }
         if self.listener == Listener::Probes || self.client.over_cap() {
