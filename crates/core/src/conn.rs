@@ -155,7 +155,8 @@ struct Parked {
 #[derive(Debug)]
 struct Logging {
     frame: Frame,
-    pending: Pending,
+    /// Boxed by the service that made it ([`Reply::Log`]).
+    pending: Box<Pending>,
     deadline_ms: u64,
 }
 
@@ -807,15 +808,14 @@ impl Connection {
                         };
                         service.answer(listener, request, out, *host, creds)
                     });
-                    if held && !matches!(r, Reply::Park(_) | Reply::Stream(_)) {
+                    if held && !matches!(r, Reply::Park { .. } | Reply::Stream { .. }) {
                         // Not held after all (answered at once): give it back.
                         self.client.unhold();
                     }
                     match r {
                         Reply::KeepAlive => {}
                         Reply::Close => self.closing = Some(Closing::AfterSend),
-                        Reply::Park(p) => {
-                            let key = service.key().into();
+                        Reply::Park { park: p, key } => {
                             let frame = frame.clone();
                             let token_end_ms = token_end_ms(&mut self.creds, cx);
                             self.hold_request(cx.buffers);
@@ -828,10 +828,7 @@ impl Connection {
                             }));
                             return;
                         }
-                        Reply::Log => {
-                            let Some(pending) = service.take_pending() else {
-                                return;
-                            };
+                        Reply::Log(pending) => {
                             let deadline_ms = cx.now_ms + service.node().config.log.ack_timeout_ms;
                             let frame = frame.clone();
                             self.hold_request(cx.buffers);
@@ -842,9 +839,11 @@ impl Connection {
                             }));
                             return;
                         }
-                        Reply::Stream(stream) => {
-                            let key = service.key().into();
-                            let many = stream.many.then(|| service.take_watching()).flatten();
+                        Reply::Stream {
+                            stream,
+                            key,
+                            watching: many,
+                        } => {
                             let heartbeat_ms =
                                 cx.now_ms + service.node().config.http.sse_heartbeat_ms;
                             let token_end_ms = token_end_ms(&mut self.creds, cx);
@@ -1027,7 +1026,7 @@ impl Connection {
         };
         let l = *l;
         self.answer_held(&l.frame, cx, |service, request, out, host| {
-            service.answer_logged(request, l.pending, timed_out, out, host)
+            service.answer_logged(request, *l.pending, timed_out, out, host)
         });
     }
 
@@ -1066,7 +1065,7 @@ impl Connection {
         let r = self
             .sendq
             .append(&mut buffers.send, |out| answer(service, request, out, host));
-        if r == Reply::Close {
+        if matches!(r, Reply::Close) {
             self.closing = Some(Closing::AfterSend);
         }
         self.next_request(frame.consumed);
