@@ -1,21 +1,32 @@
 //! One connection's state machine: bytes and the time in, answers and what to
 //! do next out. No socket, no clock: the server reads into
 //! [`Connection::read_buffer`], says how many bytes came ([`Connection::received`]),
-//! when the peer closed ([`Connection::eof`]), when a deadline passed
-//! ([`Connection::on_timer`]) and when a box it waits on moved
-//! ([`Connection::on_box_updated`]); then it asks what to do:
+//! when the peer closed ([`Connection::eof`]), when the timer it asked for
+//! fired ([`Connection::on_timer`]), when a box it watches moved
+//! ([`Connection::on_keys_updated`]) and when a record it awaits was reported
+//! ([`Connection::on_log_report`]). After each call the server writes
+//! [`Connection::send_queue`] (answers are appended there, in request order),
+//! reads on while [`Connection::wants_read`] (not while closing, waiting, or
+//! while the client does not read its answers), and applies, once each, the
+//! actions the connection pushed ([`Connection::actions`], [`Action`]):
 //!
-//! - write [`Connection::send_queue`] (answers are appended there, in request order);
-//! - read on or not ([`Connection::wants_read`]: not while closing, parked, or
-//!   while the client does not read its answers);
-//! - watch a key ([`Connection::watched_key`]: a parked long-poll or an event
-//!   stream; register it where ingests wake it);
-//! - route a log request's reports to it ([`Connection::awaited_request`]: an
-//!   ingest or `DELETE` of a node of a log, answered through
-//!   [`Connection::on_log_report`] once its records are applied);
-//! - arm a timer at [`Connection::deadline`];
-//! - close ([`Connection::finished`]), shutting the write side down first when
-//!   [`Connection::shuts_down_write`] says so.
+//! - `Watch { keys }` when a long-poll parks or an event stream begins (one
+//!   key, or the keys of many boxes): the server registers them where ingests
+//!   wake it, then calls [`Connection::on_box_updated`] once (an update may
+//!   have landed before the registration); `Unwatch` when it is answered or
+//!   ends;
+//! - `Await(ticket)` when an ingest or `DELETE` of a node of a log waits for
+//!   its records: the server routes that request's reports here; `Unawait`
+//!   once it is answered;
+//! - `Arm(at)` when the deadline comes before the timer armed, or none is;
+//! - `Bytes` when its heap bytes changed, for the server's totals;
+//! - `Close` once, when the connection is done (after the server writes what
+//!   the socket takes, shutting the write side down first when
+//!   [`Connection::shuts_down_write`] says so).
+//!
+//! The server keeps no copy of this state: what it keeps is what it made
+//! when applying an action (the registration of a watch, the timer), so it
+//! knows what to undo at the close ([`Connection::release`] asks for it).
 //!
 //! Rules this module owns (each one is a unit test below):
 //! - keep-alive: the request's (HTTP/1.1 unless `Connection: close`, 1.0 only with
@@ -115,30 +126,6 @@ enum Wait {
     Streaming(Streaming),
 }
 
-impl Wait {
-    /// The parked poll, taken out (the connection then waits on nothing).
-    fn take_parked(&mut self) -> Option<Box<Parked>> {
-        match std::mem::replace(self, Wait::None) {
-            Wait::Parked(p) => Some(p),
-            other => {
-                *self = other;
-                None
-            }
-        }
-    }
-
-    /// The logged request, taken out.
-    fn take_logging(&mut self) -> Option<Box<Logging>> {
-        match std::mem::replace(self, Wait::None) {
-            Wait::Logging(l) => Some(l),
-            other => {
-                *self = other;
-                None
-            }
-        }
-    }
-}
-
 /// A long-poll waiting on this connection.
 #[derive(Debug)]
 struct Parked {
@@ -179,6 +166,17 @@ struct Streaming {
 
 pub struct Connection {
     listener: Listener,
+    /// What it asked of the server and the server has not yet taken
+    /// ([`Connection::actions`]).
+    queue: Queue,
+    /// The timer it asked for ([`Action::Arm`]); `u64::MAX`: none (none was
+    /// asked, or it fired).
+    armed_ms: u64,
+    /// Its heap bytes as last told ([`Action::Bytes`]): send queue, watch.
+    told_bytes: (usize, usize),
+    /// [`Action::Close`] was asked (or the connection was released): it
+    /// asks nothing more.
+    close_asked: bool,
     framer: Framer,
     /// Received bytes live in `rbuf[rstart..rend]`; `rbuf.len()` is its capacity.
     /// Empty (no allocation) between requests.
@@ -225,6 +223,10 @@ impl Connection {
         let l = &service.node().config.limits;
         Connection {
             listener,
+            queue: Queue::default(),
+            armed_ms: u64::MAX,
+            told_bytes: (0, 0),
+            close_asked: false,
             framer: Framer::new(Limits::from(l)),
             rbuf: Vec::new(),
             rstart: 0,
@@ -381,8 +383,11 @@ impl Connection {
         }
     }
 
-    /// A timer armed for [`Connection::deadline`] fired (it may have moved since).
+    /// The timer it asked for ([`Action::Arm`]) fired (the deadline may have
+    /// moved since); the timer is spent, so the next [`Connection::actions`]
+    /// asks for one again.
     pub fn on_timer<H: Host>(&mut self, cx: &mut Ctx<'_, H>) {
+        self.armed_ms = u64::MAX;
         if cx.now_ms < self.deadline() {
             return;
         }
@@ -460,8 +465,9 @@ impl Connection {
     }
 
     /// The key whose updates this connection waits for: a parked long-poll's
-    /// or an event stream's. The server registers it where ingests wake it.
-    pub fn watched_key(&self) -> Option<&[u8]> {
+    /// or an event stream's (the server learns it from [`Action::Watch`]).
+    #[cfg(test)]
+    pub(crate) fn watched_key(&self) -> Option<&[u8]> {
         match (&self.wait, self.closing) {
             (Wait::Parked(p), _) => Some(&p.key),
             (Wait::Streaming(s), None) => Some(&s.key),
@@ -469,19 +475,10 @@ impl Connection {
         }
     }
 
-    /// Whether [`Connection::watched_key`] is the keys of a many-box poll
-    /// ([`crate::service::ManyKeys`]): wake-ups of each of them concern it.
-    pub fn watches_many(&self) -> bool {
-        match &self.wait {
-            Wait::Parked(p) => p.park.many,
-            Wait::Streaming(s) => s.many.is_some(),
-            _ => false,
-        }
-    }
-
     /// The log request this connection waits for (a node of a log's ingest
-    /// or `DELETE`): the server routes its records' reports here.
-    pub fn awaited_request(&self) -> Option<u64> {
+    /// or `DELETE`; the server learns it from [`Action::Await`]).
+    #[cfg(test)]
+    pub(crate) fn awaited_request(&self) -> Option<u64> {
         match &self.wait {
             Wait::Logging(l) => Some(l.pending.request),
             _ => None,
@@ -516,7 +513,8 @@ impl Connection {
     }
 
     /// Whether this connection streams events (and is not closing).
-    pub fn streaming(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn streaming(&self) -> bool {
         matches!(self.wait, Wait::Streaming(_)) && self.closing.is_none()
     }
 
@@ -607,7 +605,7 @@ impl Connection {
     /// poll is answered 401 (then what was pipelined behind it is served),
     /// a stream is sent `event: expired` and ends.
     fn end_held<H: Host>(&mut self, why: Refusal, cx: &mut Ctx<'_, H>) {
-        if let Some(p) = self.wait.take_parked() {
+        if let Some(p) = self.take_parked() {
             self.answer_held(&p.frame, cx, |service, request, out, host| {
                 service.refuse_parked(request, why, out, host)
             });
@@ -633,7 +631,7 @@ impl Connection {
     /// client that half-closes and then waits for a parked answer loses it, as
     /// with Nchan; no HTTP client does that.)
     pub fn peer_hung_up(&mut self) {
-        if !matches!(std::mem::replace(&mut self.wait, Wait::None), Wait::None) {
+        if !matches!(self.end_wait(), Wait::None) {
             self.client.unhold();
             self.closing = Some(Closing::Now);
         }
@@ -716,7 +714,110 @@ impl Connection {
         self.give_back_rbuf(buffers);
         self.client
             .release(&cx.service.node().clients, cx.now_ms.saturating_mul(1000));
-        self.wait = Wait::None;
+        self.end_wait();
+        // Closed: what it asks now is what the server gives back.
+        self.close_asked = true;
+    }
+
+    /// What the server is to do for this connection, in the order it was
+    /// decided since the last call: call it after each call into the
+    /// connection (and after writing its queue), and apply each action once.
+    pub fn actions(&mut self) -> Actions<'_> {
+        if !self.close_asked {
+            if self.finished() {
+                self.close_asked = true;
+                self.queue.push(Queued::Close);
+            } else {
+                let at = self.deadline();
+                if at < self.armed_ms {
+                    self.armed_ms = at;
+                    self.queue.push(Queued::Arm(at));
+                }
+            }
+        }
+        let bytes = (self.sendq.capacity_bytes(), self.watch_bytes());
+        if bytes != self.told_bytes {
+            let (was_send, was_watch) = self.told_bytes;
+            self.told_bytes = bytes;
+            self.queue.push(Queued::Bytes {
+                send: bytes.0 as isize - was_send as isize,
+                watch: bytes.1 as isize - was_watch as isize,
+            });
+        }
+        let watch = match &self.wait {
+            Wait::Parked(p) => Some(Watch {
+                keys: &p.key,
+                many: p.park.many,
+                stream: false,
+            }),
+            Wait::Streaming(s) => Some(Watch {
+                keys: &s.key,
+                many: s.many.is_some(),
+                stream: true,
+            }),
+            _ => None,
+        };
+        Actions {
+            queue: &mut self.queue,
+            next: 0,
+            watch,
+        }
+    }
+
+    /// Whether an action is queued (one the connection decided; the timer,
+    /// bytes and close are looked at by [`Connection::actions`]).
+    pub fn has_actions(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
+    /// Begin waiting on `wait` (it waited on nothing): the server is asked to
+    /// route its wake-ups or reports here.
+    fn begin_wait(&mut self, wait: Wait) {
+        match &wait {
+            Wait::Parked(_) | Wait::Streaming(_) => self.queue.push(Queued::Watch),
+            Wait::Logging(l) => self.queue.push(Queued::Await(l.pending.request)),
+            Wait::None => {}
+        }
+        self.wait = wait;
+    }
+
+    /// Stop waiting; returns what it waited on. The server is told to route
+    /// nothing more here (unless it was never asked to).
+    fn end_wait(&mut self) -> Wait {
+        let old = std::mem::replace(&mut self.wait, Wait::None);
+        match &old {
+            Wait::Parked(_) | Wait::Streaming(_) => self
+                .queue
+                .undo(|q| matches!(q, Queued::Watch), Queued::Unwatch),
+            Wait::Logging(l) => self.queue.undo(
+                |q| matches!(q, Queued::Await(_)),
+                Queued::Unawait(l.pending.request),
+            ),
+            Wait::None => {}
+        }
+        old
+    }
+
+    /// The parked poll, taken out (the connection then waits on nothing).
+    fn take_parked(&mut self) -> Option<Box<Parked>> {
+        if !matches!(self.wait, Wait::Parked(_)) {
+            return None;
+        }
+        match self.end_wait() {
+            Wait::Parked(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// The logged request, taken out.
+    fn take_logging(&mut self) -> Option<Box<Logging>> {
+        if !matches!(self.wait, Wait::Logging(_)) {
+            return None;
+        }
+        match self.end_wait() {
+            Wait::Logging(l) => Some(l),
+            _ => None,
+        }
     }
 
     /// Heap bytes of what a parked poll or an event stream keeps: its key (or
@@ -819,24 +920,24 @@ impl Connection {
                             let frame = frame.clone();
                             let token_end_ms = token_end_ms(&mut self.creds, cx);
                             self.hold_request(cx.buffers);
-                            self.wait = Wait::Parked(Box::new(Parked {
+                            self.begin_wait(Wait::Parked(Box::new(Parked {
                                 frame,
                                 key,
                                 park: p,
                                 deadline_ms: cx.now_ms + p.wait_ms,
                                 token_end_ms,
-                            }));
+                            })));
                             return;
                         }
                         Reply::Log(pending) => {
                             let deadline_ms = cx.now_ms + service.node().config.log.ack_timeout_ms;
                             let frame = frame.clone();
                             self.hold_request(cx.buffers);
-                            self.wait = Wait::Logging(Box::new(Logging {
+                            self.begin_wait(Wait::Logging(Box::new(Logging {
                                 frame,
                                 pending,
                                 deadline_ms,
-                            }));
+                            })));
                             return;
                         }
                         Reply::Stream {
@@ -850,14 +951,14 @@ impl Connection {
                             // The stream's body ends with the connection: what
                             // was pipelined behind it is never answered.
                             self.give_back_rbuf(cx.buffers);
-                            self.wait = Wait::Streaming(Streaming {
+                            self.begin_wait(Wait::Streaming(Streaming {
                                 key,
                                 stream,
                                 many,
                                 dirty: false,
                                 heartbeat_ms,
                                 token_end_ms,
-                            });
+                            }));
                             return;
                         }
                     }
@@ -980,7 +1081,7 @@ impl Connection {
     /// End the event stream: the connection closes once what is queued is
     /// sent, or at the idle timeout from now if the client does not read it.
     fn end_stream(&mut self, now_ms: u64, service: &Service) {
-        self.wait = Wait::None;
+        self.end_wait();
         self.client.unhold();
         self.closing = Some(Closing::AfterSend);
         self.deadline_ms = now_ms + service.node().config.limits.idle_timeout_ms;
@@ -1021,7 +1122,7 @@ impl Connection {
     /// Answer the logged ingest or `DELETE` (every record reported, or
     /// `timed_out`: 503), then what was pipelined behind it.
     fn answer_logging<H: Host>(&mut self, timed_out: bool, cx: &mut Ctx<'_, H>) {
-        let Some(l) = self.wait.take_logging() else {
+        let Some(l) = self.take_logging() else {
             return;
         };
         let l = *l;
@@ -1034,7 +1135,7 @@ impl Connection {
     /// is gone, or 304 when `timed_out` and nothing changed), then what was
     /// pipelined behind it.
     fn answer_parked<H: Host>(&mut self, timed_out: bool, cx: &mut Ctx<'_, H>) {
-        let Some(p) = self.wait.take_parked() else {
+        let Some(p) = self.take_parked() else {
             return;
         };
         self.client.unhold();
@@ -1220,6 +1321,10 @@ fn host_error(frame: &Frame) -> Option<HttpError> {
         _ => Some(HttpError::MultipleHost),
     }
 }
+
+mod actions;
+pub use actions::{Action, Actions, Watch};
+use actions::{Queue, Queued};
 
 #[cfg(test)]
 mod tests;

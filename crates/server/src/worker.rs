@@ -14,15 +14,14 @@ use crate::conns::{Conn, Slab};
 use crate::host::WorkerHost;
 use crate::stats::Rejected;
 use crate::transmit::{Ready, Ring, SendNow, Sent, Transmit};
-use crate::wakeups::{ParkedIndex, Wake};
+use crate::waiting::Waiting;
 use crate::Shared;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Interest, Poll, Token};
 use pollbox_core::buffers::Buffers;
-use pollbox_core::conn::{Connection, Ctx, SEND_BACKPRESSURE};
+use pollbox_core::conn::{Action, Connection, Ctx, SEND_BACKPRESSURE};
 use pollbox_core::service::{Listener, Service};
 use pollbox_core::wheel::Wheel;
-use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -86,10 +85,8 @@ pub struct Worker {
     host: WorkerHost,
     transmit: Box<dyn Transmit + Send>,
     wheel: Wheel<ConnTimer>,
-    parked: ParkedIndex,
-    /// A node of a log: the connections whose ingest waits for its records,
-    /// by log request.
-    awaiting: HashMap<u64, (usize, u32)>,
+    /// What its connections wait on (keys, log requests).
+    waiting: Waiting,
     started: Instant,
     now_ms: u64,
     epoch_ms: u64,
@@ -168,8 +165,7 @@ impl Worker {
             host: WorkerHost::new(shared, id),
             transmit,
             wheel: Wheel::new(epoch_ms, 512, 0),
-            parked: ParkedIndex::default(),
-            awaiting: HashMap::new(),
+            waiting: Waiting::new(id),
             // One clock for every worker: boxes' expiry stamps are compared
             // across workers.
             started,
@@ -212,7 +208,7 @@ impl Worker {
             + self.service.working_bytes()
             + self.conns.heap_bytes()
             + self.conn_watch_bytes
-            + self.parked.heap_bytes()
+            + self.waiting.heap_bytes()
             + self.transmit.heap_bytes()
             + (self.ready.capacity() + self.later.capacity()) * std::mem::size_of::<Ready>()
             + self.done.capacity() * std::mem::size_of::<(usize, Sent)>()
@@ -487,9 +483,10 @@ impl Worker {
     }
 
     /// Do what the connection asks until it asks for nothing more: read (when it
-    /// stopped early and may go on), park or unpark it, write its answers; then
-    /// close it or arm its deadline and put it back.
+    /// stopped early and may go on), apply its actions, write its answers;
+    /// then close it or put it back.
     fn settle(&mut self, slot: usize, mut c: Box<Conn>) {
+        let mut close = false;
         loop {
             if c.unread && c.core.wants_read() && !self.read(&mut c) {
                 return self.close(slot, c);
@@ -499,8 +496,9 @@ impl Worker {
                 // so its slot is freed now, not at the deadline.
                 c.core.peer_hung_up();
             }
-            self.sync_parking(slot, &mut c);
-            self.sync_awaiting(slot, &mut c);
+            if c.core.has_actions() {
+                close |= self.apply(slot, &mut c);
+            }
             if !c.core.send_queue().is_empty() {
                 let urgent = c.core.closing().is_some()
                     || c.core.send_queue().pending() >= SEND_BACKPRESSURE;
@@ -521,6 +519,18 @@ impl Worker {
                     continue;
                 }
             }
+            if c.core.shuts_down_write() && !c.write_shut {
+                // The answer is out (or the connection ends now): the client reads
+                // it, then the end of the stream.
+                let _ = c.stream.shutdown(std::net::Shutdown::Write);
+                c.write_shut = true;
+                if c.core.wants_read() {
+                    // Lingering: drop what the client still sends, which may already
+                    // be in the socket (no edge will announce it).
+                    c.unread = true;
+                    continue;
+                }
+            }
             // Reading stopped for back-pressure and the write drained the queue
             // without the socket saying WouldBlock: no edge will come, read on.
             // (Not if reading stopped for want of buffer budget: that waits for
@@ -529,35 +539,70 @@ impl Worker {
                 break;
             }
         }
-        if c.core.shuts_down_write() && !c.write_shut {
-            // The answer is out (or the connection ends now): the client reads
-            // it, then the end of the stream.
-            let _ = c.stream.shutdown(std::net::Shutdown::Write);
-            c.write_shut = true;
-            if c.core.wants_read() {
-                // Lingering: drop what the client still sends, which may already
-                // be in the socket (no edge will announce it).
-                c.unread = true;
-                return self.settle(slot, c);
-            }
-        }
-        if c.core.finished() {
+        // What the writes changed (the close, the bytes), and the timer.
+        if self.apply(slot, &mut c) || close {
             return self.close(slot, c);
-        }
-        let deadline = c.core.deadline();
-        if c.timer.is_none() || deadline < c.armed_ms {
-            if let Some(t) = c.timer.take() {
-                self.wheel.cancel(t);
-            }
-            c.timer = Some(self.wheel.insert(deadline, ConnTimer { slot, gen: c.gen }));
-            c.armed_ms = deadline;
         }
         if c.core.starved() && !c.starved {
             c.starved = true;
             self.starved.push((slot, c.gen));
         }
-        self.account(&mut c);
         self.conns.put(slot, c);
+    }
+
+    /// Apply what the connection asked since the last time, once each.
+    /// Returns whether it asked to be closed.
+    fn apply(&mut self, slot: usize, c: &mut Conn) -> bool {
+        let mut close = false;
+        loop {
+            let mut watched = false;
+            let conn = (slot, c.gen);
+            let shared = &self.host.shared;
+            let stats = &shared.stats[self.id];
+            for a in c.core.actions() {
+                match a {
+                    Action::Watch(w) => {
+                        c.watch = Some(self.waiting.watch(w, conn, &shared.waiters, stats));
+                        if w.stream && !c.lowat_set {
+                            // A reader that stops reading: the kernel takes at most
+                            // this much unsent data for it (not the 4 MB a send
+                            // buffer grows to), then the stream waits with one event
+                            // queued and coalesces. Bytes in flight are not
+                            // limited, so a stream over a long round trip is not
+                            // slowed.
+                            let _ = socket2::SockRef::from(&c.stream)
+                                .set_tcp_notsent_lowat(STREAM_NOTSENT_LOWAT);
+                            c.lowat_set = true;
+                        }
+                        watched = true;
+                    }
+                    Action::Unwatch => {
+                        if let Some(r) = c.watch.take() {
+                            self.waiting.unwatch(r, conn, &shared.waiters, stats);
+                        }
+                    }
+                    Action::Await(ticket) => self.waiting.await_reports(ticket, conn),
+                    Action::Unawait(ticket) => self.waiting.unawait(ticket),
+                    Action::Arm(at) => {
+                        if let Some(t) = c.timer.take() {
+                            self.wheel.cancel(t);
+                        }
+                        c.timer = Some(self.wheel.insert(at, ConnTimer { slot, gen: c.gen }));
+                    }
+                    Action::Bytes { send, watch } => {
+                        self.conn_send_bytes = self.conn_send_bytes.wrapping_add_signed(send);
+                        self.conn_watch_bytes = self.conn_watch_bytes.wrapping_add_signed(watch);
+                    }
+                    Action::Close => close = true,
+                }
+            }
+            if !watched {
+                return close;
+            }
+            // An ingest may have landed between the version check and the
+            // registration: look again now that wake-ups reach it.
+            self.timed(|cx| c.core.on_box_updated(cx));
+        }
     }
 
     /// Read what the socket has, answering as it comes, until it would block or
@@ -608,97 +653,6 @@ impl Worker {
         }
     }
 
-    /// Keep the parked index in step with the key the connection waits on (a
-    /// parked long-poll's or an event stream's).
-    fn sync_parking(&mut self, slot: usize, c: &mut Conn) {
-        loop {
-            let shared = &self.host.shared;
-            let want = c.core.watched_key().map(|k| shared.waiters.hash(k));
-            if want == c.registered {
-                return;
-            }
-            self.unregister(slot, c);
-            let Some(hash) = want else {
-                return;
-            };
-            let shared = &self.host.shared;
-            if c.core.watches_many() {
-                // A poll of many boxes: a wake-up of any of its keys concerns it.
-                let keys = c.core.watched_key().unwrap_or_default();
-                let n = pollbox_core::service::ManyKeys(keys).count();
-                c.registered_keys.reserve_exact(n);
-                for key in pollbox_core::service::ManyKeys(keys) {
-                    let h = shared.waiters.hash(key);
-                    self.parked.add(h, slot, c.gen, &shared.waiters, self.id);
-                    c.registered_keys.push(h);
-                }
-            } else {
-                self.parked.add(hash, slot, c.gen, &shared.waiters, self.id);
-            }
-            c.registered_stream = c.core.streaming();
-            let st = &shared.stats[self.id];
-            if c.registered_stream {
-                st.sse_subscribers.inc();
-                if !c.lowat_set {
-                    // A reader that stops reading: the kernel takes at most this
-                    // much unsent data for it (not the 4 MB a send buffer grows
-                    // to), then the stream waits with one event queued and
-                    // coalesces. Bytes in flight are not limited, so a stream over
-                    // a long round trip is not slowed.
-                    let _ = socket2::SockRef::from(&c.stream)
-                        .set_tcp_notsent_lowat(STREAM_NOTSENT_LOWAT);
-                    c.lowat_set = true;
-                }
-            } else {
-                st.parked_polls.inc();
-            }
-            c.registered = Some(hash);
-            // An ingest may have landed between the version check and the
-            // registration: look again now that wake-ups reach this poll.
-            self.timed(|cx| c.core.on_box_updated(cx));
-        }
-    }
-
-    /// Keep the index of log requests in step with the one the connection
-    /// waits for.
-    fn sync_awaiting(&mut self, slot: usize, c: &mut Conn) {
-        let want = c.core.awaited_request();
-        if want == c.awaiting {
-            return;
-        }
-        if let Some(old) = c.awaiting.take() {
-            self.awaiting.remove(&old);
-        }
-        if let Some(r) = want {
-            self.awaiting.insert(r, (slot, c.gen));
-            c.awaiting = Some(r);
-        }
-    }
-
-    /// Take the connection out of the parked index (and the gauges).
-    fn unregister(&mut self, slot: usize, c: &mut Conn) {
-        let Some(old) = c.registered.take() else {
-            return;
-        };
-        let shared = &self.host.shared;
-        let mut removed = false;
-        for h in c.registered_keys.drain(..) {
-            removed |= self.parked.remove(h, slot, c.gen, &shared.waiters, self.id);
-        }
-        if removed
-            || self
-                .parked
-                .remove(old, slot, c.gen, &shared.waiters, self.id)
-        {
-            let st = &shared.stats[self.id];
-            if c.registered_stream {
-                st.sse_subscribers.sub(1);
-            } else {
-                st.parked_polls.sub(1);
-            }
-        }
-    }
-
     /// Settle the result of a write made at the end of the turn.
     fn after_turn_write(&mut self, slot: usize, sent: Sent) {
         let Some(c) = self.conns.take(slot) else {
@@ -712,15 +666,6 @@ impl Worker {
         self.settle(slot, c);
     }
 
-    fn account(&mut self, c: &mut Conn) {
-        let s = c.core.buffer_bytes().1;
-        self.conn_send_bytes = self.conn_send_bytes + s - c.accounted;
-        c.accounted = s;
-        let w = c.core.watch_bytes() + c.registered_keys.capacity() * std::mem::size_of::<u64>();
-        self.conn_watch_bytes = self.conn_watch_bytes + w - c.watched;
-        c.watched = w;
-    }
-
     /// Bytes of all this worker's connections' buffers (`pollbox_buffered_bytes`).
     fn buffered(&self) -> usize {
         self.buffers.read_held() + self.conn_send_bytes
@@ -728,16 +673,13 @@ impl Worker {
 
     fn close(&mut self, slot: usize, mut c: Box<Conn>) {
         let _ = self.poll.registry().deregister(&mut c.stream);
+        // Released, the connection asks for what it had to be undone (its
+        // watch, its awaited request, its bytes).
+        c.core.release(&mut cx!(self));
+        self.apply(slot, &mut c);
         if let Some(t) = c.timer.take() {
             self.wheel.cancel(t);
         }
-        self.unregister(slot, &mut c);
-        if let Some(r) = c.awaiting.take() {
-            self.awaiting.remove(&r);
-        }
-        c.core.release(&mut cx!(self));
-        self.conn_send_bytes -= c.accounted;
-        self.conn_watch_bytes -= c.watched;
         self.conns.release(slot);
         let shared = &self.host.shared;
         shared.open_connections.fetch_sub(1, Ordering::AcqRel);
@@ -874,7 +816,7 @@ impl Worker {
             self.adopt(stream, Listener::Main);
         }
         while let Some(r) = self.host.shared.waiters.next_report(self.id) {
-            let Some(&(slot, gen)) = self.awaiting.get(&r.request) else {
+            let Some((slot, gen)) = self.waiting.awaiting(r.request) else {
                 continue; // answered already (timed out) or closed
             };
             let Some(mut c) = self.conns.take_gen(slot, gen) else {
@@ -885,7 +827,7 @@ impl Worker {
         }
         while let Some(wake) = self.host.shared.waiters.next(self.id) {
             self.woken.clear();
-            self.parked.woken(wake, &mut self.woken);
+            self.waiting.woken(wake, &mut self.woken);
             for i in 0..self.woken.len() {
                 let (slot, gen) = self.woken[i];
                 let Some(mut c) = self.conns.take_gen(slot, gen) else {
@@ -893,11 +835,8 @@ impl Worker {
                 };
                 // A stream of many boxes looks only at the keys with the
                 // woken hash (the keys were registered in their order).
-                let keys = &c.registered_keys;
-                let moved = |i: usize| match wake {
-                    Wake::Key(h) => keys.get(i) == Some(&h),
-                    Wake::All => true,
-                };
+                let watch = c.watch.as_ref();
+                let moved = |i: usize| watch.is_some_and(|r| r.moved(wake, i));
                 self.timed(|cx| c.core.on_keys_updated(&moved, cx));
                 self.settle(slot, c);
             }
