@@ -1008,7 +1008,7 @@ fn consume(r: &mut Rig, i: usize, version: u64) -> Report {
         key: Some(key.as_bytes()),
         value: Some(&value),
     };
-    match replica.apply(boxes, &rec, &mut Vec::new()) {
+    match replica.apply(boxes, &rec, &mut Vec::new(), &mut r.host) {
         crate::log::Outcome::Invalid(crate::log::Invalid::Message(e)) => Report::Refused(e),
         crate::log::Outcome::Invalid(other) => panic!("{other:?}"),
         _ => Report::Applied,

@@ -101,15 +101,26 @@ impl Node {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogUnavailable;
 
+/// Whoever waits on boxes (parked long-polls, event streams, on any
+/// worker). Every change of a box tells it the same way: an HTTP ingest or
+/// `DELETE` ([`Host`]), an expiry, and a record of the log
+/// ([`crate::log::Replica::apply`]).
+pub trait Watchers {
+    /// `key` was updated, deleted or expired: wake whoever waits on it.
+    fn box_updated(&mut self, key: &[u8]);
+}
+
+/// Nobody waits (a replay, a test).
+impl Watchers for () {
+    fn box_updated(&mut self, _key: &[u8]) {}
+}
+
 /// What the service and the connections need from the server around them.
-pub trait Host {
+pub trait Host: Watchers {
     /// Shutting down: answers close their connection, `/readyz` says 503.
     fn draining(&self) -> bool;
     /// Listening, and the snapshot (if any) loaded.
     fn ready(&self) -> bool;
-    /// `key` was updated, deleted or expired: wake whoever waits on it, on any
-    /// worker.
-    fn box_updated(&mut self, key: &[u8]);
     /// `n` boxes left the table (deleted or expired).
     fn boxes_removed(&mut self, why: Removal, n: u64);
     /// Append the Prometheus exposition to `out`.
