@@ -2,7 +2,7 @@
 //! event streams (the [`ParkedIndex`], and through it the node's
 //! [`crate::wakeups::Waiters`]), and the log requests whose records' reports
 //! are routed to them. Filled and emptied only by applying the connections'
-//! actions ([`Action::Watch`], `Unwatch`, `Await`, `Unawait`): this is the
+//! actions ([`pollbox_core::conn::Action`]: `Watch`, `Unwatch`, `Await`, `Unawait`): this is the
 //! worker's side of those actions, and what it made for each (a
 //! [`Registration`]) is what it undoes.
 //!
