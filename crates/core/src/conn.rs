@@ -605,7 +605,7 @@ impl Connection {
     /// poll is answered 401 (then what was pipelined behind it is served),
     /// a stream is sent `event: expired` and ends.
     fn end_held<H: Host>(&mut self, why: Refusal, cx: &mut Ctx<'_, H>) {
-        if let Some(p) = self.take_parked() {
+        if let Wait::Parked(p) = self.take_wait(|w| matches!(w, Wait::Parked(_))) {
             self.answer_held(&p.frame, cx, |service, request, out, host| {
                 service.refuse_parked(request, why, out, host)
             });
@@ -723,15 +723,16 @@ impl Connection {
     /// decided since the last call: call it after each call into the
     /// connection (and after writing its queue), and apply each action once.
     pub fn actions(&mut self) -> Actions<'_> {
+        let mut then = [None, None];
         if !self.close_asked {
             if self.finished() {
                 self.close_asked = true;
-                self.queue.push(Queued::Close);
+                then[0] = Some(Action::Close);
             } else {
                 let at = self.deadline();
                 if at < self.armed_ms {
                     self.armed_ms = at;
-                    self.queue.push(Queued::Arm(at));
+                    then[0] = Some(Action::Arm(at));
                 }
             }
         }
@@ -739,7 +740,7 @@ impl Connection {
         if bytes != self.told_bytes {
             let (was_send, was_watch) = self.told_bytes;
             self.told_bytes = bytes;
-            self.queue.push(Queued::Bytes {
+            then[1] = Some(Action::Bytes {
                 send: bytes.0 as isize - was_send as isize,
                 watch: bytes.1 as isize - was_watch as isize,
             });
@@ -761,11 +762,13 @@ impl Connection {
             queue: &mut self.queue,
             next: 0,
             watch,
+            then,
         }
     }
 
-    /// Whether an action is queued (one the connection decided; the timer,
-    /// bytes and close are looked at by [`Connection::actions`]).
+    /// Whether an action is queued (a watch or an awaited request, or their
+    /// undoing; the timer, the bytes and the close are looked at by
+    /// [`Connection::actions`] itself).
     pub fn has_actions(&self) -> bool {
         !self.queue.is_empty()
     }
@@ -774,8 +777,8 @@ impl Connection {
     /// route its wake-ups or reports here.
     fn begin_wait(&mut self, wait: Wait) {
         match &wait {
-            Wait::Parked(_) | Wait::Streaming(_) => self.queue.push(Queued::Watch),
-            Wait::Logging(l) => self.queue.push(Queued::Await(l.pending.request)),
+            Wait::Parked(_) | Wait::Streaming(_) => self.queue.push(Action::Watch(Watch::QUEUED)),
+            Wait::Logging(l) => self.queue.push(Action::Await(l.pending.request)),
             Wait::None => {}
         }
         self.wait = wait;
@@ -788,36 +791,23 @@ impl Connection {
         match &old {
             Wait::Parked(_) | Wait::Streaming(_) => self
                 .queue
-                .undo(|q| matches!(q, Queued::Watch), Queued::Unwatch),
+                .undo(|q| matches!(q, Action::Watch(_)), Action::Unwatch),
             Wait::Logging(l) => self.queue.undo(
-                |q| matches!(q, Queued::Await(_)),
-                Queued::Unawait(l.pending.request),
+                |q| matches!(q, Action::Await(_)),
+                Action::Unawait(l.pending.request),
             ),
             Wait::None => {}
         }
         old
     }
 
-    /// The parked poll, taken out (the connection then waits on nothing).
-    fn take_parked(&mut self) -> Option<Box<Parked>> {
-        if !matches!(self.wait, Wait::Parked(_)) {
-            return None;
+    /// The wait, taken out if `is` says it is the one asked for (the
+    /// connection then waits on nothing); else [`Wait::None`].
+    fn take_wait(&mut self, is: fn(&Wait) -> bool) -> Wait {
+        if !is(&self.wait) {
+            return Wait::None;
         }
-        match self.end_wait() {
-            Wait::Parked(p) => Some(p),
-            _ => None,
-        }
-    }
-
-    /// The logged request, taken out.
-    fn take_logging(&mut self) -> Option<Box<Logging>> {
-        if !matches!(self.wait, Wait::Logging(_)) {
-            return None;
-        }
-        match self.end_wait() {
-            Wait::Logging(l) => Some(l),
-            _ => None,
-        }
+        self.end_wait()
     }
 
     /// Heap bytes of what a parked poll or an event stream keeps: its key (or
@@ -1122,7 +1112,7 @@ impl Connection {
     /// Answer the logged ingest or `DELETE` (every record reported, or
     /// `timed_out`: 503), then what was pipelined behind it.
     fn answer_logging<H: Host>(&mut self, timed_out: bool, cx: &mut Ctx<'_, H>) {
-        let Some(l) = self.take_logging() else {
+        let Wait::Logging(l) = self.take_wait(|w| matches!(w, Wait::Logging(_))) else {
             return;
         };
         let l = *l;
@@ -1135,7 +1125,7 @@ impl Connection {
     /// is gone, or 304 when `timed_out` and nothing changed), then what was
     /// pipelined behind it.
     fn answer_parked<H: Host>(&mut self, timed_out: bool, cx: &mut Ctx<'_, H>) {
-        let Some(p) = self.take_parked() else {
+        let Wait::Parked(p) = self.take_wait(|w| matches!(w, Wait::Parked(_))) else {
             return;
         };
         self.client.unhold();
@@ -1323,8 +1313,8 @@ fn host_error(frame: &Frame) -> Option<HttpError> {
 }
 
 mod actions;
+use actions::Queue;
 pub use actions::{Action, Actions, Watch};
-use actions::{Queue, Queued};
 
 #[cfg(test)]
 mod tests;

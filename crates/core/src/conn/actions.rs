@@ -54,41 +54,38 @@ pub struct Watch<'a> {
     pub stream: bool,
 }
 
-/// An action waiting in the queue: a watch's keys are read from the
-/// connection when it is drained (they are the wait's, which is still there:
-/// a watch whose wait ended was dropped with it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Queued {
-    Watch,
-    Unwatch,
-    Await(u64),
-    Unawait(u64),
-    Arm(u64),
-    Bytes { send: isize, watch: isize },
-    Close,
+impl Watch<'static> {
+    /// A watch in the queue: its keys are read from the connection when the
+    /// queue is drained (they are its wait's, which is still there: a watch
+    /// whose wait ended was dropped with it).
+    pub(super) const QUEUED: Watch<'static> = Watch {
+        keys: &[],
+        many: false,
+        stream: false,
+    };
 }
 
-/// Room for an undo and an ask, then a timer, the bytes and a close (added
-/// as the queue is drained).
-const ROOM: usize = 5;
+/// Room for an undo and an ask (the timer, the bytes and the close are
+/// looked at as the queue is drained: [`Actions`]).
+const ROOM: usize = 2;
 
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Queue {
-    q: [Queued; ROOM],
+    q: [Action<'static>; ROOM],
     len: u8,
 }
 
 impl Default for Queue {
     fn default() -> Queue {
         Queue {
-            q: [Queued::Close; ROOM],
+            q: [Action::Close; ROOM],
             len: 0,
         }
     }
 }
 
 impl Queue {
-    pub(super) fn push(&mut self, a: Queued) {
+    pub(super) fn push(&mut self, a: Action<'static>) {
         debug_assert!((self.len as usize) < ROOM, "{self:?} then {a:?}");
         if let Some(slot) = self.q.get_mut(self.len as usize) {
             *slot = a;
@@ -98,7 +95,7 @@ impl Queue {
 
     /// Push `undo`, unless the ask it undoes is still queued: then neither
     /// reaches the server.
-    pub(super) fn undo(&mut self, ask: fn(&Queued) -> bool, undo: Queued) {
+    pub(super) fn undo(&mut self, ask: fn(&Action<'_>) -> bool, undo: Action<'static>) {
         let n = self.len as usize;
         if n > 0 && ask(&self.q[n - 1]) {
             self.len -= 1;
@@ -111,40 +108,35 @@ impl Queue {
         self.len == 0
     }
 
-    fn get(&self, i: usize) -> Option<Queued> {
+    fn get(&self, i: usize) -> Option<Action<'static>> {
         self.q[..self.len as usize].get(i).copied()
     }
 }
 
-/// The actions of one drain, in the order they were decided
-/// ([`super::Connection::actions`]).
-/// The queue is empty once it is dropped, whatever was not taken.
+/// The actions of one drain, in the order they were decided, then the
+/// close or the timer, then the bytes ([`super::Connection::actions`]). The
+/// queue is empty once it is dropped, whatever was not taken.
 pub struct Actions<'a> {
     pub(super) queue: &'a mut Queue,
     pub(super) next: usize,
     /// The keys of the connection's watch, if it has one now.
     pub(super) watch: Option<Watch<'a>>,
+    /// [`Action::Close`] or [`Action::Arm`], then [`Action::Bytes`], if asked.
+    pub(super) then: [Option<Action<'static>>; 2],
 }
 
 impl<'a> Iterator for Actions<'a> {
     type Item = Action<'a>;
 
     fn next(&mut self) -> Option<Action<'a>> {
-        let q = self.queue.get(self.next)?;
+        let Some(a) = self.queue.get(self.next) else {
+            return self.then.iter_mut().find_map(Option::take);
+        };
         self.next += 1;
-        Some(match q {
-            // Queued only while its wait is there (undone with it).
-            Queued::Watch => match self.watch {
-                Some(w) => Action::Watch(w),
-                None => return self.next(),
-            },
-            Queued::Unwatch => Action::Unwatch,
-            Queued::Await(t) => Action::Await(t),
-            Queued::Unawait(t) => Action::Unawait(t),
-            Queued::Arm(at) => Action::Arm(at),
-            Queued::Bytes { send, watch } => Action::Bytes { send, watch },
-            Queued::Close => Action::Close,
-        })
+        match a {
+            Action::Watch(_) => self.watch.map(Action::Watch).or_else(|| self.next()),
+            a => Some(a),
+        }
     }
 }
 
