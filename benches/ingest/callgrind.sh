@@ -10,7 +10,8 @@
 # INGEST_BATCH (100), INGEST_KEYS (1000). The server runs under callgrind with
 # one worker; `pollbox load` (this tree's) sends batches on 2 connections x
 # pipeline 2 for the duration. Per message: the instructions of the worker's
-# `Worker::read` (inclusive: reading, framing, projection, apply, answers)
+# `Worker::read` (`worker/settle.rs`; in older builds `worker.rs`; inclusive: reading,
+# framing, projection, apply, answers)
 # divided by the messages the server accepted (its /metrics), and the same
 # for the projection (`Projector::project`), the apply (`BoxTable::apply`, or `apply_stamped` where `apply` is inlined into it)
 # and the read buffer's growth (`Connection::make_room`).
@@ -51,7 +52,7 @@ path, build, size, msgs = sys.argv[1], sys.argv[2], sys.argv[3], int(float(sys.a
 # A function's inclusive cost appears on several lines, one per source file
 # its inlined code came from; the largest is the whole call (the cost of the
 # calls into it), the others are parts of it.
-want = {"read": r"worker::Worker::read( |$)", "project": r"Projector::project( |$)",
+want = {"read": r"worker::(settle::<impl pollbox_server::worker::)?Worker>?::read( |$)", "project": r"Projector::project( |$)",
         "apply": r"BoxTable::apply(_stamped)?( |$)", "room": r"Connection::make_room( |$)"}
 got = {k: 0 for k in want}
 for line in open(path):

@@ -3,7 +3,8 @@
 # (callgrind: noise-free on a shared machine), this tree beside a base commit,
 # with benches/log/replica_apply.rs built against both. The base may predate
 # the home-partition rule: there the example's partition argument and
-# `home_partition` call are edited out (its Replica::new took two arguments).
+# `home_partition` call are edited out (its Replica::new took two arguments),
+# and so is the `Watchers` argument of `Replica::apply` where it had none.
 #
 #   benches/log/callgrind.sh [BASE=b451268] [N=100000]
 set -euo pipefail
@@ -18,6 +19,11 @@ cp benches/log/replica_apply.rs "$tmp/benches/log/"
 if ! grep -q "pub fn home_partition" -r "$tmp/crates/core/src/"; then
   sed -i -e 's/Replica::new(plan, 64 << 20, PARTITIONS)/Replica::new(plan, 64 << 20)/' \
     -e 's/pollbox_core::log::home_partition(key.as_bytes(), PARTITIONS)/0/' \
+    "$tmp/benches/log/replica_apply.rs"
+fi
+if ! grep -q "watchers: &mut impl Watchers" -r "$tmp/crates/core/src/log/"; then
+  # A base whose apply woke nobody itself (no Watchers argument).
+  sed -i 's/replica.apply(table, &rec, &mut key, &mut ())/replica.apply(table, \&rec, \&mut key)/' \
     "$tmp/benches/log/replica_apply.rs"
 fi
 grep -q 'name = "replica_apply"' "$tmp/benches/Cargo.toml" ||

@@ -1,21 +1,32 @@
 //! One connection's state machine: bytes and the time in, answers and what to
 //! do next out. No socket, no clock: the server reads into
 //! [`Connection::read_buffer`], says how many bytes came ([`Connection::received`]),
-//! when the peer closed ([`Connection::eof`]), when a deadline passed
-//! ([`Connection::on_timer`]) and when a box it waits on moved
-//! ([`Connection::on_box_updated`]); then it asks what to do:
+//! when the peer closed ([`Connection::eof`]), when the timer it asked for
+//! fired ([`Connection::on_timer`]), when a box it watches moved
+//! ([`Connection::on_keys_updated`]) and when a record it awaits was reported
+//! ([`Connection::on_log_report`]). After each call the server writes
+//! [`Connection::send_queue`] (answers are appended there, in request order),
+//! reads on while [`Connection::wants_read`] (not while closing, waiting, or
+//! while the client does not read its answers), and applies, once each, the
+//! actions the connection pushed ([`Connection::actions`], [`Action`]):
 //!
-//! - write [`Connection::send_queue`] (answers are appended there, in request order);
-//! - read on or not ([`Connection::wants_read`]: not while closing, parked, or
-//!   while the client does not read its answers);
-//! - watch a key ([`Connection::watched_key`]: a parked long-poll or an event
-//!   stream; register it where ingests wake it);
-//! - route a log request's reports to it ([`Connection::awaited_request`]: an
-//!   ingest or `DELETE` of a node of a log, answered through
-//!   [`Connection::on_log_report`] once its records are applied);
-//! - arm a timer at [`Connection::deadline`];
-//! - close ([`Connection::finished`]), shutting the write side down first when
-//!   [`Connection::shuts_down_write`] says so.
+//! - `Watch { keys }` when a long-poll parks or an event stream begins (one
+//!   key, or the keys of many boxes): the server registers them where ingests
+//!   wake it, then calls [`Connection::on_box_updated`] once (an update may
+//!   have landed before the registration); `Unwatch` when it is answered or
+//!   ends;
+//! - `Await(ticket)` when an ingest or `DELETE` of a node of a log waits for
+//!   its records: the server routes that request's reports here; `Unawait`
+//!   once it is answered;
+//! - `Arm(at)` when the deadline comes before the timer armed, or none is;
+//! - `Bytes` when its heap bytes changed, for the server's totals;
+//! - `Close` once, when the connection is done (after the server writes what
+//!   the socket takes, shutting the write side down first when
+//!   [`Connection::shuts_down_write`] says so).
+//!
+//! The server keeps no copy of this state: what it keeps is what it made
+//! when applying an action (the registration of a watch, the timer), so it
+//! knows what to undo at the close ([`Connection::release`] asks for it).
 //!
 //! Rules this module owns (each one is a unit test below):
 //! - keep-alive: the request's (HTTP/1.1 unless `Connection: close`, 1.0 only with
@@ -102,6 +113,19 @@ pub enum Closing {
     Now,
 }
 
+/// What a connection waits on, if anything: one thing at a time, because a
+/// request that waits holds back everything pipelined behind it.
+#[derive(Debug)]
+enum Wait {
+    None,
+    /// Boxed, as `Logging`: rare states, kept out of every connection's size.
+    /// A stream is not (an event stream's memory is mostly its `Connection`:
+    /// BENCHMARKS.md).
+    Parked(Box<Parked>),
+    Logging(Box<Logging>),
+    Streaming(Streaming),
+}
+
 /// A long-poll waiting on this connection.
 #[derive(Debug)]
 struct Parked {
@@ -118,7 +142,8 @@ struct Parked {
 #[derive(Debug)]
 struct Logging {
     frame: Frame,
-    pending: Pending,
+    /// Boxed by the service that made it ([`Reply::Log`]).
+    pending: Box<Pending>,
     deadline_ms: u64,
 }
 
@@ -141,6 +166,17 @@ struct Streaming {
 
 pub struct Connection {
     listener: Listener,
+    /// What it asked of the server and the server has not yet taken
+    /// ([`Connection::actions`]).
+    queue: Queue,
+    /// The timer it asked for ([`Action::Arm`]); `u64::MAX`: none (none was
+    /// asked, or it fired).
+    armed_ms: u64,
+    /// Its heap bytes as last told ([`Action::Bytes`]): send queue, watch.
+    told_bytes: (usize, usize),
+    /// [`Action::Close`] was asked (or the connection was released): it
+    /// asks nothing more.
+    close_asked: bool,
     framer: Framer,
     /// Received bytes live in `rbuf[rstart..rend]`; `rbuf.len()` is its capacity.
     /// Empty (no allocation) between requests.
@@ -160,14 +196,14 @@ pub struct Connection {
     head_started_ms: Option<u64>,
     /// Bytes of the current partial request seen at the last check (body progress).
     partial_seen: usize,
-    /// Boxed, as `logging`: rare states, kept out of every connection's size
-    /// (an event stream's memory is mostly its `Connection`: BENCHMARKS.md).
-    parked: Option<Box<Parked>>,
+    wait: Wait,
     /// The last request answered was a `POST` (an ingest): the server serves
     /// such connections after the others of a loop turn.
     posted: bool,
-    logging: Option<Box<Logging>>,
-    streaming: Option<Streaming>,
+    /// Apart from `wait`, because it coexists with one: a client that sends
+    /// a long-poll (or an ingest of a log, or opens a stream) and then
+    /// half-closes is answered, then closed (`AfterSend`); a stream that
+    /// ends is closing with nothing left to wait on.
     closing: Option<Closing>,
     /// The last read wanted a buffer the worker's budget did not allow.
     starved: bool,
@@ -187,6 +223,10 @@ impl Connection {
         let l = &service.node().config.limits;
         Connection {
             listener,
+            queue: Queue::default(),
+            armed_ms: u64::MAX,
+            told_bytes: (0, 0),
+            close_asked: false,
             framer: Framer::new(Limits::from(l)),
             rbuf: Vec::new(),
             rstart: 0,
@@ -201,10 +241,8 @@ impl Connection {
                 },
             head_started_ms: None,
             partial_seen: 0,
-            parked: None,
+            wait: Wait::None,
             posted: false,
-            logging: None,
-            streaming: None,
             closing: None,
             starved: false,
             creds: Credentials::default(),
@@ -247,12 +285,7 @@ impl Connection {
     /// what the client still sends).
     pub fn wants_read(&self) -> bool {
         match self.closing {
-            None => {
-                self.parked.is_none()
-                    && self.logging.is_none()
-                    && self.streaming.is_none()
-                    && self.sendq.pending() < SEND_BACKPRESSURE
-            }
+            None => matches!(self.wait, Wait::None) && self.sendq.pending() < SEND_BACKPRESSURE,
             Some(Closing::Linger { .. }) => self.sendq.is_empty(),
             Some(_) => false,
         }
@@ -341,45 +374,43 @@ impl Connection {
 
     /// When the server must call [`Connection::on_timer`] (ms on the worker clock).
     pub fn deadline(&self) -> u64 {
-        if let Some(l) = &self.logging {
-            return l.deadline_ms;
-        }
-        if let (Some(s), None) = (&self.streaming, self.closing) {
-            return s.heartbeat_ms.min(s.token_end_ms.unwrap_or(u64::MAX));
-        }
-        match (&self.parked, self.closing) {
-            (Some(p), _) => p.deadline_ms.min(p.token_end_ms.unwrap_or(u64::MAX)),
-            (None, Some(Closing::Linger { until_ms, .. })) => until_ms,
-            (None, _) => self.deadline_ms,
+        match (&self.wait, self.closing) {
+            (Wait::Logging(l), _) => l.deadline_ms,
+            (Wait::Streaming(s), None) => s.heartbeat_ms.min(s.token_end_ms.unwrap_or(u64::MAX)),
+            (Wait::Parked(p), _) => p.deadline_ms.min(p.token_end_ms.unwrap_or(u64::MAX)),
+            (_, Some(Closing::Linger { until_ms, .. })) => until_ms,
+            _ => self.deadline_ms,
         }
     }
 
-    /// A timer armed for [`Connection::deadline`] fired (it may have moved since).
+    /// The timer it asked for ([`Action::Arm`]) fired (the deadline may have
+    /// moved since); the timer is spent, so the next [`Connection::actions`]
+    /// asks for one again.
     pub fn on_timer<H: Host>(&mut self, cx: &mut Ctx<'_, H>) {
+        self.armed_ms = u64::MAX;
         if cx.now_ms < self.deadline() {
             return;
         }
         if self.held_token_end().is_some_and(|end| cx.now_ms >= end) && self.check_held_token(cx) {
             return;
         }
-        if self
-            .parked
-            .as_ref()
-            .is_some_and(|p| cx.now_ms < p.deadline_ms)
-        {
-            // Its token's end came first, and the token still holds (the
-            // wall clock moved): its deadline is armed again.
-            return;
+        match &self.wait {
+            Wait::Parked(p) if cx.now_ms < p.deadline_ms => {
+                // Its token's end came first, and the token still holds (the
+                // wall clock moved): its deadline is armed again.
+                return;
+            }
+            Wait::Parked(_) => {
+                self.answer_parked(true, cx);
+                return;
+            }
+            Wait::Logging(_) => {
+                self.answer_logging(true, cx);
+                return;
+            }
+            _ => {}
         }
-        if self.parked.is_some() {
-            self.answer_parked(true, cx);
-            return;
-        }
-        if self.logging.is_some() {
-            self.answer_logging(true, cx);
-            return;
-        }
-        if let (Some(s), None) = (&mut self.streaming, self.closing) {
+        if let (Wait::Streaming(s), None) = (&mut self.wait, self.closing) {
             if cx.now_ms < s.heartbeat_ms {
                 // Its token's end came first, and the token still holds.
                 return;
@@ -434,29 +465,24 @@ impl Connection {
     }
 
     /// The key whose updates this connection waits for: a parked long-poll's
-    /// or an event stream's. The server registers it where ingests wake it.
-    pub fn watched_key(&self) -> Option<&[u8]> {
-        match (&self.parked, &self.streaming) {
-            (Some(p), _) => Some(&p.key),
-            (None, Some(s)) if self.closing.is_none() => Some(&s.key),
+    /// or an event stream's (the server learns it from [`Action::Watch`]).
+    #[cfg(test)]
+    pub(crate) fn watched_key(&self) -> Option<&[u8]> {
+        match (&self.wait, self.closing) {
+            (Wait::Parked(p), _) => Some(&p.key),
+            (Wait::Streaming(s), None) => Some(&s.key),
             _ => None,
         }
     }
 
-    /// Whether [`Connection::watched_key`] is the keys of a many-box poll
-    /// ([`crate::service::ManyKeys`]): wake-ups of each of them concern it.
-    pub fn watches_many(&self) -> bool {
-        match (&self.parked, &self.streaming) {
-            (Some(p), _) => p.park.many,
-            (None, Some(s)) => s.many.is_some(),
-            _ => false,
-        }
-    }
-
     /// The log request this connection waits for (a node of a log's ingest
-    /// or `DELETE`): the server routes its records' reports here.
-    pub fn awaited_request(&self) -> Option<u64> {
-        self.logging.as_ref().map(|l| l.pending.request)
+    /// or `DELETE`; the server learns it from [`Action::Await`]).
+    #[cfg(test)]
+    pub(crate) fn awaited_request(&self) -> Option<u64> {
+        match &self.wait {
+            Wait::Logging(l) => Some(l.pending.request),
+            _ => None,
+        }
     }
 
     /// Record `index` of the awaited log request met its fate: once every
@@ -469,9 +495,9 @@ impl Connection {
         cx: &mut Ctx<'_, H>,
     ) -> bool {
         let plan = &cx.service.node().plan;
-        let done = match self.logging.as_mut() {
-            Some(l) => l.pending.report(index, report, plan),
-            None => return false,
+        let done = match &mut self.wait {
+            Wait::Logging(l) => l.pending.report(index, report, plan),
+            _ => return false,
         };
         if done {
             self.answer_logging(false, cx);
@@ -487,8 +513,9 @@ impl Connection {
     }
 
     /// Whether this connection streams events (and is not closing).
-    pub fn streaming(&self) -> bool {
-        self.streaming.is_some() && self.closing.is_none()
+    #[cfg(test)]
+    pub(crate) fn streaming(&self) -> bool {
+        matches!(self.wait, Wait::Streaming(_)) && self.closing.is_none()
     }
 
     /// A box this connection may wait on was updated, deleted or expired:
@@ -508,7 +535,7 @@ impl Connection {
         moved: &dyn Fn(usize) -> bool,
         cx: &mut Ctx<'_, H>,
     ) -> bool {
-        if let Some(s) = self.streaming.as_mut() {
+        if let Wait::Streaming(s) = &mut self.wait {
             if let Some(watching) = s.many.as_mut() {
                 for i in (0..watching.len()).filter(|&i| moved(i)) {
                     watching.mark(i);
@@ -517,10 +544,10 @@ impl Connection {
             }
             return self.stream_update(cx);
         }
-        let due = self
-            .parked
-            .as_ref()
-            .is_some_and(|p| cx.service.park_due(&p.key, &p.park));
+        let due = match &self.wait {
+            Wait::Parked(p) => cx.service.park_due(&p.key, &p.park),
+            _ => false,
+        };
         if due {
             self.answer_parked(false, cx);
         }
@@ -542,9 +569,9 @@ impl Connection {
 
     /// When the held request's token ends, if it needed one.
     fn held_token_end(&self) -> Option<u64> {
-        match (&self.parked, &self.streaming, self.closing) {
-            (Some(p), _, _) => p.token_end_ms,
-            (None, Some(s), None) => s.token_end_ms,
+        match (&self.wait, self.closing) {
+            (Wait::Parked(p), _) => p.token_end_ms,
+            (Wait::Streaming(s), None) => s.token_end_ms,
             _ => None,
         }
     }
@@ -560,10 +587,10 @@ impl Connection {
         match cx.service.held_token(&mut self.creds) {
             Ok(end_s) => {
                 let end = Some(cx.service.token_deadline_ms(end_s, cx.now_ms));
-                if let Some(p) = self.parked.as_mut() {
-                    p.token_end_ms = end;
-                } else if let Some(s) = self.streaming.as_mut() {
-                    s.token_end_ms = end;
+                match &mut self.wait {
+                    Wait::Parked(p) => p.token_end_ms = end,
+                    Wait::Streaming(s) => s.token_end_ms = end,
+                    _ => {}
                 }
                 false
             }
@@ -578,13 +605,13 @@ impl Connection {
     /// poll is answered 401 (then what was pipelined behind it is served),
     /// a stream is sent `event: expired` and ends.
     fn end_held<H: Host>(&mut self, why: Refusal, cx: &mut Ctx<'_, H>) {
-        if let Some(p) = self.parked.take() {
+        if let Wait::Parked(p) = self.take_wait(|w| matches!(w, Wait::Parked(_))) {
             self.answer_held(&p.frame, cx, |service, request, out, host| {
                 service.refuse_parked(request, why, out, host)
             });
             return;
         }
-        if self.streaming.is_some() {
+        if matches!(self.wait, Wait::Streaming(_)) {
             let Ctx {
                 service,
                 buffers,
@@ -604,10 +631,7 @@ impl Connection {
     /// client that half-closes and then waits for a parked answer loses it, as
     /// with Nchan; no HTTP client does that.)
     pub fn peer_hung_up(&mut self) {
-        if self.parked.take().is_some()
-            || self.logging.take().is_some()
-            || self.streaming.take().is_some()
-        {
+        if !matches!(self.end_wait(), Wait::None) {
             self.client.unhold();
             self.closing = Some(Closing::Now);
         }
@@ -617,7 +641,7 @@ impl Connection {
     /// meanwhile sends the newest version now (the versions between were
     /// coalesced). Returns whether something was queued.
     pub fn on_send_drained<H: Host>(&mut self, cx: &mut Ctx<'_, H>) -> bool {
-        let dirty = self.streaming.as_ref().is_some_and(|s| s.dirty);
+        let dirty = matches!(&self.wait, Wait::Streaming(s) if s.dirty);
         if !dirty || !self.sendq.is_empty() || self.closing.is_some() {
             return false;
         }
@@ -627,7 +651,7 @@ impl Connection {
     /// Whether [`Connection::on_send_drained`] has something to send once the
     /// queue is empty.
     pub fn stream_dirty(&self) -> bool {
-        self.streaming.as_ref().is_some_and(|s| s.dirty) && self.closing.is_none()
+        matches!(&self.wait, Wait::Streaming(s) if s.dirty) && self.closing.is_none()
     }
 
     /// The server is shutting down: a parked long-poll is answered now with the
@@ -638,18 +662,22 @@ impl Connection {
             self.closing = Some(Closing::Now);
             return;
         }
-        if self.parked.is_some() {
-            self.answer_parked(true, cx);
-            self.closing.get_or_insert(Closing::AfterSend);
-        } else if self.logging.is_some() {
+        match self.wait {
+            Wait::Parked(_) => {
+                self.answer_parked(true, cx);
+                self.closing.get_or_insert(Closing::AfterSend);
+            }
             // Its answer comes from the log (or its deadline), with
             // `Connection: close`.
-        } else if self.streaming.is_some() {
+            Wait::Logging(_) => {}
             // The stream ends with the connection: once what is queued is
             // sent. An EventSource reconnects (elsewhere) after `retry`.
-            self.end_stream(cx.now_ms, cx.service);
-        } else if self.sendq.is_empty() && self.rend == self.rstart {
-            self.closing = Some(Closing::Now);
+            Wait::Streaming(_) => self.end_stream(cx.now_ms, cx.service),
+            Wait::None => {
+                if self.sendq.is_empty() && self.rend == self.rstart {
+                    self.closing = Some(Closing::Now);
+                }
+            }
         }
     }
 
@@ -686,19 +714,110 @@ impl Connection {
         self.give_back_rbuf(buffers);
         self.client
             .release(&cx.service.node().clients, cx.now_ms.saturating_mul(1000));
-        self.parked = None;
-        self.logging = None;
-        self.streaming = None;
+        self.end_wait();
+        // Closed: what it asks now is what the server gives back.
+        self.close_asked = true;
+    }
+
+    /// What the server is to do for this connection, in the order it was
+    /// decided since the last call: call it after each call into the
+    /// connection (and after writing its queue), and apply each action once.
+    pub fn actions(&mut self) -> Actions<'_> {
+        let mut then = [None, None];
+        if !self.close_asked {
+            if self.finished() {
+                self.close_asked = true;
+                then[0] = Some(Action::Close);
+            } else {
+                let at = self.deadline();
+                if at < self.armed_ms {
+                    self.armed_ms = at;
+                    then[0] = Some(Action::Arm(at));
+                }
+            }
+        }
+        let bytes = (self.sendq.capacity_bytes(), self.watch_bytes());
+        if bytes != self.told_bytes {
+            let (was_send, was_watch) = self.told_bytes;
+            self.told_bytes = bytes;
+            then[1] = Some(Action::Bytes {
+                send: bytes.0 as isize - was_send as isize,
+                watch: bytes.1 as isize - was_watch as isize,
+            });
+        }
+        let watch = match &self.wait {
+            Wait::Parked(p) => Some(Watch {
+                keys: &p.key,
+                many: p.park.many,
+                stream: false,
+            }),
+            Wait::Streaming(s) => Some(Watch {
+                keys: &s.key,
+                many: s.many.is_some(),
+                stream: true,
+            }),
+            _ => None,
+        };
+        Actions {
+            queue: &mut self.queue,
+            next: 0,
+            watch,
+            then,
+        }
+    }
+
+    /// Whether an action is queued (a watch or an awaited request, or their
+    /// undoing; the timer, the bytes and the close are looked at by
+    /// [`Connection::actions`] itself).
+    pub fn has_actions(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
+    /// Begin waiting on `wait` (it waited on nothing): the server is asked to
+    /// route its wake-ups or reports here.
+    fn begin_wait(&mut self, wait: Wait) {
+        match &wait {
+            Wait::Parked(_) | Wait::Streaming(_) => self.queue.push(Action::Watch(Watch::QUEUED)),
+            Wait::Logging(l) => self.queue.push(Action::Await(l.pending.request)),
+            Wait::None => {}
+        }
+        self.wait = wait;
+    }
+
+    /// Stop waiting; returns what it waited on. The server is told to route
+    /// nothing more here (unless it was never asked to).
+    fn end_wait(&mut self) -> Wait {
+        let old = std::mem::replace(&mut self.wait, Wait::None);
+        match &old {
+            Wait::Parked(_) | Wait::Streaming(_) => self
+                .queue
+                .undo(|q| matches!(q, Action::Watch(_)), Action::Unwatch),
+            Wait::Logging(l) => self.queue.undo(
+                |q| matches!(q, Action::Await(_)),
+                Action::Unawait(l.pending.request),
+            ),
+            Wait::None => {}
+        }
+        old
+    }
+
+    /// The wait, taken out if `is` says it is the one asked for (the
+    /// connection then waits on nothing); else [`Wait::None`].
+    fn take_wait(&mut self, is: fn(&Wait) -> bool) -> Wait {
+        if !is(&self.wait) {
+            return Wait::None;
+        }
+        self.end_wait()
     }
 
     /// Heap bytes of what a parked poll or an event stream keeps: its key (or
     /// keys) and, for many boxes, where the stream stands with each.
     pub fn watch_bytes(&self) -> usize {
-        let parked = self.parked.as_ref().map_or(0, |p| p.key.len());
-        let streaming = self.streaming.as_ref().map_or(0, |s| {
-            s.key.len() + s.many.as_ref().map_or(0, Watching::heap_bytes)
-        });
-        parked + streaming
+        match &self.wait {
+            Wait::Parked(p) => p.key.len(),
+            Wait::Streaming(s) => s.key.len() + s.many.as_ref().map_or(0, Watching::heap_bytes),
+            _ => 0,
+        }
     }
 
     /// Heap bytes held for this connection: (read buffer, send queue).
@@ -715,12 +834,7 @@ impl Connection {
             return;
         }
         let limited = self.client.limited();
-        while self.closing.is_none()
-            && self.parked.is_none()
-            && self.logging.is_none()
-            && self.streaming.is_none()
-            && self.rstart < self.rend
-        {
+        while self.closing.is_none() && matches!(self.wait, Wait::None) && self.rstart < self.rend {
             let progress = self.framer.advance(&mut self.rbuf[self.rstart..self.rend]);
             let Ctx {
                 service,
@@ -785,54 +899,56 @@ impl Connection {
                         };
                         service.answer(listener, request, out, *host, creds)
                     });
-                    if held && !matches!(r, Reply::Park(_) | Reply::Stream(_)) {
+                    if held && !matches!(r, Reply::Park { .. } | Reply::Stream { .. }) {
                         // Not held after all (answered at once): give it back.
                         self.client.unhold();
                     }
                     match r {
                         Reply::KeepAlive => {}
                         Reply::Close => self.closing = Some(Closing::AfterSend),
-                        Reply::Park(p) => {
-                            let key = service.key().into();
+                        Reply::Park { park: p, key } => {
                             let frame = frame.clone();
                             let token_end_ms = token_end_ms(&mut self.creds, cx);
-                            self.park(frame, key, p, cx.now_ms + p.wait_ms, cx.buffers);
-                            if let Some(parked) = self.parked.as_mut() {
-                                parked.token_end_ms = token_end_ms;
-                            }
+                            self.hold_request(cx.buffers);
+                            self.begin_wait(Wait::Parked(Box::new(Parked {
+                                frame,
+                                key,
+                                park: p,
+                                deadline_ms: cx.now_ms + p.wait_ms,
+                                token_end_ms,
+                            })));
                             return;
                         }
-                        Reply::Log => {
-                            let Some(pending) = service.take_pending() else {
-                                return;
-                            };
+                        Reply::Log(pending) => {
                             let deadline_ms = cx.now_ms + service.node().config.log.ack_timeout_ms;
                             let frame = frame.clone();
                             self.hold_request(cx.buffers);
-                            self.logging = Some(Box::new(Logging {
+                            self.begin_wait(Wait::Logging(Box::new(Logging {
                                 frame,
                                 pending,
                                 deadline_ms,
-                            }));
+                            })));
                             return;
                         }
-                        Reply::Stream(stream) => {
-                            let key = service.key().into();
-                            let many = stream.many.then(|| service.take_watching()).flatten();
+                        Reply::Stream {
+                            stream,
+                            key,
+                            watching: many,
+                        } => {
                             let heartbeat_ms =
                                 cx.now_ms + service.node().config.http.sse_heartbeat_ms;
                             let token_end_ms = token_end_ms(&mut self.creds, cx);
                             // The stream's body ends with the connection: what
                             // was pipelined behind it is never answered.
                             self.give_back_rbuf(cx.buffers);
-                            self.streaming = Some(Streaming {
+                            self.begin_wait(Wait::Streaming(Streaming {
                                 key,
                                 stream,
                                 many,
                                 dirty: false,
                                 heartbeat_ms,
                                 token_end_ms,
-                            });
+                            }));
                             return;
                         }
                     }
@@ -883,7 +999,7 @@ impl Connection {
     /// client has not read what is queued (then only remember it: at most one
     /// event is ever queued); or `event: deleted` and the end.
     fn stream_update<H: Host>(&mut self, cx: &mut Ctx<'_, H>) -> bool {
-        let Some(s) = self.streaming.as_mut() else {
+        let Wait::Streaming(s) = &mut self.wait else {
             return false;
         };
         if self.closing.is_some() {
@@ -955,7 +1071,7 @@ impl Connection {
     /// End the event stream: the connection closes once what is queued is
     /// sent, or at the idle timeout from now if the client does not read it.
     fn end_stream(&mut self, now_ms: u64, service: &Service) {
-        self.streaming = None;
+        self.end_wait();
         self.client.unhold();
         self.closing = Some(Closing::AfterSend);
         self.deadline_ms = now_ms + service.node().config.limits.idle_timeout_ms;
@@ -982,28 +1098,6 @@ impl Connection {
         self.partial_seen = 0;
     }
 
-    /// Wait for the box of `key` to move past `park.after` (or go). The
-    /// request's bytes (and any pipelined after it) stay, in a buffer of their
-    /// size: the read buffer goes back to the pool, so a parked poll costs about
-    /// its request's size.
-    fn park(
-        &mut self,
-        frame: Frame,
-        key: Box<[u8]>,
-        park: Park,
-        deadline_ms: u64,
-        buffers: &mut Buffers,
-    ) {
-        self.hold_request(buffers);
-        self.parked = Some(Box::new(Parked {
-            frame,
-            key,
-            park,
-            deadline_ms,
-            token_end_ms: None,
-        }));
-    }
-
     /// Keep the request's bytes (and any pipelined after it) while it waits,
     /// in a buffer of their size: the read buffer goes back to the pool.
     fn hold_request(&mut self, buffers: &mut Buffers) {
@@ -1018,12 +1112,12 @@ impl Connection {
     /// Answer the logged ingest or `DELETE` (every record reported, or
     /// `timed_out`: 503), then what was pipelined behind it.
     fn answer_logging<H: Host>(&mut self, timed_out: bool, cx: &mut Ctx<'_, H>) {
-        let Some(l) = self.logging.take() else {
+        let Wait::Logging(l) = self.take_wait(|w| matches!(w, Wait::Logging(_))) else {
             return;
         };
         let l = *l;
         self.answer_held(&l.frame, cx, |service, request, out, host| {
-            service.answer_logged(request, l.pending, timed_out, out, host)
+            service.answer_logged(request, *l.pending, timed_out, out, host)
         });
     }
 
@@ -1031,7 +1125,7 @@ impl Connection {
     /// is gone, or 304 when `timed_out` and nothing changed), then what was
     /// pipelined behind it.
     fn answer_parked<H: Host>(&mut self, timed_out: bool, cx: &mut Ctx<'_, H>) {
-        let Some(p) = self.parked.take() else {
+        let Wait::Parked(p) = self.take_wait(|w| matches!(w, Wait::Parked(_))) else {
             return;
         };
         self.client.unhold();
@@ -1062,7 +1156,7 @@ impl Connection {
         let r = self
             .sendq
             .append(&mut buffers.send, |out| answer(service, request, out, host));
-        if r == Reply::Close {
+        if matches!(r, Reply::Close) {
             self.closing = Some(Closing::AfterSend);
         }
         self.next_request(frame.consumed);
@@ -1107,7 +1201,7 @@ impl Connection {
 
     /// Choose the deadline from the state.
     fn update_deadline<H: Host>(&mut self, cx: &Ctx<'_, H>) {
-        if self.parked.is_some() || self.logging.is_some() || self.streaming.is_some() {
+        if !matches!(self.wait, Wait::None) {
             return;
         }
         if self.listener == Listener::Probes || self.client.over_cap() {
@@ -1217,6 +1311,10 @@ fn host_error(frame: &Frame) -> Option<HttpError> {
         _ => Some(HttpError::MultipleHost),
     }
 }
+
+mod actions;
+use actions::Queue;
+pub use actions::{Action, Actions, Watch};
 
 #[cfg(test)]
 mod tests;

@@ -16,10 +16,16 @@ use pollbox_core::buffers::Buffers;
 use pollbox_core::config::Config;
 use pollbox_core::conn::{Connection, Ctx};
 use pollbox_core::plan::Plan;
-use pollbox_core::service::{Host, IngestResult, Listener, Node, Removal, RouteLabel, Service};
+use pollbox_core::service::{
+    Host, IngestResult, Listener, Node, Removal, RouteLabel, Service, Watchers,
+};
 use proptest::prelude::*;
 
 struct Quiet;
+
+impl Watchers for Quiet {
+    fn box_updated(&mut self, _key: &[u8]) {}
+}
 
 impl Host for Quiet {
     fn draining(&self) -> bool {
@@ -28,7 +34,6 @@ impl Host for Quiet {
     fn ready(&self) -> bool {
         true
     }
-    fn box_updated(&mut self, _key: &[u8]) {}
     fn render_metrics(&mut self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"m 1\n");
     }

@@ -2,48 +2,40 @@
 //! a slab whose slots are reused (a generation tells a reused slot's new
 //! connection from a timer or wake-up meant for the old one).
 
+use crate::waiting::Registration;
 use mio::net::TcpStream;
 use pollbox_core::conn::Connection;
 use pollbox_core::wheel::TimerId;
 
+/// A connection's socket and state machine, with what the worker made for
+/// it when applying its actions (its timer, its registration) and what only
+/// the socket knows. Nothing here copies the state machine's state.
 pub struct Conn {
     pub stream: TcpStream,
     pub core: Connection,
     pub gen: u32,
-    /// The wheel entry armed for the connection, and its deadline.
+    /// The wheel entry armed for the connection ([`Action::Arm`]).
+    ///
+    /// [`Action::Arm`]: pollbox_core::conn::Action::Arm
     pub timer: Option<TimerId>,
-    pub armed_ms: u64,
+    /// Where its watch is registered ([`Action::Watch`]).
+    ///
+    /// [`Action::Watch`]: pollbox_core::conn::Action::Watch
+    pub watch: Option<Registration>,
     /// Reading stopped before the socket said WouldBlock (parked, back-pressure):
     /// with edge-triggered readiness no new edge comes for those bytes, so read
     /// again as soon as the connection wants to.
     pub unread: bool,
     /// epoll said the peer shut down its side (EPOLLRDHUP): read to EOF.
     pub peer_hup: bool,
-    /// The key hash this connection is registered under in the worker's parked
-    /// index (a parked long-poll's or an event stream's key).
-    pub registered: Option<u64>,
-    /// What registered it: an event stream (else a long-poll).
-    pub registered_stream: bool,
-    /// The hashes of the keys a many-box long-poll is registered on (empty
-    /// otherwise: `registered` is then the key's hash).
-    pub registered_keys: Vec<u64>,
     /// Its answers wait for the end of the loop turn (batched writes).
     pub queued: bool,
     /// Its write side was shut down (lingering, or closing).
     pub write_shut: bool,
-    /// Send-queue bytes this connection adds to the worker's total (its read
-    /// buffer is counted by the worker's `Buffers`).
-    pub accounted: usize,
-    /// What `watched` last counted for it (its watch state: keys, where a
-    /// stream of many boxes stands, the hashes it is registered under).
-    pub watched: usize,
     /// On the worker's list of connections waiting for buffer budget.
     pub starved: bool,
     /// Its socket's `TCP_NOTSENT_LOWAT` was set (an event stream's).
     pub lowat_set: bool,
-    /// The log request it is registered under in the worker's index (a node
-    /// of a log's ingest waiting for its records).
-    pub awaiting: Option<u64>,
 }
 
 impl Conn {
@@ -53,17 +45,11 @@ impl Conn {
             core,
             gen,
             timer: None,
-            armed_ms: 0,
+            watch: None,
             unread: false,
             peer_hup: false,
-            awaiting: None,
-            registered: None,
-            registered_stream: false,
-            registered_keys: Vec::new(),
             queued: false,
             write_shut: false,
-            accounted: 0,
-            watched: 0,
             starved: false,
             lowat_set: false,
         }

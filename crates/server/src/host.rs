@@ -4,7 +4,7 @@
 use crate::log::produce::Ticket;
 use crate::stats::{IngestResult, Removal, RouteLabel, WorkerStats};
 use crate::{metrics, Shared};
-use pollbox_core::service::{Host, LogUnavailable};
+use pollbox_core::service::{Host, LogUnavailable, Watchers};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -76,6 +76,15 @@ impl WorkerHost {
     }
 }
 
+/// An ingest's, a `DELETE`'s, an expiry's change: told as a record of the
+/// log tells it ([`crate::wakeups::Waiters`]).
+impl Watchers for WorkerHost {
+    #[inline]
+    fn box_updated(&mut self, key: &[u8]) {
+        (&self.shared.waiters).box_updated(key);
+    }
+}
+
 impl Host for WorkerHost {
     fn log_request(&mut self) -> u64 {
         self.log_requests += 1;
@@ -113,11 +122,6 @@ impl Host for WorkerHost {
 
     fn ready(&self) -> bool {
         self.shared.is_ready()
-    }
-
-    #[inline]
-    fn box_updated(&mut self, key: &[u8]) {
-        self.shared.waiters.notify(key);
     }
 
     fn boxes_removed(&mut self, why: Removal, n: u64) {

@@ -32,6 +32,7 @@ pub mod snapshot_file;
 pub mod stats;
 pub mod transmit;
 pub mod uring;
+pub mod waiting;
 pub mod wakeups;
 pub mod worker;
 

@@ -3,8 +3,11 @@
 //! key ([`Waiters`]).
 //!
 //! A worker that parks a long-poll or opens an event stream registers the key
-//! here (once per key, while it has connections waiting on it). An ingest on
-//! any worker then tells exactly the workers waiting on that key: the key's
+//! here (once per key, while it has connections waiting on it). A change of
+//! the box (an ingest, a `DELETE` or an expiry on any worker, or a record of
+//! the log applied by the consuming thread: each tells
+//! [`pollbox_core::service::Watchers`]) then tells exactly the workers waiting
+//! on that key: the key's
 //! hash goes into the worker's bounded inbox and its `mio::Waker` fires, so the
 //! parked poll is answered (the stream sent its event) within the waker's
 //! latency, not at the next tick. With nothing parked anywhere, `notify`
@@ -189,6 +192,15 @@ impl Waiters {
     /// Keys with parked polls, over all workers (for tests and metrics).
     pub fn parked_keys(&self) -> usize {
         self.keys.load(Ordering::Acquire)
+    }
+}
+
+/// A box moved (an ingest on any worker, a record of the log on the
+/// consuming thread): its waiters are woken.
+impl pollbox_core::service::Watchers for &Waiters {
+    #[inline]
+    fn box_updated(&mut self, key: &[u8]) {
+        self.notify(key);
     }
 }
 

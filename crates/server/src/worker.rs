@@ -3,27 +3,27 @@
 //! Workers share only the [`Shared`] state.
 //!
 //! This is the loop and nothing else: wait for readiness (or the next tick),
-//! accept, read into each connection's buffer and hand the bytes to its state
-//! machine ([`pollbox_core::conn`]), then do what the connection asks — write
-//! its answers ([`crate::transmit`]), park it where ingests wake it
-//! ([`crate::wakeups`]), arm its deadline, close it. At each tick (`epoch_ms`)
-//! reset the arena, refresh the `Date`, fire the timers and run one bounded
-//! step of box expiry.
+//! accept (`worker/accept.rs`), and give each ready connection its turn
+//! (`worker/settle.rs`): read into its buffer and hand the bytes to its
+//! state machine ([`pollbox_core::conn`]), apply the actions it pushed —
+//! watch keys where ingests wake it ([`crate::waiting`], [`crate::wakeups`]),
+//! await a log request's reports, arm its timer, close it — and write its
+//! answers ([`crate::transmit`]). At each tick (`worker/tick.rs`,
+//! `epoch_ms`) reset the arena, refresh the `Date`, fire the timers and run
+//! one bounded step of box expiry.
 
-use crate::conns::{Conn, Slab};
+use crate::conns::Slab;
 use crate::host::WorkerHost;
-use crate::stats::Rejected;
 use crate::transmit::{Ready, Ring, SendNow, Sent, Transmit};
-use crate::wakeups::{ParkedIndex, Wake};
+use crate::waiting::Waiting;
 use crate::Shared;
-use mio::net::{TcpListener, TcpStream};
+use mio::net::TcpListener;
 use mio::{Interest, Poll, Token};
 use pollbox_core::buffers::Buffers;
-use pollbox_core::conn::{Connection, Ctx, SEND_BACKPRESSURE};
+use pollbox_core::conn::Ctx;
 use pollbox_core::service::{Listener, Service};
 use pollbox_core::wheel::Wheel;
-use std::collections::HashMap;
-use std::io::{self, Read, Write};
+use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -58,7 +58,7 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 /// The state machine's view of this worker, for one call.
 macro_rules! cx {
     ($w:expr) => {
-        Ctx {
+        pollbox_core::conn::Ctx {
             now_ms: $w.now_ms,
             service: &mut $w.service,
             buffers: &mut $w.buffers,
@@ -66,6 +66,10 @@ macro_rules! cx {
         }
     };
 }
+
+mod accept;
+mod settle;
+mod tick;
 
 /// A wheel entry: which connection (slot, generation) to look at.
 #[derive(Clone, Copy)]
@@ -86,10 +90,8 @@ pub struct Worker {
     host: WorkerHost,
     transmit: Box<dyn Transmit + Send>,
     wheel: Wheel<ConnTimer>,
-    parked: ParkedIndex,
-    /// A node of a log: the connections whose ingest waits for its records,
-    /// by log request.
-    awaiting: HashMap<u64, (usize, u32)>,
+    /// What its connections wait on (keys, log requests).
+    waiting: Waiting,
     started: Instant,
     now_ms: u64,
     epoch_ms: u64,
@@ -168,8 +170,7 @@ impl Worker {
             host: WorkerHost::new(shared, id),
             transmit,
             wheel: Wheel::new(epoch_ms, 512, 0),
-            parked: ParkedIndex::default(),
-            awaiting: HashMap::new(),
+            waiting: Waiting::new(id),
             // One clock for every worker: boxes' expiry stamps are compared
             // across workers.
             started,
@@ -212,7 +213,7 @@ impl Worker {
             + self.service.working_bytes()
             + self.conns.heap_bytes()
             + self.conn_watch_bytes
-            + self.parked.heap_bytes()
+            + self.waiting.heap_bytes()
             + self.transmit.heap_bytes()
             + (self.ready.capacity() + self.later.capacity()) * std::mem::size_of::<Ready>()
             + self.done.capacity() * std::mem::size_of::<(usize, Sent)>()
@@ -380,554 +381,8 @@ impl Worker {
         }
     }
 
-    fn accept(&mut self, listener: Listener) {
-        loop {
-            let l = match listener {
-                Listener::Main => self.listener.as_ref(),
-                Listener::Metrics => self.metrics_listener.as_ref(),
-                Listener::Probes => None,
-            };
-            let Some(l) = l else {
-                return;
-            };
-            let (mut stream, _) = match l.accept() {
-                Ok(s) => s,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // Out of fds and the like: log once per burst and retry on the next event.
-                    eprintln!("pollbox: worker {}: accept failed: {e}", self.id);
-                    return;
-                }
-            };
-            if listener == Listener::Main
-                && self.host.shared.node.config.server.place_by_load
-                && !self.host.shared.draining.load(Ordering::Acquire)
-            {
-                // Served where the load is least (crate::placement).
-                let shared = &self.host.shared;
-                let to = shared.placement.place(self.id, &shared.stats);
-                if to != self.id {
-                    match shared.placement.hand(to, stream) {
-                        Ok(()) => continue,
-                        Err(s) => stream = s,
-                    }
-                }
-            }
-            self.adopt(stream, listener);
-        }
-    }
-
-    /// Serve a connection accepted here or handed over by another worker, or
-    /// refuse it (shutting down, over a limit). Past `max_connections` a
-    /// connection of the main listener is still served for its probes
-    /// (`/healthz`, `/readyz`: [`Listener::Probes`]), up to
-    /// [`PROBE_RESERVE`] of them; the metrics listener is never capped.
-    fn adopt(&mut self, mut stream: TcpStream, mut listener: Listener) {
-        if self.host.shared.draining.load(Ordering::Acquire) {
-            // Shutting down: say so, so a load balancer retries elsewhere.
-            self.host.stats().rejected(Rejected::Draining);
-            self.refuse(&mut stream, "shutting down");
-            return;
-        }
-        if self.buffered() >= self.buffers.budget() {
-            // This worker's share of max_buffered_bytes is used up.
-            self.host.stats().rejected(Rejected::MaxBufferedBytes);
-            self.refuse(&mut stream, "server buffers full (max_buffered_bytes)");
-            return;
-        }
-        let shared = &self.host.shared;
-        let open = shared.open_connections.fetch_add(1, Ordering::AcqRel);
-        let cap = shared.node.config.limits.max_connections;
-        if listener == Listener::Main && open >= cap {
-            if open >= cap.saturating_add(PROBE_RESERVE) {
-                shared.open_connections.fetch_sub(1, Ordering::AcqRel);
-                self.host.stats().rejected(Rejected::MaxConnections);
-                self.refuse(&mut stream, "too many connections");
-                return;
-            }
-            listener = Listener::Probes;
-        }
-        let _ = stream.set_nodelay(true);
-        let (slot, gen) = self.conns.vacant();
-        if let Err(e) = self.poll.registry().register(
-            &mut stream,
-            Token(slot + FIRST_CONN),
-            Interest::READABLE | Interest::WRITABLE,
-        ) {
-            eprintln!("pollbox: worker {}: register failed: {e}", self.id);
-            self.host
-                .shared
-                .open_connections
-                .fetch_sub(1, Ordering::AcqRel);
-            self.conns.release(slot);
-            return;
-        }
-        // Its client (the per-client limits): the peer, or whom a trusted
-        // proxy names. A socket already disconnected has no peer, and no
-        // request to limit.
-        let core = match stream.peer_addr() {
-            Ok(peer) => Connection::from_peer(self.now_ms, listener, peer.ip(), &self.service),
-            Err(_) => Connection::new(self.now_ms, listener, &self.service),
-        };
-        let st = self.host.stats();
-        st.connections_total.inc();
-        st.connections_open.inc();
-        self.settle(slot, Box::new(Conn::new(stream, core, gen)));
-    }
-
-    /// Answer 503 to a connection over the cap, best effort, and drop it.
-    fn refuse(&mut self, stream: &mut TcpStream, what: &str) {
-        let mut out = std::mem::take(&mut self.refusal);
-        out.clear();
-        self.timed(|cx| cx.service.closing_error(503, what, &mut out, cx.host));
-        let _ = stream.write(&out);
-        let _ = stream.shutdown(std::net::Shutdown::Write);
-        self.refusal = out;
-    }
-
-    /// Do what the connection asks until it asks for nothing more: read (when it
-    /// stopped early and may go on), park or unpark it, write its answers; then
-    /// close it or arm its deadline and put it back.
-    fn settle(&mut self, slot: usize, mut c: Box<Conn>) {
-        loop {
-            if c.unread && c.core.wants_read() && !self.read(&mut c) {
-                return self.close(slot, c);
-            }
-            if c.peer_hup {
-                // The client shut its side: a poll it parked is read by nobody,
-                // so its slot is freed now, not at the deadline.
-                c.core.peer_hung_up();
-            }
-            self.sync_parking(slot, &mut c);
-            self.sync_awaiting(slot, &mut c);
-            if !c.core.send_queue().is_empty() {
-                let urgent = c.core.closing().is_some()
-                    || c.core.send_queue().pending() >= SEND_BACKPRESSURE;
-                let sent = self
-                    .transmit
-                    .send(slot, &mut c, &mut self.buffers.send, urgent);
-                match sent {
-                    Sent::Bytes(n) => self.sent_bytes += n as u64,
-                    Sent::Failed => return self.close(slot, c),
-                    Sent::WouldBlock | Sent::Deferred => {}
-                }
-            }
-            // An event stream whose box moved while its queue was not empty
-            // sends the newest version now that the queue drained.
-            if c.core.stream_dirty() && c.core.send_queue().is_empty() {
-                let sent = self.timed(|cx| c.core.on_send_drained(cx));
-                if sent {
-                    continue;
-                }
-            }
-            // Reading stopped for back-pressure and the write drained the queue
-            // without the socket saying WouldBlock: no edge will come, read on.
-            // (Not if reading stopped for want of buffer budget: that waits for
-            // the next tick.)
-            if !(c.unread && c.core.wants_read()) || c.core.starved() {
-                break;
-            }
-        }
-        if c.core.shuts_down_write() && !c.write_shut {
-            // The answer is out (or the connection ends now): the client reads
-            // it, then the end of the stream.
-            let _ = c.stream.shutdown(std::net::Shutdown::Write);
-            c.write_shut = true;
-            if c.core.wants_read() {
-                // Lingering: drop what the client still sends, which may already
-                // be in the socket (no edge will announce it).
-                c.unread = true;
-                return self.settle(slot, c);
-            }
-        }
-        if c.core.finished() {
-            return self.close(slot, c);
-        }
-        let deadline = c.core.deadline();
-        if c.timer.is_none() || deadline < c.armed_ms {
-            if let Some(t) = c.timer.take() {
-                self.wheel.cancel(t);
-            }
-            c.timer = Some(self.wheel.insert(deadline, ConnTimer { slot, gen: c.gen }));
-            c.armed_ms = deadline;
-        }
-        if c.core.starved() && !c.starved {
-            c.starved = true;
-            self.starved.push((slot, c.gen));
-        }
-        self.account(&mut c);
-        self.conns.put(slot, c);
-    }
-
-    /// Read what the socket has, answering as it comes, until it would block or
-    /// the connection stops reading. Returns false if the connection is dead.
-    fn read(&mut self, c: &mut Conn) -> bool {
-        self.host.start();
-        let alive = self.read_answering(c);
-        self.host.finish();
-        alive
-    }
-
-    /// [`Worker::read`]'s loop; the answers of each read are timed together
-    /// (`WorkerHost::finish`).
-    fn read_answering(&mut self, c: &mut Conn) -> bool {
-        loop {
-            let mut cx = cx!(self);
-            let Some(buf) = c.core.read_buffer(&mut cx) else {
-                // Stopped early: `unread` stays set.
-                return true;
-            };
-            let room = buf.len();
-            match c.stream.read(buf) {
-                Ok(0) => {
-                    c.core.eof(&mut cx);
-                    c.unread = false;
-                    return true;
-                }
-                Ok(n) => {
-                    c.core.received(n, &mut cx);
-                    self.host.finish();
-                    self.read_bytes += n as u64;
-                    if n < room && !c.peer_hup {
-                        // A short read drained the socket: with edge-triggered
-                        // epoll, bytes arriving later raise a new event, so the
-                        // read that would only say WouldBlock is skipped (one
-                        // syscall less per request).
-                        c.unread = false;
-                        return true;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    c.unread = false;
-                    return true;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => return false,
-            }
-        }
-    }
-
-    /// Keep the parked index in step with the key the connection waits on (a
-    /// parked long-poll's or an event stream's).
-    fn sync_parking(&mut self, slot: usize, c: &mut Conn) {
-        loop {
-            let shared = &self.host.shared;
-            let want = c.core.watched_key().map(|k| shared.waiters.hash(k));
-            if want == c.registered {
-                return;
-            }
-            self.unregister(slot, c);
-            let Some(hash) = want else {
-                return;
-            };
-            let shared = &self.host.shared;
-            if c.core.watches_many() {
-                // A poll of many boxes: a wake-up of any of its keys concerns it.
-                let keys = c.core.watched_key().unwrap_or_default();
-                let n = pollbox_core::service::ManyKeys(keys).count();
-                c.registered_keys.reserve_exact(n);
-                for key in pollbox_core::service::ManyKeys(keys) {
-                    let h = shared.waiters.hash(key);
-                    self.parked.add(h, slot, c.gen, &shared.waiters, self.id);
-                    c.registered_keys.push(h);
-                }
-            } else {
-                self.parked.add(hash, slot, c.gen, &shared.waiters, self.id);
-            }
-            c.registered_stream = c.core.streaming();
-            let st = &shared.stats[self.id];
-            if c.registered_stream {
-                st.sse_subscribers.inc();
-                if !c.lowat_set {
-                    // A reader that stops reading: the kernel takes at most this
-                    // much unsent data for it (not the 4 MB a send buffer grows
-                    // to), then the stream waits with one event queued and
-                    // coalesces. Bytes in flight are not limited, so a stream over
-                    // a long round trip is not slowed.
-                    let _ = socket2::SockRef::from(&c.stream)
-                        .set_tcp_notsent_lowat(STREAM_NOTSENT_LOWAT);
-                    c.lowat_set = true;
-                }
-            } else {
-                st.parked_polls.inc();
-            }
-            c.registered = Some(hash);
-            // An ingest may have landed between the version check and the
-            // registration: look again now that wake-ups reach this poll.
-            self.timed(|cx| c.core.on_box_updated(cx));
-        }
-    }
-
-    /// Keep the index of log requests in step with the one the connection
-    /// waits for.
-    fn sync_awaiting(&mut self, slot: usize, c: &mut Conn) {
-        let want = c.core.awaited_request();
-        if want == c.awaiting {
-            return;
-        }
-        if let Some(old) = c.awaiting.take() {
-            self.awaiting.remove(&old);
-        }
-        if let Some(r) = want {
-            self.awaiting.insert(r, (slot, c.gen));
-            c.awaiting = Some(r);
-        }
-    }
-
-    /// Take the connection out of the parked index (and the gauges).
-    fn unregister(&mut self, slot: usize, c: &mut Conn) {
-        let Some(old) = c.registered.take() else {
-            return;
-        };
-        let shared = &self.host.shared;
-        let mut removed = false;
-        for h in c.registered_keys.drain(..) {
-            removed |= self.parked.remove(h, slot, c.gen, &shared.waiters, self.id);
-        }
-        if removed
-            || self
-                .parked
-                .remove(old, slot, c.gen, &shared.waiters, self.id)
-        {
-            let st = &shared.stats[self.id];
-            if c.registered_stream {
-                st.sse_subscribers.sub(1);
-            } else {
-                st.parked_polls.sub(1);
-            }
-        }
-    }
-
-    /// Settle the result of a write made at the end of the turn.
-    fn after_turn_write(&mut self, slot: usize, sent: Sent) {
-        let Some(c) = self.conns.take(slot) else {
-            return;
-        };
-        match sent {
-            Sent::Bytes(n) => self.sent_bytes += n as u64,
-            Sent::Failed => return self.close(slot, c),
-            Sent::WouldBlock | Sent::Deferred => {}
-        }
-        self.settle(slot, c);
-    }
-
-    fn account(&mut self, c: &mut Conn) {
-        let s = c.core.buffer_bytes().1;
-        self.conn_send_bytes = self.conn_send_bytes + s - c.accounted;
-        c.accounted = s;
-        let w = c.core.watch_bytes() + c.registered_keys.capacity() * std::mem::size_of::<u64>();
-        self.conn_watch_bytes = self.conn_watch_bytes + w - c.watched;
-        c.watched = w;
-    }
-
     /// Bytes of all this worker's connections' buffers (`pollbox_buffered_bytes`).
     fn buffered(&self) -> usize {
         self.buffers.read_held() + self.conn_send_bytes
-    }
-
-    fn close(&mut self, slot: usize, mut c: Box<Conn>) {
-        let _ = self.poll.registry().deregister(&mut c.stream);
-        if let Some(t) = c.timer.take() {
-            self.wheel.cancel(t);
-        }
-        self.unregister(slot, &mut c);
-        if let Some(r) = c.awaiting.take() {
-            self.awaiting.remove(&r);
-        }
-        c.core.release(&mut cx!(self));
-        self.conn_send_bytes -= c.accounted;
-        self.conn_watch_bytes -= c.watched;
-        self.conns.release(slot);
-        let shared = &self.host.shared;
-        shared.open_connections.fetch_sub(1, Ordering::AcqRel);
-        shared.stats[self.id].connections_open.sub(1);
-    }
-
-    /// Publish the share of the time since the last tick this worker spent
-    /// not waiting for events, smoothed, for placing new connections.
-    fn publish_busy(&mut self, now: Instant) {
-        let window = now.duration_since(self.busy_since).as_nanos() as u64;
-        if window == 0 {
-            return;
-        }
-        let busy = 1000 - (self.idle_ns.min(window) * 1000 / window) as u32;
-        self.busy = (self.busy * 7 + busy) / 8;
-        self.idle_ns = 0;
-        self.busy_since = now;
-        self.host.shared.placement.set_busy(self.id, self.busy);
-    }
-
-    fn tick(&mut self) {
-        let tick_start = Instant::now();
-        let late = self.now_ms.saturating_sub(self.next_tick_ms);
-        if late >= self.epoch_ms {
-            self.host.stats().epoch_overruns.inc();
-        }
-        self.next_tick_ms =
-            self.now_ms + self.epoch_ms - (late % self.epoch_ms).min(self.epoch_ms - 1);
-        let reset_start = Instant::now();
-        let r = self.service.reset_arena();
-        let reset_ns = reset_start.elapsed().as_nanos() as u64;
-        self.service.set_time(SystemTime::now());
-        if self.service.follow_access() {
-            self.recheck_held_tokens();
-        }
-        let buffers = self.buffer_total() as u64;
-        let high_water = self.service.arena().high_water_bytes() as u64;
-        let st = self.host.stats();
-        st.arena_resets.inc();
-        st.arena_reset.observe_ns(reset_ns);
-        st.arena_used_before_reset.set(r.used_before as u64);
-        st.arena_capacity.set(r.capacity_after as u64);
-        st.arena_high_water.set(high_water);
-        if r.replaced {
-            st.arena_replaced.inc();
-        }
-        st.bytes_received.set(self.read_bytes);
-        st.bytes_sent.set(self.sent_bytes);
-        st.buffer_bytes.set(buffers);
-        st.send_queue_bytes.set(self.conn_send_bytes as u64);
-        crate::alloc_stats::publish_thread_counters(st);
-        st.buffered_bytes.set(self.buffered() as u64);
-        // Connections that waited for buffer budget try again (others may have
-        // given buffers back since).
-        for (slot, gen) in std::mem::take(&mut self.starved) {
-            if let Some(mut c) = self.conns.take_gen(slot, gen) {
-                c.starved = false;
-                c.unread = true;
-                self.settle(slot, c);
-            }
-        }
-        self.publish_busy(tick_start);
-        let mut fired = std::mem::take(&mut self.fired);
-        self.wheel.advance(self.now_ms, &mut fired);
-        for t in fired.drain(..) {
-            let Some(mut c) = self.conns.take_gen(t.slot, t.gen) else {
-                continue;
-            };
-            c.timer = None;
-            self.timed(|cx| c.core.on_timer(cx));
-            self.settle(t.slot, c);
-        }
-        self.fired = fired;
-        // A bounded step of box expiry (SweepBudget::PER_TICK): the boxes'
-        // long-polls are woken through the same path as an ingest's.
-        let table_ms = self.host.shared.table_clock(self.now_ms);
-        self.service.expire(table_ms, &mut self.host);
-        // Clients gone whose request bucket has refilled are forgotten, a
-        // shard a tick (docs/private-boxes.md#per-client-limits).
-        let clients = &self.host.shared.node.clients;
-        if clients.limits().rate_limited() {
-            clients.sweep(self.now_ms.saturating_mul(1000));
-        }
-        self.quiet_ticks = if self.is_quiet() {
-            self.quiet_ticks.saturating_add(1)
-        } else {
-            0
-        };
-        let work = tick_start.elapsed().as_nanos() as u64;
-        let st = self.host.stats();
-        st.tick.observe_ns(work);
-        if work > st.epoch_work_max_ns.get() {
-            st.epoch_work_max_ns.set(work);
-        }
-    }
-
-    /// This worker took a new read of the key set and static token files:
-    /// held requests whose token it no longer holds end now (a 401, or
-    /// `event: expired`), not at their token's end. Only on a re-read.
-    fn recheck_held_tokens(&mut self) {
-        for slot in self.conns.slots() {
-            if !self
-                .conns
-                .get_mut(slot)
-                .is_some_and(|c| c.core.holds_token())
-            {
-                continue;
-            }
-            let Some(mut c) = self.conns.take(slot) else {
-                continue;
-            };
-            self.timed(|cx| c.core.on_access_changed(cx));
-            self.settle(slot, c);
-        }
-    }
-
-    /// Nothing a tick would do: no connection (so no timer), no arena memory
-    /// to give back, no box that may expire, not shutting down.
-    fn is_quiet(&self) -> bool {
-        let shared = self.shared();
-        let arena = self.service.arena();
-        self.conns.is_empty()
-            && self.later.is_empty()
-            && self.starved.is_empty()
-            && arena.capacity_bytes() <= arena.working_size().saturating_mul(4)
-            && (shared.node.config.boxes.ttl_s == 0 || shared.node.boxes.is_empty())
-            && !shared.draining.load(Ordering::Relaxed)
-    }
-
-    /// Another worker (or this one) applied an update to keys we wait on; or,
-    /// on a node of a log, records our ingests wait for met their fate.
-    fn on_wake(&mut self) {
-        while let Some(stream) = self.host.shared.placement.next(self.id) {
-            self.adopt(stream, Listener::Main);
-        }
-        while let Some(r) = self.host.shared.waiters.next_report(self.id) {
-            let Some(&(slot, gen)) = self.awaiting.get(&r.request) else {
-                continue; // answered already (timed out) or closed
-            };
-            let Some(mut c) = self.conns.take_gen(slot, gen) else {
-                continue;
-            };
-            self.timed(|cx| c.core.on_log_report(r.index, r.report, cx));
-            self.settle(slot, c);
-        }
-        while let Some(wake) = self.host.shared.waiters.next(self.id) {
-            self.woken.clear();
-            self.parked.woken(wake, &mut self.woken);
-            for i in 0..self.woken.len() {
-                let (slot, gen) = self.woken[i];
-                let Some(mut c) = self.conns.take_gen(slot, gen) else {
-                    continue;
-                };
-                // A stream of many boxes looks only at the keys with the
-                // woken hash (the keys were registered in their order).
-                let keys = &c.registered_keys;
-                let moved = |i: usize| match wake {
-                    Wake::Key(h) => keys.get(i) == Some(&h),
-                    Wake::All => true,
-                };
-                self.timed(|cx| c.core.on_keys_updated(&moved, cx));
-                self.settle(slot, c);
-            }
-        }
-    }
-
-    /// One step of draining. Returns true when the worker may exit.
-    fn drain_step(&mut self) -> bool {
-        if self.draining_since.is_none() {
-            // Stop accepting: the port refuses new connections, which a load
-            // balancer retries on another node whatever their method (it
-            // cannot retry a POST that a 503 answered). The metrics listener
-            // stays for the drain.
-            if let Some(mut l) = self.listener.take() {
-                let _ = self.poll.registry().deregister(&mut l);
-            }
-        }
-        let since = *self.draining_since.get_or_insert_with(Instant::now);
-        let overdue = since.elapsed() >= DRAIN_LIMIT;
-        for slot in self.conns.slots() {
-            if let Some(mut c) = self.conns.take(slot) {
-                // Bytes already in the socket are a request in flight, not idleness.
-                if c.core.wants_read() && !self.read(&mut c) {
-                    self.close(slot, c);
-                    continue;
-                }
-                self.timed(|cx| c.core.drain(overdue, cx));
-                self.settle(slot, c);
-            }
-        }
-        self.conns.is_empty()
     }
 }

@@ -1008,7 +1008,7 @@ fn consume(r: &mut Rig, i: usize, version: u64) -> Report {
         key: Some(key.as_bytes()),
         value: Some(&value),
     };
-    match replica.apply(boxes, &rec, &mut Vec::new()) {
+    match replica.apply(boxes, &rec, &mut Vec::new(), &mut r.host) {
         crate::log::Outcome::Invalid(crate::log::Invalid::Message(e)) => Report::Refused(e),
         crate::log::Outcome::Invalid(other) => panic!("{other:?}"),
         _ => Report::Applied,
@@ -1387,4 +1387,219 @@ fn a_reread_without_its_key_ends_a_held_request_and_spares_the_others() {
     let mut c = public.conn();
     public.feed(&mut c, SUBSCRIBE.as_bytes());
     assert!(c.streaming() && !c.holds_token());
+}
+
+/// An action as a test keeps it (a watch's keys copied).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Asked {
+    Watch {
+        keys: Vec<u8>,
+        many: bool,
+        stream: bool,
+    },
+    Unwatch,
+    Await(u64),
+    Unawait(u64),
+    Arm(u64),
+    Bytes,
+    Close,
+}
+
+/// Drain the connection's actions, as the worker does after each call.
+fn drain(c: &mut Connection) -> Vec<Asked> {
+    c.actions()
+        .map(|a| match a {
+            Action::Watch(w) => Asked::Watch {
+                keys: w.keys.to_vec(),
+                many: w.many,
+                stream: w.stream,
+            },
+            Action::Unwatch => Asked::Unwatch,
+            Action::Await(t) => Asked::Await(t),
+            Action::Unawait(t) => Asked::Unawait(t),
+            Action::Arm(at) => Asked::Arm(at),
+            Action::Bytes { .. } => Asked::Bytes,
+            Action::Close => Asked::Close,
+        })
+        .collect()
+}
+
+/// [`drain`] without the timer and the bytes.
+fn asks(c: &mut Connection) -> Vec<Asked> {
+    drain(c)
+        .into_iter()
+        .filter(|a| !matches!(a, Asked::Arm(_) | Asked::Bytes))
+        .collect()
+}
+
+fn watch(key: &str, many: bool, stream: bool) -> Asked {
+    Asked::Watch {
+        keys: key.as_bytes().to_vec(),
+        many,
+        stream,
+    }
+}
+
+#[test]
+fn a_parked_poll_asks_for_its_watch_once_and_its_answer_undoes_it() {
+    let mut r = rig();
+    r.ingest("a", 1);
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
+    assert_eq!(asks(&mut c), [watch("a", false, false)]);
+    assert_eq!(asks(&mut c), [], "applied once");
+    assert!(!c.on_box_updated(&mut r.cx()));
+    assert_eq!(asks(&mut c), [], "still parked");
+    r.ingest("a", 2);
+    assert!(c.on_box_updated(&mut r.cx()));
+    assert_eq!(asks(&mut c), [Asked::Unwatch]);
+    assert!(r.sent(&mut c).starts_with("HTTP/1.1 200"));
+    assert_eq!(asks(&mut c), []);
+}
+
+#[test]
+fn a_poll_parked_and_answered_before_the_server_looked_asks_nothing() {
+    let mut r = rig();
+    r.ingest("a", 1);
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
+    r.ingest("a", 2);
+    assert!(c.on_box_updated(&mut r.cx()));
+    assert_eq!(asks(&mut c), []);
+    // Parked again, behind an undo of a watch the server had applied.
+    r.feed(
+        &mut c,
+        b"GET /v1/boxes/a?after=2&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
+    assert_eq!(asks(&mut c), [watch("a", false, false)]);
+    r.ingest("a", 3);
+    assert!(c.on_box_updated(&mut r.cx()));
+    r.feed(
+        &mut c,
+        b"GET /v1/boxes/a?after=3&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
+    assert_eq!(asks(&mut c), [Asked::Unwatch, watch("a", false, false)]);
+}
+
+#[test]
+fn an_event_stream_and_a_poll_of_many_boxes_ask_to_watch_their_keys() {
+    let mut r = rig();
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"GET /v1/boxes/s HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n",
+    );
+    assert_eq!(asks(&mut c), [watch("s", false, true)]);
+    c.peer_hung_up();
+    assert_eq!(asks(&mut c), [Asked::Unwatch, Asked::Close]);
+
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"GET /v1/boxes?keys=a,b HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
+    let out = r.sent(&mut c);
+    let etag = out
+        .lines()
+        .find_map(|l| l.strip_prefix("ETag: "))
+        .expect("an ETag")
+        .to_string();
+    let poll = format!(
+        "GET /v1/boxes?keys=a,b&wait_ms=5000 HTTP/1.1\r\nHost: t\r\nIf-None-Match: {etag}\r\n\r\n"
+    );
+    r.feed(&mut c, poll.as_bytes());
+    let got = asks(&mut c);
+    let keys = match got.as_slice() {
+        [Asked::Watch {
+            keys,
+            many: true,
+            stream: false,
+        }] => keys.clone(),
+        other => panic!("{other:?} {}", r.sent(&mut c)),
+    };
+    let keys: Vec<&[u8]> = crate::service::ManyKeys(&keys).collect();
+    assert_eq!(keys, [b"a".as_slice(), b"b"]);
+}
+
+#[test]
+fn a_logged_ingest_asks_for_its_reports_then_gives_them_up() {
+    let mut r = log_rig();
+    let mut c = r.conn();
+    r.feed(&mut c, post("/v1/boxes/r", r#"{"value":5}"#).as_bytes());
+    let ticket = r.host.produced[0].0;
+    assert_eq!(asks(&mut c), [Asked::Await(ticket)]);
+    let report = consume(&mut r, 0, 8);
+    assert!(c.on_log_report(0, report, &mut r.cx()));
+    assert_eq!(asks(&mut c), [Asked::Unawait(ticket)]);
+    assert!(r.sent(&mut c).starts_with("HTTP/1.1 200"));
+}
+
+#[test]
+fn the_close_is_asked_once_when_the_answer_is_sent() {
+    let mut r = rig();
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(asks(&mut c), [], "not before its answer is sent");
+    r.sent(&mut c);
+    assert_eq!(asks(&mut c), [Asked::Close]);
+    assert_eq!(asks(&mut c), [], "once");
+}
+
+#[test]
+fn the_timer_is_asked_for_when_the_deadline_comes_sooner_or_none_is_armed() {
+    let mut r = rig();
+    let mut c = r.conn();
+    let arms = |c: &mut Connection| {
+        drain(c)
+            .into_iter()
+            .filter(|a| matches!(a, Asked::Arm(_)))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(arms(&mut c), [Asked::Arm(61_000)], "idle");
+    r.now_ms = 2_000;
+    r.feed(&mut c, b"GET /healthz HT");
+    assert_eq!(
+        arms(&mut c),
+        [Asked::Arm(7_000)],
+        "the header timeout comes sooner"
+    );
+    r.now_ms = 3_000;
+    r.feed(&mut c, b"TP/1.1\r\nHost: x\r\n\r\n");
+    r.sent(&mut c);
+    assert_eq!(
+        arms(&mut c),
+        [],
+        "a later deadline keeps the timer armed (it fires early)"
+    );
+    r.now_ms = 7_000;
+    c.on_timer(&mut r.cx());
+    assert_eq!(arms(&mut c), [Asked::Arm(63_000)], "armed again");
+}
+
+#[test]
+fn a_released_connection_asks_for_what_it_had_to_be_undone() {
+    let mut r = rig();
+    let mut c = r.conn();
+    r.feed(
+        &mut c,
+        b"GET /v1/boxes/a?after=0&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
+    let asked = drain(&mut c);
+    assert!(asked.contains(&watch("a", false, false)), "{asked:?}");
+    c.release(&mut r.cx());
+    let undone: Vec<_> = c.actions().collect();
+    assert_eq!(undone[0], Action::Unwatch);
+    assert!(
+        matches!(undone[1..], [Action::Bytes { send: 0, watch }] if watch < 0),
+        "{undone:?}"
+    );
 }

@@ -33,7 +33,7 @@ use crate::arena::Arena;
 use crate::boxes::{BoxTable, Logged};
 use crate::plan::{MessageError, Plan};
 use crate::projection::{BodyError, BodyFormat, KeySource, Projector, Shape};
-use crate::service::Report;
+use crate::service::{Report, Watchers};
 
 mod partition;
 mod topic;
@@ -176,10 +176,25 @@ impl Replica {
         }
     }
 
-    /// Apply `rec` to `boxes`. The key the record is about (to wake its
-    /// waiters) is the record key, or the message's `key_field`: it is
-    /// written into `key` (cleared first) whatever the outcome.
-    pub fn apply(&mut self, boxes: &BoxTable, rec: &Record<'_>, key: &mut Vec<u8>) -> Outcome {
+    /// Apply `rec` to `boxes`, and tell `watchers` when the box changed,
+    /// as an HTTP ingest does. The key the record is about is the record
+    /// key, or the message's `key_field`: it is written into `key` (cleared
+    /// first) whatever the outcome.
+    pub fn apply(
+        &mut self,
+        boxes: &BoxTable,
+        rec: &Record<'_>,
+        key: &mut Vec<u8>,
+        watchers: &mut impl Watchers,
+    ) -> Outcome {
+        let outcome = self.apply_record(boxes, rec, key);
+        if outcome.changed_box() {
+            watchers.box_updated(key);
+        }
+        outcome
+    }
+
+    fn apply_record(&mut self, boxes: &BoxTable, rec: &Record<'_>, key: &mut Vec<u8>) -> Outcome {
         key.clear();
         if rec.offset < 0 {
             return Outcome::Invalid(Invalid::BadOffset);
@@ -316,7 +331,12 @@ mod tests {
         let mut key = Vec::new();
         let home = home_partition(b"k", 4);
         let away = (home + 1) % 4;
-        let out = r.apply(&t, &rec_in(away, 0, "k", Some(r#"{"value":1}"#)), &mut key);
+        let out = r.apply(
+            &t,
+            &rec_in(away, 0, "k", Some(r#"{"value":1}"#)),
+            &mut key,
+            &mut (),
+        );
         assert_eq!(out, Outcome::WrongPartition { home });
         assert_eq!(out.label(), "wrong_partition");
         assert_eq!(
@@ -328,9 +348,14 @@ mod tests {
         assert_eq!(key, b"k", "the key is still named, for the log line");
         assert!(t.is_empty());
         // In its home it applies; a tombstone elsewhere deletes nothing.
-        let out = r.apply(&t, &rec_in(home, 7, "k", Some(r#"{"value":2}"#)), &mut key);
+        let out = r.apply(
+            &t,
+            &rec_in(home, 7, "k", Some(r#"{"value":2}"#)),
+            &mut key,
+            &mut (),
+        );
         assert_eq!(out, Outcome::Applied { version: 8 });
-        let out = r.apply(&t, &rec_in(away, 9, "k", None), &mut key);
+        let out = r.apply(&t, &rec_in(away, 9, "k", None), &mut key, &mut ());
         assert_eq!(out, Outcome::WrongPartition { home });
         assert_eq!(t.version(b"k"), Some(8));
         // A record without a key is placed by its body's key.
@@ -339,7 +364,7 @@ mod tests {
             ..rec(10, None, Some(r#"{"key":"k","value":3}"#))
         };
         assert_eq!(
-            r.apply(&t, &keyless, &mut key),
+            r.apply(&t, &keyless, &mut key, &mut ()),
             Outcome::WrongPartition { home }
         );
         assert_eq!(payload(&t, "k"), r#"{"k":"k","ver":8,"v":2,"sum":2,"n":1}"#);
@@ -372,10 +397,10 @@ mod tests {
             while i < parts[0].len() || j < parts[1].len() {
                 let first = (pattern >> (step % 8)) & 1 == 0;
                 if (first && i < parts[0].len()) || j >= parts[1].len() {
-                    r.apply(&t, &parts[0][i], &mut key);
+                    r.apply(&t, &parts[0][i], &mut key, &mut ());
                     i += 1;
                 } else {
-                    r.apply(&t, &parts[1][j], &mut key);
+                    r.apply(&t, &parts[1][j], &mut key, &mut ());
                     j += 1;
                 }
                 step += 1;
@@ -414,12 +439,44 @@ mod tests {
         String::from_utf8(out).unwrap()
     }
 
+    /// The keys whose waiters were woken, in order.
+    #[derive(Default)]
+    struct Woken(Vec<Vec<u8>>);
+
+    impl Watchers for Woken {
+        fn box_updated(&mut self, key: &[u8]) {
+            self.0.push(key.to_vec());
+        }
+    }
+
+    #[test]
+    fn a_record_that_changes_its_box_wakes_its_waiters_once_as_an_ingest_does() {
+        let (mut r, t) = replica();
+        let mut key = Vec::new();
+        let mut woken = Woken::default();
+        let a = rec(3, Some("a"), Some(r#"{"value":1}"#));
+        assert_eq!(
+            r.apply(&t, &a, &mut key, &mut woken),
+            Outcome::Applied { version: 4 }
+        );
+        assert_eq!(r.apply(&t, &a, &mut key, &mut woken), Outcome::Replayed);
+        assert_eq!(
+            r.apply(&t, &rec(4, Some("b"), None), &mut key, &mut woken),
+            Outcome::NoBox
+        );
+        assert_eq!(
+            r.apply(&t, &rec(5, Some("a"), None), &mut key, &mut woken),
+            Outcome::Deleted { version: 6 }
+        );
+        assert_eq!(woken.0, [b"a".to_vec(), b"a".to_vec()], "applied, deleted");
+    }
+
     #[test]
     fn a_record_is_a_message_and_its_offset_the_version() {
         let (mut r, t) = replica();
         let mut key = Vec::new();
         let body = r#"{"value":5,"player":"p-7","cargo":[1,2]}"#;
-        let out = r.apply(&t, &rec(41, Some("box-42"), Some(body)), &mut key);
+        let out = r.apply(&t, &rec(41, Some("box-42"), Some(body)), &mut key, &mut ());
         assert_eq!(out, Outcome::Applied { version: 42 });
         assert_eq!(key, b"box-42");
         assert_eq!(
@@ -436,6 +493,7 @@ mod tests {
             &t,
             &rec(0, None, Some(r#"{"key":"a","value":2}"#)),
             &mut key,
+            &mut (),
         );
         assert_eq!(out, Outcome::Applied { version: 1 });
         assert_eq!(key, b"a");
@@ -444,6 +502,7 @@ mod tests {
             &t,
             &rec(1, Some("b"), Some(r#"{"key":"a","value":3}"#)),
             &mut key,
+            &mut (),
         );
         assert_eq!(out, Outcome::Applied { version: 2 });
         assert_eq!(key, b"b");
@@ -467,7 +526,7 @@ mod tests {
             (rec(-1, Some("k"), Some("{}")), "negative"),
         ];
         for (record, why) in cases {
-            match r.apply(&t, &record, &mut key) {
+            match r.apply(&t, &record, &mut key, &mut ()) {
                 Outcome::Invalid(e) => {
                     let said = e.describe(&plan);
                     assert!(said.contains(why), "{said:?} should say {why:?}");
@@ -477,7 +536,12 @@ mod tests {
         }
         assert!(t.is_empty());
         // The next valid record applies.
-        let out = r.apply(&t, &rec(5, Some("k"), Some("{\"value\":1}")), &mut key);
+        let out = r.apply(
+            &t,
+            &rec(5, Some("k"), Some("{\"value\":1}")),
+            &mut key,
+            &mut (),
+        );
         assert_eq!(out, Outcome::Applied { version: 6 });
     }
 
@@ -490,7 +554,7 @@ mod tests {
             ..rec(0, None, Some("{}"))
         };
         assert_eq!(
-            r.apply(&t, &bad, &mut key),
+            r.apply(&t, &bad, &mut key, &mut ()),
             Outcome::Invalid(Invalid::KeyNotUtf8)
         );
     }
@@ -507,7 +571,7 @@ mod tests {
         ];
         let labels: Vec<_> = log
             .iter()
-            .map(|x| r.apply(&t, x, &mut key).label())
+            .map(|x| r.apply(&t, x, &mut key, &mut ()).label())
             .collect();
         assert_eq!(labels, ["applied", "applied", "deleted", "applied"]);
         assert_eq!(payload(&t, "x"), r#"{"k":"x","ver":4,"v":7,"sum":7,"n":1}"#);
@@ -515,7 +579,7 @@ mod tests {
         // the last record, with offsets from before the first): no change.
         let labels: Vec<_> = log
             .iter()
-            .map(|x| r.apply(&t, x, &mut key).label())
+            .map(|x| r.apply(&t, x, &mut key, &mut ()).label())
             .collect();
         assert_eq!(labels, ["replayed", "replayed", "no_box", "replayed"]);
         assert_eq!(payload(&t, "x"), r#"{"k":"x","ver":4,"v":7,"sum":7,"n":1}"#);

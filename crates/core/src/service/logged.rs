@@ -6,8 +6,8 @@
 //!
 //! The service checks the body exactly as standalone (a bad message never
 //! reaches the log), hands each record to [`Host::produce`] and returns
-//! [`Reply::Log`]; the connection then holds a [`Pending`] (taken with
-//! [`Service::take_pending`]) like a parked long-poll, and the server reports
+//! [`Reply::Log`] with the [`Pending`] wait; the connection then holds it
+//! like a parked long-poll, and the server reports
 //! each record's fate to it ([`Report`]: applied here, refused by the apply,
 //! or not taken by the log). Once every record is reported, or the wait runs
 //! out (`log.ack_timeout_ms`: 503 "log unavailable"), [`Service::answer_logged`]
@@ -178,7 +178,6 @@ impl Service {
             arena,
             projector,
             key: path_key,
-            pending,
             now_s,
             ..
         } = self;
@@ -264,8 +263,7 @@ impl Service {
             // took none of them.
             return self.answer_pending(x, &mut p);
         }
-        *pending = Some(p);
-        Reply::Log
+        Reply::Log(Box::new(p))
     }
 
     /// `DELETE` on a node of a log: produce a tombstone for an existing box
@@ -282,13 +280,7 @@ impl Service {
             return self.answer_pending(x, &mut p);
         }
         p.records = 1;
-        self.pending = Some(p);
-        Reply::Log
-    }
-
-    /// The wait [`Reply::Log`] announced (once, right after it).
-    pub fn take_pending(&mut self) -> Option<Pending> {
-        self.pending.take()
+        Reply::Log(Box::new(p))
     }
 
     /// Answer a logged ingest or `DELETE` whose records are all reported, or

@@ -135,12 +135,15 @@ impl Service {
             .field(&frame.if_none_match, buf)
             .is_some_and(|v| super::etag_matches(v, super::render_etag(now, &mut [0; 24])));
         if current && wait > 0 {
-            return Reply::Park(Park {
-                after: now,
-                wait_ms: wait,
-                existed: false,
-                many: true,
-            });
+            return Reply::Park {
+                park: Park {
+                    after: now,
+                    wait_ms: wait,
+                    existed: false,
+                    many: true,
+                },
+                key: self.key.as_slice().into(),
+            };
         }
         self.write_many(x, RouteLabel::LongPoll, false)
     }
@@ -154,7 +157,7 @@ impl Service {
     /// then every box newer than where the client resumes from (a
     /// `Last-Event-ID` of this route: [`write_many_id`]), and `event: deleted`
     /// for a box the client had that is gone. The connection then takes
-    /// [`Service::take_watched`].
+    /// where it stands with each box ([`Reply::Stream`]'s `watching`).
     fn subscribe_many<H: Host>(&mut self, x: &mut Exchange<'_, H>, resume: Option<&[u8]>) -> Reply {
         let (out, host) = (&mut *x.out, &mut *x.host);
         let retry_ms = self.node.config.http.sse_retry_ms;
@@ -172,19 +175,17 @@ impl Service {
         }
         let keys = std::mem::take(&mut self.key);
         self.stream_many(&keys, &mut watching, out, host);
+        let key = keys.as_slice().into();
         self.key = keys;
-        self.watching = Some(watching);
-        Reply::Stream(Stream {
-            last: 0,
-            existed: false,
-            many: true,
-        })
-    }
-
-    /// What a many-box stream just started stands at, box by box (the
-    /// connection keeps it).
-    pub fn take_watching(&mut self) -> Option<Watching> {
-        self.watching.take()
+        Reply::Stream {
+            stream: Stream {
+                last: 0,
+                existed: false,
+                many: true,
+            },
+            key,
+            watching: Some(watching),
+        }
     }
 
     /// Append an event for each box of `keys` marked in `watching` that

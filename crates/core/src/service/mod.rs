@@ -101,15 +101,26 @@ impl Node {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogUnavailable;
 
+/// Whoever waits on boxes (parked long-polls, event streams, on any
+/// worker). Every change of a box tells it the same way: an HTTP ingest or
+/// `DELETE` ([`Host`]), an expiry, and a record of the log
+/// ([`crate::log::Replica::apply`]).
+pub trait Watchers {
+    /// `key` was updated, deleted or expired: wake whoever waits on it.
+    fn box_updated(&mut self, key: &[u8]);
+}
+
+/// Nobody waits (a replay, a test).
+impl Watchers for () {
+    fn box_updated(&mut self, _key: &[u8]) {}
+}
+
 /// What the service and the connections need from the server around them.
-pub trait Host {
+pub trait Host: Watchers {
     /// Shutting down: answers close their connection, `/readyz` says 503.
     fn draining(&self) -> bool;
     /// Listening, and the snapshot (if any) loaded.
     fn ready(&self) -> bool;
-    /// `key` was updated, deleted or expired: wake whoever waits on it, on any
-    /// worker.
-    fn box_updated(&mut self, key: &[u8]);
     /// `n` boxes left the table (deleted or expired).
     fn boxes_removed(&mut self, why: Removal, n: u64);
     /// Append the Prometheus exposition to `out`.
@@ -170,21 +181,29 @@ pub enum Listener {
     Probes,
 }
 
-/// What the connection does after [`Service::answer`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What the connection does after [`Service::answer`]: everything the
+/// service decided travels here (a held request's key, where a stream
+/// stands, what a logged request waits for), nothing is fetched afterwards.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
     /// Answered; the connection stays open.
     KeepAlive,
     /// Answered; close once the answer is sent.
     Close,
-    /// Not answered: a long-poll that waits.
-    Park(Park),
+    /// Not answered: a long-poll that waits on `key` (of many boxes: their
+    /// keys, [`ManyKeys`]).
+    Park { park: Park, key: Box<[u8]> },
     /// The head of an event stream was written (and the box, if there was
-    /// something to send): the connection now streams the key (docs/http.md#event-streams).
-    Stream(Stream),
+    /// something to send): the connection now streams `key` (docs/http.md#event-streams);
+    /// of many boxes, their keys and where it stands with each (`watching`).
+    Stream {
+        stream: Stream,
+        key: Box<[u8]>,
+        watching: Option<Watching>,
+    },
     /// Not answered: a node of a log produced the request's records and
-    /// waits for them ([`Service::take_pending`]).
-    Log,
+    /// waits for them.
+    Log(Box<Pending>),
 }
 
 /// A long-poll that has to wait until the box's version passes `after`, at most
@@ -296,9 +315,6 @@ pub struct Service {
     body: Vec<u8>,
     /// One decoded key of a many-box poll, before it joins `key`.
     scratch: Vec<u8>,
-    /// Where a many-box stream just started stands with each box, until the
-    /// connection takes it ([`Service::take_watching`]).
-    watching: Option<Watching>,
     /// The server's monotonic clock (ms) for the requests being answered: box
     /// expiry counts on it.
     now_ms: u64,
@@ -312,8 +328,6 @@ pub struct Service {
     expired: Vec<Removed>,
     /// A node of a log: ingest produces instead of applying.
     logged: bool,
-    /// The wait of the request just answered [`Reply::Log`].
-    pending: Option<Pending>,
 }
 
 impl Service {
@@ -339,13 +353,11 @@ impl Service {
             key: Vec::with_capacity(node.config.boxes.max_key_bytes.max(256)),
             body: Vec::with_capacity(16 * 1024),
             scratch: Vec::with_capacity(node.config.boxes.max_key_bytes.max(256)),
-            watching: None,
             now_ms: 0,
             now_s: unix_s(now),
             wall_ms: unix_ms(now),
             expired: Vec::with_capacity(expiring),
             logged: node.config.log.enabled(),
-            pending: None,
             node,
         }
     }
@@ -457,12 +469,6 @@ impl Service {
         } else {
             park.due(self.version(key))
         }
-    }
-
-    /// The decoded key of the request just answered (or parked); of a
-    /// many-box poll, its keys ([`ManyKeys`]).
-    pub fn key(&self) -> &[u8] {
-        &self.key
     }
 
     /// Answer one framed request into `out`. `creds`: the connection's last
@@ -597,12 +603,15 @@ impl Service {
                 let version = self.version(&self.key);
                 let unchanged = version <= after;
                 if unchanged && wait > 0 {
-                    return Reply::Park(Park {
-                        after,
-                        wait_ms: wait,
-                        existed: version > 0,
-                        many: false,
-                    });
+                    return Reply::Park {
+                        park: Park {
+                            after,
+                            wait_ms: wait,
+                            existed: version > 0,
+                            many: false,
+                        },
+                        key: self.key.as_slice().into(),
+                    };
                 }
                 // Nothing newer and no time to wait: the wait has run out (304).
                 (RouteLabel::LongPoll, unchanged)

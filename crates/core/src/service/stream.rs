@@ -43,7 +43,7 @@ pub struct Stream {
     /// of an unknown key waits for its creation.
     pub existed: bool,
     /// A stream of many boxes (docs/http.md#many-boxes-at-once): where it
-    /// stands with each is in [`Service::take_watching`], not here.
+    /// stands with each travels beside it ([`Reply::Stream`]'s `watching`).
     pub many: bool,
 }
 
@@ -103,8 +103,13 @@ impl Service {
             Event::Sent(_) | Event::Unchanged => stream.existed = true,
             Event::NoBox => {}
         }
+        let reply = Reply::Stream {
+            stream,
+            key: key.as_slice().into(),
+            watching: None,
+        };
         self.key = key;
-        Reply::Stream(stream)
+        reply
     }
 
     /// Append an event with the box of `key` if it is newer than what the

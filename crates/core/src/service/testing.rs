@@ -27,6 +27,12 @@ pub struct Recorder {
     pub limit_refused: Vec<crate::clients::Limit>,
 }
 
+impl super::Watchers for Recorder {
+    fn box_updated(&mut self, key: &[u8]) {
+        self.updated.push(key.to_vec());
+    }
+}
+
 impl Host for Recorder {
     fn over_connection_cap(&mut self) {
         self.over_cap += 1;
@@ -40,9 +46,6 @@ impl Host for Recorder {
     }
     fn ready(&self) -> bool {
         !self.not_ready
-    }
-    fn box_updated(&mut self, key: &[u8]) {
-        self.updated.push(key.to_vec());
     }
     fn boxes_removed(&mut self, why: Removal, n: u64) {
         self.removed.push((why, n));

@@ -113,15 +113,17 @@ fn long_poll_parks_only_when_the_box_has_not_moved() {
     );
     assert_eq!(
         r,
-        Reply::Park(Park {
-            after: 0,
-            wait_ms: 1000,
-            existed: false,
-            many: false,
-        })
+        Reply::Park {
+            park: Park {
+                after: 0,
+                wait_ms: 1000,
+                existed: false,
+                many: false,
+            },
+            key: b"a".as_slice().into(),
+        }
     );
     assert_eq!(out, "");
-    assert_eq!(s.key(), b"a");
     ask(
         &mut s,
         &mut h,

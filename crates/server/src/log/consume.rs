@@ -184,7 +184,9 @@ fn run(shared: &Shared, log: &LogState) {
                     key: m.key(),
                     value: m.payload(),
                 };
-                let outcome = replica.apply(&shared.node.boxes, &rec, &mut key);
+                // Its waiters are woken as an HTTP ingest's are.
+                let outcome =
+                    replica.apply(&shared.node.boxes, &rec, &mut key, &mut &shared.waiters);
                 if outcome == Outcome::Replayed && log.caught_up() {
                     // Not a replay: after the catch-up every record is new.
                     log.count("out_of_order");
@@ -210,9 +212,6 @@ fn run(shared: &Shared, log: &LogState) {
                             report: outcome.report(),
                         },
                     );
-                }
-                if outcome.changed_box() {
-                    shared.waiters.notify(&key);
                 }
                 match &outcome {
                     Outcome::WrongPartition { home } => {

@@ -1,0 +1,145 @@
+//! What a worker's connections wait on: the keys of parked long-polls and
+//! event streams (the [`ParkedIndex`], and through it the node's
+//! [`crate::wakeups::Waiters`]), and the log requests whose records' reports
+//! are routed to them. Filled and emptied only by applying the connections'
+//! actions ([`pollbox_core::conn::Action`]: `Watch`, `Unwatch`, `Await`, `Unawait`): this is the
+//! worker's side of those actions, and what it made for each (a
+//! [`Registration`]) is what it undoes.
+//!
+//! What it is not: the wake-up path between workers (`crate::wakeups`).
+
+use crate::stats::WorkerStats;
+use crate::wakeups::{ParkedIndex, Waiters, Wake};
+use pollbox_core::conn::Watch;
+use pollbox_core::service::ManyKeys;
+use std::collections::HashMap;
+
+/// Where a watching connection is registered (made when its
+/// [`Action::Watch`](pollbox_core::conn::Action::Watch) was applied).
+#[derive(Debug)]
+pub struct Registration {
+    /// The key's hash; of many boxes, the hashes of its keys in their order
+    /// (a wake-up of the `i`th concerns box `i`), and `hash` is unused.
+    hash: u64,
+    keys: Vec<u64>,
+    /// An event stream (else a long-poll): which gauge counts it.
+    stream: bool,
+}
+
+impl Registration {
+    /// Which of the watched keys a wake-up concerns: `moved(i)` for the
+    /// `i`th of a many-box watch's keys.
+    pub fn moved(&self, wake: Wake, i: usize) -> bool {
+        match wake {
+            Wake::Key(h) => self.keys.get(i) == Some(&h),
+            Wake::All => true,
+        }
+    }
+}
+
+/// A worker's connections by what they wait on.
+pub struct Waiting {
+    worker: usize,
+    parked: ParkedIndex,
+    /// A node of a log: the connection (slot, generation) whose ingest waits
+    /// for the records of each log request.
+    awaiting: HashMap<u64, (usize, u32)>,
+    /// Heap bytes of the registrations' hashes of many keys.
+    keys_bytes: usize,
+}
+
+impl Waiting {
+    pub fn new(worker: usize) -> Waiting {
+        Waiting {
+            worker,
+            parked: ParkedIndex::default(),
+            awaiting: HashMap::new(),
+            keys_bytes: 0,
+        }
+    }
+
+    /// Wake connection (slot, gen) when a box of `w`'s keys moves.
+    pub fn watch(
+        &mut self,
+        w: Watch<'_>,
+        (slot, gen): (usize, u32),
+        waiters: &Waiters,
+        stats: &WorkerStats,
+    ) -> Registration {
+        let mut r = Registration {
+            hash: 0,
+            keys: Vec::new(),
+            stream: w.stream,
+        };
+        if w.many {
+            // A poll of many boxes: a wake-up of any of its keys concerns it.
+            r.keys.reserve_exact(ManyKeys(w.keys).count());
+            for key in ManyKeys(w.keys) {
+                let h = waiters.hash(key);
+                self.parked.add(h, slot, gen, waiters, self.worker);
+                r.keys.push(h);
+            }
+            self.keys_bytes += r.keys.capacity() * std::mem::size_of::<u64>();
+        } else {
+            r.hash = waiters.hash(w.keys);
+            self.parked.add(r.hash, slot, gen, waiters, self.worker);
+        }
+        if r.stream {
+            stats.sse_subscribers.inc();
+        } else {
+            stats.parked_polls.inc();
+        }
+        r
+    }
+
+    /// Undo [`Waiting::watch`].
+    pub fn unwatch(
+        &mut self,
+        r: Registration,
+        (slot, gen): (usize, u32),
+        waiters: &Waiters,
+        stats: &WorkerStats,
+    ) {
+        let mut removed = false;
+        if r.keys.is_empty() {
+            removed = self.parked.remove(r.hash, slot, gen, waiters, self.worker);
+        }
+        for &h in &r.keys {
+            removed |= self.parked.remove(h, slot, gen, waiters, self.worker);
+        }
+        self.keys_bytes -= r.keys.capacity() * std::mem::size_of::<u64>();
+        if removed {
+            if r.stream {
+                stats.sse_subscribers.sub(1);
+            } else {
+                stats.parked_polls.sub(1);
+            }
+        }
+    }
+
+    /// Route the reports of log request `ticket` to connection (slot, gen).
+    pub fn await_reports(&mut self, ticket: u64, conn: (usize, u32)) {
+        self.awaiting.insert(ticket, conn);
+    }
+
+    /// Undo [`Waiting::await_reports`].
+    pub fn unawait(&mut self, ticket: u64) {
+        self.awaiting.remove(&ticket);
+    }
+
+    /// The connection waiting for log request `ticket`'s reports, if one
+    /// still does (it may have been answered at its deadline, or closed).
+    pub fn awaiting(&self, ticket: u64) -> Option<(usize, u32)> {
+        self.awaiting.get(&ticket).copied()
+    }
+
+    /// Append the connections a wake-up concerns to `out`.
+    pub fn woken(&self, wake: Wake, out: &mut Vec<(usize, u32)>) {
+        self.parked.woken(wake, out);
+    }
+
+    /// Heap bytes of the index and the registrations' hashes.
+    pub fn heap_bytes(&self) -> usize {
+        self.parked.heap_bytes() + self.keys_bytes
+    }
+}

@@ -1,0 +1,252 @@
+//! A connection's turn: read what its socket has into its state machine,
+//! apply the actions it pushed ([`pollbox_core::conn::Action`]), write its
+//! answers, then put it back or close it; and what wakes a connection that
+//! waits (another worker's ingest, the log's reports).
+//!
+//! The worker keeps nothing of the connection's state: what it keeps is what
+//! it made when applying an action (the registration of a watch in
+//! [`crate::waiting`], the wheel's timer), and the connection asks for it to
+//! be undone.
+
+use super::{ConnTimer, Worker, STREAM_NOTSENT_LOWAT};
+use crate::conns::Conn;
+use crate::transmit::Sent;
+use pollbox_core::conn::{Action, SEND_BACKPRESSURE};
+use pollbox_core::service::Listener;
+use std::io::{self, Read};
+use std::sync::atomic::Ordering;
+
+impl Worker {
+    /// Do what the connection asks until it asks for nothing more: read (when it
+    /// stopped early and may go on), apply its actions, write its answers;
+    /// then close it or put it back.
+    pub(super) fn settle(&mut self, slot: usize, mut c: Box<Conn>) {
+        let mut close = false;
+        loop {
+            if c.unread && c.core.wants_read() && !self.read(&mut c) {
+                return self.close(slot, c);
+            }
+            if c.peer_hup {
+                // The client shut its side: a poll it parked is read by nobody,
+                // so its slot is freed now, not at the deadline.
+                c.core.peer_hung_up();
+            }
+            if c.core.has_actions() {
+                close |= self.apply(slot, &mut c);
+            }
+            if !c.core.send_queue().is_empty() {
+                let urgent = c.core.closing().is_some()
+                    || c.core.send_queue().pending() >= SEND_BACKPRESSURE;
+                let sent = self
+                    .transmit
+                    .send(slot, &mut c, &mut self.buffers.send, urgent);
+                match sent {
+                    Sent::Bytes(n) => self.sent_bytes += n as u64,
+                    Sent::Failed => return self.close(slot, c),
+                    Sent::WouldBlock | Sent::Deferred => {}
+                }
+            }
+            // An event stream whose box moved while its queue was not empty
+            // sends the newest version now that the queue drained.
+            if c.core.stream_dirty() && c.core.send_queue().is_empty() {
+                let sent = self.timed(|cx| c.core.on_send_drained(cx));
+                if sent {
+                    continue;
+                }
+            }
+            if c.core.shuts_down_write() && !c.write_shut {
+                // The answer is out (or the connection ends now): the client reads
+                // it, then the end of the stream.
+                let _ = c.stream.shutdown(std::net::Shutdown::Write);
+                c.write_shut = true;
+                if c.core.wants_read() {
+                    // Lingering: drop what the client still sends, which may already
+                    // be in the socket (no edge will announce it).
+                    c.unread = true;
+                    continue;
+                }
+            }
+            // Reading stopped for back-pressure and the write drained the queue
+            // without the socket saying WouldBlock: no edge will come, read on.
+            // (Not if reading stopped for want of buffer budget: that waits for
+            // the next tick.)
+            if !(c.unread && c.core.wants_read()) || c.core.starved() {
+                break;
+            }
+        }
+        // What the writes changed (the close, the bytes), and the timer.
+        if self.apply(slot, &mut c) || close {
+            return self.close(slot, c);
+        }
+        if c.core.starved() && !c.starved {
+            c.starved = true;
+            self.starved.push((slot, c.gen));
+        }
+        self.conns.put(slot, c);
+    }
+
+    /// Apply what the connection asked since the last time, once each.
+    /// Returns whether it asked to be closed.
+    pub(super) fn apply(&mut self, slot: usize, c: &mut Conn) -> bool {
+        let mut close = false;
+        loop {
+            let mut watched = false;
+            let conn = (slot, c.gen);
+            let shared = &self.host.shared;
+            let stats = &shared.stats[self.id];
+            for a in c.core.actions() {
+                match a {
+                    Action::Watch(w) => {
+                        c.watch = Some(self.waiting.watch(w, conn, &shared.waiters, stats));
+                        if w.stream && !c.lowat_set {
+                            // A reader that stops reading: the kernel takes at most
+                            // this much unsent data for it (not the 4 MB a send
+                            // buffer grows to), then the stream waits with one event
+                            // queued and coalesces. Bytes in flight are not
+                            // limited, so a stream over a long round trip is not
+                            // slowed.
+                            let _ = socket2::SockRef::from(&c.stream)
+                                .set_tcp_notsent_lowat(STREAM_NOTSENT_LOWAT);
+                            c.lowat_set = true;
+                        }
+                        watched = true;
+                    }
+                    Action::Unwatch => {
+                        if let Some(r) = c.watch.take() {
+                            self.waiting.unwatch(r, conn, &shared.waiters, stats);
+                        }
+                    }
+                    Action::Await(ticket) => self.waiting.await_reports(ticket, conn),
+                    Action::Unawait(ticket) => self.waiting.unawait(ticket),
+                    Action::Arm(at) => {
+                        if let Some(t) = c.timer.take() {
+                            self.wheel.cancel(t);
+                        }
+                        c.timer = Some(self.wheel.insert(at, ConnTimer { slot, gen: c.gen }));
+                    }
+                    Action::Bytes { send, watch } => {
+                        self.conn_send_bytes = self.conn_send_bytes.wrapping_add_signed(send);
+                        self.conn_watch_bytes = self.conn_watch_bytes.wrapping_add_signed(watch);
+                    }
+                    Action::Close => close = true,
+                }
+            }
+            if !watched {
+                return close;
+            }
+            // An ingest may have landed between the version check and the
+            // registration: look again now that wake-ups reach it.
+            self.timed(|cx| c.core.on_box_updated(cx));
+        }
+    }
+
+    /// Read what the socket has, answering as it comes, until it would block or
+    /// the connection stops reading. Returns false if the connection is dead.
+    pub(super) fn read(&mut self, c: &mut Conn) -> bool {
+        self.host.start();
+        let alive = self.read_answering(c);
+        self.host.finish();
+        alive
+    }
+
+    /// [`Worker::read`]'s loop; the answers of each read are timed together
+    /// (`WorkerHost::finish`).
+    pub(super) fn read_answering(&mut self, c: &mut Conn) -> bool {
+        loop {
+            let mut cx = cx!(self);
+            let Some(buf) = c.core.read_buffer(&mut cx) else {
+                // Stopped early: `unread` stays set.
+                return true;
+            };
+            let room = buf.len();
+            match c.stream.read(buf) {
+                Ok(0) => {
+                    c.core.eof(&mut cx);
+                    c.unread = false;
+                    return true;
+                }
+                Ok(n) => {
+                    c.core.received(n, &mut cx);
+                    self.host.finish();
+                    self.read_bytes += n as u64;
+                    if n < room && !c.peer_hup {
+                        // A short read drained the socket: with edge-triggered
+                        // epoll, bytes arriving later raise a new event, so the
+                        // read that would only say WouldBlock is skipped (one
+                        // syscall less per request).
+                        c.unread = false;
+                        return true;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    c.unread = false;
+                    return true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// Settle the result of a write made at the end of the turn.
+    pub(super) fn after_turn_write(&mut self, slot: usize, sent: Sent) {
+        let Some(c) = self.conns.take(slot) else {
+            return;
+        };
+        match sent {
+            Sent::Bytes(n) => self.sent_bytes += n as u64,
+            Sent::Failed => return self.close(slot, c),
+            Sent::WouldBlock | Sent::Deferred => {}
+        }
+        self.settle(slot, c);
+    }
+
+    pub(super) fn close(&mut self, slot: usize, mut c: Box<Conn>) {
+        let _ = self.poll.registry().deregister(&mut c.stream);
+        // Released, the connection asks for what it had to be undone (its
+        // watch, its awaited request, its bytes).
+        c.core.release(&mut cx!(self));
+        self.apply(slot, &mut c);
+        if let Some(t) = c.timer.take() {
+            self.wheel.cancel(t);
+        }
+        self.conns.release(slot);
+        let shared = &self.host.shared;
+        shared.open_connections.fetch_sub(1, Ordering::AcqRel);
+        shared.stats[self.id].connections_open.sub(1);
+    }
+
+    /// Another worker (or this one) applied an update to keys we wait on; or,
+    /// on a node of a log, records our ingests wait for met their fate.
+    pub(super) fn on_wake(&mut self) {
+        while let Some(stream) = self.host.shared.placement.next(self.id) {
+            self.adopt(stream, Listener::Main);
+        }
+        while let Some(r) = self.host.shared.waiters.next_report(self.id) {
+            let Some((slot, gen)) = self.waiting.awaiting(r.request) else {
+                continue; // answered already (timed out) or closed
+            };
+            let Some(mut c) = self.conns.take_gen(slot, gen) else {
+                continue;
+            };
+            self.timed(|cx| c.core.on_log_report(r.index, r.report, cx));
+            self.settle(slot, c);
+        }
+        while let Some(wake) = self.host.shared.waiters.next(self.id) {
+            self.woken.clear();
+            self.waiting.woken(wake, &mut self.woken);
+            for i in 0..self.woken.len() {
+                let (slot, gen) = self.woken[i];
+                let Some(mut c) = self.conns.take_gen(slot, gen) else {
+                    continue;
+                };
+                // A stream of many boxes looks only at the keys with the
+                // woken hash (the keys were registered in their order).
+                let watch = c.watch.as_ref();
+                let moved = |i: usize| watch.is_some_and(|r| r.moved(wake, i));
+                self.timed(|cx| c.core.on_keys_updated(&moved, cx));
+                self.settle(slot, c);
+            }
+        }
+    }
+}
