@@ -199,7 +199,7 @@ pub struct Connection {
     wait: Wait,
     /// The last request answered was a `POST` (an ingest): the server serves
     /// such connections after the others of a loop turn.
-    posted: bool,
+    last_was_post: bool,
     /// Apart from `wait`, because it coexists with one: a client that sends
     /// a long-poll (or an ingest of a log, or opens a stream) and then
     /// half-closes is answered, then closed (`AfterSend`); a stream that
@@ -242,7 +242,7 @@ impl Connection {
             head_started_ms: None,
             partial_seen: 0,
             wait: Wait::None,
-            posted: false,
+            last_was_post: false,
             closing: None,
             starved: false,
             creds: Credentials::default(),
@@ -509,7 +509,7 @@ impl Connection {
     /// ingest, likely followed by more): a worker serves the polls of a loop
     /// turn before such connections (docs/operations.md#workers).
     pub fn ingesting(&self) -> bool {
-        self.posted
+        self.last_was_post
     }
 
     /// Whether this connection streams events (and is not closing).
@@ -870,7 +870,7 @@ impl Connection {
                         break;
                     }
                     let keep_alive = frame.keep_alive && !host.draining();
-                    self.posted = frame.method == Method::Post;
+                    self.last_was_post = frame.method == Method::Post;
                     let buf = &self.rbuf[self.rstart..self.rend];
                     let listener = self.listener;
                     let creds = &mut self.creds;
