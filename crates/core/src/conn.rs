@@ -464,27 +464,6 @@ impl Connection {
         self.closing = Some(Closing::Now);
     }
 
-    /// The key whose updates this connection waits for: a parked long-poll's
-    /// or an event stream's (the server learns it from [`Action::Watch`]).
-    #[cfg(test)]
-    pub(crate) fn watched_key(&self) -> Option<&[u8]> {
-        match (&self.wait, self.closing) {
-            (Wait::Parked(p), _) => Some(&p.key),
-            (Wait::Streaming(s), None) => Some(&s.key),
-            _ => None,
-        }
-    }
-
-    /// The log request this connection waits for (a node of a log's ingest
-    /// or `DELETE`; the server learns it from [`Action::Await`]).
-    #[cfg(test)]
-    pub(crate) fn awaited_request(&self) -> Option<u64> {
-        match &self.wait {
-            Wait::Logging(l) => Some(l.pending.request),
-            _ => None,
-        }
-    }
-
     /// Record `index` of the awaited log request met its fate: once every
     /// record has, the request is answered (then what was pipelined behind
     /// it). Returns whether it was answered.

@@ -1,7 +1,7 @@
 //! The per-client limits as a connection applies them, without sockets: the
 //! client from the peer, a PROXY v2 header or `X-Forwarded-For`, and the 429s.
 
-use super::tests::{rig_with, Rig};
+use super::tests::{rig_with, Applied, Rig};
 use super::*;
 use crate::clients::proxy::SIGNATURE;
 use crate::clients::Limit;
@@ -200,11 +200,13 @@ fn held_requests_are_capped_per_client_and_given_back_when_they_end() {
     // of them, one after the other, are all answered.
     let at_once = "GET /v1/boxes/a?after=0&wait_ms=5000 HTTP/1.1\r\nHost: x\r\n\r\n";
     let mut c = r.from("192.0.2.1");
+    let mut seen_c = Applied::default();
     r.feed(&mut c, at_once.repeat(3).as_bytes());
     assert_eq!(r.sent(&mut c).matches("HTTP/1.1 200").count(), 3);
     let mut parked = r.from("192.0.2.1");
+    let mut seen_parked = Applied::default();
     r.feed(&mut parked, long_poll.as_bytes());
-    assert!(parked.watched_key().is_some(), "parked");
+    assert!(seen_parked.apply(&mut parked).watch().is_some(), "parked");
     let mut streaming = r.from("192.0.2.1");
     r.feed(&mut streaming, stream);
     assert!(streaming.streaming());
@@ -229,7 +231,7 @@ fn held_requests_are_capped_per_client_and_given_back_when_they_end() {
     let v = r.service.version(b"a");
     let long_poll = format!("GET /v1/boxes/a?after={v}&wait_ms=5000 HTTP/1.1\r\nHost: x\r\n\r\n");
     r.feed(&mut c, long_poll.as_bytes());
-    assert!(c.watched_key().is_some(), "parked now");
+    assert!(seen_c.apply(&mut c).watch().is_some(), "parked now");
     // A stream that ends gives its place back too.
     r.close(streaming);
     let mut d = r.from("192.0.2.1");

@@ -340,11 +340,12 @@ fn a_parked_poll_holds_back_pipelined_requests_until_answered() {
     let mut r = rig();
     r.ingest("a", 1);
     let mut c = r.conn();
+    let mut seen_c = Applied::default();
     r.feed(
         &mut c,
         b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n",
     );
-    assert_eq!(c.watched_key(), Some(&b"a"[..]));
+    assert_eq!(seen_c.apply(&mut c).watch(), Some(&b"a"[..]));
     assert_eq!(c.deadline(), r.now_ms + 5000);
     assert!(!c.wants_read());
     assert_eq!(r.sent(&mut c), "", "nothing is answered while parked");
@@ -353,7 +354,7 @@ fn a_parked_poll_holds_back_pipelined_requests_until_answered() {
     assert!(!c.on_box_updated(&mut r.cx()));
     r.ingest("a", 7);
     assert!(c.on_box_updated(&mut r.cx()));
-    assert_eq!(c.watched_key(), None);
+    assert_eq!(seen_c.apply(&mut c).watch(), None);
     let out = r.sent(&mut c);
     assert_eq!(statuses(&out), ["200", "200"], "{out}");
     assert!(
@@ -379,7 +380,7 @@ fn a_parked_poll_of_a_deleted_or_expired_box_is_answered_404() {
             "GET /v1/boxes/{key}?after=1&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"
         );
         r.feed(c, req.as_bytes());
-        assert_eq!(c.watched_key(), Some(key.as_bytes()));
+        assert_eq!(Applied::default().apply(c).watch(), Some(key.as_bytes()));
     }
     // DELETE on another connection: the key is woken, the poll answered 404.
     let mut d = r.conn();
@@ -458,11 +459,12 @@ fn a_long_poll_of_a_box_already_past_is_answered_at_once() {
     r.ingest("a", 1);
     r.ingest("a", 2);
     let mut c = r.conn();
+    let mut seen_c = Applied::default();
     r.feed(
         &mut c,
         b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\n",
     );
-    assert_eq!(c.watched_key(), None);
+    assert_eq!(seen_c.apply(&mut c).watch(), None);
     assert_eq!(statuses(&r.sent(&mut c)), ["200"]);
 }
 
@@ -470,11 +472,12 @@ fn a_long_poll_of_a_box_already_past_is_answered_at_once() {
 fn an_unknown_box_is_waited_for_and_times_out_without_a_body() {
     let mut r = rig();
     let mut c = r.conn();
+    let mut seen_c = Applied::default();
     r.feed(
         &mut c,
         b"GET /v1/boxes/new?after=0&wait_ms=50 HTTP/1.1\r\nHost: t\r\n\r\n",
     );
-    assert_eq!(c.watched_key(), Some(&b"new"[..]));
+    assert_eq!(seen_c.apply(&mut c).watch(), Some(&b"new"[..]));
     r.now_ms += 50;
     c.on_timer(&mut r.cx());
     let out = r.sent(&mut c);
@@ -554,13 +557,14 @@ fn idle_connections_hold_no_read_buffer_and_release_returns_everything() {
 fn a_parked_poll_whose_client_hung_up_is_dropped_at_once() {
     let mut r = rig();
     let mut c = r.conn();
+    let mut seen_c = Applied::default();
     r.feed(
         &mut c,
         b"GET /v1/boxes/a?after=0&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\n",
     );
-    assert!(c.watched_key().is_some());
+    assert!(seen_c.apply(&mut c).watch().is_some());
     c.peer_hung_up();
-    assert_eq!(c.watched_key(), None);
+    assert_eq!(seen_c.apply(&mut c).watch(), None);
     assert!(c.finished());
     assert_eq!(r.sent(&mut c), "", "nobody reads it: no answer");
 
@@ -577,16 +581,17 @@ fn a_park_answered_at_once_still_answers_what_was_pipelined_behind_it() {
     let mut r = rig();
     r.ingest("a", 1);
     let mut c = r.conn();
+    let mut seen_c = Applied::default();
     r.feed(
         &mut c,
         b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\nGET /v1/boxes/a HTTP/1.1\r\nHost: t\r\n\r\n",
     );
-    assert!(c.watched_key().is_some());
+    assert!(seen_c.apply(&mut c).watch().is_some());
     r.ingest("a", 2);
     assert!(c.on_box_updated(&mut r.cx()));
     let out = r.sent(&mut c);
     assert_eq!(statuses(&out), ["200", "200", "200"], "{out}");
-    assert!(c.wants_read() && c.watched_key().is_none());
+    assert!(c.wants_read() && seen_c.apply(&mut c).watch().is_none());
 }
 
 #[test]
@@ -739,6 +744,7 @@ fn a_stream_starts_with_its_head_retry_and_the_box_as_it_is() {
     let mut r = rig_with(|c| c.http.sse_retry_ms = 2500);
     r.ingest("a", 5);
     let mut c = r.conn();
+    let mut seen_c = Applied::default();
     r.feed(&mut c, SUBSCRIBE.as_bytes());
     let out = r.sent(&mut c);
     let (head, body) = out.split_once("\r\n\r\n").unwrap();
@@ -754,7 +760,7 @@ fn a_stream_starts_with_its_head_retry_and_the_box_as_it_is() {
         "retry: 2500\n\nid: 1\ndata: {\"k\":\"a\",\"ver\":1,\"v\":5,\"sum\":5,\"n\":1}\n\n"
     );
     assert!(c.streaming() && !c.wants_read() && !c.finished());
-    assert_eq!(c.watched_key(), Some(&b"a"[..]));
+    assert_eq!(seen_c.apply(&mut c).watch(), Some(&b"a"[..]));
     assert_eq!(r.host.answers.last(), Some(&(RouteLabel::Sse, 200)));
     assert_eq!(r.host.sse_events, [0]);
 
@@ -886,6 +892,7 @@ fn a_deleted_or_expired_box_ends_its_stream_with_event_deleted() {
     r.ingest("a", 1);
     r.ingest("b", 1);
     let mut ca = r.conn();
+    let mut seen_ca = Applied::default();
     r.feed(&mut ca, SUBSCRIBE.as_bytes());
     let mut cb = r.conn();
     r.feed(
@@ -898,7 +905,7 @@ fn a_deleted_or_expired_box_ends_its_stream_with_event_deleted() {
     r.feed(&mut d, b"DELETE /v1/boxes/a HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(statuses(&r.sent(&mut d)), ["204"]);
     assert!(ca.on_box_updated(&mut r.cx()));
-    assert!(ca.watched_key().is_none() && !ca.streaming());
+    assert!(seen_ca.apply(&mut ca).watch().is_none() && !ca.streaming());
     assert!(!ca.finished(), "not before the event is sent");
     assert_eq!(r.sent(&mut ca), "event: deleted\ndata: \n\n");
     assert!(ca.finished() && !ca.shuts_down_write());
@@ -922,10 +929,11 @@ fn shutdown_ends_streams_after_what_is_queued_and_a_hang_up_at_once() {
     let mut r = rig();
     r.ingest("a", 1);
     let mut c = r.conn();
+    let mut seen_c = Applied::default();
     r.feed(&mut c, SUBSCRIBE.as_bytes());
     r.host.draining = true;
     c.drain(false, &mut r.cx());
-    assert!(c.watched_key().is_none() && !c.finished());
+    assert!(seen_c.apply(&mut c).watch().is_none() && !c.finished());
     assert_eq!(event_ids(&r.sent(&mut c)), [1]);
     assert!(c.finished() && !c.shuts_down_write());
     r.ingest("a", 2);
@@ -938,7 +946,7 @@ fn shutdown_ends_streams_after_what_is_queued_and_a_hang_up_at_once() {
     let mut c = r.conn();
     r.feed(&mut c, SUBSCRIBE.as_bytes());
     c.peer_hung_up();
-    assert!(c.finished() && c.watched_key().is_none());
+    assert!(c.finished() && seen_c.apply(&mut c).watch().is_none());
     let mut c = r.conn();
     r.feed(&mut c, SUBSCRIBE.as_bytes());
     c.drain(true, &mut r.cx());
@@ -1019,13 +1027,14 @@ fn consume(r: &mut Rig, i: usize, version: u64) -> Report {
 fn a_logged_ingest_is_answered_once_its_record_is_applied_here() {
     let mut r = log_rig();
     let mut c = r.conn();
+    let mut seen_c = Applied::default();
     // A poll pipelined behind it waits for it: answers keep request order.
     let req = post("/v1/boxes/r", r#"{"value":5,"key":"ignored","cargo":[1]}"#)
         + "GET /v1/boxes/r HTTP/1.1\r\nHost: x\r\n\r\n";
     r.feed(&mut c, req.as_bytes());
     assert_eq!(r.sent(&mut c), "", "nothing before the log has it");
     assert!(!c.wants_read());
-    let request = c.awaited_request().expect("waits for the log");
+    let request = seen_c.apply(&mut c).awaiting().expect("waits for the log");
     assert_eq!(r.host.produced.len(), 1);
     let (req_id, index, key, value) = r.host.produced[0].clone();
     assert_eq!((req_id, index), (request, 0));
@@ -1050,7 +1059,7 @@ fn a_logged_ingest_is_answered_once_its_record_is_applied_here() {
     );
     assert_eq!(out.matches("HTTP/1.1 200").count(), 2, "{out}");
     assert_eq!(first, 0);
-    assert_eq!(c.awaited_request(), None);
+    assert_eq!(seen_c.apply(&mut c).awaiting(), None);
     assert!(r.host.ingested.contains(&(IngestResult::Accepted, 1)));
 }
 
@@ -1252,10 +1261,11 @@ fn a_parked_poll_whose_token_expires_is_answered_401_then_what_follows() {
     r.ingest_with_token("room-17%2Fa", 1);
     let auth = format!("Authorization: Bearer {}\r\n", signed("es"));
     let mut c = r.conn();
+    let mut seen_c = Applied::default();
     let poll = format!("GET /v1/boxes/room-17%2Fa?after=999999999999999999&wait_ms=30000 HTTP/1.1\r\nHost: x\r\n{auth}\r\n");
     let next = format!("GET /v1/boxes/room-17%2Fa HTTP/1.1\r\nHost: x\r\n{auth}\r\n");
     r.feed(&mut c, format!("{poll}{next}").as_bytes());
-    assert!(c.watched_key().is_some(), "parked");
+    assert!(seen_c.apply(&mut c).watch().is_some(), "parked");
     assert!(c.holds_token());
     // exp 2000 plus 30 s of leeway: 10 s from 2020, before the wait's 30 s.
     assert_eq!(c.deadline(), r.now_ms + 10_000);
@@ -1271,7 +1281,7 @@ fn a_parked_poll_whose_token_expires_is_answered_401_then_what_follows() {
         "{out}"
     );
     assert!(out.contains("{\"error\":\"invalid_token\",\"error_description\":\"expired\"}"));
-    assert!(c.watched_key().is_none() && !c.finished() && c.wants_read());
+    assert!(seen_c.apply(&mut c).watch().is_none() && !c.finished() && c.wants_read());
     assert_eq!(r.host.answers.last(), Some(&(RouteLabel::Poll, 401)));
     assert!(r.host.answers.contains(&(RouteLabel::LongPoll, 401)));
 }
@@ -1316,6 +1326,7 @@ fn a_stream_whose_token_expires_is_sent_event_expired_and_ends() {
         "/v1/boxes?keys=room-17/a,room-17/b",
     ] {
         let mut c = r.conn();
+        let mut seen_c = Applied::default();
         let req = format!(
             "GET {target} HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\
              Authorization: Bearer {}\r\n\r\n",
@@ -1332,7 +1343,7 @@ fn a_stream_whose_token_expires_is_sent_event_expired_and_ends() {
             "event: expired\ndata: {\"error\":\"invalid_token\",\"error_description\":\"expired\"}\n\n",
             "{target}"
         );
-        assert!(!c.streaming() && c.watched_key().is_none() && c.finished());
+        assert!(!c.streaming() && seen_c.apply(&mut c).watch().is_none() && c.finished());
         r.now_ms = start;
         r.set_wall_s(2020);
     }
@@ -1403,6 +1414,41 @@ enum Asked {
     Arm(u64),
     Bytes,
     Close,
+}
+
+/// What a worker holds for one connection, from the actions it applied (as
+/// `server/src/waiting.rs` does): the protocol tests read a connection's
+/// waits through it, not through the connection's own state.
+#[derive(Default)]
+pub(super) struct Applied {
+    watch: Option<Vec<u8>>,
+    awaiting: Option<u64>,
+}
+
+impl Applied {
+    /// Apply what `c` asked since the last call.
+    pub(super) fn apply(&mut self, c: &mut Connection) -> &Applied {
+        for a in c.actions() {
+            match a {
+                Action::Watch(w) => self.watch = Some(w.keys.to_vec()),
+                Action::Unwatch => self.watch = None,
+                Action::Await(t) => self.awaiting = Some(t),
+                Action::Unawait(_) => self.awaiting = None,
+                Action::Arm(_) | Action::Bytes { .. } | Action::Close => {}
+            }
+        }
+        self
+    }
+
+    /// The keys registered for the connection (a parked poll's, a stream's).
+    pub(super) fn watch(&self) -> Option<&[u8]> {
+        self.watch.as_deref()
+    }
+
+    /// The log request the connection's reports are routed to.
+    pub(super) fn awaiting(&self) -> Option<u64> {
+        self.awaiting
+    }
 }
 
 /// Drain the connection's actions, as the worker does after each call.
