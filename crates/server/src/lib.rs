@@ -43,7 +43,7 @@ use pollbox_core::service::Node;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -70,15 +70,8 @@ pub struct Shared {
     /// stamps agree between workers) and the snapshots'.
     pub started: Instant,
     pub workers: usize,
-    /// Snapshots written / failed, for metrics.
-    pub snapshots_ok: AtomicUsize,
-    pub snapshots_failed: AtomicUsize,
-    /// Bytes of the snapshot files written (bases and deltas), and the bases
-    /// among them (compactions included), for metrics.
-    pub snapshot_bytes: AtomicU64,
-    pub snapshot_bases: AtomicUsize,
-    /// Microseconds spent writing snapshot files (walk, write, fsync, rename).
-    pub snapshot_write_us: AtomicU64,
+    /// The snapshot thread's figures, for metrics.
+    pub snapshots: snapshot_file::SnapshotStats,
     /// Bytes jemalloc had allocated, when start-up finished, outside the parts
     /// pollbox accounts (the Rust runtime, argument parsing, the config, the
     /// workers' fixed structures). Measured once; it does not grow.
@@ -114,11 +107,7 @@ impl Shared {
             placement: placement::Placement::new(wakers),
             started,
             workers: n,
-            snapshots_ok: AtomicUsize::new(0),
-            snapshots_failed: AtomicUsize::new(0),
-            snapshot_bytes: AtomicU64::new(0),
-            snapshot_bases: AtomicUsize::new(0),
-            snapshot_write_us: AtomicU64::new(0),
+            snapshots: snapshot_file::SnapshotStats::default(),
             runtime_bytes: AtomicUsize::new(0),
             log,
             producer: std::sync::OnceLock::new(),
