@@ -5,7 +5,6 @@ use crate::log::produce::Ticket;
 use crate::stats::{IngestResult, Removal, RouteLabel, WorkerStats};
 use crate::{metrics, Shared};
 use pollbox_core::service::{Host, LogUnavailable, Watchers};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -117,7 +116,7 @@ impl Host for WorkerHost {
     }
 
     fn draining(&self) -> bool {
-        self.shared.draining.load(Ordering::Relaxed)
+        self.shared.lifecycle.is_draining_relaxed()
     }
 
     fn ready(&self) -> bool {

@@ -15,7 +15,8 @@
 //! [`alloc_stats`] (jemalloc's figures), [`snapshot_file`] (snapshot files:
 //! atomic save, load, the writer thread), [`log`] (the Kafka client of a node
 //! built from a log), [`auth_files`] (the key set and token files, read again
-//! on SIGHUP and when they change).
+//! on SIGHUP and when they change), [`lifecycle`] (ready, draining, the
+//! workers stopped).
 //!
 //! What it is not: a general HTTP server, or a place where protocol rules live.
 
@@ -24,6 +25,7 @@ pub mod auth_files;
 pub mod conns;
 pub mod failpoint;
 pub mod host;
+pub mod lifecycle;
 pub mod listener;
 pub mod log;
 pub mod metrics;
@@ -43,7 +45,7 @@ use pollbox_core::service::Node;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -57,12 +59,8 @@ pub struct Shared {
     pub open_connections: AtomicUsize,
     /// Workers writing in io_uring batches (`server.io_uring`; the rest use `send`).
     pub uring_workers: AtomicUsize,
-    pub draining: AtomicBool,
-    /// Every worker has exited (the drain is over): the log's consumer stops.
-    /// It goes on while the workers drain, so an ingest in flight at a
-    /// SIGTERM is answered with its record's fate, not 503 at its deadline.
-    pub workers_stopped: AtomicBool,
-    ready: AtomicBool,
+    /// Ready, draining, the workers stopped.
+    pub lifecycle: lifecycle::Lifecycle,
     pub waiters: wakeups::Waiters,
     /// Where accepted connections are served (by load), and the hand-over.
     pub placement: placement::Placement,
@@ -70,15 +68,8 @@ pub struct Shared {
     /// stamps agree between workers) and the snapshots'.
     pub started: Instant,
     pub workers: usize,
-    /// Snapshots written / failed, for metrics.
-    pub snapshots_ok: AtomicUsize,
-    pub snapshots_failed: AtomicUsize,
-    /// Bytes of the snapshot files written (bases and deltas), and the bases
-    /// among them (compactions included), for metrics.
-    pub snapshot_bytes: AtomicU64,
-    pub snapshot_bases: AtomicUsize,
-    /// Microseconds spent writing snapshot files (walk, write, fsync, rename).
-    pub snapshot_write_us: AtomicU64,
+    /// The snapshot thread's figures, for metrics.
+    pub snapshots: snapshot_file::SnapshotStats,
     /// Bytes jemalloc had allocated, when start-up finished, outside the parts
     /// pollbox accounts (the Rust runtime, argument parsing, the config, the
     /// workers' fixed structures). Measured once; it does not grow.
@@ -107,18 +98,12 @@ impl Shared {
             stats: (0..n).map(|_| stats::WorkerStats::default()).collect(),
             open_connections: AtomicUsize::new(0),
             uring_workers: AtomicUsize::new(0),
-            draining: AtomicBool::new(false),
-            workers_stopped: AtomicBool::new(false),
-            ready: AtomicBool::new(false),
+            lifecycle: lifecycle::Lifecycle::default(),
             waiters: wakeups::Waiters::new(wakers.to_vec()),
             placement: placement::Placement::new(wakers),
             started,
             workers: n,
-            snapshots_ok: AtomicUsize::new(0),
-            snapshots_failed: AtomicUsize::new(0),
-            snapshot_bytes: AtomicU64::new(0),
-            snapshot_bases: AtomicUsize::new(0),
-            snapshot_write_us: AtomicU64::new(0),
+            snapshots: snapshot_file::SnapshotStats::default(),
             runtime_bytes: AtomicUsize::new(0),
             log,
             producer: std::sync::OnceLock::new(),
@@ -129,7 +114,7 @@ impl Shared {
     /// Listening, the snapshot loaded, and with a log: caught up with the log
     /// as it stood at start.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
+        self.lifecycle.is_started()
             && self
                 .log
                 .as_ref()
@@ -418,7 +403,7 @@ impl Server {
             None => None,
         };
         let auth_watcher = auth_files::Watcher::spawn(&shared)?;
-        shared.ready.store(true, Ordering::Release);
+        shared.lifecycle.set_ready();
         Ok(Server {
             shared,
             addr: actual,
@@ -461,7 +446,7 @@ impl Server {
         if let Some(w) = self.auth_watcher.take() {
             w.stop();
         }
-        self.shared.draining.store(true, Ordering::Release);
+        self.shared.lifecycle.start_draining();
         for w in &self.wakers {
             let _ = w.wake();
         }
@@ -477,7 +462,7 @@ impl Server {
                 }
             }
         }
-        self.shared.workers_stopped.store(true, Ordering::Release);
+        self.shared.lifecycle.stop_workers();
         {
             let (lock, cv) = &*self.snapshot_stop;
             if let Ok(mut stop) = lock.lock() {

@@ -18,9 +18,9 @@
 use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pollbox_core::boxes::BoxTable;
 use pollbox_core::log::Position;
@@ -79,6 +79,71 @@ pub struct Saved {
     pub bytes: u64,
     /// The checksum of the chain's newest file now (what a seal names).
     pub newest_crc: u32,
+}
+
+/// The snapshot thread's figures, for metrics: files written and failed,
+/// their bytes, the bases among them, and the time spent writing them. (The
+/// final snapshot of a graceful stop is not counted.)
+#[derive(Debug, Default)]
+pub struct SnapshotStats {
+    /// Snapshots written / failed.
+    ok: AtomicUsize,
+    failed: AtomicUsize,
+    /// Bytes of the snapshot files written (bases and deltas), and the bases
+    /// among them (compactions included).
+    bytes: AtomicU64,
+    bases: AtomicUsize,
+    /// Microseconds spent writing snapshot files (walk, write, fsync, rename),
+    /// failed ones included.
+    write_us: AtomicU64,
+}
+
+impl SnapshotStats {
+    /// A snapshot written in `took`.
+    pub fn record_write(&self, took: Duration, saved: &Saved) {
+        self.add_time(took);
+        self.ok.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(saved.bytes, Ordering::Relaxed);
+        if saved.kind == Kind::Base {
+            self.bases.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A snapshot that failed after `took`.
+    pub fn record_failure(&self, took: Duration) {
+        self.add_time(took);
+        self.failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn add_time(&self, took: Duration) {
+        self.write_us
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Snapshots written.
+    pub fn written(&self) -> usize {
+        self.ok.load(Ordering::Relaxed)
+    }
+
+    /// Snapshots that failed.
+    pub fn failed(&self) -> usize {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of the snapshot files written (bases and deltas).
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Bases written (the first, and every compaction of a chain of deltas).
+    pub fn bases(&self) -> usize {
+        self.bases.load(Ordering::Relaxed)
+    }
+
+    /// Seconds spent writing snapshot files (counted in microseconds).
+    pub fn write_seconds(&self) -> f64 {
+        self.write_us.load(Ordering::Relaxed) as f64 / 1e6
+    }
 }
 
 /// The snapshots at `path`: writes the next file of the chain.
@@ -655,24 +720,15 @@ pub(crate) fn writer_loop(
 pub(crate) fn save_counted(shared: &Shared, snapshots: &mut Snapshots) -> Option<u32> {
     // The position first: the walk then sees every record before it.
     let position = shared.log.as_ref().and_then(|l| l.position());
-    let began = std::time::Instant::now();
+    let began = Instant::now();
     let saved = snapshots.save(&shared.node.boxes, shared.table_now_ms(), position.as_ref());
-    shared
-        .snapshot_write_us
-        .fetch_add(began.elapsed().as_micros() as u64, Ordering::Relaxed);
     match saved {
         Ok(saved) => {
-            shared.snapshots_ok.fetch_add(1, Ordering::Relaxed);
-            shared
-                .snapshot_bytes
-                .fetch_add(saved.bytes, Ordering::Relaxed);
-            if saved.kind == Kind::Base {
-                shared.snapshot_bases.fetch_add(1, Ordering::Relaxed);
-            }
+            shared.snapshots.record_write(began.elapsed(), &saved);
             Some(saved.newest_crc)
         }
         Err(e) => {
-            shared.snapshots_failed.fetch_add(1, Ordering::Relaxed);
+            shared.snapshots.record_failure(began.elapsed());
             eprintln!(
                 "pollbox: snapshot to {} failed: {e}",
                 snapshots.path().display()

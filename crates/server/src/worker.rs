@@ -287,7 +287,7 @@ impl Worker {
             if self.clock() >= self.next_tick_ms {
                 self.tick();
             }
-            if self.shared().draining.load(Ordering::Acquire) && self.drain_step() {
+            if self.shared().lifecycle.is_draining() && self.drain_step() {
                 return Ok(());
             }
         }

@@ -281,7 +281,7 @@ fn connections_during_shutdown_are_refused_while_the_request_in_flight_is_answer
     assert_eq!(busy.read(false).status, 200, "accepted and served");
     busy.send(b"GET /healthz HTTP/1.1\r\n");
     let stopping = std::thread::spawn(move || s.shutdown());
-    while !shared.draining.load(std::sync::atomic::Ordering::Acquire) {
+    while !shared.lifecycle.is_draining() {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     // The port stops accepting (a balancer retries a refused connection on

@@ -107,12 +107,12 @@ impl Throttled {
 
 /// Shutting down: the log's start is no longer waited for.
 fn stopping(shared: &Shared) -> bool {
-    shared.draining.load(Ordering::Acquire)
+    shared.lifecycle.is_draining()
 }
 
 /// The workers have drained: nobody waits for a record any more.
 fn done(shared: &Shared) -> bool {
-    shared.workers_stopped.load(Ordering::Acquire)
+    shared.lifecycle.workers_stopped()
 }
 
 fn run(shared: &Shared, log: &LogState) {

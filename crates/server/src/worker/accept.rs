@@ -35,7 +35,7 @@ impl Worker {
             };
             if listener == Listener::Main
                 && self.host.shared.node.config.server.place_by_load
-                && !self.host.shared.draining.load(Ordering::Acquire)
+                && !self.host.shared.lifecycle.is_draining()
             {
                 // Served where the load is least (crate::placement).
                 let shared = &self.host.shared;
@@ -57,7 +57,7 @@ impl Worker {
     /// (`/healthz`, `/readyz`: [`Listener::Probes`]), up to
     /// [`PROBE_RESERVE`] of them; the metrics listener is never capped.
     pub(super) fn adopt(&mut self, mut stream: TcpStream, mut listener: Listener) {
-        if self.host.shared.draining.load(Ordering::Acquire) {
+        if self.host.shared.lifecycle.is_draining() {
             // Shutting down: say so, so a load balancer retries elsewhere.
             self.host.stats().rejected(Rejected::Draining);
             self.refuse(&mut stream, "shutting down");

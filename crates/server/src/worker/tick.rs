@@ -4,7 +4,6 @@
 //! box expiry; and the steps of a drain at shutdown.
 
 use super::{Worker, DRAIN_LIMIT};
-use std::sync::atomic::Ordering;
 use std::time::{Instant, SystemTime};
 
 impl Worker {
@@ -128,7 +127,7 @@ impl Worker {
             && self.starved.is_empty()
             && arena.capacity_bytes() <= arena.working_size().saturating_mul(4)
             && (shared.node.config.boxes.ttl_s == 0 || shared.node.boxes.is_empty())
-            && !shared.draining.load(Ordering::Relaxed)
+            && !shared.lifecycle.is_draining_relaxed()
     }
 
     /// One step of draining. Returns true when the worker may exit.
