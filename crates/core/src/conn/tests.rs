@@ -401,15 +401,21 @@ fn a_parked_poll_of_a_deleted_or_expired_box_is_answered_404() {
     assert_eq!(statuses(&r.sent(&mut cb)), ["404", "200"]);
 }
 
-#[test]
-fn a_parked_poll_of_a_box_deleted_and_created_again_gets_the_new_incarnation() {
-    let mut r = rig();
+/// Box `a` at version 1, and a connection whose long-poll waits past it.
+fn parked_on_a(r: &mut Rig) -> Connection {
     r.ingest("a", 1);
     let mut c = r.conn();
     r.feed(
         &mut c,
         b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\n",
     );
+    c
+}
+
+#[test]
+fn a_parked_poll_of_a_box_deleted_and_created_again_gets_the_new_incarnation() {
+    let mut r = rig();
+    let mut c = parked_on_a(&mut r);
     let mut d = r.conn();
     r.feed(&mut d, b"DELETE /v1/boxes/a HTTP/1.1\r\nHost: t\r\n\r\n");
     r.ingest("a", 9);
@@ -437,12 +443,7 @@ fn a_parked_poll_whose_box_went_before_its_deadline_fired_is_404() {
 #[test]
 fn a_parked_poll_times_out_with_304_and_caps_its_wait() {
     let mut r = rig_with(|c| c.limits.max_wait_ms = 100);
-    r.ingest("a", 1);
-    let mut c = r.conn();
-    r.feed(
-        &mut c,
-        b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\n",
-    );
+    let mut c = parked_on_a(&mut r);
     assert_eq!(c.deadline(), r.now_ms + 100, "max_wait_ms caps the wait");
     r.now_ms += 100;
     c.on_timer(&mut r.cx());
@@ -1489,12 +1490,7 @@ fn watch(key: &str, many: bool, stream: bool) -> Asked {
 #[test]
 fn a_parked_poll_asks_for_its_watch_once_and_its_answer_undoes_it() {
     let mut r = rig();
-    r.ingest("a", 1);
-    let mut c = r.conn();
-    r.feed(
-        &mut c,
-        b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\n",
-    );
+    let mut c = parked_on_a(&mut r);
     assert_eq!(asks(&mut c), [watch("a", false, false)]);
     assert_eq!(asks(&mut c), [], "applied once");
     assert!(!c.on_box_updated(&mut r.cx()));
@@ -1509,12 +1505,7 @@ fn a_parked_poll_asks_for_its_watch_once_and_its_answer_undoes_it() {
 #[test]
 fn a_poll_parked_and_answered_before_the_server_looked_asks_nothing() {
     let mut r = rig();
-    r.ingest("a", 1);
-    let mut c = r.conn();
-    r.feed(
-        &mut c,
-        b"GET /v1/boxes/a?after=1&wait_ms=5000 HTTP/1.1\r\nHost: t\r\n\r\n",
-    );
+    let mut c = parked_on_a(&mut r);
     r.ingest("a", 2);
     assert!(c.on_box_updated(&mut r.cx()));
     assert_eq!(asks(&mut c), []);
