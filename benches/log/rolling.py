@@ -37,6 +37,7 @@ def ingest(url, rate, keys, out, stopfile):
     sent = Counter()
     acked = Counter()
     answers = Counter()
+    odd = []  # (unix time, key, outcome, body) of the first 200 answers that were not 200
     lock = threading.Lock()
 
     def worker(w):
@@ -53,12 +54,13 @@ def ingest(url, rate, keys, out, stopfile):
             i += threads
             body = json.dumps({"value": 1, "player": "chk"})
             outcome = None
+            text = ""
             try:
                 if conn is None:
                     conn = http.client.HTTPConnection(host, int(port), timeout=15)
                 conn.request("POST", f"/v1/boxes/{key}", body, {"Content-Type": "application/json"})
                 r = conn.getresponse()
-                r.read()
+                text = r.read()[:120].decode("utf-8", "replace")
                 outcome = str(r.status)
                 if r.getheader("Connection", "").lower() == "close":
                     conn.close()
@@ -80,6 +82,8 @@ def ingest(url, rate, keys, out, stopfile):
                 answers[outcome] += 1
                 if outcome == "200":
                     acked[key] += 1
+                elif len(odd) < 200:
+                    odd.append((round(time.time(), 3), key, outcome, text))
 
     ts = [threading.Thread(target=worker, args=(w,)) for w in range(threads)]
     for t in ts:
@@ -87,7 +91,7 @@ def ingest(url, rate, keys, out, stopfile):
     for t in ts:
         t.join()
     with open(out, "w") as f:
-        json.dump({"sent": sent, "acked": acked, "answers": answers}, f)
+        json.dump({"sent": sent, "acked": acked, "answers": answers, "odd": odd}, f)
 
 
 def haproxy_cmd(sock_path, cmd):

@@ -212,6 +212,7 @@ for i in $(seq "$NODES"); do
     deadline=$((SECONDS + 10))
     until python3 "$PY" haproxy-idle "$WORK/haproxy.sock" "node$i" || ((SECONDS >= deadline)); do sleep 0.1; done
   fi
+  curl -s "http://127.0.0.1:${PORTS[i - 1]}/metrics" >"$WORK/metrics-node$i-before-sigterm.txt" || true
   say "node $i: SIGTERM"
   kill -TERM "${NODE_PIDS[i - 1]}"
   wait "${NODE_PIDS[i - 1]}" || say "node $i exited with $?"
@@ -237,6 +238,9 @@ say "load off; verifying every node"
 sleep 3   # let every node apply the last records
 NODE_URLS=()
 for i in $(seq "$NODES"); do NODE_URLS+=("http://127.0.0.1:${PORTS[i - 1]}"); done
+for i in $(seq "$NODES"); do
+  curl -s "http://127.0.0.1:${PORTS[i - 1]}/metrics" >"$WORK/metrics-node$i-at-the-end.txt" || true
+done
 python3 "$PY" verify "$WORK/verify.json" "$WORK/checker.json" "$WORK/slices" "$KEYS" "${NODE_URLS[@]}" >/dev/null
 
 RSS_END=$(broker_rss)
@@ -263,6 +267,19 @@ RSS_END=$(broker_rss)
   echo
   echo "== checker answers =="
   python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['answers'])" "$WORK/checker.json"
+  echo "answers other than 200 (time, key, answer, body):"
+  python3 -c "
+import json, sys, time
+for t, k, o, b in json.load(open(sys.argv[1])).get('odd', []):
+    print(' ', time.strftime('%H:%M:%S', time.localtime(t)) + f'.{int(t * 1000) % 1000:03d}', k, o, b.strip()[:80])
+" "$WORK/checker.json"
+  echo
+  echo "== each node's counters of ingest, refusals and the log, before its SIGTERM and at the end =="
+  for f in "$WORK"/metrics-*.txt; do
+    [[ -e "$f" ]] || continue
+    echo "-- $(basename "$f" .txt)"
+    grep -E '^pollbox_(ingest_messages|connections_rejected|log_produce|log_records|log_consume|http_requests_total\{[^}]*code="5)' "$f" | grep -v ' 0$' || true
+  done
   echo
   echo "== node logs (all lines) =="
   for i in $(seq "$NODES"); do sed "s/^/node $i: /" "$WORK/node-$i.log"; done

@@ -299,6 +299,7 @@ fn starting_offsets(
             Err(p) if p.is_fatal() => refuse(&p.to_string()),
             Err(p) => {
                 log.connected.store(false, Ordering::Relaxed);
+                log.start_failed();
                 said.say(format!(
                     "{p}; serving the snapshot's boxes, not ready, retrying"
                 ));
@@ -364,6 +365,7 @@ fn starting_offsets(
             }
             Err(e) => {
                 log.connected.store(false, Ordering::Relaxed);
+                log.start_failed();
                 said.say(format!(
                     "cannot read topic {} from {}: {e}; serving the snapshot's boxes, not ready, retrying",
                     log.topic, shared.node.config.log.brokers

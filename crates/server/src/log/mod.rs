@@ -81,6 +81,12 @@ pub struct LogState {
     caught_up: AtomicBool,
     /// The last attempt to reach the log worked.
     pub connected: AtomicBool,
+    /// A reading of the topic at start failed (the log is away): until the
+    /// topic is read, an ingest is 503 at once. Before the first attempt
+    /// ends it is produced all the same (the client holds it until the
+    /// topic's partitions are known), so a node that was just started, or
+    /// restarted behind a load balancer, answers what it takes then.
+    start_failed: AtomicBool,
     /// Why the node stopped applying the log for good (the topic's
     /// partition count changed): unready, ingest refused.
     halted: OnceLock<String>,
@@ -113,6 +119,7 @@ impl LogState {
             partitions: OnceLock::new(),
             caught_up: AtomicBool::new(false),
             connected: AtomicBool::new(false),
+            start_failed: AtomicBool::new(false),
             halted: OnceLock::new(),
             unsafe_topic: AtomicBool::new(false),
             records: Default::default(),
@@ -153,11 +160,17 @@ impl LogState {
         self.unsafe_topic.store(true, Ordering::Relaxed);
     }
 
-    /// Whether ingest can be produced: the topic was read, and the node
-    /// still applies it. Otherwise an ingest is answered 503 at once rather
-    /// than after `ack_timeout_ms`.
+    /// Whether ingest can be produced: the node still applies the log, and
+    /// the topic was read or its first reading has not failed yet. Otherwise
+    /// an ingest is answered 503 at once rather than after `ack_timeout_ms`.
     pub fn takes_ingest(&self) -> bool {
-        self.partitions().is_some() && !self.halted()
+        !self.halted()
+            && (self.partitions().is_some() || !self.start_failed.load(Ordering::Relaxed))
+    }
+
+    /// A reading of the topic at start failed (see [`LogState::takes_ingest`]).
+    pub(crate) fn start_failed(&self) {
+        self.start_failed.store(true, Ordering::Relaxed);
     }
 
     /// Whether the node has applied the log up to where it ended at start.
