@@ -27,7 +27,7 @@
 # ROLLING_LB_DRAIN=1 (before a node's SIGTERM, set it to drain in HAProxy and
 # wait until it has no request in flight; ready again once it is), ROLLING_KEEP=1
 # (keep the work folder), POLLBOX_BIN (else cargo build --release -p pollbox; a
-# copy is run).
+# copy is run), ROLLING_BUILD (what the header says of the build, else from git).
 # Needs java (scripts/kafka/install-deps.sh), haproxy, python3; ~1.5 GB.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -76,7 +76,8 @@ fi
 mkdir -p "$WORK/bin"
 cp "$POLLBOX_BIN" "$WORK/bin/pollbox"   # others' builds may replace target/ meanwhile
 POLLBOX="$WORK/bin/pollbox"
-BUILD_DESC="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates config Cargo.lock 2>/dev/null \
+BUILD_DESC="${ROLLING_BUILD:-}"
+[[ -n "$BUILD_DESC" ]] || BUILD_DESC="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates config Cargo.lock 2>/dev/null \
   || echo ' + uncommitted changes in crates/, config/ or Cargo.lock')"
 
 # --- brokers and topic ------------------------------------------------------
@@ -93,7 +94,7 @@ BROKERS_UP_S=$(python3 -c "print(f'{$(now) - $t:.1f}')")
 broker_rss() { # resident MiB of each broker, now
   local b
   for b in 1 2 3; do
-    echo -n "$(($(ps -o rss= -p "$("$K/broker.sh" "$KAFKA_DIR" "$b" pid)") / 1024)) "
+    echo -n "$(($(awk '/^VmRSS:/ {print $2}' "/proc/$("$K/broker.sh" "$KAFKA_DIR" "$b" pid)/status") / 1024)) "
   done
 }
 RSS_START=$(broker_rss)
