@@ -168,3 +168,20 @@ fn expired_boxes_give_their_memory_back() {
     );
     s.shutdown().unwrap();
 }
+
+#[test]
+fn a_quiet_worker_gives_its_dirty_pages_back() {
+    use pollbox_server::alloc_stats::{give_back_idle_memory, this_arena_dirty_pages};
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // What a burst of ingest leaves: many small objects freed at once, their
+    // pages dirty (jemalloc keeps them for dirty_decay_ms).
+    let held: Vec<Vec<u8>> = (0..40_000).map(|i| vec![i as u8; 100]).collect();
+    drop(held);
+    assert!(this_arena_dirty_pages() > 0, "freed pages are kept dirty");
+    assert!(give_back_idle_memory(), "jemalloc took both controls");
+    assert_eq!(
+        this_arena_dirty_pages(),
+        0,
+        "this thread's arena gave them back"
+    );
+}

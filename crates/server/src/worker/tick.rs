@@ -3,7 +3,7 @@
 //! connections starved of buffers, fire the timers, run one bounded step of
 //! box expiry; and the steps of a drain at shutdown.
 
-use super::{Worker, DRAIN_LIMIT};
+use super::{Worker, DRAIN_LIMIT, QUIET_TICKS_BEFORE_SLEEP};
 use std::time::{Instant, SystemTime};
 
 impl Worker {
@@ -89,6 +89,12 @@ impl Worker {
         } else {
             0
         };
+        if self.quiet_ticks == QUIET_TICKS_BEFORE_SLEEP {
+            // Gone quiet: what this thread freed is not about to be reused,
+            // so its allocator gives the pages back now, not over
+            // `dirty_decay_ms` (a burst of ingest, then nothing).
+            crate::alloc_stats::give_back_idle_memory();
+        }
         let work = tick_start.elapsed().as_nanos() as u64;
         let st = self.host.stats();
         st.tick.observe_ns(work);
