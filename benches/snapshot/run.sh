@@ -34,10 +34,10 @@ run() {
     port=$(free_port)
     cfg=$WORK/$mode.toml
     rm -f "$WORK"/boxes.snap*
+    # Room for every key (the default max_boxes is 1,000,000).
+    printf '[boxes]\nmax_boxes = %d\n' "$((KEYS > 1000000 ? KEYS : 1000000))" >"$cfg"
     if [[ $mode == snapshots ]]; then
-        printf '[snapshot]\npath = "%s"\ninterval_s = 2\n' "$WORK/boxes.snap" >"$cfg"
-    else
-        : >"$cfg"
+        printf '[snapshot]\npath = "%s"\ninterval_s = 2\n' "$WORK/boxes.snap" >>"$cfg"
     fi
     taskset -c 0 nice -n "$NICE" "$SNAP_BIN" serve --config "$cfg" --listen "127.0.0.1:$port" --workers 1 \
         2>"$WORK/$mode-$rep.log" &
