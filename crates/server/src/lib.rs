@@ -78,8 +78,9 @@ pub struct Shared {
     pub log: Option<Arc<log::LogState>>,
     /// What ingest produces to, on a node of a log (set once at start).
     pub producer: std::sync::OnceLock<log::produce::Producer>,
-    /// The key set and static token files, read again while serving.
-    pub auth_files: auth_files::AuthFiles,
+    /// The key set and static token files, read again while serving (the
+    /// watcher thread holds them too).
+    pub auth_files: Arc<auth_files::AuthFiles>,
 }
 
 impl Shared {
@@ -107,7 +108,7 @@ impl Shared {
             runtime_bytes: AtomicUsize::new(0),
             log,
             producer: std::sync::OnceLock::new(),
-            auth_files,
+            auth_files: Arc::new(auth_files),
         }
     }
 
@@ -402,7 +403,8 @@ impl Server {
             Some(l) => Some(log::consume::spawn(shared.clone(), l.clone())?),
             None => None,
         };
-        let auth_watcher = auth_files::Watcher::spawn(&shared)?;
+        let auth_watcher =
+            auth_files::Watcher::spawn(shared.node.clone(), shared.auth_files.clone())?;
         shared.lifecycle.set_ready();
         Ok(Server {
             shared,
@@ -437,7 +439,7 @@ impl Server {
     /// at their next tick. On a failure the keys and tokens in use stay.
     /// Returns the new generation, or why nothing changed.
     pub fn reload_auth(&self, why: &str) -> Result<u64, String> {
-        auth_files::reload(&self.shared, why)
+        auth_files::reload(&self.shared.node, &self.shared.auth_files, why)
     }
 
     /// Graceful stop: stop accepting, finish requests in flight, write the
