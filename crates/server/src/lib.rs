@@ -68,8 +68,9 @@ pub struct Shared {
     /// stamps agree between workers) and the snapshots'.
     pub started: Instant,
     pub workers: usize,
-    /// The snapshot thread's figures, for metrics.
-    pub snapshots: snapshot_file::SnapshotStats,
+    /// The snapshot thread's figures, for metrics (the snapshot thread holds
+    /// them too).
+    pub snapshots: Arc<snapshot_file::SnapshotStats>,
     /// Bytes jemalloc had allocated, when start-up finished, outside the parts
     /// pollbox accounts (the Rust runtime, argument parsing, the config, the
     /// workers' fixed structures). Measured once; it does not grow.
@@ -104,7 +105,7 @@ impl Shared {
             placement: placement::Placement::new(wakers),
             started,
             workers: n,
-            snapshots: snapshot_file::SnapshotStats::default(),
+            snapshots: Arc::default(),
             runtime_bytes: AtomicUsize::new(0),
             log,
             producer: std::sync::OnceLock::new(),
@@ -133,16 +134,23 @@ impl Shared {
     /// since the Unix epoch), the clock of the records' timestamps, so every
     /// node and every replay expires the same boxes.
     pub fn table_clock(&self, now_ms: u64) -> u64 {
-        if self.log.is_some() {
-            wall_ms()
-        } else {
-            now_ms
-        }
+        table_clock(self.log.is_some(), now_ms)
     }
 
     /// [`Shared::table_clock`] now.
     pub fn table_now_ms(&self) -> u64 {
         self.table_clock(self.now_ms())
+    }
+}
+
+/// The clock box expiry counts on, from the server's `now_ms` (ms since
+/// start): on a standalone node that clock itself, on a node of a log
+/// (`logged`) the wall clock ([`Shared::table_clock`]).
+pub(crate) fn table_clock(logged: bool, now_ms: u64) -> u64 {
+    if logged {
+        wall_ms()
+    } else {
+        now_ms
     }
 }
 
@@ -390,11 +398,17 @@ impl Server {
             Some(p) => {
                 let snapshots =
                     snapshot_file::Snapshots::new(p.clone(), chain).compact_at(compact_percent);
-                let (shared, stop) = (shared.clone(), snapshot_stop.clone());
+                let writing = snapshot_file::Writing {
+                    node: shared.node.clone(),
+                    log: shared.log.clone(),
+                    started: shared.started,
+                    stats: shared.snapshots.clone(),
+                };
+                let stop = snapshot_stop.clone();
                 Some(
                     std::thread::Builder::new()
                         .name("pollbox-snapshot".into())
-                        .spawn(move || snapshot_file::writer_loop(shared, stop, snapshots))?,
+                        .spawn(move || snapshot_file::writer_loop(writing, stop, snapshots))?,
                 )
             }
             None => None,
