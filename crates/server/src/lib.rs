@@ -59,9 +59,11 @@ pub struct Shared {
     pub open_connections: AtomicUsize,
     /// Workers writing in io_uring batches (`server.io_uring`; the rest use `send`).
     pub uring_workers: AtomicUsize,
-    /// Ready, draining, the workers stopped.
-    pub lifecycle: lifecycle::Lifecycle,
-    pub waiters: wakeups::Waiters,
+    /// Ready, draining, the workers stopped (the log's threads hold it too).
+    pub lifecycle: Arc<lifecycle::Lifecycle>,
+    /// Who waits on which key, and each worker's inbox (the log's threads
+    /// and the producer's delivery reports hold them too).
+    pub waiters: Arc<wakeups::Waiters>,
     /// Where accepted connections are served (by load), and the hand-over.
     pub placement: placement::Placement,
     /// The server's clock starts here: every worker's `now_ms` (so box expiry
@@ -77,21 +79,24 @@ pub struct Shared {
     pub runtime_bytes: AtomicUsize,
     /// Where the node stands in its log (`[log]` set), else `None`.
     pub log: Option<Arc<log::LogState>>,
-    /// What ingest produces to, on a node of a log (set once at start).
-    pub producer: std::sync::OnceLock<log::produce::Producer>,
+    /// What ingest produces to, on a node of a log (the consuming thread
+    /// holds it too: it serves its delivery reports).
+    pub producer: Option<Arc<log::produce::Producer>>,
     /// The key set and static token files, read again while serving (the
     /// watcher thread holds them too).
     pub auth_files: Arc<auth_files::AuthFiles>,
 }
 
 impl Shared {
-    /// The state of a server of `node`, a worker for each of `wakers`; not
-    /// ready yet.
+    /// The state of a server of `node`, a worker for each of `wakers` (whom
+    /// `waiters` wake); not ready yet.
     fn new(
         node: Node,
         wakers: &[Arc<mio::Waker>],
+        waiters: Arc<wakeups::Waiters>,
         started: Instant,
         log: Option<Arc<log::LogState>>,
+        producer: Option<Arc<log::produce::Producer>>,
         auth_files: auth_files::AuthFiles,
     ) -> Shared {
         let n = wakers.len();
@@ -100,15 +105,15 @@ impl Shared {
             stats: (0..n).map(|_| stats::WorkerStats::default()).collect(),
             open_connections: AtomicUsize::new(0),
             uring_workers: AtomicUsize::new(0),
-            lifecycle: lifecycle::Lifecycle::default(),
-            waiters: wakeups::Waiters::new(wakers.to_vec()),
+            lifecycle: Arc::default(),
+            waiters,
             placement: placement::Placement::new(wakers),
             started,
             workers: n,
             snapshots: Arc::default(),
             runtime_bytes: AtomicUsize::new(0),
             log,
-            producer: std::sync::OnceLock::new(),
+            producer,
             auth_files: Arc::new(auth_files),
         }
     }
@@ -389,9 +394,12 @@ impl Server {
         let (polls, wakers) = new_polls(n)?;
         let auth_files = auth_files::AuthFiles::new(&config);
         let compact_percent = config.snapshot.compact_percent;
+        let waiters = Arc::new(wakeups::Waiters::new(wakers.clone()));
+        let producer = start_producer(&config, log_state.as_ref(), &waiters)?;
         let node = Node::new(config, plan, boxes);
-        let shared = Arc::new(Shared::new(node, &wakers, started, log_state, auth_files));
-        start_producer(&shared)?;
+        let shared = Arc::new(Shared::new(
+            node, &wakers, waiters, started, log_state, producer, auth_files,
+        ));
         let threads = start_workers(&shared, listeners, polls, metrics_listener)?;
         let snapshot_stop = Arc::new((Mutex::new(false), Condvar::new()));
         let snapshot_thread = match &snapshot_path {
@@ -414,7 +422,14 @@ impl Server {
             None => None,
         };
         let log_thread = match &shared.log {
-            Some(l) => Some(log::consume::spawn(shared.clone(), l.clone())?),
+            Some(l) => Some(log::consume::spawn(log::consume::Consuming {
+                node: shared.node.clone(),
+                log: l.clone(),
+                waiters: shared.waiters.clone(),
+                lifecycle: shared.lifecycle.clone(),
+                producer: shared.producer.clone(),
+                started: shared.started,
+            })?),
             None => None,
         };
         let auth_watcher =
@@ -611,15 +626,18 @@ fn new_polls(n: usize) -> io::Result<(Vec<mio::Poll>, Vec<Arc<mio::Waker>>)> {
     Ok((polls, wakers))
 }
 
-/// On a node of a log: the producer ingest writes to.
-fn start_producer(shared: &Arc<Shared>) -> Result<(), StartError> {
-    if let Some(l) = &shared.log {
-        let p =
-            log::produce::Producer::new(&shared.node.config.log, l.node, Arc::downgrade(shared))
-                .map_err(|e| StartError::Log(format!("cannot create the Kafka producer: {e}")))?;
-        let _ = shared.producer.set(p);
-    }
-    Ok(())
+/// On a node of a log (`log`): the producer ingest writes to.
+fn start_producer(
+    config: &Config,
+    log: Option<&Arc<log::LogState>>,
+    waiters: &Arc<wakeups::Waiters>,
+) -> Result<Option<Arc<log::produce::Producer>>, StartError> {
+    let Some(l) = log else {
+        return Ok(None);
+    };
+    let p = log::produce::Producer::new(&config.log, l.clone(), waiters.clone())
+        .map_err(|e| StartError::Log(format!("cannot create the Kafka producer: {e}")))?;
+    Ok(Some(Arc::new(p)))
 }
 
 /// Build a worker a listener (worker 0 also serves `metrics`), count the
