@@ -22,9 +22,9 @@
 //! What it is not: the rules. Whether a token is valid is
 //! [`pollbox_core::auth`]'s.
 
-use crate::Shared;
 use pollbox_core::auth::Access;
 use pollbox_core::config::{Config, ConfigError};
+use pollbox_core::service::Node;
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -111,11 +111,10 @@ impl AuthFiles {
     }
 }
 
-/// Read every file again and install what they hold as the node's access
-/// (`why`: what asked, for the log line). On any failure the access in use
-/// stays. Returns the new generation, or why nothing changed.
-pub fn reload(shared: &Shared, why: &str) -> Result<u64, String> {
-    let files = &shared.auth_files;
+/// Read every file of `files` again and install what they hold as `node`'s
+/// access (`why`: what asked, for the log line). On any failure the access in
+/// use stays. Returns the new generation, or why nothing changed.
+pub fn reload(node: &Node, files: &AuthFiles, why: &str) -> Result<u64, String> {
     if !files.any() {
         eprintln!("pollbox: {why}: no auth file to read again (auth.jwt.keys_file, auth.token[].token_file)");
         return Err("no auth file configured".into());
@@ -129,10 +128,10 @@ pub fn reload(shared: &Shared, why: &str) -> Result<u64, String> {
     for (s, (_, path)) in stamps.iter_mut().zip(&files.files) {
         *s = stamp(path);
     }
-    match read(&shared.node.config) {
+    match read(&node.config) {
         Ok(access) => {
             let (keys, statics) = (access.keys(), access.static_tokens());
-            let generation = shared.node.access.replace(access);
+            let generation = node.access.replace(access);
             files.reloads_ok.fetch_add(1, Ordering::Relaxed);
             eprintln!(
                 "pollbox: {why}: auth files read again: {keys} keys, {statics} static tokens (generation {generation})"
@@ -179,18 +178,19 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    /// Start watching, if the config names any file.
-    pub fn spawn(shared: &Arc<Shared>) -> std::io::Result<Option<Watcher>> {
-        if !shared.auth_files.any() {
+    /// Start watching `files`, if the config names any, installing what they
+    /// hold as `node`'s access.
+    pub fn spawn(node: Arc<Node>, files: Arc<AuthFiles>) -> std::io::Result<Option<Watcher>> {
+        if !files.any() {
             return Ok(None);
         }
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let (shared, stopped) = (shared.clone(), stop.clone());
+        let stopped = stop.clone();
         let thread = std::thread::Builder::new()
             .name("pollbox-auth".into())
             .spawn(move || {
                 crate::lower_priority("auth file watcher");
-                watch(&shared, &stopped);
+                watch(&node, &files, &stopped);
             })?;
         Ok(Some(Watcher { stop, thread }))
     }
@@ -205,7 +205,7 @@ impl Watcher {
     }
 }
 
-fn watch(shared: &Shared, stop: &(Mutex<bool>, Condvar)) {
+fn watch(node: &Node, files: &AuthFiles, stop: &(Mutex<bool>, Condvar)) {
     let (lock, cv) = stop;
     let Ok(mut stopped) = lock.lock() else {
         return;
@@ -218,8 +218,8 @@ fn watch(shared: &Shared, stop: &(Mutex<bool>, Condvar)) {
         if *stopped {
             return;
         }
-        if shared.auth_files.changed() {
-            let _ = reload(shared, "an auth file changed");
+        if files.changed() {
+            let _ = reload(node, files, "an auth file changed");
         }
     }
 }

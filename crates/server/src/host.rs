@@ -80,7 +80,7 @@ impl WorkerHost {
 impl Watchers for WorkerHost {
     #[inline]
     fn box_updated(&mut self, key: &[u8]) {
-        (&self.shared.waiters).box_updated(key);
+        (&*self.shared.waiters).box_updated(key);
     }
 }
 
@@ -100,7 +100,7 @@ impl Host for WorkerHost {
         if self.shared.log.as_ref().is_some_and(|l| !l.takes_ingest()) {
             return Err(LogUnavailable);
         }
-        let producer = self.shared.producer.get().ok_or(LogUnavailable)?;
+        let producer = self.shared.producer.as_deref().ok_or(LogUnavailable)?;
         let ticket = Ticket {
             node: 0,
             worker: self.id as u16,

@@ -59,37 +59,44 @@ pub struct Shared {
     pub open_connections: AtomicUsize,
     /// Workers writing in io_uring batches (`server.io_uring`; the rest use `send`).
     pub uring_workers: AtomicUsize,
-    /// Ready, draining, the workers stopped.
-    pub lifecycle: lifecycle::Lifecycle,
-    pub waiters: wakeups::Waiters,
+    /// Ready, draining, the workers stopped (the log's threads hold it too).
+    pub lifecycle: Arc<lifecycle::Lifecycle>,
+    /// Who waits on which key, and each worker's inbox (the log's threads
+    /// and the producer's delivery reports hold them too).
+    pub waiters: Arc<wakeups::Waiters>,
     /// Where accepted connections are served (by load), and the hand-over.
     pub placement: placement::Placement,
     /// The server's clock starts here: every worker's `now_ms` (so box expiry
     /// stamps agree between workers) and the snapshots'.
     pub started: Instant,
     pub workers: usize,
-    /// The snapshot thread's figures, for metrics.
-    pub snapshots: snapshot_file::SnapshotStats,
+    /// The snapshot thread's figures, for metrics (the snapshot thread holds
+    /// them too).
+    pub snapshots: Arc<snapshot_file::SnapshotStats>,
     /// Bytes jemalloc had allocated, when start-up finished, outside the parts
     /// pollbox accounts (the Rust runtime, argument parsing, the config, the
     /// workers' fixed structures). Measured once; it does not grow.
     pub runtime_bytes: AtomicUsize,
     /// Where the node stands in its log (`[log]` set), else `None`.
     pub log: Option<Arc<log::LogState>>,
-    /// What ingest produces to, on a node of a log (set once at start).
-    pub producer: std::sync::OnceLock<log::produce::Producer>,
-    /// The key set and static token files, read again while serving.
-    pub auth_files: auth_files::AuthFiles,
+    /// What ingest produces to, on a node of a log (the consuming thread
+    /// holds it too: it serves its delivery reports).
+    pub producer: Option<Arc<log::produce::Producer>>,
+    /// The key set and static token files, read again while serving (the
+    /// watcher thread holds them too).
+    pub auth_files: Arc<auth_files::AuthFiles>,
 }
 
 impl Shared {
-    /// The state of a server of `node`, a worker for each of `wakers`; not
-    /// ready yet.
+    /// The state of a server of `node`, a worker for each of `wakers` (whom
+    /// `waiters` wake); not ready yet.
     fn new(
         node: Node,
         wakers: &[Arc<mio::Waker>],
+        waiters: Arc<wakeups::Waiters>,
         started: Instant,
         log: Option<Arc<log::LogState>>,
+        producer: Option<Arc<log::produce::Producer>>,
         auth_files: auth_files::AuthFiles,
     ) -> Shared {
         let n = wakers.len();
@@ -98,16 +105,16 @@ impl Shared {
             stats: (0..n).map(|_| stats::WorkerStats::default()).collect(),
             open_connections: AtomicUsize::new(0),
             uring_workers: AtomicUsize::new(0),
-            lifecycle: lifecycle::Lifecycle::default(),
-            waiters: wakeups::Waiters::new(wakers.to_vec()),
+            lifecycle: Arc::default(),
+            waiters,
             placement: placement::Placement::new(wakers),
             started,
             workers: n,
-            snapshots: snapshot_file::SnapshotStats::default(),
+            snapshots: Arc::default(),
             runtime_bytes: AtomicUsize::new(0),
             log,
-            producer: std::sync::OnceLock::new(),
-            auth_files,
+            producer,
+            auth_files: Arc::new(auth_files),
         }
     }
 
@@ -132,16 +139,23 @@ impl Shared {
     /// since the Unix epoch), the clock of the records' timestamps, so every
     /// node and every replay expires the same boxes.
     pub fn table_clock(&self, now_ms: u64) -> u64 {
-        if self.log.is_some() {
-            wall_ms()
-        } else {
-            now_ms
-        }
+        table_clock(self.log.is_some(), now_ms)
     }
 
     /// [`Shared::table_clock`] now.
     pub fn table_now_ms(&self) -> u64 {
         self.table_clock(self.now_ms())
+    }
+}
+
+/// The clock box expiry counts on, from the server's `now_ms` (ms since
+/// start): on a standalone node that clock itself, on a node of a log
+/// (`logged`) the wall clock ([`Shared::table_clock`]).
+pub(crate) fn table_clock(logged: bool, now_ms: u64) -> u64 {
+    if logged {
+        wall_ms()
+    } else {
+        now_ms
     }
 }
 
@@ -380,29 +394,46 @@ impl Server {
         let (polls, wakers) = new_polls(n)?;
         let auth_files = auth_files::AuthFiles::new(&config);
         let compact_percent = config.snapshot.compact_percent;
+        let waiters = Arc::new(wakeups::Waiters::new(wakers.clone()));
+        let producer = start_producer(&config, log_state.as_ref(), &waiters)?;
         let node = Node::new(config, plan, boxes);
-        let shared = Arc::new(Shared::new(node, &wakers, started, log_state, auth_files));
-        start_producer(&shared)?;
+        let shared = Arc::new(Shared::new(
+            node, &wakers, waiters, started, log_state, producer, auth_files,
+        ));
         let threads = start_workers(&shared, listeners, polls, metrics_listener)?;
         let snapshot_stop = Arc::new((Mutex::new(false), Condvar::new()));
         let snapshot_thread = match &snapshot_path {
             Some(p) => {
                 let snapshots =
                     snapshot_file::Snapshots::new(p.clone(), chain).compact_at(compact_percent);
-                let (shared, stop) = (shared.clone(), snapshot_stop.clone());
+                let writing = snapshot_file::Writing {
+                    node: shared.node.clone(),
+                    log: shared.log.clone(),
+                    started: shared.started,
+                    stats: shared.snapshots.clone(),
+                };
+                let stop = snapshot_stop.clone();
                 Some(
                     std::thread::Builder::new()
                         .name("pollbox-snapshot".into())
-                        .spawn(move || snapshot_file::writer_loop(shared, stop, snapshots))?,
+                        .spawn(move || snapshot_file::writer_loop(writing, stop, snapshots))?,
                 )
             }
             None => None,
         };
         let log_thread = match &shared.log {
-            Some(l) => Some(log::consume::spawn(shared.clone(), l.clone())?),
+            Some(l) => Some(log::consume::spawn(log::consume::Consuming {
+                node: shared.node.clone(),
+                log: l.clone(),
+                waiters: shared.waiters.clone(),
+                lifecycle: shared.lifecycle.clone(),
+                producer: shared.producer.clone(),
+                started: shared.started,
+            })?),
             None => None,
         };
-        let auth_watcher = auth_files::Watcher::spawn(&shared)?;
+        let auth_watcher =
+            auth_files::Watcher::spawn(shared.node.clone(), shared.auth_files.clone())?;
         shared.lifecycle.set_ready();
         Ok(Server {
             shared,
@@ -437,7 +468,7 @@ impl Server {
     /// at their next tick. On a failure the keys and tokens in use stay.
     /// Returns the new generation, or why nothing changed.
     pub fn reload_auth(&self, why: &str) -> Result<u64, String> {
-        auth_files::reload(&self.shared, why)
+        auth_files::reload(&self.shared.node, &self.shared.auth_files, why)
     }
 
     /// Graceful stop: stop accepting, finish requests in flight, write the
@@ -595,15 +626,18 @@ fn new_polls(n: usize) -> io::Result<(Vec<mio::Poll>, Vec<Arc<mio::Waker>>)> {
     Ok((polls, wakers))
 }
 
-/// On a node of a log: the producer ingest writes to.
-fn start_producer(shared: &Arc<Shared>) -> Result<(), StartError> {
-    if let Some(l) = &shared.log {
-        let p =
-            log::produce::Producer::new(&shared.node.config.log, l.node, Arc::downgrade(shared))
-                .map_err(|e| StartError::Log(format!("cannot create the Kafka producer: {e}")))?;
-        let _ = shared.producer.set(p);
-    }
-    Ok(())
+/// On a node of a log (`log`): the producer ingest writes to.
+fn start_producer(
+    config: &Config,
+    log: Option<&Arc<log::LogState>>,
+    waiters: &Arc<wakeups::Waiters>,
+) -> Result<Option<Arc<log::produce::Producer>>, StartError> {
+    let Some(l) = log else {
+        return Ok(None);
+    };
+    let p = log::produce::Producer::new(&config.log, l.clone(), waiters.clone())
+        .map_err(|e| StartError::Log(format!("cannot create the Kafka producer: {e}")))?;
+    Ok(Some(Arc::new(p)))
 }
 
 /// Build a worker a listener (worker 0 also serves `metrics`), count the

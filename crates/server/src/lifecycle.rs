@@ -18,7 +18,8 @@ pub struct Lifecycle {
 
 impl Lifecycle {
     /// Listening, the snapshot loaded: the server may be ready (with a log,
-    /// once caught up: [`crate::Shared::is_ready`]).
+    /// once caught up too: the server's readiness, `Shared::is_ready`, reads
+    /// both).
     pub fn set_ready(&self) {
         self.ready.store(true, Ordering::Release);
     }

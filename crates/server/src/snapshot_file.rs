@@ -29,7 +29,9 @@ use pollbox_core::snapshot::{
     FORMAT_VERSION,
 };
 
-use crate::{failpoint, Shared, StartError};
+use crate::log::LogState;
+use crate::{failpoint, StartError};
+use pollbox_core::service::Node;
 
 /// By default, a new base is written once the chain's deltas together pass this share of
 /// its base's bytes (a compaction): with 1 % of the boxes changing between
@@ -684,16 +686,39 @@ pub(crate) fn check_dir(path: &Path) -> Result<(), StartError> {
     }
 }
 
+/// What the snapshot thread reads and counts, handed to it by the server:
+/// the boxes, where the node stands in its log, the server's clock, and the
+/// figures it keeps for `/metrics`.
+pub(crate) struct Writing {
+    /// The box table to save and the config (`snapshot.interval_s`).
+    pub node: Arc<Node>,
+    /// Where the node stands in its log (`[log]` set): the position a
+    /// snapshot stores; its presence also picks the table's clock.
+    pub log: Option<Arc<LogState>>,
+    /// The server's clock starts here.
+    pub started: Instant,
+    /// Shared with `/metrics`.
+    pub stats: Arc<SnapshotStats>,
+}
+
+impl Writing {
+    /// The table's clock now ([`crate::table_clock`]).
+    fn table_now_ms(&self) -> u64 {
+        let now_ms = self.started.elapsed().as_millis() as u64;
+        crate::table_clock(self.log.is_some(), now_ms)
+    }
+}
+
 /// The snapshot thread: save every `snapshot.interval_s` until `stop` is set,
 /// then hand the snapshots back (the final snapshot is
 /// [`crate::Server::shutdown`]'s).
 pub(crate) fn writer_loop(
-    shared: Arc<Shared>,
+    writing: Writing,
     stop: Arc<(Mutex<bool>, Condvar)>,
     mut snapshots: Snapshots,
 ) -> Snapshots {
     lower_priority();
-    let every = Duration::from_secs(shared.node.config.snapshot.interval_s);
+    let every = Duration::from_secs(writing.node.config.snapshot.interval_s);
     let (lock, cv) = &*stop;
     let Ok(mut stopped) = lock.lock() else {
         return snapshots;
@@ -710,25 +735,29 @@ pub(crate) fn writer_loop(
         if *stopped {
             return snapshots;
         }
-        save_counted(&shared, &mut snapshots);
+        save_counted(&writing, &mut snapshots);
     }
     snapshots
 }
 
 /// Write the next snapshot file, counted in the metrics. Returns the chain's
 /// newest checksum.
-pub(crate) fn save_counted(shared: &Shared, snapshots: &mut Snapshots) -> Option<u32> {
+pub(crate) fn save_counted(writing: &Writing, snapshots: &mut Snapshots) -> Option<u32> {
     // The position first: the walk then sees every record before it.
-    let position = shared.log.as_ref().and_then(|l| l.position());
+    let position = writing.log.as_ref().and_then(|l| l.position());
     let began = Instant::now();
-    let saved = snapshots.save(&shared.node.boxes, shared.table_now_ms(), position.as_ref());
+    let saved = snapshots.save(
+        &writing.node.boxes,
+        writing.table_now_ms(),
+        position.as_ref(),
+    );
     match saved {
         Ok(saved) => {
-            shared.snapshots.record_write(began.elapsed(), &saved);
+            writing.stats.record_write(began.elapsed(), &saved);
             Some(saved.newest_crc)
         }
         Err(e) => {
-            shared.snapshots.record_failure(began.elapsed());
+            writing.stats.record_failure(began.elapsed());
             eprintln!(
                 "pollbox: snapshot to {} failed: {e}",
                 snapshots.path().display()

@@ -1,14 +1,16 @@
 //! The consuming thread: every partition of the topic, from where the
 //! snapshot left it, applied in partition order and waking whoever waits on
-//! the keys. See the module above for what it shares.
+//! the keys. See the module above for what it shares; [`Consuming`] is what
+//! it is handed.
 
-use super::produce::Ticket;
+use super::produce::{Producer, Ticket};
 use super::topic::{self, LogProblem};
 use super::{client_config, LogState, PartitionState, LOG_REFUSED_EXIT};
-use crate::wakeups::LogReport;
-use crate::Shared;
+use crate::lifecycle::Lifecycle;
+use crate::wakeups::{LogReport, Waiters};
 use pollbox_core::config::LogConfig;
 use pollbox_core::log::{Outcome, Record, Replica};
+use pollbox_core::service::Node;
 use rdkafka::client::Client;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaResult;
@@ -56,27 +58,49 @@ pub fn consumer(cfg: &LogConfig) -> KafkaResult<BaseConsumer> {
     c.create()
 }
 
+/// What the consuming threads read, apply to, wake and report to, handed
+/// over by the server (each part is owned by its module and shared).
+pub struct Consuming {
+    /// The config, the plan and the box table records are applied to.
+    pub node: Arc<Node>,
+    /// Where the node stands in the log: this thread moves it.
+    pub log: Arc<LogState>,
+    /// Who waits on a key, and the workers records produced here are
+    /// reported to.
+    pub waiters: Arc<Waiters>,
+    /// Draining (the log's start is no longer waited for) and the workers
+    /// stopped (the thread ends).
+    pub lifecycle: Arc<Lifecycle>,
+    /// The node's producer: its delivery reports are served here, and its
+    /// client reads the log's end.
+    pub producer: Option<Arc<Producer>>,
+    /// The server's clock starts here (a ticket's `sent_ns` is on it).
+    pub started: Instant,
+}
+
 /// Start the consuming thread, and beside it the one that reads the log's
 /// end every second (for the lag; a request to the broker that the consuming
 /// thread would otherwise wait for between records).
-pub fn spawn(shared: Arc<Shared>, log: Arc<LogState>) -> io::Result<JoinHandle<()>> {
-    let (s, l) = (shared.clone(), log.clone());
+pub fn spawn(consuming: Consuming) -> io::Result<JoinHandle<()>> {
+    let c = Arc::new(consuming);
+    let ends = c.clone();
     std::thread::Builder::new()
         .name("pollbox-log-end".into())
-        .spawn(move || watch_ends(&s, &l))?;
+        .spawn(move || watch_ends(&ends))?;
     std::thread::Builder::new()
         .name("pollbox-log".into())
-        .spawn(move || run(&shared, &log))
+        .spawn(move || run(&c))
 }
 
 /// Read the log's end every [`END_EVERY`] until shutdown, with the
 /// producer's client (it fetches nothing, so it answers at once; a third
 /// client would add its threads and connections to an idle node).
-fn watch_ends(shared: &Shared, log: &LogState) {
+fn watch_ends(c: &Consuming) {
     crate::lower_priority("log end");
-    while !done(shared) && !log.halted() {
+    let log = &*c.log;
+    while !done(c) && !log.halted() {
         std::thread::sleep(END_EVERY);
-        if let Some(p) = shared.producer.get() {
+        if let Some(p) = &c.producer {
             read_ends(p.client(), log);
         }
     }
@@ -106,22 +130,23 @@ impl Throttled {
 }
 
 /// Shutting down: the log's start is no longer waited for.
-fn stopping(shared: &Shared) -> bool {
-    shared.lifecycle.is_draining()
+fn stopping(c: &Consuming) -> bool {
+    c.lifecycle.is_draining()
 }
 
 /// The workers have drained: nobody waits for a record any more.
-fn done(shared: &Shared) -> bool {
-    shared.lifecycle.workers_stopped()
+fn done(c: &Consuming) -> bool {
+    c.lifecycle.workers_stopped()
 }
 
-fn run(shared: &Shared, log: &LogState) {
+fn run(c: &Consuming) {
     // Polls first: this thread, and the client's threads it starts (they
     // fetch and decompress), run at nice 19 on the cores the workers use, so
     // a poll that becomes readable is not kept waiting by a replay. Idle
     // workers leave it all the CPU; saturated ones, little (its lag shows it).
     crate::lower_priority("log");
-    let cfg = &shared.node.config.log;
+    let log = &*c.log;
+    let cfg = &c.node.config.log;
     let mut said = Throttled::default();
     let mut misplaced = Misplaced::default();
     let consumer = match consumer(cfg) {
@@ -129,7 +154,7 @@ fn run(shared: &Shared, log: &LogState) {
         Err(e) => refuse(&format!("cannot create the Kafka client: {e}")),
     };
     // Where each partition starts, once the log answers.
-    let Some(starts) = starting_offsets(shared, log, &consumer, &mut said) else {
+    let Some(starts) = starting_offsets(c, &consumer, &mut said) else {
         return; // shut down before the log answered
     };
     let mut tpl = TopicPartitionList::new();
@@ -142,8 +167,8 @@ fn run(shared: &Shared, log: &LogState) {
         refuse(&format!("cannot assign the topic's partitions: {e}"));
     }
     let mut replica = Replica::new(
-        shared.node.plan.clone(),
-        shared.node.config.limits.arena_limit_bytes,
+        c.node.plan.clone(),
+        c.node.config.limits.arena_limit_bytes,
         starts.len() as u32,
     );
     let mut key = Vec::with_capacity(256);
@@ -151,7 +176,7 @@ fn run(shared: &Shared, log: &LogState) {
         eprintln!("pollbox: log: caught up (nothing to replay)");
     }
     let (mut since_deliveries, mut served_at) = (0u32, Instant::now());
-    while !done(shared) && !log.halted() {
+    while !done(c) && !log.halted() {
         let polled = consumer.poll(POLL);
         since_deliveries += 1;
         // The delivery reports at least every DELIVERIES_EVERY_MS while
@@ -163,7 +188,7 @@ fn run(shared: &Shared, log: &LogState) {
                 served_at.elapsed() >= DELIVERIES_EVERY
             });
         if due {
-            if let Some(p) = shared.producer.get() {
+            if let Some(p) = &c.producer {
                 p.serve_deliveries();
             }
             (since_deliveries, served_at) = (0, Instant::now());
@@ -185,8 +210,7 @@ fn run(shared: &Shared, log: &LogState) {
                     value: m.payload(),
                 };
                 // Its waiters are woken as an HTTP ingest's are.
-                let outcome =
-                    replica.apply(&shared.node.boxes, &rec, &mut key, &mut &shared.waiters);
+                let outcome = replica.apply(&c.node.boxes, &rec, &mut key, &mut &*c.waiters);
                 if outcome == Outcome::Replayed && log.caught_up() {
                     // Not a replay: after the catch-up every record is new.
                     log.count("out_of_order");
@@ -202,9 +226,9 @@ fn run(shared: &Shared, log: &LogState) {
                 }
                 if let Some(t) = Ticket::of(m.headers()).filter(|t| t.node == log.node) {
                     // A record one of this node's connections waits for.
-                    let now_ns = shared.started.elapsed().as_nanos() as u64;
+                    let now_ns = c.started.elapsed().as_nanos() as u64;
                     log.ack.observe_ns(now_ns.saturating_sub(t.sent_ns));
-                    shared.waiters.report(
+                    c.waiters.report(
                         t.worker as usize,
                         LogReport {
                             request: t.request,
@@ -222,7 +246,7 @@ fn run(shared: &Shared, log: &LogState) {
                         log.topic,
                         rec.partition,
                         rec.offset,
-                        why.describe(&shared.node.plan)
+                        why.describe(&c.node.plan)
                     ),
                     _ => {}
                 }
@@ -272,14 +296,13 @@ impl Misplaced {
 /// node without a snapshot on a log whose start is gone. Retries (and stays
 /// unready) while the log cannot be reached.
 fn starting_offsets(
-    shared: &Shared,
-    log: &LogState,
+    c: &Consuming,
     consumer: &BaseConsumer,
     said: &mut Throttled,
 ) -> Option<Vec<i64>> {
-    let cfg = &shared.node.config.log;
+    let (log, cfg) = (&*c.log, &c.node.config.log);
     loop {
-        if stopping(shared) {
+        if stopping(c) {
             return None;
         }
         match topic::check(cfg) {
@@ -368,7 +391,7 @@ fn starting_offsets(
                 log.start_failed();
                 said.say(format!(
                     "cannot read topic {} from {}: {e}; serving the snapshot's boxes, not ready, retrying",
-                    log.topic, shared.node.config.log.brokers
+                    log.topic, c.node.config.log.brokers
                 ));
                 std::thread::sleep(RETRY);
             }

@@ -12,7 +12,8 @@
 //!   connection when this node applies it.
 //! - [`LogState`]: where the node stands (the next offset of each partition,
 //!   the end of the log as it stood at start, caught up or not), shared with
-//!   the snapshot writer (the position it stores), `/readyz` and `/metrics`.
+//!   the producer's delivery reports (the records the log did not take), the
+//!   snapshot writer (the position it stores), `/readyz` and `/metrics`.
 //!
 //! What it is not: the rules of a record (the core's), or a consumer group:
 //! every node reads every partition and commits nothing; its position lives

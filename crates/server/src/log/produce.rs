@@ -10,8 +10,8 @@
 //! record the log does not take in time is reported `Failed` by the delivery
 //! report. Other nodes, and any other consumer, ignore the header.
 
-use crate::wakeups::LogReport;
-use crate::Shared;
+use super::LogState;
+use crate::wakeups::{LogReport, Waiters};
 use pollbox_core::config::LogConfig;
 use pollbox_core::service::{LogUnavailable, Report};
 use rdkafka::client::Client;
@@ -20,7 +20,7 @@ use rdkafka::message::{DeliveryResult, Header, Headers, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer as _, ProducerContext};
 use rdkafka::ClientContext;
 use std::sync::atomic::Ordering;
-use std::sync::Weak;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The header that routes a record's outcome back to its connection.
@@ -76,10 +76,12 @@ impl Ticket {
     }
 }
 
-/// Delivery reports: a record the log did not take is reported `Failed` to
-/// the worker waiting for it (a taken one is reported when it is applied).
+/// Delivery reports: a record the log did not take is counted in the log's
+/// state and reported `Failed` to the worker waiting for it, through the
+/// waiters (a taken one is reported when it is applied).
 pub struct Deliveries {
-    shared: Weak<Shared>,
+    log: Arc<LogState>,
+    waiters: Arc<Waiters>,
 }
 
 impl ClientContext for Deliveries {}
@@ -92,14 +94,9 @@ impl ProducerContext for Deliveries {
         let Err((_, m)) = r else {
             return;
         };
-        let Some(shared) = self.shared.upgrade() else {
-            return;
-        };
-        if let Some(log) = &shared.log {
-            log.produce_errors.fetch_add(1, Ordering::Relaxed);
-        }
+        self.log.produce_errors.fetch_add(1, Ordering::Relaxed);
         if let Some(t) = Ticket::of(m.headers()) {
-            shared.waiters.report(
+            self.waiters.report(
                 t.worker as usize,
                 LogReport {
                     request: t.request,
@@ -122,8 +119,15 @@ pub struct Producer {
 }
 
 impl Producer {
-    /// The producer of a node (`node`: this process's id in tickets).
-    pub fn new(cfg: &LogConfig, node: u64, shared: Weak<Shared>) -> KafkaResult<Producer> {
+    /// The producer of a node: `log` counts the records the log did not take
+    /// (its `node`: this process's id in tickets), `waiters` carries their
+    /// failure to the worker waiting.
+    pub fn new(
+        cfg: &LogConfig,
+        log: Arc<LogState>,
+        waiters: Arc<Waiters>,
+    ) -> KafkaResult<Producer> {
+        let node = log.node;
         let mut c = super::client_config(cfg);
         // murmur2, as Kafka's Java client and most others partition keyed
         // records: a key's records land in one partition whoever produces
@@ -148,7 +152,7 @@ impl Producer {
             // an ingest is 503 at once.
             c.set("message.timeout.ms", "0");
         }
-        let inner = c.create_with_context(Deliveries { shared })?;
+        let inner = c.create_with_context(Deliveries { log, waiters })?;
         Ok(Producer { inner, node })
     }
 
