@@ -329,20 +329,34 @@ impl Read<'_> {
     }
 }
 
+/// Who reads, and from where: what every read of one client's session is
+/// recorded with.
+#[derive(Clone, Copy)]
+struct Reader<'a> {
+    rec: &'a Recorder,
+    process: &'a str,
+    t: &'a Target,
+    session: u64,
+    /// A client that moves between nodes (its 404s are not recorded).
+    mover: bool,
+}
+
 /// One poll or long-poll, recorded if it answered 200 or 404. Returns the
 /// status.
-#[allow(clippy::too_many_arguments)]
 fn poll_once(
-    rec: &Recorder,
+    rd: Reader<'_>,
     cl: &mut Client,
-    process: &str,
-    t: &Target,
-    session: u64,
-    mover: bool,
     key: &str,
     after: Option<u64>,
     wait_ms: u64,
 ) -> Option<(u16, u64)> {
+    let Reader {
+        rec,
+        process,
+        t,
+        session,
+        mover,
+    } = rd;
     let (path, mode) = match after {
         Some(a) => (
             format!("/v1/boxes/{key}?after={a}&wait_ms={wait_ms}"),
@@ -405,7 +419,14 @@ fn poller(sh: &Shared, rec: &Recorder, process: &str, t: &Target, seed: u64, lon
             opened = cl.opened;
             session = sh.new_session();
         }
-        let r = poll_once(rec, &mut cl, process, t, session, false, &key, after, 500);
+        let rd = Reader {
+            rec,
+            process,
+            t,
+            session,
+            mover: false,
+        };
+        let r = poll_once(rd, &mut cl, &key, after, 500);
         match r {
             Some((200, ver)) => {
                 seen.insert(key, ver);
@@ -422,19 +443,14 @@ fn poller(sh: &Shared, rec: &Recorder, process: &str, t: &Target, seed: u64, lon
 fn stream(sh: &Shared, rec: &Recorder, process: &str, t: &Target, key: &str) {
     let mut last: Option<u64> = None;
     while !sh.stopping() {
-        if read_stream(
+        let rd = Reader {
             rec,
             process,
             t,
-            sh.new_session(),
-            false,
-            key,
-            &mut last,
-            || sh.stopping(),
-            None,
-        )
-        .is_err()
-        {
+            session: sh.new_session(),
+            mover: false,
+        };
+        if read_stream(rd, key, &mut last, || sh.stopping(), None).is_err() {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
@@ -443,18 +459,20 @@ fn stream(sh: &Shared, rec: &Recorder, process: &str, t: &Target, key: &str) {
 /// Read one connection of an event stream until `done()` or, with `idle`,
 /// until nothing came for that long; each event recorded. `last` carries
 /// `Last-Event-ID` in and out.
-#[allow(clippy::too_many_arguments)]
 fn read_stream(
-    rec: &Recorder,
-    process: &str,
-    t: &Target,
-    session: u64,
-    mover: bool,
+    rd: Reader<'_>,
     key: &str,
     last: &mut Option<u64>,
     done: impl Fn() -> bool,
     idle: Option<Duration>,
 ) -> Result<(), Failure> {
+    let Reader {
+        rec,
+        process,
+        t,
+        session,
+        mover,
+    } = rd;
     let before = t.run_now();
     let t0 = rec.now();
     let mut es = match EventStream::open(
@@ -518,17 +536,14 @@ fn long_poll_mover(sh: &Shared, rec: &Recorder, process: &str, nodes: &[Target],
             }
         }
         let t = &nodes[i % nodes.len()];
-        let r = poll_once(
+        let rd = Reader {
             rec,
-            &mut clients[i % nodes.len()],
             process,
             t,
             session,
-            true,
-            key,
-            Some(after),
-            1_000,
-        );
+            mover: true,
+        };
+        let r = poll_once(rd, &mut clients[i % nodes.len()], key, Some(after), 1_000);
         match r {
             Some((200, ver)) => {
                 after = after.max(ver);
@@ -554,12 +569,15 @@ fn stream_mover(sh: &Shared, rec: &Recorder, process: &str, nodes: &[Target], ke
     while !sh.finishing() {
         let t = &nodes[i % nodes.len()];
         let until = Instant::now() + Duration::from_secs(2);
-        let r = read_stream(
+        let rd = Reader {
             rec,
             process,
             t,
             session,
-            true,
+            mover: true,
+        };
+        let r = read_stream(
+            rd,
             key,
             &mut last,
             || Instant::now() >= until || sh.finishing(),
@@ -574,17 +592,14 @@ fn stream_mover(sh: &Shared, rec: &Recorder, process: &str, nodes: &[Target], ke
     // until it has nothing newer for two seconds.
     for t in nodes {
         for _ in 0..3 {
-            let r = read_stream(
+            let rd = Reader {
                 rec,
                 process,
                 t,
                 session,
-                true,
-                key,
-                &mut last,
-                || false,
-                Some(Duration::from_secs(2)),
-            );
+                mover: true,
+            };
+            let r = read_stream(rd, key, &mut last, || false, Some(Duration::from_secs(2)));
             if r.is_ok() {
                 break;
             }
