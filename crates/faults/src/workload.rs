@@ -299,36 +299,6 @@ fn etag_version(resp: &Response) -> Option<u64> {
     resp.header("etag")?.trim().trim_matches('"').parse().ok()
 }
 
-struct Read<'a> {
-    process: &'a str,
-    t: &'a Target,
-    session: u64,
-    mover: bool,
-    mode: ReadMode,
-    key: &'a str,
-    after: Option<u64>,
-}
-
-impl Read<'_> {
-    fn record(&self, rec: &Recorder, t0: u64, run: Option<u32>, ver: u64, payload: Option<String>) {
-        rec.record(
-            t0,
-            self.process,
-            Event::Read {
-                via: self.t.name.clone(),
-                run,
-                session: self.session,
-                mover: self.mover,
-                mode: self.mode,
-                key: self.key.to_string(),
-                after: self.after,
-                ver,
-                payload,
-            },
-        );
-    }
-}
-
 /// Who reads, and from where: what every read of one client's session is
 /// recorded with.
 #[derive(Clone, Copy)]
@@ -341,6 +311,35 @@ struct Reader<'a> {
     mover: bool,
 }
 
+/// One read by a [`Reader`]: what it asked for.
+struct Read<'a> {
+    by: Reader<'a>,
+    mode: ReadMode,
+    key: &'a str,
+    after: Option<u64>,
+}
+
+impl Read<'_> {
+    fn record(&self, t0: u64, run: Option<u32>, ver: u64, payload: Option<String>) {
+        let by = &self.by;
+        by.rec.record(
+            t0,
+            by.process,
+            Event::Read {
+                via: by.t.name.clone(),
+                run,
+                session: by.session,
+                mover: by.mover,
+                mode: self.mode,
+                key: self.key.to_string(),
+                after: self.after,
+                ver,
+                payload,
+            },
+        );
+    }
+}
+
 /// One poll or long-poll, recorded if it answered 200 or 404. Returns the
 /// status.
 fn poll_once(
@@ -350,13 +349,6 @@ fn poll_once(
     after: Option<u64>,
     wait_ms: u64,
 ) -> Option<(u16, u64)> {
-    let Reader {
-        rec,
-        process,
-        t,
-        session,
-        mover,
-    } = rd;
     let (path, mode) = match after {
         Some(a) => (
             format!("/v1/boxes/{key}?after={a}&wait_ms={wait_ms}"),
@@ -364,8 +356,8 @@ fn poll_once(
         ),
         None => (format!("/v1/boxes/{key}"), ReadMode::Poll),
     };
-    let before = t.run_now();
-    let t0 = rec.now();
+    let before = rd.t.run_now();
+    let t0 = rd.rec.now();
     let r = cl.request(
         "GET",
         &path,
@@ -373,12 +365,9 @@ fn poll_once(
         b"",
         Duration::from_millis(wait_ms + 5_000),
     );
-    let run = t.served(before);
+    let run = rd.t.served(before);
     let read = Read {
-        process,
-        t,
-        session,
-        mover,
+        by: rd,
         mode,
         key,
         after,
@@ -386,7 +375,7 @@ fn poll_once(
     match r {
         Ok(resp) if resp.status == 200 => {
             let ver = etag_version(&resp).unwrap_or(0);
-            read.record(rec, t0, run, ver, Some(resp.text()));
+            read.record(t0, run, ver, Some(resp.text()));
             Some((200, ver))
         }
         Ok(resp) if resp.status == 404 => {
@@ -394,8 +383,8 @@ fn poll_once(
             // moving between nodes takes that as "nothing newer" (a node's
             // own clients would see it go backwards within a run, so they
             // record it).
-            if !mover {
-                read.record(rec, t0, run, 0, None);
+            if !rd.mover {
+                read.record(t0, run, 0, None);
             }
             Some((404, 0))
         }
@@ -466,17 +455,10 @@ fn read_stream(
     done: impl Fn() -> bool,
     idle: Option<Duration>,
 ) -> Result<(), Failure> {
-    let Reader {
-        rec,
-        process,
-        t,
-        session,
-        mover,
-    } = rd;
-    let before = t.run_now();
-    let t0 = rec.now();
+    let before = rd.t.run_now();
+    let t0 = rd.rec.now();
     let mut es = match EventStream::open(
-        t.addr,
+        rd.t.addr,
         &format!("/v1/boxes/{key}"),
         *last,
         Duration::from_secs(5),
@@ -500,17 +482,14 @@ fn read_stream(
         let Some(ver) = ev.id.as_deref().and_then(|i| i.trim().parse::<u64>().ok()) else {
             continue;
         };
-        let run = t.served(before);
+        let run = rd.t.served(before);
         Read {
-            process,
-            t,
-            session,
-            mover,
+            by: rd,
             mode: ReadMode::Stream,
             key,
             after,
         }
-        .record(rec, t0, run, ver, Some(ev.data));
+        .record(t0, run, ver, Some(ev.data));
         *last = Some(ver);
     }
     Ok(())
