@@ -25,6 +25,15 @@ if [ "$(id -u)" != 0 ]; then
   echo "faults: needs root (network namespaces, veth links)" >&2
   exit 2
 fi
+# One run at a time: two would share the namespaces, the addresses and the
+# nodes' snapshot folders under $out (a node then loads the other run's
+# snapshot, and the checker rightly reports replicas that differ).
+mkdir -p "$out"
+exec 9>"$out.lock"
+if ! flock -n 9; then
+  echo "faults: another fault suite is running here ($out.lock); wait for it" >&2
+  exit 2
+fi
 if ! command -v haproxy >/dev/null || ! command -v ip >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
