@@ -536,10 +536,6 @@ pub fn read_link_into(
         offset: 0,
     };
     let (found, link) = read_head(&mut r)?;
-    // Boxes restored from newer files are looked up first, so a state they
-    // replace costs a lookup, not a restore thrown away; a base read alone
-    // (into an empty table) looks up nothing.
-    let newer_boxes = !table.is_empty();
     let newest_wall_ms = *newer.newest_wall_ms.get_or_insert(link.wall_ms);
     let older_s =
         u32::try_from(newest_wall_ms.saturating_sub(link.wall_ms) / 1000).unwrap_or(u32::MAX);
@@ -556,7 +552,6 @@ pub fn read_link_into(
         link,
         past,
         older_s,
-        newer_boxes,
         same_layout,
         lifecycle,
         fields: stored.len(),
@@ -630,8 +625,6 @@ struct BoxReader<'t> {
     past: Option<u64>,
     /// Seconds between this file and the newest, added to idle times.
     older_s: u32,
-    /// The table holds boxes of newer files: look each key up first.
-    newer_boxes: bool,
     /// The file's layout is the configuration's: without it nothing is
     /// restored, and the file is only checked.
     same_layout: bool,
@@ -693,12 +686,13 @@ impl BoxReader<'_> {
             let idle_s = if self.lifecycle { r.u32()? } else { 0 };
             self.read_state(r, &mut state_bytes, &mut state)?;
             read.boxes += 1;
-            let gone = (!newer.removed.is_empty()
+            // A box a newer file holds is refused by restore itself
+            // (`Duplicate`, one probe, nothing rendered).
+            let gone = !newer.removed.is_empty()
                 && newer
                     .removed
                     .get(&key)
-                    .is_some_and(|&seq| seq > self.link.seq))
-                || (self.newer_boxes && self.table.version(key.as_bytes()).is_some());
+                    .is_some_and(|&seq| seq > self.link.seq);
             if self.same_layout && read.refused.is_none() && !gone {
                 let version = self.past.map_or(version, |p| version.max(p) + 1);
                 let idle_s = idle_s.saturating_add(self.older_s);

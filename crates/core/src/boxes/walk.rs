@@ -84,6 +84,21 @@ impl BoxTable {
                 });
             }
         }
+        // A box a newer file of the chain restored already (a restart reads
+        // the deltas newest first, then the base): refused before its payload
+        // is rendered, with one probe.
+        let hash = self.hasher.hash_one(key.as_bytes());
+        let shard = self.shard(hash);
+        let guard = epoch::pin();
+        let _writer = shard.lock();
+        if self
+            .find(shard, hash, &guard, |p| {
+                read_slot(p.slot, &guard, key.as_bytes(), None)
+            })
+            .is_some()
+        {
+            return Err(RestoreError::Duplicate);
+        }
         let words = with_scratch(|scratch| {
             scratch.clear();
             for s in state {
@@ -113,18 +128,6 @@ impl BoxTable {
             NEVER => NEVER,
             fresh => fresh.saturating_sub(idle_s).max(second(now_ms)),
         };
-        let hash = self.hasher.hash_one(key.as_bytes());
-        let shard = self.shard(hash);
-        let guard = epoch::pin();
-        let _writer = shard.lock();
-        if self
-            .find(shard, hash, &guard, |p| {
-                read_slot(p.slot, &guard, key.as_bytes(), None)
-            })
-            .is_some()
-        {
-            return Err(RestoreError::Duplicate);
-        }
         self.reserve_box().map_err(|_| RestoreError::TooManyBoxes {
             max: self.plan.max_boxes,
         })?;
