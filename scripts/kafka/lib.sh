@@ -4,6 +4,15 @@
 
 KAFKA_SCRIPTS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
+# pid_runs PID: whether PID runs. A broker killed but not reaped yet (a zombie:
+# the brokers are re-parented to PID 1, which may reap late) does not.
+pid_runs() {
+  local state
+  kill -0 "$1" 2>/dev/null || return 1
+  state="$(sed -n 's/^[0-9]* (.*) \([A-Za-z]\).*/\1/p' "/proc/$1/stat" 2>/dev/null)"
+  [[ "$state" != Z ]]
+}
+
 # The version fetched: $KAFKA_VERSION, else the <kafka.version> in pom.xml.
 kafka_version() {
   if [[ -n "${KAFKA_VERSION:-}" ]]; then

@@ -20,7 +20,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -f "$dir/server.properties" ]] || { echo "restart.sh: $dir was not made by start.sh" >&2; exit 1; }
 dir="$(cd "$dir" && pwd)"
-if [[ -s "$dir/kafka.pid" ]] && kill -0 "$(cat "$dir/kafka.pid")" 2>/dev/null; then
+if [[ -s "$dir/kafka.pid" ]] && pid_runs "$(cat "$dir/kafka.pid")"; then
   echo "restart.sh: the broker of $dir still runs" >&2
   exit 1
 fi

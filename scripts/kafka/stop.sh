@@ -6,6 +6,8 @@
 # with SIGKILL when DIR is removed anyway (SIGTERM would wait ~5 s for a quorum
 # that is stopping too), with SIGTERM as above when --keep is given.
 set -euo pipefail
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 dir="${1:?usage: stop.sh DIR [--keep]}"
 keep=false
 [[ "${2:-}" == "--keep" ]] && keep=true
@@ -35,7 +37,7 @@ for b in "${brokers[@]}"; do
 done
 alive() {
   local pid
-  for pid in "${pids[@]+"${pids[@]}"}"; do kill -0 "$pid" 2>/dev/null && return 0; done
+  for pid in "${pids[@]+"${pids[@]}"}"; do pid_runs "$pid" && return 0; done
   return 1
 }
 t="${KAFKA_STOP_TIMEOUT:-15}"

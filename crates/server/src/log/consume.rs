@@ -98,10 +98,19 @@ pub fn spawn(consuming: Consuming) -> io::Result<JoinHandle<()>> {
 fn watch_ends(c: &Consuming) {
     crate::lower_priority("log end");
     let log = &*c.log;
+    let mut fatal_said = false;
     while !done(c) && !log.halted() {
         std::thread::sleep(END_EVERY);
         if let Some(p) = &c.producer {
             read_ends(p.client(), log);
+            // An idempotent producer can fail for good (librdkafka's fatal
+            // error): every ingest is then 503 at once. Said once, plainly.
+            if let (false, Some((code, reason))) = (fatal_said, p.client().fatal_error()) {
+                eprintln!(
+                    "pollbox: log: the producer failed for good ({code:?}: {reason}); every ingest on this node is 503 until it restarts"
+                );
+                fatal_said = true;
+            }
         }
     }
 }
