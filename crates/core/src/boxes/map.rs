@@ -13,6 +13,11 @@ pub(super) struct Chunk {
     /// box is due, [`NEVER`] without a ttl. Stored only under the slot's
     /// claim.
     pub(super) expiry: [AtomicU32; CHUNK],
+    /// Slot `i`'s snapshot generation: the one its record was last written
+    /// in (as the record's header says), stored under the slot's claim, so a
+    /// delta's walk reads it between the slot's sequence loads without
+    /// touching the record (`changes.rs`).
+    pub(super) gens: [AtomicU16; CHUNK],
 }
 
 impl Chunk {
@@ -20,6 +25,7 @@ impl Chunk {
         Box::new(Chunk {
             slots: std::array::from_fn(|_| Slot::default()),
             expiry: std::array::from_fn(|_| AtomicU32::new(NEVER)),
+            gens: std::array::from_fn(|_| AtomicU16::new(0)),
         })
     }
 }
@@ -37,13 +43,15 @@ pub(super) struct Map {
     pub(super) chunks: Box<[AtomicPtr<Chunk>]>,
 }
 
-/// A slot and its expiry stamp, borrowed for as long as a guard is pinned.
+/// A slot, its expiry stamp and its snapshot generation, borrowed for as
+/// long as a guard is pinned.
 #[derive(Clone, Copy)]
 pub(super) struct Place<'g> {
     /// The slot number.
     pub(super) n: usize,
     pub(super) slot: &'g Slot,
     pub(super) stamp: &'g AtomicU32,
+    pub(super) gen: &'g AtomicU16,
 }
 
 impl Map {
@@ -77,6 +85,7 @@ impl Map {
             n,
             slot: chunk.slots.get(i)?,
             stamp: chunk.expiry.get(i)?,
+            gen: chunk.gens.get(i)?,
         })
     }
 

@@ -50,7 +50,7 @@ use shard::*;
 use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::atomic::{
-    fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    fence, AtomicBool, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering,
 };
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -69,9 +69,10 @@ pub const SHARDS: usize = 256;
 /// The shard is taken from hash bits 40..48, outside the fingerprint (bits
 /// 8..40), whose low bits choose the index bucket.
 const SHARD_SHIFT: u32 = 40;
-/// Slots per chunk: 102 slots (1,632 bytes) and their stamps (408 bytes)
-/// fill a 2 KiB allocation; at most one chunk per shard is partly used.
-const CHUNK: usize = 102;
+/// Slots per chunk: 93 slots (1,488 bytes), their expiry stamps (372 bytes)
+/// and snapshot generations (186 bytes) fill a 2 KiB allocation; at most one
+/// chunk per shard is partly used.
+const CHUNK: usize = 93;
 /// Records [`BoxTable::for_each`] copies under one hold of a shard's mutex.
 pub const WALK_BATCH: usize = 64;
 /// The expiry stamp of a box that never expires (no `ttl_s`).

@@ -91,16 +91,9 @@ pub(super) fn rendered(r: &[u8]) -> bool {
     stored_len(r) & STALE == 0
 }
 
-/// The snapshot generation in which the record was last written (bytes
-/// 14..16; `BoxTable::changes`): a record of the generation a delta
-/// snapshot collects has changed since the snapshot before it.
-pub(super) fn generation(r: &[u8]) -> u16 {
-    r.get(14..16)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u16::from_le_bytes)
-}
-
-/// Stamp the record with the snapshot generation `g` (see [`generation`]).
+/// Stamp the record with the snapshot generation `g` it is written in (bytes
+/// 14..16; `BoxTable::changes`; the slot's chunk keeps a copy that a delta's
+/// walk reads, `map::Chunk::gens`).
 #[inline]
 pub(super) fn set_generation(r: &mut [u8], g: u16) {
     if let Some(b) = r.get_mut(14..16) {

@@ -171,6 +171,8 @@ impl BoxTable {
         {
             let mut claim = place.slot.claim_now(guard);
             debug_assert!(claim.is_empty());
+            // Under the claim, as every store of a slot's generation.
+            place.gen.store(words.generation(), Ordering::Relaxed);
             claim.replace(words, guard);
             place.stamp.store(expires, Ordering::Relaxed);
         }
@@ -289,6 +291,8 @@ impl BoxTable {
                 claim.move_from(&mut moved);
                 hole.stamp
                     .store(from.stamp.load(Ordering::Relaxed), Ordering::Relaxed);
+                hole.gen
+                    .store(from.gen.load(Ordering::Relaxed), Ordering::Relaxed);
                 map.rename_entry(entry(fp, last), entry(fp, n));
             }
             drop(claim);

@@ -138,6 +138,14 @@ impl Words {
         }
     }
 
+    /// The snapshot generation the record is stamped with ([`Words::set_generation`]).
+    #[inline]
+    pub(super) fn generation(&self) -> u16 {
+        self.0
+            .get(1)
+            .map_or(0, |w| (w.load(Ordering::Relaxed) >> 48) as u16)
+    }
+
     /// Append `len` bytes from `start` to `out` (false when out of bounds).
     pub(super) fn copy_to(&self, start: usize, len: usize, out: &mut Vec<u8>) -> bool {
         copy_to(&self.0, start, len, out)

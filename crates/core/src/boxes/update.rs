@@ -124,8 +124,10 @@ impl BoxTable {
                         let Some(claim) = r.claim() else {
                             continue;
                         };
-                        record::set_generation(image, self.generation_now());
+                        let g = self.generation_now();
+                        record::set_generation(image, g);
                         claim.store(whole_words(image, used));
+                        place.gen.store(g, Ordering::Relaxed);
                         touch(place.stamp, change.expires);
                     }
                     Some(class) => {
@@ -133,8 +135,10 @@ impl BoxTable {
                         let Some(mut claim) = r.claim() else {
                             continue;
                         };
-                        words.set_generation(self.generation_now());
+                        let g = self.generation_now();
+                        words.set_generation(g);
                         claim.replace(words, guard);
+                        place.gen.store(g, Ordering::Relaxed);
                         touch(place.stamp, change.expires);
                         drop(claim);
                         shard.add_bytes(old, class);
