@@ -20,38 +20,25 @@ fn main() {
     plan.max_boxes = n as usize + 1;
     let t = BoxTable::new(Arc::new(plan));
     t.track_changes();
-    let key = |k: u64| format!("box-{k}");
-    for k in 0..n {
-        let v = k as i64;
-        let _ = t.apply(
-            &key(k),
-            &[
-                Some(Value::I64(v)),
-                Some(Value::I64(v)),
-                None,
-                Some(Value::Str("p-1")),
-            ],
-            0,
+    // One message to box `k`: value and sum `v`, player `by`.
+    let put = |k: u64, v: i64, by: &str| {
+        let msg = [
+            Some(Value::I64(v)),
+            Some(Value::I64(v)),
             None,
-        );
+            Some(Value::Str(by)),
+        ];
+        let _ = t.apply(&format!("box-{k}"), &msg, 0, None);
+    };
+    for k in 0..n {
+        put(k, k as i64, "p-1");
     }
     let mut all = 0u64;
     t.walk(0, Walk::All, |_| {}, |_, _, _, _| all += 1);
     let step = (100 / percent.max(1)).max(1);
     for round in 0..3 {
         for k in (round..n).step_by(step as usize) {
-            let v = (k + round) as i64;
-            let _ = t.apply(
-                &key(k),
-                &[
-                    Some(Value::I64(v)),
-                    Some(Value::I64(v)),
-                    None,
-                    Some(Value::Str("p-2")),
-                ],
-                0,
-                None,
-            );
+            put(k, (k + round) as i64, "p-2");
         }
         let mut changed = 0u64;
         let t0 = Instant::now();
