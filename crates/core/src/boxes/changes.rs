@@ -17,7 +17,14 @@
 //! total order, or the creation after the walk took the shard's mutex) is
 //! stamped with the new generation and goes into the next delta; one
 //! stamped with the old generation was claimed before the walk moved it on,
-//! and the walk, which reads the slot after that, sees it. A generation that
+//! and the walk, which reads the slot after that, sees it. A record stamped
+//! with the new generation *before* the walk reads its slot is taken by this
+//! delta as well (and again by the next): it replaced a state of the old
+//! generation, written before the delta's log position was taken, that no
+//! file would hold otherwise (a restart would replay from that position on
+//! top of the older state the file before holds, and lose what was between:
+//! `kill_9_under_ingest_loses_nothing_acknowledged_and_applies_nothing_twice`
+//! caught it under load). A generation that
 //! wraps (16 bits) only makes an unchanged record look changed: written again,
 //! never missed.
 //!
@@ -146,8 +153,13 @@ impl BoxTable {
                             if let Some(g) = only {
                                 // The slot's generation, read between the
                                 // sequence loads as the record would be: an
-                                // unchanged record is never touched.
-                                if place.gen.load(Ordering::Relaxed) != g || r.is_empty() {
+                                // unchanged record is never touched. A record
+                                // written since this walk began (the next
+                                // generation) is taken too: it replaced a
+                                // state of this generation that the delta's
+                                // position counts on.
+                                let at = place.gen.load(Ordering::Relaxed);
+                                if (at != g && at != g.wrapping_add(1)) || r.is_empty() {
                                     if r.valid() {
                                         skip = true;
                                         break;

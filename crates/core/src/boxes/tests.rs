@@ -1350,3 +1350,46 @@ fn a_base_and_the_deltas_walked_beside_writers_add_up_to_the_table() {
         assert_eq!(image.get(k), Some(v), "box {k}");
     }
 }
+
+#[test]
+fn a_delta_takes_a_box_written_again_after_its_walk_began() {
+    // Every box changes after the base (the next delta must hold that
+    // state: its log position counts on it). While the delta's walk goes on
+    // (its callback runs between batches, with no lock held), every box is
+    // written again, so the boxes the walk reaches later carry the next
+    // generation. They must be in this delta all the same: a delta that left
+    // them out would leave their first change in no file.
+    let t = BoxTable::new(Arc::new(Plan::default_plan()));
+    t.track_changes();
+    let keys: Vec<String> = (0..2_000).map(|k| format!("k-{k}")).collect();
+    for k in &keys {
+        apply(&t, k, &[i(1)]).expect("ok");
+    }
+    t.walk(0, Walk::All, |_| {}, |_, _, _, _| {});
+    let first: Vec<u64> = keys
+        .iter()
+        .map(|k| apply(&t, k, &[i(2)]).expect("ok"))
+        .collect();
+    let mut seen = std::collections::HashMap::new();
+    let mut again = true;
+    t.walk(
+        0,
+        Walk::Changed,
+        |_| {},
+        |key, version, _, _| {
+            if std::mem::take(&mut again) {
+                for k in &keys {
+                    apply(&t, k, &[i(3)]).expect("ok");
+                }
+            }
+            seen.entry(key.to_string()).or_insert(version);
+        },
+    );
+    for (k, v) in keys.iter().zip(&first) {
+        let got = seen.get(k).copied();
+        assert!(
+            got.is_some_and(|g| g >= *v),
+            "{k}: the delta holds {got:?}, its change was {v}"
+        );
+    }
+}
