@@ -1,9 +1,9 @@
 //! What a snapshot walk hands over, and how it knows what changed: every
-//! record written carries the snapshot generation it was written in (16 bits
-//! of its header, and a copy beside its slot in the chunk, stored under the
-//! slot's claim: a delta's walk reads that copy between the slot's sequence
-//! loads, so an unchanged record is never touched, and a delta costs the
-//! slots' 22 bytes each plus what changed, not a cache miss a box), every
+//! record written stamps its slot with the snapshot generation it was written
+//! in (16 bits beside the slot in its chunk, stored under the slot's claim: a
+//! delta's walk reads it between the slot's sequence loads, so an unchanged
+//! record is never touched, and a delta costs the slots' 22 bytes each plus
+//! what changed, not a cache miss a box), every
 //! walk moves the table's generation on, and a delta
 //! walk ([`Walk::Changed`]) hands over only the records of the generation
 //! before it, with the keys removed since the walk before (kept per shard

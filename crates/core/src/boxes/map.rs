@@ -14,9 +14,8 @@ pub(super) struct Chunk {
     /// claim.
     pub(super) expiry: [AtomicU32; CHUNK],
     /// Slot `i`'s snapshot generation: the one its record was last written
-    /// in (as the record's header says), stored under the slot's claim, so a
-    /// delta's walk reads it between the slot's sequence loads without
-    /// touching the record (`changes.rs`).
+    /// in, stored under the slot's claim, so a delta's walk reads it between
+    /// the slot's sequence loads without touching the record (`changes.rs`).
     pub(super) gens: [AtomicU16; CHUNK],
 }
 

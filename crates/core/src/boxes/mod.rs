@@ -112,8 +112,8 @@ pub struct BoxTable {
     next_pass: AtomicU32,
     /// Where a new box's version starts at least (docs/boxes.md#versions-and-etags).
     clock: VersionClock,
-    /// The snapshot generation: every record written is stamped with it (its
-    /// low 16 bits), and each snapshot walk moves it on, so a delta collects
+    /// The snapshot generation: every record written stamps its slot with it
+    /// (its low 16 bits, `map::Chunk::gens`), and each snapshot walk moves it on, so a delta collects
     /// the records of the generation before (`changes.rs`).
     generation: AtomicU32,
     /// Whether removed keys are kept for the next delta snapshot (set once

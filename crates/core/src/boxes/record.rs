@@ -91,16 +91,6 @@ pub(super) fn rendered(r: &[u8]) -> bool {
     stored_len(r) & STALE == 0
 }
 
-/// Stamp the record with the snapshot generation `g` it is written in (bytes
-/// 14..16; `BoxTable::changes`; the slot's chunk keeps a copy that a delta's
-/// walk reads, `map::Chunk::gens`).
-#[inline]
-pub(super) fn set_generation(r: &mut [u8], g: u16) {
-    if let Some(b) = r.get_mut(14..16) {
-        b.copy_from_slice(&g.to_le_bytes());
-    }
-}
-
 pub(super) fn version(r: &[u8]) -> u64 {
     r.get(..8)
         .and_then(|b| b.try_into().ok())
@@ -254,7 +244,7 @@ fn write_with(
         Payload::Later(_) => p as u32 | STALE,
     };
     r[10..14].copy_from_slice(&stored.to_le_bytes());
-    r[14..16].fill(0);
+    r[14..16].fill(0); // unused
     match payload {
         Payload::Rendered(bytes) => {
             debug_assert!(apart || bytes[PREFIX.len()..].starts_with(key.as_bytes()));

@@ -148,6 +148,7 @@ impl BoxTable {
         shard: &Shard,
         hash: u64,
         words: Words,
+        gen: u16,
         expires: u32,
         guard: &Guard,
     ) {
@@ -172,7 +173,7 @@ impl BoxTable {
             let mut claim = place.slot.claim_now(guard);
             debug_assert!(claim.is_empty());
             // Under the claim, as every store of a slot's generation.
-            place.gen.store(words.generation(), Ordering::Relaxed);
+            place.gen.store(gen, Ordering::Relaxed);
             claim.replace(words, guard);
             place.stamp.store(expires, Ordering::Relaxed);
         }

@@ -125,27 +125,6 @@ impl Words {
         self.0.len() * 8
     }
 
-    /// Stamp the record with snapshot generation `g` (bytes 14..16: the top
-    /// 16 bits of word 1; `record::generation`). The words are not shared yet.
-    #[inline]
-    pub(super) fn set_generation(&self, g: u16) {
-        if let Some(w) = self.0.get(1) {
-            let v = w.load(Ordering::Relaxed);
-            w.store(
-                (v & 0x0000_ffff_ffff_ffff) | u64::from(g) << 48,
-                Ordering::Relaxed,
-            );
-        }
-    }
-
-    /// The snapshot generation the record is stamped with ([`Words::set_generation`]).
-    #[inline]
-    pub(super) fn generation(&self) -> u16 {
-        self.0
-            .get(1)
-            .map_or(0, |w| (w.load(Ordering::Relaxed) >> 48) as u16)
-    }
-
     /// Append `len` bytes from `start` to `out` (false when out of bounds).
     pub(super) fn copy_to(&self, start: usize, len: usize, out: &mut Vec<u8>) -> bool {
         copy_to(&self.0, start, len, out)

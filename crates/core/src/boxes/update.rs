@@ -124,10 +124,8 @@ impl BoxTable {
                         let Some(claim) = r.claim() else {
                             continue;
                         };
-                        let g = self.generation_now();
-                        record::set_generation(image, g);
                         claim.store(whole_words(image, used));
-                        place.gen.store(g, Ordering::Relaxed);
+                        place.gen.store(self.generation_now(), Ordering::Relaxed);
                         touch(place.stamp, change.expires);
                     }
                     Some(class) => {
@@ -135,10 +133,8 @@ impl BoxTable {
                         let Some(mut claim) = r.claim() else {
                             continue;
                         };
-                        let g = self.generation_now();
-                        words.set_generation(g);
                         claim.replace(words, guard);
-                        place.gen.store(g, Ordering::Relaxed);
+                        place.gen.store(self.generation_now(), Ordering::Relaxed);
                         touch(place.stamp, change.expires);
                         drop(claim);
                         shard.add_bytes(old, class);
@@ -213,8 +209,7 @@ impl BoxTable {
         }
         // Under the shard's mutex: a walk that has begun this shard moved the
         // generation on before it (`changes.rs`).
-        words.set_generation(self.generation_now());
-        self.insert(shard, hash, words, expires, guard);
+        self.insert(shard, hash, words, self.generation_now(), expires, guard);
         Ok(Some(version))
     }
 

@@ -131,7 +131,8 @@ impl BoxTable {
         self.reserve_box().map_err(|_| RestoreError::TooManyBoxes {
             max: self.plan.max_boxes,
         })?;
-        self.insert(shard, hash, words, expires, &guard);
+        // Generation 0: in the chain already, in no delta until written again.
+        self.insert(shard, hash, words, 0, expires, &guard);
         Ok(())
     }
 }
