@@ -16,12 +16,12 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 git archive "$base" | tar -x -C "$tmp/"
 cp benches/log/replica_apply.rs "$tmp/benches/log/"
-if ! grep -q "pub fn home_partition" -r "$tmp/crates/core/src/"; then
+if ! grep -q "pub fn home_partition" -r "$tmp/crates/"; then
   sed -i -e 's/Replica::new(plan, 64 << 20, PARTITIONS)/Replica::new(plan, 64 << 20)/' \
     -e 's/pollbox_core::log::home_partition(key.as_bytes(), PARTITIONS)/0/' \
     "$tmp/benches/log/replica_apply.rs"
 fi
-if ! grep -q "watchers: &mut impl Watchers" -r "$tmp/crates/core/src/log/"; then
+if ! grep -q "watchers: &mut impl Watchers" -r "$tmp/crates/"; then
   # A base whose apply woke nobody itself (no Watchers argument).
   sed -i 's/replica.apply(table, &rec, &mut key, &mut ())/replica.apply(table, \&rec, \&mut key)/' \
     "$tmp/benches/log/replica_apply.rs"

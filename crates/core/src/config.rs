@@ -4,28 +4,18 @@
 //! The embedded default is `config/pollbox.toml` itself (`include_str!`), so the
 //! file in the repository and the binary's default can never drift apart.
 
+pub use crate::auth::{AuthConfig, JwtConfig, ReadAccess, StaticTokenConfig};
+use pollbox_table::config::invalid;
+pub use pollbox_table::config::{
+    largest_payload, parse_pointer, BoxesConfig, ConfigError, FieldConfig, FieldType, Reduce,
+    MAX_TTL_S,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// The default configuration, byte for byte `config/pollbox.toml`.
 pub const DEFAULT_TOML: &str = include_str!("../../../config/pollbox.toml");
-
-/// Why a configuration was refused. The message always names the key.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ConfigError {
-    #[error("config: {0}")]
-    Parse(String),
-    #[error("config: `{key}`: {reason}")]
-    Invalid { key: String, reason: String },
-}
-
-fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
-        key: key.into(),
-        reason: reason.into(),
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -116,149 +106,6 @@ impl Default for HttpConfig {
             sse_retry_ms: 1_000,
         }
     }
-}
-
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AuthConfig {
-    /// Empty = ingest needs no token.
-    pub ingest_tokens: Vec<String>,
-    /// Empty = `/metrics` needs no token.
-    pub metrics_tokens: Vec<String>,
-    /// A file of more ingest tokens, one a line (`#` comments and blank
-    /// lines skipped): a Kubernetes Secret mounted as a file, so tokens need
-    /// not be in the config. Read at start; "" = none.
-    pub ingest_tokens_file: String,
-    /// The same for `/metrics`.
-    pub metrics_tokens_file: String,
-    /// Who may read boxes (polls, long-polls, event streams, many-box reads).
-    pub read: ReadAccess,
-    /// Signed tokens scoped to keys (docs/private-boxes.md).
-    pub jwt: JwtConfig,
-    /// Static tokens with scopes (`[[auth.token]]`).
-    pub token: Vec<StaticTokenConfig>,
-}
-
-/// `auth.read`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ReadAccess {
-    /// Reads need no token (the default).
-    #[default]
-    Public,
-    /// Reads need a token whose `read` scope matches the key.
-    Token,
-}
-
-/// `[auth.jwt]`: signed tokens (JWS compact form) verified with a JWKS.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct JwtConfig {
-    /// A JWKS (RFC 7517); "" = no signed tokens.
-    pub keys_file: String,
-    /// "" = `iss` not checked; else it must be this.
-    pub issuer: String,
-    /// "" = `aud` not checked; else it must be (or list) this.
-    pub audience: String,
-    /// Clock skew allowed on `exp` and `nbf`, in seconds.
-    pub leeway_s: u64,
-    /// The cookie a token may come in ("" = none).
-    pub cookie: String,
-    /// Accept `?access_token=` (URLs get logged: off by default).
-    pub query_param: bool,
-    /// The text of `keys_file`, read at start by the caller ([`Config::add_jwks`]);
-    /// never printed.
-    #[serde(skip)]
-    pub keys: String,
-}
-
-impl Default for JwtConfig {
-    fn default() -> Self {
-        JwtConfig {
-            keys_file: String::new(),
-            issuer: String::new(),
-            audience: String::new(),
-            leeway_s: 30,
-            cookie: "pollbox_token".into(),
-            query_param: false,
-            keys: String::new(),
-        }
-    }
-}
-
-/// One `[[auth.token]]`: a static bearer token with the scopes a signed
-/// token's `pollbox` claim would carry.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct StaticTokenConfig {
-    /// The token itself, or "" with `token_file`.
-    pub token: String,
-    /// A file holding the token (its first non-comment line), read at start.
-    pub token_file: String,
-    /// Key patterns it may read: exact keys, prefixes ending in `*`, or `*`.
-    pub read: Vec<String>,
-    /// Key patterns it may write.
-    pub write: Vec<String>,
-}
-
-impl AuthConfig {
-    /// Whether writes need a token: ingest tokens, static tokens or signed
-    /// tokens are configured.
-    pub fn writes_need_token(&self) -> bool {
-        !self.ingest_tokens.is_empty() || self.scoped_tokens()
-    }
-
-    /// Whether scoped tokens (signed or static) are configured.
-    pub fn scoped_tokens(&self) -> bool {
-        !self.jwt.keys_file.is_empty() || !self.token.is_empty()
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct BoxesConfig {
-    pub key_field: String,
-    pub max_key_bytes: usize,
-    pub max_boxes: usize,
-    pub max_payload_bytes: usize,
-    /// A box with no accepted message for this many seconds is removed; 0 = never.
-    pub ttl_s: u64,
-    #[serde(rename = "field")]
-    pub fields: Vec<FieldConfig>,
-}
-
-/// One payload field: where it comes from in a message, its type and reducer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FieldConfig {
-    pub name: String,
-    /// JSON pointer (RFC 6901); absent only for `count`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
-    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
-    pub ty: Option<FieldType>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_len: Option<usize>,
-    pub reduce: Reduce,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FieldType {
-    I64,
-    F64,
-    Bool,
-    Str,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Reduce {
-    Last,
-    Sum,
-    Min,
-    Max,
-    Count,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -383,49 +230,6 @@ impl Default for LimitsConfig {
     }
 }
 
-impl Default for BoxesConfig {
-    fn default() -> Self {
-        let field = |name: &str, path: Option<&str>, ty, max_len, reduce| FieldConfig {
-            name: name.into(),
-            path: path.map(Into::into),
-            ty,
-            max_len,
-            reduce,
-        };
-        Self {
-            key_field: "key".into(),
-            max_key_bytes: 128,
-            max_boxes: 1_000_000,
-            max_payload_bytes: 256,
-            ttl_s: 0,
-            fields: vec![
-                field(
-                    "v",
-                    Some("/value"),
-                    Some(FieldType::I64),
-                    None,
-                    Reduce::Last,
-                ),
-                field(
-                    "sum",
-                    Some("/value"),
-                    Some(FieldType::I64),
-                    None,
-                    Reduce::Sum,
-                ),
-                field("n", None, None, None, Reduce::Count),
-                field(
-                    "by",
-                    Some("/player"),
-                    Some(FieldType::Str),
-                    Some(16),
-                    Reduce::Last,
-                ),
-            ],
-        }
-    }
-}
-
 impl Default for SnapshotConfig {
     fn default() -> Self {
         Self {
@@ -481,9 +285,8 @@ impl Config {
             ));
         }
         self.check_client_limits()?;
-        self.check_tokens()?;
-        self.auth.validate_scoped()?;
-        self.check_boxes()?;
+        self.auth.validate()?;
+        self.boxes.validate()?;
         if self.snapshot.interval_s == 0 {
             return Err(invalid("snapshot.interval_s", "must be greater than 0"));
         }
@@ -582,70 +385,6 @@ impl Config {
         Ok(())
     }
 
-    /// `auth.ingest_tokens` and `auth.metrics_tokens`.
-    fn check_tokens(&self) -> Result<(), ConfigError> {
-        for (name, tokens) in [
-            ("ingest_tokens", &self.auth.ingest_tokens),
-            ("metrics_tokens", &self.auth.metrics_tokens),
-        ] {
-            for (i, t) in tokens.iter().enumerate() {
-                if t.is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()) {
-                    return Err(invalid(
-                        format!("auth.{name}[{i}]"),
-                        "a token must be non-empty visible ASCII",
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// `[boxes]`: the key, the sizes, the fields and the payload they render.
-    fn check_boxes(&self) -> Result<(), ConfigError> {
-        let b = &self.boxes;
-        if b.key_field.is_empty() {
-            return Err(invalid("boxes.key_field", "must not be empty"));
-        }
-        if b.max_key_bytes == 0 || b.max_key_bytes > 4096 {
-            return Err(invalid("boxes.max_key_bytes", "must be 1 to 4096"));
-        }
-        if b.max_boxes == 0 {
-            return Err(invalid("boxes.max_boxes", "must be greater than 0"));
-        }
-        if b.max_payload_bytes < 16 || b.max_payload_bytes > 65_536 {
-            return Err(invalid("boxes.max_payload_bytes", "must be 16 to 65536"));
-        }
-        if b.ttl_s > MAX_TTL_S {
-            return Err(invalid(
-                "boxes.ttl_s",
-                format!("must be 0 (never) to {MAX_TTL_S} (about 68 years)"),
-            ));
-        }
-        if b.fields.is_empty() {
-            return Err(invalid(
-                "boxes.field",
-                "at least one [[boxes.field]] is needed",
-            ));
-        }
-        let mut names: Vec<&str> = Vec::new();
-        for (i, f) in b.fields.iter().enumerate() {
-            check_field(b, i, f, &mut names)?;
-        }
-        let worst = largest_payload(b);
-        if worst > b.max_payload_bytes {
-            return Err(invalid(
-                "boxes.max_payload_bytes",
-                format!(
-                    "the fields' largest values render a payload of {worst} bytes with an \
-                     empty key, over {}: every box whose fields grow that large would be \
-                     refused (422); raise max_payload_bytes or lower the fields' max_len",
-                    b.max_payload_bytes
-                ),
-            ));
-        }
-        Ok(())
-    }
-
     /// The effective configuration as TOML, in the layout of `config/pollbox.toml`.
     pub fn to_toml(&self) -> String {
         // Serialising our own plain structs cannot fail.
@@ -722,6 +461,29 @@ impl Config {
             ));
         }
         Ok(())
+    }
+}
+
+impl LimitsConfig {
+    /// The per-client limits ([`crate::clients::ClientLimits`]).
+    pub fn client_limits(&self) -> crate::clients::ClientLimits {
+        crate::clients::ClientLimits::new(
+            self.max_connections_per_ip,
+            self.max_streams_per_ip,
+            self.requests_per_s_per_ip,
+            self.requests_burst_per_ip,
+        )
+    }
+}
+
+/// What bounds one request (the framer's limits).
+impl From<&LimitsConfig> for crate::http::Limits {
+    fn from(l: &LimitsConfig) -> Self {
+        crate::http::Limits {
+            max_header_bytes: l.max_header_bytes,
+            max_headers: l.max_headers,
+            max_body_bytes: l.max_body_bytes,
+        }
     }
 }
 
@@ -864,66 +626,6 @@ impl Config {
     }
 }
 
-impl AuthConfig {
-    /// `auth.read`, `[auth.jwt]` and `[[auth.token]]`.
-    fn validate_scoped(&self) -> Result<(), ConfigError> {
-        let j = &self.jwt;
-        if j.leeway_s > 3600 {
-            return Err(invalid("auth.jwt.leeway_s", "must be 0 to 3600"));
-        }
-        // RFC 6265's cookie-name: a token (visible ASCII but separators).
-        if !j
-            .cookie
-            .bytes()
-            .all(|b| b.is_ascii_graphic() && !b"()<>@,;:\\\"/[]?={}".contains(&b))
-        {
-            return Err(invalid(
-                "auth.jwt.cookie",
-                "a cookie name is visible ASCII without ()<>@,;:\\\"/[]?={}",
-            ));
-        }
-        for (i, t) in self.token.iter().enumerate() {
-            let at = |k: &str| format!("auth.token[{i}].{k}");
-            match (t.token.is_empty(), t.token_file.is_empty()) {
-                (true, true) => return Err(invalid(at("token"), "give `token` or `token_file`")),
-                (false, false) => {
-                    return Err(invalid(
-                        at("token"),
-                        "give `token` or `token_file`, not both",
-                    ))
-                }
-                (false, true) if !t.token.bytes().all(|b| b.is_ascii_graphic()) => {
-                    return Err(invalid(
-                        at("token"),
-                        "a token must be non-empty visible ASCII",
-                    ))
-                }
-                _ => {}
-            }
-            if t.read.is_empty() && t.write.is_empty() {
-                return Err(invalid(
-                    at("read"),
-                    "a token with no `read` and no `write` pattern grants nothing",
-                ));
-            }
-            for (name, list) in [("read", &t.read), ("write", &t.write)] {
-                for (n, p) in list.iter().enumerate() {
-                    if let Err(reason) = crate::auth::Pattern::parse(p) {
-                        return Err(invalid(format!("auth.token[{i}].{name}[{n}]"), reason));
-                    }
-                }
-            }
-        }
-        if self.read == ReadAccess::Token && !self.scoped_tokens() {
-            return Err(invalid(
-                "auth.read",
-                "\"token\" needs a way to grant reads: auth.jwt.keys_file or an [[auth.token]]",
-            ));
-        }
-        Ok(())
-    }
-}
-
 /// `ip:port`, `[ipv6]:port` or `name:port` (the name is resolved when the
 /// server binds, as other servers do).
 fn is_host_port(a: &str) -> bool {
@@ -940,109 +642,6 @@ fn is_host_port(a: &str) -> bool {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
 }
-
-/// One `[[boxes.field]]`, the `i`th; `names` are the fields' names before it
-/// (this one's is added).
-fn check_field<'c>(
-    b: &'c BoxesConfig,
-    i: usize,
-    f: &'c FieldConfig,
-    names: &mut Vec<&'c str>,
-) -> Result<(), ConfigError> {
-    let at = |k: &str| format!("boxes.field[{i}].{k}");
-    if f.name.is_empty()
-        || !f
-            .name
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
-    {
-        return Err(invalid(at("name"), "must be non-empty [A-Za-z0-9_-]"));
-    }
-    if f.name == "k" || f.name == "ver" {
-        return Err(invalid(at("name"), "`k` and `ver` are reserved"));
-    }
-    if names.contains(&f.name.as_str()) {
-        return Err(invalid(at("name"), format!("`{}` is used twice", f.name)));
-    }
-    names.push(&f.name);
-    match f.reduce {
-        Reduce::Count => {
-            if f.path.is_some() {
-                return Err(invalid(
-                    at("path"),
-                    "a count counts every accepted message and reads no path: leave `path` out",
-                ));
-            }
-            if f.ty.is_some_and(|t| t != FieldType::I64) {
-                return Err(invalid(at("type"), "a count is an i64; leave `type` out"));
-            }
-            if f.max_len.is_some() {
-                return Err(invalid(at("max_len"), "only for type = \"str\""));
-            }
-        }
-        reduce => {
-            let Some(path) = &f.path else {
-                return Err(invalid(at("path"), "required unless reduce = \"count\""));
-            };
-            if let Err(reason) = parse_pointer(path) {
-                return Err(invalid(at("path"), reason));
-            }
-            let Some(ty) = f.ty else {
-                return Err(invalid(at("type"), "required unless reduce = \"count\""));
-            };
-            match ty {
-                FieldType::Str => match f.max_len {
-                    None => return Err(invalid(at("max_len"), "required for type = \"str\"")),
-                    Some(0) => return Err(invalid(at("max_len"), "must be at least 1")),
-                    Some(n) if n > b.max_payload_bytes => {
-                        return Err(invalid(
-                            at("max_len"),
-                            "must not exceed boxes.max_payload_bytes",
-                        ))
-                    }
-                    Some(_) => {}
-                },
-                _ if f.max_len.is_some() => {
-                    return Err(invalid(at("max_len"), "only for type = \"str\""))
-                }
-                _ => {}
-            }
-            let numeric = matches!(ty, FieldType::I64 | FieldType::F64);
-            if matches!(reduce, Reduce::Sum | Reduce::Min | Reduce::Max) && !numeric {
-                return Err(invalid(
-                    at("reduce"),
-                    "sum, min and max need type = \"i64\" or \"f64\"",
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The longest payload the fields can render, with an empty key: `{"k":"",
-/// "ver":` and a 20-digit version, then each field at its widest (an i64 or
-/// a count 20 characters, an f64 24, a bool 5, a string its `max_len` and
-/// two quotes, unescaped). A key may then take what is left of
-/// `max_payload_bytes`; a string that needs escapes renders longer.
-pub fn largest_payload(b: &BoxesConfig) -> usize {
-    let head = r#"{"k":"","ver":}"#.len() + 20;
-    head + b
-        .fields
-        .iter()
-        .map(|f| {
-            let value = match (f.reduce, f.ty) {
-                (Reduce::Count, _) | (_, Some(FieldType::I64)) | (_, None) => 20,
-                (_, Some(FieldType::F64)) => 24,
-                (_, Some(FieldType::Bool)) => 5,
-                (_, Some(FieldType::Str)) => f.max_len.unwrap_or(0) + 2,
-            };
-            r#","":"#.len() + f.name.len() + value
-        })
-        .sum::<usize>()
-}
-
-/// The longest `boxes.ttl_s`: expiry times are kept as 32-bit seconds.
-pub const MAX_TTL_S: u64 = (1 << 31) - 1;
 
 /// A `cors_origins` entry: `*` alone, or an origin as browsers send it in the
 /// `Origin` header (`scheme://host[:port]`, no path, no trailing slash), so it
@@ -1077,37 +676,15 @@ fn check_origin(o: &str, entries: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// Split an RFC 6901 JSON pointer into its unescaped reference tokens.
-/// Only object members are addressed (no array indices), so every token is a key.
-pub fn parse_pointer(path: &str) -> Result<Vec<String>, String> {
-    if !path.starts_with('/') {
-        return Err(format!(
-            "`{path}` is not a JSON pointer (it must start with `/`)"
-        ));
-    }
-    let mut out = Vec::new();
-    for raw in path[1..].split('/') {
-        let mut tok = String::with_capacity(raw.len());
-        let mut chars = raw.chars();
-        while let Some(c) = chars.next() {
-            if c == '~' {
-                match chars.next() {
-                    Some('0') => tok.push('~'),
-                    Some('1') => tok.push('/'),
-                    _ => return Err(format!("`{path}`: `~` must be followed by 0 or 1")),
-                }
-            } else {
-                tok.push(c);
-            }
-        }
-        out.push(tok);
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_limits_from_config() {
+        let l = crate::http::Limits::from(&LimitsConfig::default());
+        assert_eq!(l, crate::http::Limits::default());
+    }
 
     #[test]
     fn per_client_limits_and_trusted_proxies() {

@@ -1,44 +1,43 @@
 //! # pollbox-core
 //!
-//! The sans-IO heart of pollbox: everything that decides what a byte means and
-//! what goes back, with no sockets, threads or clocks of its own. The server
-//! crate feeds it bytes and instants; tests, fuzzers and benches do the same.
+//! The sans-IO protocol of pollbox: everything that decides what a request
+//! means and what goes back, with no sockets, threads or clocks of its own.
+//! The server crate feeds it bytes and instants; tests, fuzzers and benches
+//! do the same.
+//!
+//! It stands on `pollbox-table` (the box table and its formats: the fields,
+//! the projection, rendering, snapshots, the log's records), re-exported
+//! here under the same names, so a user of the core reaches every part
+//! through one crate. Cargo keeps the table from reaching up into the
+//! protocol (docs/architecture.md#crates).
 //!
 //! Where things are:
 //! - [`http`]: request framing (head, `Content-Length` and chunked bodies,
 //!   pipelining, limits) and response heads, the cached `Date`.
-//! - [`config`]: the TOML configuration (docs/config.md).
-//! - [`plan`]: the configured fields compiled once.
-//! - [`projection`]: a body validated by a single-pass JSON scanner, only the
-//!   configured paths read, into a worker's arena.
-//! - [`boxes`]: the box table shared by all workers; where a box is updated.
+//! - [`config`]: the TOML configuration (docs/config.md): the file, and each
+//!   section checked by the part that owns it.
+//! - [`auth`]: who may read and write which box: tokens and their scopes.
 //! - [`clients`]: who a connection's requests come from (the peer, a PROXY
 //!   v2 header, `X-Forwarded-For`) and the per-client limits.
-//! - [`log`]: what a record of the Kafka log does to the box table (a node
-//!   of a log is a replica built from it).
-//! - [`snapshot`]: the snapshot format, written to any `Write` and read from
-//!   any `Read` (files are the server's).
-//! - [`render`]: payload rendering (docs/boxes.md#payloads).
-//! - [`arena`]: the per-worker arena, reset at each epoch (tick).
+//! - [`service`]: what every request is answered.
+//! - [`conn`]: each connection's state machine (framing, keep-alive, timeouts,
+//!   parking, streams, the close).
+//! - [`buffers`]: the bytes all connections buffer, bounded together.
 //! - [`wheel`]: the hashed timer wheel.
-//! - `bytes`: the line-feed search and decimal parser the framer and the
-//!   projection share.
+//! - From the table: [`plan`], [`projection`], [`boxes`], [`render`],
+//!   [`snapshot`], [`log`], [`arena`].
 //!
 //! What it is not: an HTTP library. It knows exactly the requests pollbox serves.
 
-pub mod arena;
 pub mod auth;
-pub mod boxes;
 pub mod buffers;
-mod bytes;
 pub mod clients;
 pub mod config;
 pub mod conn;
 pub mod http;
-pub mod log;
-pub mod plan;
-pub mod projection;
-pub mod render;
 pub mod service;
-pub mod snapshot;
 pub mod wheel;
+
+pub use pollbox_table::{arena, boxes, log, plan, projection, render, snapshot};
+// The byte scanning the framer shares with the projection.
+use pollbox_table::bytes;

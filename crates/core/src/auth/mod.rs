@@ -16,17 +16,19 @@
 //! What it is not: the answers. The service writes the 401 and 403
 //! (crates/core/src/service/mod.rs); this module only decides.
 
+mod bearer;
 pub mod jwks;
 pub mod scope;
+mod settings;
 pub mod token;
 
+pub use bearer::{constant_time_eq, Tokens};
 pub use jwks::{JwksError, KeySet};
 pub use scope::{Need, Pattern, Scopes};
+pub use settings::{AuthConfig, JwtConfig, ReadAccess, StaticTokenConfig};
 pub use token::{Refusal, Verified, Verifier};
 
-use crate::config::{AuthConfig, ReadAccess};
 use crate::http::Frame;
-use crate::service::constant_time_eq;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -427,7 +429,7 @@ pub fn query_token(q: &[u8]) -> Option<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{JwtConfig, StaticTokenConfig};
+    use super::{JwtConfig, StaticTokenConfig};
 
     #[test]
     fn cookies() {

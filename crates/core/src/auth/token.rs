@@ -10,7 +10,7 @@
 
 use super::jwks::KeySet;
 use super::scope::Scopes;
-use crate::config::JwtConfig;
+use super::JwtConfig;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, Validation};
 use serde::Deserialize;

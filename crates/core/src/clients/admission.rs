@@ -19,8 +19,8 @@
 use super::proxy::{parse_proxy_header, ProxyError, ProxyHeader};
 use super::table::{ClientLimits, ClientTable, Seat, RETRY_HELD_S};
 use super::{canonical, last_forwarded_hop, Limit, Refusal, TrustedProxies};
+use crate::http::wants_event_stream;
 use crate::http::{Frame, Method};
-use crate::service::wants_event_stream;
 use std::net::IpAddr;
 
 /// What a request may do ([`Admission::admit`]).

@@ -17,7 +17,6 @@
 //! (those clients start again with a full bucket).
 
 use super::{Limit, Refusal};
-use crate::config::LimitsConfig;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::net::IpAddr;
@@ -46,23 +45,21 @@ pub struct ClientLimits {
 }
 
 impl ClientLimits {
-    pub fn new(l: &LimitsConfig) -> ClientLimits {
-        // Checked by Config::validate: each at most MAX_PER_CLIENT.
+    /// `max_connections_per_ip`, `max_streams_per_ip`, `requests_per_s_per_ip`
+    /// and `requests_burst_per_ip` of `[limits]` (0: that limit is off; a
+    /// burst of 0 is the rate).
+    pub fn new(connections: usize, streams: usize, rate: u64, burst: u64) -> ClientLimits {
+        // Checked with `[limits]`: each at most MAX_PER_CLIENT.
         let clamp = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
-        let rate = l.requests_per_s_per_ip;
-        let burst = if l.requests_burst_per_ip == 0 {
-            rate
-        } else {
-            l.requests_burst_per_ip
-        };
+        let burst = if burst == 0 { rate } else { burst };
         let interval_us = if rate == 0 {
             0
         } else {
             1_000_000_u64.div_ceil(rate)
         };
         ClientLimits {
-            connections: clamp(l.max_connections_per_ip as u64),
-            streams: clamp(l.max_streams_per_ip as u64),
+            connections: clamp(connections as u64),
+            streams: clamp(streams as u64),
             interval_us,
             tolerance_us: interval_us.saturating_mul(burst),
         }
@@ -320,13 +317,7 @@ mod tests {
     use super::*;
 
     fn limits(conns: usize, streams: usize, rate: u64, burst: u64) -> ClientLimits {
-        ClientLimits::new(&LimitsConfig {
-            max_connections_per_ip: conns,
-            max_streams_per_ip: streams,
-            requests_per_s_per_ip: rate,
-            requests_burst_per_ip: burst,
-            ..LimitsConfig::default()
-        })
+        ClientLimits::new(conns, streams, rate, burst)
     }
 
     fn ip(s: &str) -> IpAddr {
@@ -335,7 +326,7 @@ mod tests {
 
     #[test]
     fn off_by_default() {
-        let l = ClientLimits::new(&LimitsConfig::default());
+        let l = ClientLimits::new(0, 0, 0, 0);
         assert!(!l.any());
         assert!(limits(1, 0, 0, 0).any());
         assert!(limits(0, 1, 0, 0).any());

@@ -112,16 +112,6 @@ impl Default for Limits {
     }
 }
 
-impl From<&crate::config::LimitsConfig> for Limits {
-    fn from(l: &crate::config::LimitsConfig) -> Self {
-        Limits {
-            max_header_bytes: l.max_header_bytes,
-            max_headers: l.max_headers,
-            max_body_bytes: l.max_body_bytes,
-        }
-    }
-}
-
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Method {
     Get,
@@ -316,3 +306,15 @@ http_errors! {
 
 #[cfg(test)]
 mod tests;
+
+/// Whether `Accept` asks for `text/event-stream` (what `EventSource` sends).
+/// Any list element of that media type counts, parameters and weights ignored.
+pub fn wants_event_stream(frame: &Frame, buf: &[u8]) -> bool {
+    let Some(accept) = frame.field(&frame.accept, buf) else {
+        return false;
+    };
+    accept.split(|&b| b == b',').any(|t| {
+        let t = t.split(|&b| b == b';').next().unwrap_or(t).trim_ascii();
+        t.eq_ignore_ascii_case(b"text/event-stream")
+    })
+}

@@ -1169,13 +1169,6 @@ fn spec_section_5_statuses() {
     assert_eq!(HttpError::UnsupportedVersion.status(), 505);
 }
 
-#[test]
-fn limits_from_config() {
-    let cfg = crate::config::LimitsConfig::default();
-    let l = Limits::from(&cfg);
-    assert_eq!(l, Limits::default());
-}
-
 /// Errors of the head's line rules and grammar (as opposed to what its fields
 /// mean: lengths, codings, limits on the body).
 fn is_grammar_error(e: HttpError) -> bool {

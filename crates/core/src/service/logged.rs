@@ -15,23 +15,9 @@
 
 use super::ingest::refuse;
 use super::{Answer, Exchange, Host, IngestResult, Reply, Request, RouteLabel, Service};
+use crate::log::Report;
 use crate::plan::MessageError;
 use crate::projection::{BodyFormat, KeySource, Shape};
-
-/// What happened to one produced record, as the server learns it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Report {
-    /// This node applied it (a message), or it removed the box (a tombstone).
-    Applied,
-    /// A tombstone found no box (deleted meanwhile).
-    NoBox,
-    /// It is in the log, and the apply refused it (a sum that would
-    /// overflow, a payload over the limit, `max_boxes`): the box is unchanged
-    /// on every node.
-    Refused(MessageError),
-    /// The log did not take it or did not acknowledge it in time.
-    Failed,
-}
 
 /// What an ingest or a `DELETE` waits for on a node of a log.
 #[derive(Debug, Clone, PartialEq, Eq)]

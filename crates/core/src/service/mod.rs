@@ -15,7 +15,6 @@
 
 mod access;
 mod answer;
-mod auth;
 mod cors;
 mod ingest;
 mod logged;
@@ -23,21 +22,22 @@ mod many;
 mod stream;
 mod tally;
 
+pub use crate::auth::{constant_time_eq, Tokens};
+pub use crate::http::wants_event_stream;
+pub use crate::log::Report;
 pub use access::AuthRefused;
 pub use answer::{error_body, Answer, Heads, JSON, TEXT};
-pub use auth::{constant_time_eq, Tokens};
 pub use cors::{Cors, PREFLIGHT};
-pub use logged::{Pending, Report};
+pub use logged::Pending;
 pub use many::{ManyKeys, Watching};
-pub use stream::{
-    wants_event_stream, write_event, write_expired, Event, Stream, DELETED, HEARTBEAT,
-};
+pub use stream::{write_event, write_expired, Event, Stream, DELETED, HEARTBEAT};
 pub use tally::{IngestResult, Removal, RouteLabel};
 
 use crate::arena::{Arena, ResetStats};
 use crate::auth::{Access, Credentials, LiveAccess, Need, Refusal};
+pub use crate::boxes::Watchers;
 use crate::boxes::{BoxTable, Removed, SweepBudget, Swept};
-use crate::clients::{ClientLimits, ClientTable, Limit, Refusal as ClientRefusal, TrustedProxies};
+use crate::clients::{ClientTable, Limit, Refusal as ClientRefusal, TrustedProxies};
 use crate::config::Config;
 use crate::http::{
     parse_poll_query, percent_decode_into, route, Frame, HttpError, Method, Route, Version,
@@ -80,10 +80,8 @@ impl Node {
         // The key set was checked when it joined the config (Config::add_jwks).
         let access = Access::new(&config.auth).expect("auth.jwt keys checked by Config::add_jwks");
         let trusted = TrustedProxies::new(&config.server.trusted_proxies);
-        let clients = ClientTable::new(
-            ClientLimits::new(&config.limits),
-            config.limits.max_connections,
-        );
+        let clients =
+            ClientTable::new(config.limits.client_limits(), config.limits.max_connections);
         Node {
             access: LiveAccess::new(access),
             trusted,
@@ -100,20 +98,6 @@ impl Node {
 /// The log cannot take a record now ([`Host::produce`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogUnavailable;
-
-/// Whoever waits on boxes (parked long-polls, event streams, on any
-/// worker). Every change of a box tells it the same way: an HTTP ingest or
-/// `DELETE` ([`Host`]), an expiry, and a record of the log
-/// ([`crate::log::Replica::apply`]).
-pub trait Watchers {
-    /// `key` was updated, deleted or expired: wake whoever waits on it.
-    fn box_updated(&mut self, key: &[u8]);
-}
-
-/// Nobody waits (a replay, a test).
-impl Watchers for () {
-    fn box_updated(&mut self, _key: &[u8]) {}
-}
 
 /// What the service and the connections need from the server around them.
 pub trait Host: Watchers {

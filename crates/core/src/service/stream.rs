@@ -58,18 +58,6 @@ pub enum Event {
     NoBox,
 }
 
-/// Whether `Accept` asks for `text/event-stream` (what `EventSource` sends).
-/// Any list element of that media type counts, parameters and weights ignored.
-pub fn wants_event_stream(frame: &Frame, buf: &[u8]) -> bool {
-    let Some(accept) = frame.field(&frame.accept, buf) else {
-        return false;
-    };
-    accept.split(|&b| b == b',').any(|t| {
-        let t = t.split(|&b| b == b';').next().unwrap_or(t).trim_ascii();
-        t.eq_ignore_ascii_case(b"text/event-stream")
-    })
-}
-
 /// Where a stream resumes: `Last-Event-ID` (what a reconnecting `EventSource`
 /// sends), else `?last_event_id=`, else 0 (send the box as it is). An id that
 /// is not a version pollbox sent (not a decimal number) counts as none.

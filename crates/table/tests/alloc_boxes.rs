@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
-use pollbox_core::boxes::{size_class, BoxTable};
-use pollbox_core::plan::{Plan, Value};
+use pollbox_table::boxes::{size_class, BoxTable};
+use pollbox_table::plan::{Plan, Value};
 
 /// Live bytes are also kept rounded to jemalloc's size classes.
 #[global_allocator]

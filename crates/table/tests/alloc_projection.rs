@@ -6,9 +6,9 @@
 //! counts, per thread, every `alloc`, `alloc_zeroed` and `realloc` call, so
 //! tests running in parallel on other threads do not disturb the count.
 
-use pollbox_core::arena::Arena;
-use pollbox_core::plan::{Plan, Value};
-use pollbox_core::projection::{BodyFormat, KeySource, Projector, Shape};
+use pollbox_table::arena::Arena;
+use pollbox_table::plan::{Plan, Value};
+use pollbox_table::projection::{BodyFormat, KeySource, Projector, Shape};
 use std::sync::Arc;
 
 #[global_allocator]

@@ -30,10 +30,24 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::arena::Arena;
-use crate::boxes::{BoxTable, Logged};
+use crate::boxes::{BoxTable, Logged, Watchers};
 use crate::plan::{MessageError, Plan};
 use crate::projection::{BodyError, BodyFormat, KeySource, Projector, Shape};
-use crate::service::{Report, Watchers};
+
+/// What happened to one produced record, as the server learns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Report {
+    /// This node applied it (a message), or it removed the box (a tombstone).
+    Applied,
+    /// A tombstone found no box (deleted meanwhile).
+    NoBox,
+    /// It is in the log, and the apply refused it (a sum that would
+    /// overflow, a payload over the limit, `max_boxes`): the box is unchanged
+    /// on every node.
+    Refused(MessageError),
+    /// The log did not take it or did not acknowledge it in time.
+    Failed,
+}
 
 mod partition;
 mod topic;

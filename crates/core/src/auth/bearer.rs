@@ -1,4 +1,8 @@
-//! Bearer tokens for ingest (`auth.ingest_tokens`).
+//! Bearer tokens for ingest and `/metrics` (`auth.ingest_tokens`,
+//! `auth.metrics_tokens`), compared in constant time.
+//!
+//! What it is not: tokens with scopes (signed: [`super::token`]; static:
+//! `[[auth.token]]`, in [`super::Access`]).
 
 /// The configured tokens; empty means ingest needs none.
 pub struct Tokens(Vec<Vec<u8>>);

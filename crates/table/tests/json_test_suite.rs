@@ -8,9 +8,9 @@
 //! - every `i_` file (implementation-defined) gets serde_json's verdict;
 //! - no file makes anything panic, in any body format or key source.
 
-use pollbox_core::arena::Arena;
-use pollbox_core::plan::Plan;
-use pollbox_core::projection::{self, BodyError, BodyFormat, KeySource, Projector};
+use pollbox_table::arena::Arena;
+use pollbox_table::plan::Plan;
+use pollbox_table::projection::{self, BodyError, BodyFormat, KeySource, Projector};
 use std::path::PathBuf;
 use std::sync::Arc;
 

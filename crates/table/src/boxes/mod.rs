@@ -37,11 +37,13 @@ mod size;
 mod slot;
 mod update;
 mod walk;
+mod watchers;
 
 pub use changes::Walk;
 pub use expiry::{Removed, SweepBudget, Swept};
 pub use size::size_class;
 pub use walk::RestoreError;
+pub use watchers::Watchers;
 
 use expiry::second;
 use map::*;

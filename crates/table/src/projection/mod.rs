@@ -240,7 +240,7 @@ impl Projector {
     /// lives:
     ///
     /// ```
-    /// # use pollbox_core::{arena::Arena, plan::{Plan, Value}, projection::*};
+    /// # use pollbox_table::{arena::Arena, plan::{Plan, Value}, projection::*};
     /// # use std::sync::Arc;
     /// let mut arena = Arena::new(64 * 1024, 1 << 20);
     /// let mut projector = Projector::new(Arc::new(Plan::default_plan()));
@@ -256,7 +256,7 @@ impl Projector {
     /// ```
     ///
     /// ```compile_fail
-    /// # use pollbox_core::{arena::Arena, plan::Plan, projection::*};
+    /// # use pollbox_table::{arena::Arena, plan::Plan, projection::*};
     /// # use std::sync::Arc;
     /// let mut arena = Arena::new(64 * 1024, 1 << 20);
     /// let mut projector = Projector::new(Arc::new(Plan::default_plan()));

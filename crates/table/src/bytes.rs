@@ -8,7 +8,7 @@
 /// the rest zero: two overlapping loads (the bytes they share are the same,
 /// so or-ing them is exact), instead of a copy through a buffer.
 #[inline(always)]
-pub(crate) fn short_le(b: &[u8]) -> u64 {
+pub fn short_le(b: &[u8]) -> u64 {
     let n = b.len();
     debug_assert!(n <= 8);
     match n {
@@ -30,7 +30,7 @@ pub(crate) fn short_le(b: &[u8]) -> u64 {
 /// Index of the first LF in `hay`, eight bytes at a time (SWAR): heads and
 /// NDJSON bodies are lines, and this is the one pass over their bytes besides
 /// the parsers.
-pub(crate) fn find_lf(hay: &[u8]) -> Option<usize> {
+pub fn find_lf(hay: &[u8]) -> Option<usize> {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
     const LFS: u64 = ONES * b'\n' as u64;
@@ -57,7 +57,7 @@ pub(crate) fn find_lf(hay: &[u8]) -> Option<usize> {
 
 /// LFs in `body`, eight bytes at a time (SWAR; the exact zero-byte test, so
 /// every flagged byte is an LF and the flags can be counted).
-pub(crate) fn count_lf(body: &[u8]) -> usize {
+pub fn count_lf(body: &[u8]) -> usize {
     const LOWS: u64 = 0x7F7F_7F7F_7F7F_7F7F;
     const LFS: u64 = 0x0A0A_0A0A_0A0A_0A0A;
     let mut words = body.chunks_exact(8);
@@ -77,7 +77,7 @@ pub(crate) fn count_lf(body: &[u8]) -> usize {
 /// bytes at a time: a poll's key needs no percent-decoding nor UTF-8 check
 /// when it has no `%` and no byte over 0x7F.
 #[inline]
-pub(crate) fn ascii_without(s: &[u8], b: u8) -> bool {
+pub fn ascii_without(s: &[u8], b: u8) -> bool {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
     let mut words = s.chunks_exact(8);
@@ -97,7 +97,7 @@ pub(crate) fn ascii_without(s: &[u8], b: u8) -> bool {
 
 /// Why [`parse_decimal`] refused its input; each caller maps it to its own error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DecimalError {
+pub enum DecimalError {
     /// Empty, or a byte that is not an ASCII digit (a sign, a space, a dot).
     NotDecimal,
     /// All digits, but more than `u64::MAX`.
@@ -105,7 +105,7 @@ pub(crate) enum DecimalError {
 }
 
 /// `1*DIGIT` as a u64: no sign, no spaces, no list, no overflow.
-pub(crate) fn parse_decimal(v: &[u8]) -> Result<u64, DecimalError> {
+pub fn parse_decimal(v: &[u8]) -> Result<u64, DecimalError> {
     if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
         // Judged first, so that `20000000000000000000x` is not a number
         // rather than a number too large.
