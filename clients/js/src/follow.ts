@@ -253,6 +253,7 @@ class Follower {
       else idleTimer = setTimeout(watch, idleMs - quiet);
     };
     let token: string | undefined;
+    let reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
     this.expired = false;
     try {
       const [url, init, t] = await this.access.request("/v1/boxes", this.streamQuery(), {
@@ -272,7 +273,7 @@ class Follower {
         await res.body?.cancel();
         return { kind: "no-stream" };
       }
-      const reader = res.body.getReader();
+      reader = res.body.getReader();
       const decoder = new TextDecoder();
       const parser = new SseParser((e) => this.onEvent(e));
       for (;;) {
@@ -296,6 +297,9 @@ class Follower {
       clearTimeout(idleTimer);
       this.signal.removeEventListener("abort", stop);
       ctl.abort();
+      // Cancelling the body is what closes the connection in every runtime
+      // (an abort alone leaves Node's socket open).
+      reader?.cancel().catch(() => {});
     }
     if (this.expired) return { kind: "expired", token };
     return { kind: "ended", flowed };
