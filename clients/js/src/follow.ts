@@ -9,9 +9,14 @@
  *
  * A stream with no first byte within `firstByteMs` (pollbox sends `retry:`
  * at once; a buffering proxy holds it) falls back to long-polls, and the
- * stream is tried again after `streamRetryMs`. The stream is read with
- * `fetch`, not `EventSource`: it can send the token in a header, and it sees
- * statuses, `Retry-After` and the first byte, which `EventSource` hides.
+ * stream is tried again after `streamRetryMs`. In a browser the stream is an
+ * `EventSource` (native parsing: the least CPU per update) unless the token
+ * must go in a header; elsewhere, and then, it is read with `fetch`, which
+ * sends headers and sees statuses, `Retry-After` and the first byte. What an
+ * `EventSource` hides is asked after it fails: one plain poll of the same
+ * boxes gives the status (401, 429 with `Retry-After`, ...). Without a first
+ * byte to see, an `EventSource` that does not open within `firstByteMs` is
+ * taken as not flowing.
  *
  * What it is not: a reader of single polls (pollbox.ts `read`) or a writer.
  */
@@ -88,7 +93,7 @@ export function follow(access: Access, target: Target, h: FollowHandlers, o: Fol
 class Follower {
   private readonly versions = new Versions();
   private readonly backoff: Backoff;
-  private readonly opts: Required<Omit<ClientOptions, "token" | "tokenIn" | "fetch" | "url">>;
+  private readonly opts: Required<Omit<ClientOptions, "token" | "tokenIn" | "fetch" | "url" | "eventSource">>;
   private mode: Mode | undefined;
   private nextStreamAt = 0;
   /** The many-box ETag of the last long-poll answer. */
@@ -235,6 +240,53 @@ class Follower {
 
   /** One event stream, read until it ends, stalls or the signal aborts. */
   private async stream(): Promise<Outcome> {
+    const o = this.access.options;
+    const native = typeof EventSource === "function" && o.eventSource !== false;
+    const header = o.token !== undefined && (o.tokenIn ?? "header") === "header";
+    return native && !header ? this.eventSource() : this.fetchStream();
+  }
+
+  /** The stream as an `EventSource`, closed at its first error (the loop
+   * reconnects, resuming from the page's versions, not the server's id). */
+  private async eventSource(): Promise<Outcome> {
+    const [url, init, token] = await this.access.request("/v1/boxes", this.streamQuery(), {});
+    this.expired = false;
+    const outcome = await new Promise<Outcome | undefined>((done) => {
+      const es = new EventSource(url, { withCredentials: init.credentials === "include" });
+      let opened = false;
+      const finish = (o: Outcome | undefined) => {
+        clearTimeout(timer);
+        es.close();
+        this.signal.removeEventListener("abort", stop);
+        done(o);
+      };
+      const stop = () => finish({ kind: "ended", flowed: opened });
+      this.signal.addEventListener("abort", stop, { once: true });
+      const timer = setTimeout(() => finish({ kind: "stalled" }), this.opts.firstByteMs);
+      es.onopen = () => {
+        opened = true;
+        clearTimeout(timer);
+        this.setMode("stream");
+      };
+      es.onmessage = (e) => this.onEvent({ event: "", data: e.data });
+      es.addEventListener("deleted", (e) => this.onEvent({ event: "deleted", data: (e as MessageEvent).data }));
+      es.addEventListener("expired", () => finish({ kind: "expired", token }));
+      es.onerror = () => finish(opened ? { kind: "ended", flowed: true } : undefined);
+    });
+    if (outcome || this.signal.aborted) return outcome ?? { kind: "ended", flowed: false };
+    // Refused, or no connection: a plain poll of the same URL says which.
+    try {
+      const res = await this.access.fetch(url, { ...init, signal: this.signal });
+      if (res.status !== 200) return await this.refused(res, token);
+      await res.body?.cancel();
+    } catch (e) {
+      if (!this.signal.aborted) this.report(new PollboxError(describe(e), 0), false);
+    }
+    return { kind: "ended", flowed: false };
+  }
+
+  /** The stream read with `fetch`. */
+  private async fetchStream(): Promise<Outcome> {
     const ctl = new AbortController();
     const stop = () => ctl.abort();
     this.signal.addEventListener("abort", stop, { once: true });
