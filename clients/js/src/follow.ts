@@ -1,0 +1,419 @@
+/**
+ * Following boxes: one key, many keys, or a prefix, over an event stream,
+ * with long-polls where the stream does not flow. One loop per stream of at
+ * most 64 keys: connect, hand over what is newer, and when the connection
+ * ends wait a jittered backoff (or the server's `Retry-After`) and resume
+ * from what the page has (`last_event_id`, `If-None-Match`, `after`), so a
+ * reconnect, another node behind a proxy or a restarted server sends only
+ * what moved, and the version gate drops anything older that it sends again.
+ *
+ * A stream with no first byte within `firstByteMs` (pollbox sends `retry:`
+ * at once; a buffering proxy holds it) falls back to long-polls, and the
+ * stream is tried again after `streamRetryMs`. In a browser the stream is an
+ * `EventSource` (native parsing: the least CPU per update) unless the token
+ * must go in a header; elsewhere, and then, it is read with `fetch`, which
+ * sends headers and sees statuses, `Retry-After` and the first byte. What an
+ * `EventSource` hides is asked after it fails: one plain poll of the same
+ * boxes gives the status (401, 429 with `Retry-After`, ...). Without a first
+ * byte to see, an `EventSource` that does not open within `firstByteMs` is
+ * taken as not flowing.
+ *
+ * What it is not: a reader of single polls (pollbox.ts `read`) or a writer.
+ */
+
+import { Access, PollboxError, errorText, jsonBody, type ClientOptions, type Payload } from "./access";
+import { Backoff, sleep } from "./backoff";
+import { SseParser, type SseEvent } from "./sse";
+import { Versions } from "./versions";
+
+/** A key, `{ key }`, `{ keys }` (any number; 64 per stream), or `{ prefix }`. */
+export type Target = string | { key: string } | { keys: readonly string[] } | { prefix: string };
+
+/** How the boxes reach the page now. */
+export type Mode = "stream" | "long-poll";
+
+export interface FollowHandlers {
+  /** A box's payload, newer than any the page was handed for its key. */
+  update(payload: Payload): void;
+  /** A box the page had is gone (deleted or expired). */
+  deleted?(key: string): void;
+  /** The transport changed (`"long-poll"` after a stream that did not flow). */
+  mode?(mode: Mode): void;
+  /** A failed connection or a refusal; `fatal` ones end the following. */
+  error?(error: PollboxError, fatal: boolean): void;
+}
+
+export interface FollowOptions {
+  /** Stop following when it aborts. */
+  signal?: AbortSignal;
+  /** `"auto"` (default): streams, long-polls where they do not flow. */
+  transport?: "auto" | "stream" | "long-poll";
+}
+
+export interface Follow {
+  /** Stop following (as the signal does). */
+  close(): void;
+  /** Settles once every connection has stopped. */
+  done: Promise<void>;
+}
+
+/** The most keys one request may name (pollbox's `max_keys_per_request`). */
+const KEYS_PER_STREAM = 64;
+
+/** How one connection ended. */
+type Outcome =
+  | { kind: "ended"; flowed: boolean }
+  | { kind: "stalled" }
+  | { kind: "no-stream" }
+  | { kind: "polled" }
+  | { kind: "expired"; token: string | undefined }
+  | { kind: "refused"; error: PollboxError };
+
+export function follow(access: Access, target: Target, h: FollowHandlers, o: FollowOptions = {}): Follow {
+  const ctl = new AbortController();
+  const stop = () => ctl.abort();
+  if (o.signal?.aborted) stop();
+  o.signal?.addEventListener("abort", stop, { once: true });
+  let groups: (readonly string[] | string)[];
+  if (typeof target === "string") groups = [[target]];
+  else if ("key" in target) groups = [[target.key]];
+  else if ("keys" in target) {
+    const keys = [...new Set(target.keys)];
+    groups = [];
+    for (let i = 0; i < keys.length; i += KEYS_PER_STREAM) groups.push(keys.slice(i, i + KEYS_PER_STREAM));
+  } else groups = [target.prefix];
+  const transport = o.transport ?? "auto";
+  const runs = groups.map((g) => new Follower(access, g, h, transport, ctl.signal).run());
+  const done = Promise.all(runs).then(() => {
+    o.signal?.removeEventListener("abort", stop);
+  });
+  return { close: stop, done };
+}
+
+class Follower {
+  private readonly versions = new Versions();
+  private readonly backoff: Backoff;
+  private readonly opts: Required<Omit<ClientOptions, "token" | "tokenIn" | "fetch" | "url" | "eventSource">>;
+  private mode: Mode | undefined;
+  private nextStreamAt = 0;
+  /** The many-box ETag of the last long-poll answer. */
+  private etag: string | undefined;
+  /** A prefix stream's last id (opaque). */
+  private lastId = "";
+  private expired = false;
+
+  constructor(
+    private readonly access: Access,
+    /** The keys of this stream, or a prefix. */
+    private readonly what: readonly string[] | string,
+    private readonly h: FollowHandlers,
+    private readonly transport: "auto" | "stream" | "long-poll",
+    private readonly signal: AbortSignal,
+  ) {
+    const o = access.options;
+    this.opts = {
+      backoffMs: o.backoffMs ?? 1000,
+      maxBackoffMs: o.maxBackoffMs ?? 30000,
+      firstByteMs: o.firstByteMs ?? 5000,
+      streamRetryMs: o.streamRetryMs ?? 60000,
+      idleMs: o.idleMs ?? 40000,
+      waitMs: o.waitMs ?? 25000,
+    };
+    this.backoff = new Backoff(this.opts.backoffMs, this.opts.maxBackoffMs);
+    if (transport === "long-poll") this.nextStreamAt = Infinity;
+  }
+
+  async run(): Promise<void> {
+    let refreshes = 0;
+    while (!this.signal.aborted) {
+      const streaming = this.transport === "stream" || Date.now() >= this.nextStreamAt;
+      const o = streaming ? await this.stream() : await this.longPoll();
+      if (this.signal.aborted) return;
+      let wait = 0;
+      switch (o.kind) {
+        case "polled":
+          refreshes = 0;
+          this.backoff.reset();
+          break;
+        case "stalled":
+          if (this.transport === "stream") {
+            wait = this.backoff.next();
+          } else {
+            this.nextStreamAt = Date.now() + this.opts.streamRetryMs;
+            this.setMode("long-poll");
+          }
+          break;
+        case "no-stream":
+          this.nextStreamAt = Infinity;
+          break;
+        case "expired":
+          // A fresh token at once; a second refusal in a row waits a backoff.
+          if (refreshes++ > 0) wait = this.backoff.next();
+          try {
+            await this.access.refresh(o.token);
+          } catch (e) {
+            this.report(new PollboxError("token refresh failed: " + String(e), 401), false);
+            wait = this.backoff.next();
+          }
+          break;
+        case "refused": {
+          const s = o.error.status;
+          const fatal = s === 400 || s === 401 || s === 403 || s === 404 || s === 405;
+          this.report(o.error, fatal);
+          if (fatal) return;
+          wait = o.error.retryAfterMs ?? this.backoff.next();
+          break;
+        }
+        case "ended":
+          if (o.flowed) {
+            refreshes = 0;
+            this.backoff.reset();
+          }
+          wait = this.backoff.next();
+          break;
+      }
+      if (wait > 0) await sleep(wait, this.signal);
+    }
+  }
+
+  private report(e: PollboxError, fatal: boolean): void {
+    this.h.error?.(e, fatal);
+  }
+
+  private setMode(m: Mode): void {
+    if (m !== this.mode) {
+      this.mode = m;
+      this.h.mode?.(m);
+    }
+  }
+
+  private deliver(p: unknown): void {
+    const b = p as Payload;
+    if (!b || typeof b.k !== "string" || typeof b.ver !== "number") return;
+    if (this.versions.accept(b)) this.call(() => this.h.update(b));
+  }
+
+  private gone(key: unknown): void {
+    if (typeof key === "string" && this.versions.remove(key)) this.call(() => this.h.deleted?.(key));
+  }
+
+  /** A handler that throws must not break the connection: rethrown apart. */
+  private call(f: () => void): void {
+    try {
+      f();
+    } catch (e) {
+      setTimeout(() => {
+        throw e;
+      });
+    }
+  }
+
+  private onEvent(e: SseEvent): void {
+    let data: unknown;
+    try {
+      data = e.data === "" ? undefined : JSON.parse(e.data);
+    } catch {
+      return this.report(new PollboxError("an event that is not JSON: " + e.data.slice(0, 80), 200), false);
+    }
+    if (e.event === "" || e.event === "message") this.deliver(data);
+    else if (e.event === "deleted") {
+      const k = (data as { k?: unknown } | undefined)?.k;
+      this.gone(k ?? (typeof this.what === "string" ? undefined : this.what[0]));
+    } else if (e.event === "expired") this.expired = true;
+  }
+
+  private keysParam(keys: readonly string[]): [string, string] {
+    return ["keys", keys.map(encodeURIComponent).join(",")];
+  }
+
+  private streamQuery(): [string, string][] {
+    if (typeof this.what === "string") {
+      const q: [string, string][] = [["prefix", encodeURIComponent(this.what)]];
+      if (this.lastId) q.push(["last_event_id", encodeURIComponent(this.lastId)]);
+      return q;
+    }
+    const q = [this.keysParam(this.what)];
+    const id = this.versions.resumeId(this.what);
+    if (id) q.push(["last_event_id", id]);
+    return q;
+  }
+
+  /** One event stream, read until it ends, stalls or the signal aborts. */
+  private async stream(): Promise<Outcome> {
+    const o = this.access.options;
+    const native = typeof EventSource === "function" && o.eventSource !== false;
+    const header = o.token !== undefined && (o.tokenIn ?? "header") === "header";
+    return native && !header ? this.eventSource() : this.fetchStream();
+  }
+
+  /** The stream as an `EventSource`, closed at its first error (the loop
+   * reconnects, resuming from the page's versions, not the server's id). */
+  private async eventSource(): Promise<Outcome> {
+    const [url, init, token] = await this.access.request("/v1/boxes", this.streamQuery(), {});
+    this.expired = false;
+    const outcome = await new Promise<Outcome | undefined>((done) => {
+      const es = new EventSource(url, { withCredentials: init.credentials === "include" });
+      let opened = false;
+      const finish = (o: Outcome | undefined) => {
+        clearTimeout(timer);
+        es.close();
+        this.signal.removeEventListener("abort", stop);
+        done(o);
+      };
+      const stop = () => finish({ kind: "ended", flowed: opened });
+      this.signal.addEventListener("abort", stop, { once: true });
+      const timer = setTimeout(() => finish({ kind: "stalled" }), this.opts.firstByteMs);
+      es.onopen = () => {
+        opened = true;
+        clearTimeout(timer);
+        this.setMode("stream");
+      };
+      es.onmessage = (e) => this.onEvent({ event: "", data: e.data });
+      es.addEventListener("deleted", (e) => this.onEvent({ event: "deleted", data: (e as MessageEvent).data }));
+      es.addEventListener("expired", () => finish({ kind: "expired", token }));
+      es.onerror = () => finish(opened ? { kind: "ended", flowed: true } : undefined);
+    });
+    if (outcome || this.signal.aborted) return outcome ?? { kind: "ended", flowed: false };
+    // Refused, or no connection: a plain poll of the same URL says which.
+    try {
+      const res = await this.access.fetch(url, { ...init, signal: this.signal });
+      if (res.status !== 200) return await this.refused(res, token);
+      await res.body?.cancel();
+    } catch (e) {
+      if (!this.signal.aborted) this.report(new PollboxError(describe(e), 0), false);
+    }
+    return { kind: "ended", flowed: false };
+  }
+
+  /** The stream read with `fetch`. */
+  private async fetchStream(): Promise<Outcome> {
+    const ctl = new AbortController();
+    const stop = () => ctl.abort();
+    this.signal.addEventListener("abort", stop, { once: true });
+    let flowed = false;
+    let stalled = false;
+    let lastByte = 0;
+    let idleTimer: ReturnType<typeof setTimeout> | undefined;
+    const firstTimer = setTimeout(() => {
+      stalled = true;
+      ctl.abort();
+    }, this.opts.firstByteMs);
+    const idleMs = this.opts.idleMs;
+    const watch = () => {
+      const quiet = Date.now() - lastByte;
+      if (quiet >= idleMs) ctl.abort();
+      else idleTimer = setTimeout(watch, idleMs - quiet);
+    };
+    let token: string | undefined;
+    let reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+    this.expired = false;
+    try {
+      const [url, init, t] = await this.access.request("/v1/boxes", this.streamQuery(), {
+        headers: { Accept: "text/event-stream" },
+        signal: ctl.signal,
+      });
+      token = t;
+      const res = await this.access.fetch(url, init);
+      const type = res.headers.get("Content-Type") ?? "";
+      if (res.status !== 200) {
+        clearTimeout(firstTimer);
+        return await this.refused(res, token);
+      }
+      if (!res.body || !type.startsWith("text/event-stream")) {
+        // An answer, but not a stream (an old runtime, or a proxy in the way).
+        clearTimeout(firstTimer);
+        await res.body?.cancel();
+        return { kind: "no-stream" };
+      }
+      reader = res.body.getReader();
+      const decoder = new TextDecoder();
+      const parser = new SseParser((e) => this.onEvent(e));
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        lastByte = Date.now();
+        if (!flowed) {
+          flowed = true;
+          clearTimeout(firstTimer);
+          this.setMode("stream");
+          idleTimer = setTimeout(watch, idleMs);
+        }
+        parser.push(decoder.decode(value, { stream: true }));
+        if (parser.lastId) this.lastId = parser.lastId;
+      }
+    } catch (e) {
+      if (stalled) return { kind: "stalled" };
+      if (!this.signal.aborted) this.report(new PollboxError(describe(e), 0), false);
+    } finally {
+      clearTimeout(firstTimer);
+      clearTimeout(idleTimer);
+      this.signal.removeEventListener("abort", stop);
+      ctl.abort();
+      // Cancelling the body is what closes the connection in every runtime
+      // (an abort alone leaves Node's socket open).
+      reader?.cancel().catch(() => {});
+    }
+    if (this.expired) return { kind: "expired", token };
+    return { kind: "ended", flowed };
+  }
+
+  /** One long-poll: answered when a box moves, or 304 after `waitMs`. */
+  private async longPoll(): Promise<Outcome> {
+    const ctl = new AbortController();
+    const stop = () => ctl.abort();
+    this.signal.addEventListener("abort", stop, { once: true });
+    // A long-poll lost on the way (a dead node) is given up after its wait.
+    const timer = setTimeout(stop, this.opts.waitMs + 15000);
+    const wait: [string, string] = ["wait_ms", String(this.opts.waitMs)];
+    let token: string | undefined;
+    try {
+      const what = this.what;
+      const headers: Record<string, string> = {};
+      let q: [string, string][];
+      if (typeof what === "string") {
+        q = [["prefix", encodeURIComponent(what)], ["after", String(this.versions.highest())], wait];
+      } else {
+        q = [this.keysParam(what), wait];
+        if (this.etag) headers["If-None-Match"] = this.etag;
+      }
+      const [url, init, t] = await this.access.request("/v1/boxes", q, { headers, signal: ctl.signal });
+      token = t;
+      const res = await this.access.fetch(url, init);
+      if (res.status === 304) {
+        await res.body?.cancel();
+      } else if (res.status !== 200) {
+        return await this.refused(res, token);
+      } else if (typeof what === "string") {
+        const body = (await res.json()) as { boxes?: unknown[] };
+        for (const p of body.boxes ?? []) this.deliver(p);
+      } else {
+        const keys = what;
+        this.etag = res.headers.get("ETag") ?? undefined;
+        const body = (await res.json()) as unknown[];
+        keys.forEach((k, i) => (body[i] === null ? this.gone(k) : this.deliver(body[i])));
+      }
+      this.setMode("long-poll");
+      return { kind: "polled" };
+    } catch (e) {
+      if (!this.signal.aborted) this.report(new PollboxError(describe(e), 0), false);
+      return { kind: "ended", flowed: false };
+    } finally {
+      clearTimeout(timer);
+      this.signal.removeEventListener("abort", stop);
+    }
+  }
+
+  private async refused(res: Response, token: string | undefined): Promise<Outcome> {
+    const body = await jsonBody(res);
+    if (res.status === 401 && this.access.refreshable) return { kind: "expired", token };
+    const after = this.backoff.retryAfter(res.headers.get("Retry-After"));
+    return { kind: "refused", error: new PollboxError(errorText(body, res), res.status, after) };
+  }
+}
+
+/** A fetch failure as one line (runtimes put the cause in different places). */
+export function describe(e: unknown): string {
+  const err = e as { message?: string; cause?: { code?: string; message?: string } };
+  const cause = err?.cause?.code ?? err?.cause?.message;
+  return (err?.message ?? String(e)) + (cause ? " (" + cause + ")" : "");
+}

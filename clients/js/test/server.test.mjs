@@ -1,0 +1,392 @@
+// The client against the real server (the release binary, started here):
+// each feature of the contract in docs/clients.md as a case. Run with
+// `npm test` after `cargo build --release -p pollbox`.
+// What it is not: the page's view in Chromium (browser.test.mjs) or the
+// cluster behind HAProxy (cluster.test.mjs).
+import { test, after } from "node:test";
+import assert from "node:assert/strict";
+import { Pollbox as Client } from "../dist/pollbox.js";
+import { Pollbox, Proxy, Tokens, freePort, sleep, until } from "./harness.mjs";
+
+const cleanup = [];
+after(async () => {
+  for (const c of cleanup.reverse()) await c();
+});
+async function server(toml = "", opts) {
+  const s = await Pollbox.start(toml, opts);
+  cleanup.push(() => s.close());
+  return s;
+}
+async function proxy(port, mode) {
+  const p = await Proxy.start(port, mode);
+  cleanup.push(() => p.close());
+  return p;
+}
+
+/** What a follow handed over: payloads per key, deletions, modes, errors; and
+ * a check that no key ever got a version older than (or equal to) one before. */
+function recorder() {
+  const r = { updates: [], last: {}, deleted: [], modes: [], errors: [], older: [] };
+  r.handlers = {
+    update(p) {
+      const before = r.last[p.k];
+      if (before && before.ver >= p.ver) r.older.push([before.ver, p.ver]);
+      r.last[p.k] = p;
+      r.updates.push(p);
+    },
+    deleted(k) {
+      r.deleted.push(k);
+      delete r.last[k];
+    },
+    mode(m) {
+      r.modes.push(m);
+    },
+    error(e, fatal) {
+      r.errors.push({ status: e.status, message: e.message, fatal, retryAfterMs: e.retryAfterMs, at: Date.now() });
+    },
+  };
+  r.has = (k, v) => r.last[k]?.v === v;
+  return r;
+}
+
+test("read: 200 with its ETag, 304 with it (no body), 404; many boxes with one ETag", async () => {
+  const s = await server();
+  const pb = new Client(s.url);
+  const made = await s.ingest("r-1", 5, { player: "p-7" });
+  const r = await pb.read("r-1");
+  assert.equal(r.status, 200);
+  assert.equal(r.etag, `"${made.ver}"`);
+  assert.deepEqual(r.payload, made);
+  assert.deepEqual(await pb.read("r-1", { etag: r.etag }), { status: 304, etag: r.etag });
+  assert.deepEqual(await pb.read("nope"), { status: 404 });
+  const m = await pb.readMany(["r-1", "a/b,c", "zz"]);
+  assert.equal(m.status, 200);
+  assert.deepEqual(m.payloads, [made, null, null]);
+  assert.equal((await pb.readMany(["r-1", "a/b,c", "zz"], { etag: m.etag })).status, 304);
+  await s.ingest("a/b,c", 1);
+  const m2 = await pb.readMany(["r-1", "a/b,c", "zz"], { etag: m.etag });
+  assert.equal(m2.status, 200);
+  assert.equal(m2.payloads[1].k, "a/b,c");
+});
+
+test("follow one box over a stream: the box at once, each update, deleted, created again", async () => {
+  const s = await server();
+  const pb = new Client({ url: s.url, backoffMs: 100 });
+  await s.ingest("one", 1);
+  const r = recorder();
+  const f = pb.follow("one", r.handlers);
+  await until("the box", () => r.has("one", 1));
+  await s.ingest("one", 2);
+  await until("the update", () => r.has("one", 2));
+  assert.equal(await s.remove("one"), 204);
+  await until("deleted", () => r.deleted.includes("one"));
+  await s.ingest("one", 3);
+  await until("the box created again", () => r.has("one", 3));
+  f.close();
+  await f.done;
+  assert.deepEqual(r.modes, ["stream"]);
+  assert.deepEqual(r.updates.map((p) => p.v), [1, 2, 3]);
+  assert.deepEqual(r.older, []);
+  assert.deepEqual(r.errors, []);
+});
+
+test("follow many boxes (keys that need escaping, more than 64 of them) on streams", async () => {
+  const s = await server();
+  const pb = new Client({ url: s.url, backoffMs: 100 });
+  const keys = Array.from({ length: 70 }, (_, i) => `m-${i}`);
+  keys[3] = "room 3/a,b ü";
+  const r = recorder();
+  const f = pb.follow({ keys }, r.handlers);
+  for (const [i, k] of keys.entries()) await s.ingest(k, i);
+  await until("every box", () => keys.every((k, i) => r.has(k, i)));
+  await s.remove(keys[3]);
+  await s.ingest(keys[69], 1000);
+  await until("deleted and updated", () => r.deleted.includes(keys[3]) && r.has(keys[69], 1000));
+  f.close();
+  await f.done;
+  assert.deepEqual(r.older, []);
+  assert.deepEqual(r.errors, []);
+});
+
+test("a buffering proxy: the stream does not flow, long-polls do; the stream is tried again later", async () => {
+  const s = await server();
+  const p = await proxy(s.port, "buffer");
+  const pb = new Client({ url: p.url, firstByteMs: 300, streamRetryMs: 1500, waitMs: 1000, backoffMs: 100 });
+  await s.ingest("fb", 1);
+  const r = recorder();
+  const f = pb.follow({ keys: ["fb", "fb-2"] }, r.handlers);
+  await until("the box by long-poll", () => r.has("fb", 1));
+  assert.deepEqual(r.modes, ["long-poll"]);
+  await s.ingest("fb", 2);
+  await s.ingest("fb-2", 1);
+  await until("updates by long-poll", () => r.has("fb", 2) && r.has("fb-2", 1));
+  await s.remove("fb");
+  await until("deleted by long-poll", () => r.deleted.includes("fb"));
+  // The proxy stops buffering: the next try of the stream flows.
+  p.mode = "pass";
+  await until("back on a stream", () => r.modes.at(-1) === "stream", 10000);
+  await s.ingest("fb", 3);
+  await until("the update on the stream", () => r.has("fb", 3));
+  f.close();
+  await f.done;
+  const streams = p.requests.filter((q) => q.headers.accept === "text/event-stream");
+  assert.ok(streams.length >= 2, "the stream was tried again");
+  const polls = p.requests.filter((q) => q.url.includes("wait_ms="));
+  assert.ok(polls.some((q) => q.headers["if-none-match"]), "long-polls carry the many-box ETag");
+  assert.deepEqual(r.older, []);
+});
+
+test("resume: reconnects after cut connections send last_event_id and hand over only what is newer", async () => {
+  const s = await server();
+  const p = await proxy(s.port, "pass");
+  const pb = new Client({ url: p.url, backoffMs: 50 });
+  const r = recorder();
+  await s.ingest("cut-a", 1);
+  await s.ingest("cut-b", 1);
+  const f = pb.follow({ keys: ["cut-a", "cut-b"] }, r.handlers);
+  await until("both", () => r.has("cut-a", 1) && r.has("cut-b", 1));
+  for (let round = 2; round <= 6; round++) {
+    p.cut();
+    await s.ingest("cut-a", round);
+    await until("round " + round, () => r.has("cut-a", round));
+  }
+  f.close();
+  await f.done;
+  const streams = p.requests.filter((q) => q.headers.accept === "text/event-stream");
+  assert.ok(streams.length >= 6, streams.length);
+  const a = await s.box("cut-a");
+  const b = await s.box("cut-b");
+  for (const q of streams.slice(1)) assert.match(q.url, /last_event_id=[0-9a-f]+,[0-9a-f]+/, q.url);
+  assert.ok(streams.at(-1).url.endsWith(`last_event_id=${(a.ver - 1).toString(16)},${b.ver.toString(16)}`), streams.at(-1).url);
+  assert.equal(r.updates.filter((u) => u.k === "cut-b").length, 1, "cut-b did not move: sent once");
+  assert.deepEqual(r.updates.filter((u) => u.k === "cut-a").map((u) => u.v), [1, 2, 3, 4, 5, 6]);
+  assert.deepEqual(r.older, []);
+});
+
+test("server restarts (SIGTERM, kill -9) with a snapshot: the client comes back, never older", async () => {
+  const s = await server('[snapshot]\npath = "$DIR/boxes.snap"\ninterval_s = 1\n');
+  const pb = new Client({ url: s.url, backoffMs: 100, maxBackoffMs: 400 });
+  const r = recorder();
+  await s.ingest("rs", 1);
+  const f = pb.follow("rs", r.handlers);
+  await until("the box", () => r.has("rs", 1));
+  for (const [sig, v] of [["SIGTERM", 2], ["SIGKILL", 3]]) {
+    await s.ingest("rs", v * 10);
+    await until("before " + sig, () => r.has("rs", v * 10));
+    if (sig === "SIGKILL") await sleep(1500); // let a snapshot take it
+    await s.stop(sig);
+    await sleep(500);
+    await s.start();
+    await s.ingest("rs", v);
+    await until("after " + sig, () => r.has("rs", v));
+  }
+  f.close();
+  await f.done;
+  assert.deepEqual(r.last.rs, await s.box("rs"), "the server's exact state");
+  assert.deepEqual(r.older, []);
+  assert.ok(r.errors.some((e) => e.status === 0), "the outage was seen");
+});
+
+test("backoff: reconnects to a server that is down are jittered and capped", async () => {
+  const s = await server();
+  const pb = new Client({ url: s.url, backoffMs: 100, maxBackoffMs: 400 });
+  const r = recorder();
+  await s.ingest("bo", 1);
+  const f = pb.follow("bo", r.handlers);
+  await until("the box", () => r.has("bo", 1));
+  await s.stop("SIGKILL");
+  await sleep(4000);
+  await s.start();
+  await s.ingest("bo", 2);
+  await until("back", () => r.has("bo", 2));
+  f.close();
+  await f.done;
+  const at = r.errors.filter((e) => e.status === 0).map((e) => e.at);
+  const gaps = at.slice(1).map((t, i) => t - at[i]);
+  assert.ok(at.length >= 8, "kept trying: " + at.length);
+  assert.ok(Math.max(...gaps) <= 400 + 150, "capped at 400 ms: " + gaps);
+  assert.ok(new Set(gaps.map((g) => Math.round(g / 20))).size > 3, "jittered: " + gaps);
+});
+
+test("Retry-After: a 429 is obeyed (streams per client capped at 1)", async () => {
+  const s = await server("[limits]\nmax_streams_per_ip = 1\n");
+  const pb = new Client({ url: s.url, backoffMs: 50 });
+  await s.ingest("ra", 1);
+  const first = recorder();
+  const f1 = pb.follow("ra", first.handlers);
+  await until("the first stream", () => first.has("ra", 1));
+  const second = recorder();
+  const f2 = pb.follow("ra", second.handlers);
+  await until("three refusals", () => second.errors.length >= 3, 10000);
+  f1.close();
+  await until("the second stream once the first is gone", () => second.has("ra", 1), 10000);
+  f2.close();
+  await Promise.all([f1.done, f2.done]);
+  const refusals = second.errors.filter((e) => e.status === 429);
+  assert.ok(refusals.length >= 3);
+  for (const e of refusals) assert.ok(e.retryAfterMs >= 1000, "Retry-After: 1 -> at least 1 s: " + e.retryAfterMs);
+  const gaps = refusals.slice(1).map((e, i) => e.at - refusals[i].at);
+  for (const g of gaps) assert.ok(g >= 990, "each try waited Retry-After: " + gaps);
+});
+
+test("tokens in a header: refreshed once on 401 and on event: expired (a signed token that ends)", async () => {
+  let tokens;
+  const s = await server('[auth]\nread = "token"\n[auth.jwt]\nkeys_file = "$DIR/jwks.json"\nleeway_s = 0\n', {
+    before: (dir) => (tokens = new Tokens(dir)),
+  });
+  const ingestToken = tokens.mint(["*"], 600);
+  const auth = { Authorization: "Bearer " + ingestToken };
+  await s.ingest("room-1/a", 1, {}, auth);
+  let calls = 0;
+  let stale = true;
+  const pb = new Client({
+    url: s.url,
+    backoffMs: 100,
+    token: async () => {
+      calls++;
+      await sleep(100);
+      if (stale) {
+        stale = false;
+        return tokens.mint(["room-1/*"], -60); // already ended: a 401
+      }
+      return tokens.mint(["room-1/*"], 3); // ends while the stream runs
+    },
+  });
+  // Three reads refused with the same stale token refresh once between them.
+  const reads = await Promise.all([pb.read("room-1/a"), pb.read("room-1/a"), pb.read("room-1/a")]);
+  assert.deepEqual(reads.map((x) => x.status), [200, 200, 200]);
+  assert.equal(calls, 2, "one call for the first token, one refresh for three 401s");
+  const r = recorder();
+  const f = pb.follow("room-1/a", r.handlers);
+  await until("the box", () => r.has("room-1/a", 1));
+  await sleep(4000); // the token ends: event: expired, a fresh one, the stream again
+  await s.ingest("room-1/a", 2, {}, auth);
+  await until("the update after the refresh", () => r.has("room-1/a", 2), 10000);
+  f.close();
+  await f.done;
+  assert.ok(calls >= 3, "refreshed on expired: " + calls);
+  assert.deepEqual(r.errors.filter((e) => e.fatal), []);
+  assert.deepEqual(r.older, []);
+  await assert.rejects(new Client(s.url).read("room-1/a"), (e) => e.status === 401);
+});
+
+test("tokens in the query (auth.jwt.query_param) and in a cookie", async () => {
+  let tokens;
+  const s = await server('[auth]\nread = "token"\n[auth.jwt]\nkeys_file = "$DIR/jwks.json"\nquery_param = true\n', {
+    before: (dir) => (tokens = new Tokens(dir)),
+  });
+  await s.ingest("q/a", 7, {}, { Authorization: "Bearer " + tokens.mint(["*"], 600) });
+  const q = new Client({ url: s.url, token: tokens.mint(["q/*"], 600), tokenIn: "query" });
+  assert.equal((await q.read("q/a")).payload.v, 7);
+  const r = recorder();
+  const f = q.follow("q/a", r.handlers);
+  await until("streamed with ?access_token=", () => r.has("q/a", 7));
+  f.close();
+  // A cookie: the runtime's cookie jar (a browser's) is stood in for by a fetch
+  // that sends the cookie the token function "set".
+  let cookie = "";
+  const c = new Client({
+    url: s.url,
+    tokenIn: "cookie",
+    token: () => {
+      cookie = "pollbox_token=" + tokens.mint(["q/*"], 600);
+    },
+    fetch: (url, init) => {
+      assert.equal(init.credentials, "include");
+      assert.equal(init.headers.Authorization, undefined);
+      return fetch(url, { ...init, headers: { ...init.headers, Cookie: cookie } });
+    },
+  });
+  assert.equal((await c.read("q/a")).payload.v, 7);
+  await f.done;
+});
+
+test("posts: one message, typed failures, NDJSON batches with counts and errors", async () => {
+  const s = await server('[auth]\ningest_tokens = ["w-1"]\n');
+  const pb = new Client({ url: s.url, token: "w-1" });
+  const one = await pb.post("p-1", { value: 5, player: "p-7" });
+  assert.equal(one.ok, true);
+  assert.equal(one.payload.v, 5);
+  assert.equal(one.payload.by, "p-7");
+  const bad = await pb.post("p-1", { value: "x" });
+  assert.deepEqual(bad, { ok: false, status: 422, error: "field v: expected an integer (i64)", maybeApplied: false, retryAfterMs: undefined });
+  const batch = await pb.postBatch([{ key: "p-2", value: 1 }, { value: 2 }, { key: "p-2", value: 3 }]);
+  assert.deepEqual(batch, { ok: true, status: 200, accepted: 2, rejected: 1, errors: [{ i: 1, error: "missing key: no member named key" }] });
+  assert.equal((await s.box("p-2")).sum, 4);
+  const anon = await new Client(s.url).post("p-1", { value: 1 });
+  assert.equal(anon.status, 401);
+  assert.equal(anon.maybeApplied, false);
+});
+
+test("posts are not sent again when they may have reached the server, unless asked", async () => {
+  const s = await server();
+  const p = await proxy(s.port, "drop");
+  const pb = new Client({ url: p.url, backoffMs: 50 });
+  const r = await pb.post("nr", { value: 1 });
+  assert.equal(r.ok, false);
+  assert.equal(r.status, 0);
+  assert.equal(r.maybeApplied, true);
+  assert.equal((await s.box("nr")).n, 1, "applied once, not sent again");
+  const b = await pb.postBatch([{ key: "nr", value: 1 }]);
+  assert.equal(b.maybeApplied, true);
+  assert.equal((await s.box("nr")).n, 2);
+  const again = await pb.post("nr", { value: 1 }, { retry: "always", attempts: 3 });
+  assert.equal(again.ok, false);
+  assert.equal((await s.box("nr")).n, 5, "retry: always sent it 3 times (at-least-once)");
+});
+
+test("posts that cannot have reached the server are sent again: connection refused, 429", async () => {
+  const port = await freePort();
+  const pb = new Client({ url: `http://127.0.0.1:${port}`, backoffMs: 200 });
+  const sent = pb.post("cr", { value: 1 });
+  await sleep(100);
+  const s = await server("", { port });
+  const r = await sent;
+  assert.equal(r.ok, true, JSON.stringify(r));
+  assert.equal((await s.box("cr")).n, 1);
+  const never = await new Client({ url: `http://127.0.0.1:${await freePort()}` }).post("cr", { value: 1 }, { retry: "never" });
+  assert.deepEqual([never.ok, never.maybeApplied], [false, false]);
+  const limited = await server("[limits]\nrequests_per_s_per_ip = 1\nrequests_burst_per_ip = 1\n");
+  const lp = new Client(limited.url);
+  const t0 = Date.now();
+  assert.equal((await lp.post("rl", { value: 1 })).ok, true);
+  assert.equal((await lp.post("rl", { value: 2 })).ok, true, "the 429 was retried");
+  assert.ok(Date.now() - t0 >= 900, "after Retry-After");
+  await sleep(1100); // this test's own poll takes from the same bucket
+  assert.equal((await limited.box("rl")).n, 2);
+});
+
+test("an AbortSignal stops following: no request and no update after it", async () => {
+  const s = await server();
+  const p = await proxy(s.port, "pass");
+  const ctl = new AbortController();
+  const r = recorder();
+  await s.ingest("ab", 1);
+  const f = new Client({ url: p.url, backoffMs: 50 }).follow({ keys: ["ab", "ab-2"] }, r.handlers, { signal: ctl.signal });
+  await until("the box", () => r.has("ab", 1));
+  ctl.abort();
+  await f.done;
+  const seen = p.requests.length;
+  await s.ingest("ab", 2);
+  await sleep(500);
+  assert.equal(p.requests.length, seen);
+  await until("the stream closed", () => p.requests.every((q) => q.closed), 3000);
+  assert.deepEqual(r.updates.map((u) => u.v), [1]);
+});
+
+test("prefix following, where the server has prefix routes", async (t) => {
+  const s = await server();
+  const probe = await fetch(`${s.url}/v1/boxes?prefix=room-17%2F`);
+  if (probe.status !== 200) {
+    t.skip(`this server has no prefix routes (GET /v1/boxes?prefix= answered ${probe.status}): docs/clients.md`);
+    return;
+  }
+  const r = recorder();
+  const f = new Client({ url: s.url }).follow({ prefix: "room-17/" }, r.handlers);
+  await s.ingest("room-17/a", 1);
+  await s.ingest("room-18/a", 1);
+  await until("the room's box", () => r.has("room-17/a", 1));
+  f.close();
+  await f.done;
+  assert.equal(r.last["room-18/a"], undefined);
+});
