@@ -85,8 +85,8 @@ pub use response::{
     ResponseHead, CONTINUE,
 };
 pub use route::{
-    parse_many_query, parse_poll_query, percent_decode_into, route, BadEscape, ManyQuery,
-    PollQuery, Route,
+    check_key_segments, parse_many_query, parse_poll_query, percent_decode_into, route, BadEscape,
+    ManyQuery, PollQuery, Route,
 };
 
 /// Framing limits of one connection (docs/config.md#limits).

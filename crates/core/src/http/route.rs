@@ -36,14 +36,15 @@ pub enum Route<'a> {
 
 const BOXES_PREFIX: &[u8] = b"/v1/boxes/";
 
-/// Route a request by method and raw path (before `?`). An empty key, or one
-/// with a `/` in it, is not a box path: 404. A `%2F` in a key is fine; it is a
-/// slash only after decoding.
+/// Route a request by method and raw path (before `?`). Everything after
+/// `/v1/boxes/` is the key, slashes included (`/v1/boxes/room-17/alice` is the
+/// box `room-17/alice`, as `room-17%2Falice` is); an empty key is not a box
+/// path: 404. What a slashed key may hold is [`check_key_segments`]'s.
 #[inline]
 pub fn route(method: Method, path: &[u8]) -> Route<'_> {
     let get_or_head = matches!(method, Method::Get | Method::Head);
     if let Some(key) = path.strip_prefix(BOXES_PREFIX) {
-        if key.is_empty() || key.contains(&b'/') {
+        if key.is_empty() {
             return Route::NotFound;
         }
         return match method {
@@ -70,6 +71,50 @@ pub fn route(method: Method, path: &[u8]) -> Route<'_> {
         b"/healthz" => read_only(Route::Healthz),
         b"/readyz" => read_only(Route::Readyz),
         _ => Route::NotFound,
+    }
+}
+
+/// A key written with literal slashes in a path must mean the same to every
+/// hop: browsers (the URL standard) and proxies (nginx's `merge_slashes`,
+/// path normalization) rewrite an empty segment and a `.` or `..` segment
+/// (`%2E` counts as a dot), so a request would reach another key than the one
+/// written. Such a key is refused (400) with this reason; percent-encoded
+/// (`%2F` for each slash) it is one segment that nobody rewrites, and works.
+/// `raw` is the raw key (before decoding); a key without a literal `/` is one
+/// segment, refused only if it is a dot segment.
+#[inline]
+pub fn check_key_segments(raw: &[u8]) -> Result<(), &'static str> {
+    if !raw.contains(&b'/') {
+        return match is_dot_segment(raw) {
+            false => Ok(()),
+            true => Err("key is a . or .. path segment: send it as %2E"),
+        };
+    }
+    for segment in raw.split(|&b| b == b'/') {
+        if segment.is_empty() {
+            return Err("key has an empty path segment (a // or a / at an end): \
+                        send its slashes as %2F");
+        }
+        if is_dot_segment(segment) {
+            return Err("key has a . or .. path segment: send its slashes as %2F");
+        }
+    }
+    Ok(())
+}
+
+/// `.` or `..`, with any dot written `%2E` (the URL standard's dot segments).
+fn is_dot_segment(s: &[u8]) -> bool {
+    let dot = |s: &[u8]| -> Option<usize> {
+        match s {
+            [b'.', ..] => Some(1),
+            [b'%', b'2', e, ..] if e.eq_ignore_ascii_case(&b'e') => Some(3),
+            _ => None,
+        }
+    };
+    match dot(s) {
+        Some(n) if n == s.len() => true,
+        Some(n) => dot(&s[n..]).is_some_and(|m| n + m == s.len()),
+        None => false,
     }
 }
 
@@ -245,25 +290,79 @@ mod tests {
     }
 
     #[test]
-    fn empty_or_slashed_keys_are_not_found() {
-        for p in [
-            &b"/v1/boxes/"[..],
-            b"/v1/boxes/a/b",
-            b"/v1/boxes//",
-            b"/v1/boxes/a/",
-        ] {
-            assert_eq!(
-                route(Method::Get, p),
-                Route::NotFound,
-                "{:?}",
-                String::from_utf8_lossy(p)
-            );
-            assert_eq!(route(Method::Put, p), Route::NotFound);
-        }
+    fn everything_after_boxes_is_the_key() {
+        assert_eq!(route(Method::Get, b"/v1/boxes/"), Route::NotFound);
+        assert_eq!(route(Method::Put, b"/v1/boxes/"), Route::NotFound);
+        assert_eq!(
+            route(Method::Get, b"/v1/boxes/room-17/alice"),
+            Route::Poll {
+                key: b"room-17/alice"
+            }
+        );
+        assert_eq!(
+            route(Method::Post, b"/v1/boxes/a/b/c"),
+            Route::IngestKey { key: b"a/b/c" }
+        );
+        assert_eq!(
+            route(Method::Delete, b"/v1/boxes/a/b"),
+            Route::Delete { key: b"a/b" }
+        );
         assert_eq!(
             route(Method::Get, b"/v1/boxes/a%2Fb"),
             Route::Poll { key: b"a%2Fb" }
         );
+        // Segments are the key's to check (400, not 404): the route is a box.
+        assert_eq!(
+            route(Method::Get, b"/v1/boxes//"),
+            Route::Poll { key: b"/" }
+        );
+    }
+
+    #[test]
+    fn slashed_keys_with_segments_a_hop_rewrites_are_refused() {
+        for ok in [
+            &b"a"[..],
+            b"room-17/alice",
+            b"a/b/c",
+            b"a%2F%2Fb",
+            b"a%2F..%2Fb",
+            b"a/.b",
+            b"a/..b",
+            b"a/b.",
+            b"a/%2E%2E%2E",
+            b"...",
+            b"a%2F.",
+        ] {
+            assert_eq!(
+                check_key_segments(ok),
+                Ok(()),
+                "{}",
+                String::from_utf8_lossy(ok)
+            );
+        }
+        for bad in [
+            &b"a//b"[..],
+            b"/a",
+            b"a/",
+            b"/",
+            b"a/./b",
+            b"a/../b",
+            b"a/.",
+            b"./a",
+            b"a/%2e%2E/b",
+            b"a/.%2e",
+            b"a/%2E.",
+            b"a/%2e",
+            b"..",
+            b".",
+            b"%2e%2E",
+        ] {
+            assert!(
+                check_key_segments(bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
         // `/v1/boxes` itself is the many-box poll (its keys are in the query).
         assert_eq!(route(Method::Get, b"/v1/boxes"), Route::PollMany);
         assert_eq!(route(Method::Head, b"/v1/boxes"), Route::PollMany);

@@ -44,7 +44,8 @@ use crate::boxes::{BoxTable, Removed, SweepBudget, Swept};
 use crate::clients::{ClientTable, Limit, Refusal as ClientRefusal, TrustedProxies};
 use crate::config::Config;
 use crate::http::{
-    parse_poll_query, percent_decode_into, route, Frame, HttpError, Method, Route, Version,
+    check_key_segments, parse_poll_query, percent_decode_into, route, Frame, HttpError, Method,
+    Route, Version,
 };
 use crate::plan::Plan;
 use crate::projection::{KeySource, Projector};
@@ -586,6 +587,7 @@ impl Service {
 
     #[inline]
     fn decode_key(&mut self, raw: &[u8]) -> Result<(), &'static str> {
+        check_key_segments(raw)?;
         if crate::bytes::ascii_without(raw, b'%') {
             // The common key: nothing to decode, and ASCII is UTF-8 (this skips
             // a byte-by-byte decode and a UTF-8 check on every poll).

@@ -102,6 +102,80 @@ fn poll_answers_200_with_etag_then_304_for_it() {
 }
 
 #[test]
+fn a_key_with_slashes_is_the_same_box_in_either_spelling() {
+    let mut s = service_with(|_| {});
+    let mut h = Recorder::default();
+    let out = main(&mut s, &mut h, &post("room-17/alice", r#"{"value":5}"#, ""));
+    assert!(
+        out.ends_with(r#"{"k":"room-17/alice","ver":1,"v":5,"sum":5,"n":1}"#),
+        "{out}"
+    );
+    let out = main(
+        &mut s,
+        &mut h,
+        &post("room-17%2Falice", r#"{"value":2}"#, ""),
+    );
+    assert!(
+        out.ends_with(r#"{"k":"room-17/alice","ver":2,"v":2,"sum":7,"n":2}"#),
+        "{out}"
+    );
+    assert_eq!(h.updated, vec![b"room-17/alice".to_vec(); 2]);
+    for path in ["room-17/alice", "room-17%2Falice", "room-17%2falice"] {
+        let out = main(
+            &mut s,
+            &mut h,
+            &format!("GET /v1/boxes/{path} HTTP/1.1\r\n\r\n"),
+        );
+        assert!(
+            out.starts_with("HTTP/1.1 200") && out.contains("ETag: \"2\"\r\n"),
+            "{path}: {out}"
+        );
+        let out = main(
+            &mut s,
+            &mut h,
+            &format!("GET /v1/boxes/{path} HTTP/1.1\r\nIf-None-Match: \"2\"\r\n\r\n"),
+        );
+        assert!(out.starts_with("HTTP/1.1 304"), "{path}: {out}");
+    }
+    // A deeper key is another box.
+    let out = main(
+        &mut s,
+        &mut h,
+        "GET /v1/boxes/room-17/alice/x HTTP/1.1\r\n\r\n",
+    );
+    assert!(out.starts_with("HTTP/1.1 404"), "{out}");
+    // Segments a browser or a proxy would rewrite: 400 on every route, nothing
+    // applied; percent-encoded they are one segment, and fine.
+    for path in [
+        "room-17//alice",
+        "room-17/../alice",
+        "room-17/./alice",
+        "room-17/",
+        "room-17/%2e%2E",
+    ] {
+        for req in [
+            format!("GET /v1/boxes/{path} HTTP/1.1\r\n\r\n"),
+            format!("DELETE /v1/boxes/{path} HTTP/1.1\r\n\r\n"),
+            post(path, r#"{"value":1}"#, ""),
+        ] {
+            let out = main(&mut s, &mut h, &req);
+            assert!(out.starts_with("HTTP/1.1 400"), "{req}: {out}");
+            assert!(out.contains("%2F"), "the error says how: {out}");
+        }
+    }
+    assert_eq!(h.updated.len(), 2, "nothing applied");
+    let out = main(
+        &mut s,
+        &mut h,
+        &post("room-17%2F..%2Falice", r#"{"value":1}"#, ""),
+    );
+    assert!(
+        out.ends_with(r#"{"k":"room-17/../alice","ver":1,"v":1,"sum":1,"n":1}"#),
+        "{out}"
+    );
+}
+
+#[test]
 fn long_poll_parks_only_when_the_box_has_not_moved() {
     let mut s = service_with(|c| c.limits.max_wait_ms = 1000);
     let mut h = Recorder::default();
@@ -696,6 +770,16 @@ mod access {
         assert!(a.contains("WWW-Authenticate: Bearer\r\n"), "{a}");
         let a = get(&mut s, &mut h, "/v1/boxes/room-17%2Fx", ALICE);
         assert!(a.starts_with("HTTP/1.1 404 "), "past the check: {a}");
+        let a = get(&mut s, &mut h, "/v1/boxes/room-17/x", ALICE);
+        assert!(
+            a.starts_with("HTTP/1.1 404 "),
+            "a slashed path is the same key: {a}"
+        );
+        let a = get(&mut s, &mut h, "/v1/boxes/room-18/x", ALICE);
+        assert!(
+            a.starts_with("HTTP/1.1 403 ") && a.ends_with("\"key\":\"room-18/x\"}"),
+            "{a}"
+        );
         let a = get(&mut s, &mut h, "/v1/boxes/room-18%2Fx", ALICE);
         assert!(a.starts_with("HTTP/1.1 403 "), "{a}");
         assert!(
