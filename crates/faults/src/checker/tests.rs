@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::history::{Event, Op, Outcome, ReadMode};
+use std::collections::BTreeSet;
 
 const P: i32 = 4;
 
