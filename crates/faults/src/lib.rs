@@ -25,5 +25,6 @@ pub mod history;
 pub mod http;
 pub mod nemesis;
 pub mod partition;
+pub mod rng;
 pub mod run;
 pub mod workload;

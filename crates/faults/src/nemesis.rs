@@ -28,37 +28,10 @@ use crate::cluster::kafka::{produce_one, BROKERS};
 use crate::cluster::net::Lan;
 use crate::cluster::{Cluster, PARTITIONS, TOPIC};
 use crate::history::{Event, Outcome, Phase, Recorder};
+use crate::rng::Rng;
 use crate::workload::Shared;
 use serde::Serialize;
 use std::time::{Duration, Instant};
-
-/// A small deterministic generator (splitmix64): the same seed, the same
-/// schedule, on any machine.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `lo..=hi`.
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next_u64() % (hi - lo + 1)
-    }
-
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-}
 
 /// One fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -20,7 +20,7 @@
 use crate::cluster::node::Runs;
 use crate::history::{Event, Outcome, ReadMode, Recorder};
 use crate::http::{Client, EventStream, Failure, Response};
-use crate::nemesis::Rng;
+use crate::rng::Rng;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::history::{Event, Op, Outcome, ReadMode};
+use std::collections::BTreeSet;
 
 const P: i32 = 4;
 
@@ -13,6 +14,57 @@ fn payload(key: &str, ver: u64, v: i64, sum: i64, n: u64, by: &str) -> String {
 
 fn msg(value: i64, player: &str) -> String {
     format!(r#"{{"value":{value},"player":"{player}"}}"#)
+}
+
+/// A client's read as a test writes it: `Read::by(process, session)`, then
+/// where and how (`on`), of what key (`of`), what it carried (`after`), and
+/// what came back (`answered`). A named step each, so that a test reads as
+/// the read it describes rather than as a row of positional arguments.
+struct Read<'a> {
+    process: &'a str,
+    session: u64,
+    via: &'a str,
+    mode: ReadMode,
+    key: &'a str,
+    after: Option<u64>,
+    ver: u64,
+    payload: Option<String>,
+}
+
+impl<'a> Read<'a> {
+    /// A plain poll by `process` in `session`, of nothing yet: the other
+    /// steps say the rest.
+    fn by(process: &'a str, session: u64) -> Read<'a> {
+        Read {
+            process,
+            session,
+            via: "",
+            mode: ReadMode::Poll,
+            key: "",
+            after: None,
+            ver: 0,
+            payload: None,
+        }
+    }
+    fn on(self, via: &'a str, mode: ReadMode) -> Read<'a> {
+        Read { via, mode, ..self }
+    }
+    fn of(self, key: &'a str) -> Read<'a> {
+        Read { key, ..self }
+    }
+    fn after(self, after: u64) -> Read<'a> {
+        Read {
+            after: Some(after),
+            ..self
+        }
+    }
+    fn answered(self, ver: u64, payload: String) -> Read<'a> {
+        Read {
+            ver,
+            payload: Some(payload),
+            ..self
+        }
+    }
 }
 
 /// A history builder; each op gets the next microsecond as its interval.
@@ -56,30 +108,19 @@ impl H {
             },
         );
     }
-    #[allow(clippy::too_many_arguments)]
-    fn read(
-        &mut self,
-        process: &str,
-        session: u64,
-        via: &str,
-        mode: ReadMode,
-        key: &str,
-        after: Option<u64>,
-        ver: u64,
-        p: Option<String>,
-    ) -> usize {
+    fn read(&mut self, r: Read) -> usize {
         self.push(
-            process,
+            r.process,
             Event::Read {
-                via: via.into(),
+                via: r.via.into(),
                 run: Some(0),
-                session,
-                mover: process.starts_with('m'),
-                mode,
-                key: key.into(),
-                after,
-                ver,
-                payload: p,
+                session: r.session,
+                mover: r.process.starts_with('m'),
+                mode: r.mode,
+                key: r.key.into(),
+                after: r.after,
+                ver: r.ver,
+                payload: r.payload,
             },
         )
     }
@@ -144,14 +185,10 @@ fn base() -> H {
         Some(payload("k1", 1, 1, 1, 1, "w0")),
     );
     h.read(
-        "p-a0",
-        1,
-        "a",
-        ReadMode::Poll,
-        "k1",
-        None,
-        1,
-        Some(payload("k1", 1, 1, 1, 1, "w0")),
+        Read::by("p-a0", 1)
+            .on("a", ReadMode::Poll)
+            .of("k1")
+            .answered(1, payload("k1", 1, 1, 1, 1, "w0")),
     );
     h.ingest(
         "lb",
@@ -173,55 +210,38 @@ fn base() -> H {
         },
     );
     h.read(
-        "p-a0",
-        1,
-        "a",
-        ReadMode::Poll,
-        "k1",
-        None,
-        2,
-        Some(payload("k1", 2, 2, 3, 2, "w0")),
+        Read::by("p-a0", 1)
+            .on("a", ReadMode::Poll)
+            .of("k1")
+            .answered(2, payload("k1", 2, 2, 3, 2, "w0")),
     );
     h.read(
-        "p-b0",
-        2,
-        "b",
-        ReadMode::LongPoll,
-        "k1",
-        Some(1),
-        2,
-        Some(payload("k1", 2, 2, 3, 2, "w0")),
+        Read::by("p-b0", 2)
+            .on("b", ReadMode::LongPoll)
+            .of("k1")
+            .after(1)
+            .answered(2, payload("k1", 2, 2, 3, 2, "w0")),
     );
     h.ingest("b", "k1", 3, Outcome::Indeterminate, None);
     h.read(
-        "m0",
-        7,
-        "a",
-        ReadMode::LongPoll,
-        "k1",
-        Some(1),
-        2,
-        Some(payload("k1", 2, 2, 3, 2, "w0")),
+        Read::by("m0", 7)
+            .on("a", ReadMode::LongPoll)
+            .of("k1")
+            .after(1)
+            .answered(2, payload("k1", 2, 2, 3, 2, "w0")),
     );
     h.read(
-        "m0",
-        7,
-        "b",
-        ReadMode::LongPoll,
-        "k1",
-        Some(2),
-        3,
-        Some(payload("k1", 3, 3, 6, 3, "w0")),
+        Read::by("m0", 7)
+            .on("b", ReadMode::LongPoll)
+            .of("k1")
+            .after(2)
+            .answered(3, payload("k1", 3, 3, 6, 3, "w0")),
     );
     h.read(
-        "m1",
-        8,
-        "b",
-        ReadMode::Stream,
-        "k1",
-        None,
-        3,
-        Some(payload("k1", 3, 3, 6, 3, "w0")),
+        Read::by("m1", 8)
+            .on("b", ReadMode::Stream)
+            .of("k1")
+            .answered(3, payload("k1", 3, 3, 6, 3, "w0")),
     );
     for node in ["a", "b", "c"] {
         h.final_read(node, "k1", 3, Some(payload("k1", 3, 3, 6, 3, "w0")));
@@ -330,14 +350,10 @@ fn replicas_identical_fails_when_a_node_differs() {
 fn unique_version_fails_when_one_version_names_two_payloads() {
     let mut h = base_without_log();
     h.read(
-        "p-a1",
-        9,
-        "a",
-        ReadMode::Poll,
-        "k1",
-        None,
-        2,
-        Some(payload("k1", 2, 2, 3, 2, "w9")),
+        Read::by("p-a1", 9)
+            .on("a", ReadMode::Poll)
+            .of("k1")
+            .answered(2, payload("k1", 2, 2, 3, 2, "w9")),
     );
     assert_eq!(broken(&h), [Property::UniqueVersion].into());
 }
@@ -346,14 +362,10 @@ fn unique_version_fails_when_one_version_names_two_payloads() {
 fn monotonic_fails_when_a_session_goes_back() {
     let mut h = base_without_log();
     h.read(
-        "p-a0",
-        1,
-        "a",
-        ReadMode::Poll,
-        "k1",
-        None,
-        1,
-        Some(payload("k1", 1, 1, 1, 1, "w0")),
+        Read::by("p-a0", 1)
+            .on("a", ReadMode::Poll)
+            .of("k1")
+            .answered(1, payload("k1", 1, 1, 1, 1, "w0")),
     );
     assert!(broken(&h).contains(&Property::Monotonic));
 }
@@ -363,28 +375,20 @@ fn monotonic_fails_when_a_later_read_on_the_same_run_goes_back() {
     // Another connection to node a, begun after p-a0's read of version 2 ended.
     let mut h = base_without_log();
     h.read(
-        "p-a1",
-        11,
-        "a",
-        ReadMode::Poll,
-        "k1",
-        None,
-        1,
-        Some(payload("k1", 1, 1, 1, 1, "w0")),
+        Read::by("p-a1", 11)
+            .on("a", ReadMode::Poll)
+            .of("k1")
+            .answered(1, payload("k1", 1, 1, 1, 1, "w0")),
     );
     assert_eq!(broken(&h), [Property::Monotonic].into());
     // The same read on another run of node a (a restart from an older
     // snapshot) breaks nothing.
     let mut h = base_without_log();
     let i = h.read(
-        "p-a1",
-        11,
-        "a",
-        ReadMode::Poll,
-        "k1",
-        None,
-        1,
-        Some(payload("k1", 1, 1, 1, 1, "w0")),
+        Read::by("p-a1", 11)
+            .on("a", ReadMode::Poll)
+            .of("k1")
+            .answered(1, payload("k1", 1, 1, 1, 1, "w0")),
     );
     if let Event::Read { run, .. } = &mut h.ops[i].event {
         *run = Some(1);
@@ -410,14 +414,10 @@ fn monotonic_fails_when_a_poll_misses_an_acknowledged_ingest_of_its_node() {
         Some(payload("k1", 2, 2, 3, 2, "w0")),
     );
     h.read(
-        "p-a0",
-        1,
-        "a",
-        ReadMode::Poll,
-        "k1",
-        None,
-        1,
-        Some(payload("k1", 1, 1, 1, 1, "w0")),
+        Read::by("p-a0", 1)
+            .on("a", ReadMode::Poll)
+            .of("k1")
+            .answered(1, payload("k1", 1, 1, 1, 1, "w0")),
     );
     assert_eq!(broken(&h), [Property::Monotonic].into());
 }
@@ -426,26 +426,20 @@ fn monotonic_fails_when_a_poll_misses_an_acknowledged_ingest_of_its_node() {
 fn after_respected_fails_when_a_long_poll_answers_what_the_client_has() {
     let mut h = base_without_log();
     h.read(
-        "p-a1",
-        12,
-        "a",
-        ReadMode::LongPoll,
-        "k1",
-        Some(2),
-        2,
-        Some(payload("k1", 2, 2, 3, 2, "w0")),
+        Read::by("p-a1", 12)
+            .on("a", ReadMode::LongPoll)
+            .of("k1")
+            .after(2)
+            .answered(2, payload("k1", 2, 2, 3, 2, "w0")),
     );
     assert_eq!(broken(&h), [Property::AfterRespected].into());
     let mut h = base_without_log();
     h.read(
-        "s-b0",
-        3,
-        "b",
-        ReadMode::Stream,
-        "k1",
-        Some(3),
-        3,
-        Some(payload("k1", 3, 3, 6, 3, "w0")),
+        Read::by("s-b0", 3)
+            .on("b", ReadMode::Stream)
+            .of("k1")
+            .after(3)
+            .answered(3, payload("k1", 3, 3, 6, 3, "w0")),
     );
     assert_eq!(broken(&h), [Property::AfterRespected].into());
 }
@@ -546,14 +540,10 @@ fn at_most_once_fails_when_a_message_is_in_the_log_twice() {
 fn wrong_partition_not_applied_fails_when_a_foreign_record_shows() {
     let mut h = base();
     h.read(
-        "p-a0",
-        1,
-        "a",
-        ReadMode::Poll,
-        "k1",
-        None,
-        4,
-        Some(payload("k1", 4, 10, 16, 4, "f")),
+        Read::by("p-a0", 1)
+            .on("a", ReadMode::Poll)
+            .of("k1")
+            .answered(4, payload("k1", 4, 10, 16, 4, "f")),
     );
     let b = broken(&h);
     assert!(b.contains(&Property::WrongPartitionNotApplied), "{b:?}");
