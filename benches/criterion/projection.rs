@@ -6,7 +6,7 @@
 //! as the server refuses a body that is not valid JSON anywhere; what
 //! `serde_typed` and `sonic_rs_iter` let through is printed):
 //! - `scanner`: today's [`Projector`], the validating single-pass scanner
-//!   (`crates/table/src/projection/scan.rs`);
+//!   (`crates/table/src/projection/scan/`);
 //! - `simd_json_tape`: the projector before the scanner (copy in
 //!   `projection/tape.rs`): the body copied into the arena, simd-json's tape of
 //!   the whole message, the tape walked for the paths;
