@@ -30,6 +30,7 @@ pub fn short_le(b: &[u8]) -> u64 {
 /// Index of the first LF in `hay`, eight bytes at a time (SWAR): heads and
 /// NDJSON bodies are lines, and this is the one pass over their bytes besides
 /// the parsers.
+#[inline]
 pub fn find_lf(hay: &[u8]) -> Option<usize> {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
@@ -57,6 +58,7 @@ pub fn find_lf(hay: &[u8]) -> Option<usize> {
 
 /// LFs in `body`, eight bytes at a time (SWAR; the exact zero-byte test, so
 /// every flagged byte is an LF and the flags can be counted).
+#[inline]
 pub fn count_lf(body: &[u8]) -> usize {
     const LOWS: u64 = 0x7F7F_7F7F_7F7F_7F7F;
     const LFS: u64 = 0x0A0A_0A0A_0A0A_0A0A;
@@ -74,10 +76,18 @@ pub fn count_lf(body: &[u8]) -> usize {
 }
 
 /// Whether `s` is all ASCII without the byte `b` (an ASCII byte), eight
-/// bytes at a time: a poll's key needs no percent-decoding nor UTF-8 check
-/// when it has no `%` and no byte over 0x7F.
+/// bytes at a time.
 #[inline]
 pub fn ascii_without(s: &[u8], b: u8) -> bool {
+    ascii_without_either(s, b, b)
+}
+
+/// Whether `s` is all ASCII without the bytes `a` and `b` (ASCII bytes), in
+/// one pass, eight bytes at a time: a path's key needs no percent-decoding,
+/// no UTF-8 check and no check of its path segments when it has no `%`, no
+/// `/` and no byte over 0x7F.
+#[inline]
+pub fn ascii_without_either(s: &[u8], a: u8, b: u8) -> bool {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
     let mut words = s.chunks_exact(8);
@@ -85,14 +95,18 @@ pub fn ascii_without(s: &[u8], b: u8) -> bool {
         let mut bytes = [0u8; 8];
         bytes.copy_from_slice(word);
         let x = u64::from_le_bytes(bytes);
-        let y = x ^ (ONES * u64::from(b));
-        // Some byte of y is zero (exact as a yes/no: borrows only flag bytes
-        // above a true zero), or some byte of x is not ASCII.
-        if (y.wrapping_sub(ONES) & !y | x) & HIGHS != 0 {
+        let ya = x ^ (ONES * u64::from(a));
+        let yb = x ^ (ONES * u64::from(b));
+        // Some byte of ya or yb is zero (exact as a yes/no: borrows only flag
+        // bytes above a true zero), or some byte of x is not ASCII.
+        if (ya.wrapping_sub(ONES) & !ya | yb.wrapping_sub(ONES) & !yb | x) & HIGHS != 0 {
             return false;
         }
     }
-    words.remainder().iter().all(|&c| c.is_ascii() && c != b)
+    words
+        .remainder()
+        .iter()
+        .all(|&c| c.is_ascii() && c != a && c != b)
 }
 
 /// Why [`parse_decimal`] refused its input; each caller maps it to its own error.
@@ -105,6 +119,7 @@ pub enum DecimalError {
 }
 
 /// `1*DIGIT` as a u64: no sign, no spaces, no list, no overflow.
+#[inline]
 pub fn parse_decimal(v: &[u8]) -> Result<u64, DecimalError> {
     if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
         // Judged first, so that `20000000000000000000x` is not a number
@@ -185,6 +200,14 @@ mod tests {
         #[test]
         fn ascii_without_agrees(s in proptest::collection::vec(prop::sample::select(vec![b'%', b'a', 0x24, 0x25, 0x26, 0x7f, 0x80, 0xa5, 0]), 0..40)) {
             prop_assert_eq!(ascii_without(&s, b'%'), s.iter().all(|&c| c.is_ascii() && c != b'%'));
+        }
+
+        #[test]
+        fn ascii_without_either_agrees(s in proptest::collection::vec(prop::sample::select(vec![b'%', b'/', b'a', 0x24, 0x2e, 0x2f, 0x30, 0x7f, 0x80, 0xaf, 0]), 0..40)) {
+            prop_assert_eq!(
+                ascii_without_either(&s, b'%', b'/'),
+                s.iter().all(|&c| c.is_ascii() && c != b'%' && c != b'/')
+            );
         }
 
         #[test]

@@ -587,14 +587,15 @@ impl Service {
 
     #[inline]
     fn decode_key(&mut self, raw: &[u8]) -> Result<(), &'static str> {
-        check_key_segments(raw)?;
-        if crate::bytes::ascii_without(raw, b'%') {
-            // The common key: nothing to decode, and ASCII is UTF-8 (this skips
-            // a byte-by-byte decode and a UTF-8 check on every poll).
+        if raw.first() != Some(&b'.') && crate::bytes::ascii_without_either(raw, b'%', b'/') {
+            // The common key: one segment that is not a dot segment, nothing
+            // to decode, and ASCII is UTF-8 (this skips the segments' check, a
+            // byte-by-byte decode and a UTF-8 check on every poll).
             self.key.clear();
             self.key.extend_from_slice(raw);
             return Ok(());
         }
+        check_key_segments(raw)?;
         percent_decode_into(raw, &mut self.key).map_err(|_| "bad percent-encoding in key")?;
         if std::str::from_utf8(&self.key).is_err() {
             return Err("key is not valid UTF-8");
