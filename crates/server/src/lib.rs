@@ -6,25 +6,23 @@
 //! connection next are decided in the core ([`pollbox_core::service`],
 //! [`pollbox_core::conn`]).
 //!
-//! Where things are: [`worker`] (the event loop: accept, readiness, read, hand
-//! bytes to the connection, write), [`conns`] (the sockets beside their state
-//! machines), [`transmit`] (how bytes are written: `send`, or io_uring in
-//! [`uring`]), [`wakeups`] (long-poll wake-ups across workers), [`host`] (the
-//! server as the core sees it: counting, wake-ups, `/metrics`), [`metrics`]
-//! (the exposition), [`stats`] (per-worker counters), [`listener`] (sockets),
-//! [`alloc_stats`] (jemalloc's figures), [`snapshot_file`] (snapshot files:
-//! atomic save, load, the writer thread), [`log`] (the Kafka client of a node
-//! built from a log), [`auth_files`] (the key set and token files, read again
-//! on SIGHUP and when they change), [`lifecycle`] (ready, draining, the
-//! workers stopped).
+//! Where things are: [`worker`] (the event loop and everything only a worker
+//! touches: accept, readiness, read, hand bytes to the connection, write; the
+//! sockets beside their state machines, how bytes are written — `send` or
+//! io_uring —, what connections wait on, and the server as the core sees it),
+//! [`wakeups`] (long-poll wake-ups across workers), [`metrics`] (the
+//! exposition), [`stats`] (per-worker counters), [`listener`] (sockets),
+//! [`placement`] (where accepted connections are served), [`alloc_stats`]
+//! (jemalloc's figures), [`snapshot_file`] (snapshot files: atomic save, load,
+//! the writer thread), [`log`] (the Kafka client of a node built from a log),
+//! [`auth_files`] (the key set and token files, read again on SIGHUP and when
+//! they change), [`lifecycle`] (ready, draining, the workers stopped).
 //!
 //! What it is not: a general HTTP server, or a place where protocol rules live.
 
 pub mod alloc_stats;
 pub mod auth_files;
-pub mod conns;
 pub mod failpoint;
-pub mod host;
 pub mod lifecycle;
 pub mod listener;
 pub mod log;
@@ -32,9 +30,6 @@ pub mod metrics;
 pub mod placement;
 pub mod snapshot_file;
 pub mod stats;
-pub mod transmit;
-pub mod uring;
-pub mod waiting;
 pub mod wakeups;
 pub mod worker;
 

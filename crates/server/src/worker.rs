@@ -6,17 +6,21 @@
 //! accept (`worker/accept.rs`), and give each ready connection its turn
 //! (`worker/settle.rs`): read into its buffer and hand the bytes to its
 //! state machine ([`pollbox_core::conn`]), apply the actions it pushed —
-//! watch keys where ingests wake it ([`crate::waiting`], [`crate::wakeups`]),
+//! watch keys where ingests wake it ([`waiting`], [`crate::wakeups`]),
 //! await a log request's reports, arm its timer, close it — and write its
-//! answers ([`crate::transmit`]). At each tick (`worker/tick.rs`,
+//! answers ([`transmit`]). At each tick (`worker/tick.rs`,
 //! `epoch_ms`) reset the arena, refresh the `Date`, fire the timers and run
 //! one bounded step of box expiry.
+//!
+//! Its parts that no other thread touches live beside it: [`conns`] (the
+//! sockets beside their state machines), [`transmit`] (how bytes are
+//! written: `send`, or io_uring in [`uring`]), [`waiting`] (what its
+//! connections wait on) and [`host`] (the server as the core sees it:
+//! counting, wake-ups, `/metrics`).
 
-use crate::conns::Slab;
-use crate::host::WorkerHost;
-use crate::transmit::{Ready, Ring, SendNow, Sent, Transmit};
-use crate::waiting::Waiting;
 use crate::Shared;
+use conns::Slab;
+use host::WorkerHost;
 use mio::net::TcpListener;
 use mio::{Interest, Poll, Token};
 use pollbox_core::buffers::Buffers;
@@ -27,6 +31,8 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
+use transmit::{Ready, Ring, SendNow, Sent, Transmit};
+use waiting::Waiting;
 
 /// Connections of the main listener served past `max_connections`, for
 /// their probes only: a server full of event streams still answers
@@ -68,8 +74,13 @@ macro_rules! cx {
 }
 
 mod accept;
+mod conns;
+mod host;
 mod settle;
 mod tick;
+mod transmit;
+mod uring;
+mod waiting;
 
 /// A wheel entry: which connection (slot, generation) to look at.
 #[derive(Clone, Copy)]
@@ -189,7 +200,7 @@ impl Worker {
             conn_watch_bytes: 0,
             ready: Vec::with_capacity(1024),
             later: Vec::with_capacity(1024),
-            done: Vec::with_capacity(crate::uring::MAX_BATCH),
+            done: Vec::with_capacity(uring::MAX_BATCH),
             fired: Vec::with_capacity(256),
             woken: Vec::with_capacity(64),
             refusal: Vec::with_capacity(256),

@@ -2,8 +2,8 @@
 //! by another worker ([`crate::placement`]), served, or refused (shutting
 //! down, over a limit) with a 503.
 
+use super::conns::Conn;
 use super::{Worker, FIRST_CONN, PROBE_RESERVE};
-use crate::conns::Conn;
 use crate::stats::Rejected;
 use mio::net::TcpStream;
 use mio::{Interest, Token};

@@ -5,12 +5,12 @@
 //!
 //! The worker keeps nothing of the connection's state: what it keeps is what
 //! it made when applying an action (the registration of a watch in
-//! [`crate::waiting`], the wheel's timer), and the connection asks for it to
+//! [`super::waiting`], the wheel's timer), and the connection asks for it to
 //! be undone.
 
+use super::conns::Conn;
+use super::transmit::Sent;
 use super::{ConnTimer, Worker, STREAM_NOTSENT_LOWAT};
-use crate::conns::Conn;
-use crate::transmit::Sent;
 use pollbox_core::conn::{Action, SEND_BACKPRESSURE};
 use pollbox_core::service::Listener;
 use std::io::{self, Read};

@@ -1,5 +1,8 @@
 //! The server as the core sees it ([`Host`]): per-worker counting, request
 //! durations, cross-worker wake-ups and `/metrics`.
+//!
+//! What it is not: the counters themselves ([`crate::stats`]) or the
+//! exposition ([`crate::metrics`]); it bumps the one and calls the other.
 
 use crate::log::produce::Ticket;
 use crate::stats::{IngestResult, Removal, RouteLabel, WorkerStats};
