@@ -31,6 +31,7 @@ pub mod log;
 pub mod metrics;
 pub mod placement;
 mod preflight;
+mod shared;
 pub mod snapshot_file;
 mod start_error;
 pub mod stats;
@@ -45,114 +46,16 @@ pub use listener::resolve;
 pub use start_error::StartError;
 pub use worker_threads::WORKER_PANIC_EXIT;
 
+use shared::Shared;
+
 use pollbox_core::config::Config;
 use pollbox_core::service::Node;
 use preflight::Preflight;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
-
-/// State every worker shares.
-pub struct Shared {
-    /// The config, the box table and the tokens (what the core shares).
-    pub node: Arc<Node>,
-    /// One per worker.
-    pub stats: Vec<stats::WorkerStats>,
-    pub open_connections: AtomicUsize,
-    /// Workers writing in io_uring batches (`server.io_uring`; the rest use `send`).
-    pub uring_workers: AtomicUsize,
-    /// Ready, draining, the workers stopped (the log's threads hold it too).
-    pub lifecycle: Arc<lifecycle::Lifecycle>,
-    /// Who waits on which key, and each worker's inbox (the log's threads
-    /// and the producer's delivery reports hold them too).
-    pub waiters: Arc<wakeups::Waiters>,
-    /// Where accepted connections are served (by load), and the hand-over.
-    pub placement: placement::Placement,
-    /// The server's clock starts here: every worker's `now_ms` (so box expiry
-    /// stamps agree between workers) and the snapshots'.
-    pub started: Instant,
-    pub workers: usize,
-    /// The snapshot thread's figures, for metrics (the snapshot thread holds
-    /// them too).
-    pub snapshots: Arc<snapshot_file::SnapshotStats>,
-    /// Bytes jemalloc had allocated, when start-up finished, outside the parts
-    /// pollbox accounts (the Rust runtime, argument parsing, the config, the
-    /// workers' fixed structures). Measured once; it does not grow.
-    pub runtime_bytes: AtomicUsize,
-    /// Where the node stands in its log (`[log]` set), else `None`.
-    pub log: Option<Arc<log::LogState>>,
-    /// What ingest produces to, on a node of a log (the consuming thread
-    /// holds it too: it serves its delivery reports).
-    pub producer: Option<Arc<log::produce::Producer>>,
-    /// The key set and static token files, read again while serving (the
-    /// watcher thread holds them too).
-    pub auth_files: Arc<auth_files::AuthFiles>,
-}
-
-impl Shared {
-    /// The state of a server of `node`, a worker for each of `wakers` (whom
-    /// `waiters` wake); not ready yet.
-    fn new(
-        node: Node,
-        wakers: &[Arc<mio::Waker>],
-        waiters: Arc<wakeups::Waiters>,
-        started: Instant,
-        log: Option<Arc<log::LogState>>,
-        producer: Option<Arc<log::produce::Producer>>,
-        auth_files: auth_files::AuthFiles,
-    ) -> Shared {
-        let n = wakers.len();
-        Shared {
-            node: Arc::new(node),
-            stats: (0..n).map(|_| stats::WorkerStats::default()).collect(),
-            open_connections: AtomicUsize::new(0),
-            uring_workers: AtomicUsize::new(0),
-            lifecycle: Arc::default(),
-            waiters,
-            placement: placement::Placement::new(wakers),
-            started,
-            workers: n,
-            snapshots: Arc::default(),
-            runtime_bytes: AtomicUsize::new(0),
-            log,
-            producer,
-            auth_files: Arc::new(auth_files),
-        }
-    }
-
-    /// Listening, the snapshot loaded, and with a log: caught up with the log
-    /// as it stood at start.
-    pub fn is_ready(&self) -> bool {
-        self.lifecycle.is_started()
-            && self
-                .log
-                .as_ref()
-                .is_none_or(|l| l.caught_up() && !l.halted())
-    }
-
-    /// Milliseconds since the server started (the clock of timeouts).
-    pub fn now_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
-    }
-
-    /// The clock box expiry counts on, from a worker's `now_ms`: on a
-    /// standalone node the server's own (ms since start, so a snapshot's idle
-    /// times carry over a restart); on a node of a log the wall clock (ms
-    /// since the Unix epoch), the clock of the records' timestamps, so every
-    /// node and every replay expires the same boxes.
-    pub fn table_clock(&self, now_ms: u64) -> u64 {
-        clock::table_clock(self.log.is_some(), now_ms)
-    }
-
-    /// [`Shared::table_clock`] now.
-    pub fn table_now_ms(&self) -> u64 {
-        self.table_clock(self.now_ms())
-    }
-}
 
 /// A running server.
 pub struct Server {
@@ -241,10 +144,10 @@ impl Server {
                 let snapshots =
                     snapshot_file::Snapshots::new(p.clone(), chain).compact_at(compact_percent);
                 let writing = snapshot_file::Writing {
-                    node: shared.node.clone(),
-                    log: shared.log.clone(),
-                    started: shared.started,
-                    stats: shared.snapshots.clone(),
+                    node: shared.node().clone(),
+                    log: shared.log().cloned(),
+                    started: shared.started(),
+                    stats: shared.snapshots().clone(),
                 };
                 let stop = snapshot_stop.clone();
                 Some(
@@ -255,20 +158,20 @@ impl Server {
             }
             None => None,
         };
-        let log_thread = match &shared.log {
+        let log_thread = match shared.log() {
             Some(l) => Some(log::consume::spawn(log::consume::Consuming {
-                node: shared.node.clone(),
+                node: shared.node().clone(),
                 log: l.clone(),
-                waiters: shared.waiters.clone(),
-                lifecycle: shared.lifecycle.clone(),
-                producer: shared.producer.clone(),
-                started: shared.started,
+                waiters: shared.waiters().clone(),
+                lifecycle: shared.lifecycle().clone(),
+                producer: shared.producer().cloned(),
+                started: shared.started(),
             })?),
             None => None,
         };
         let auth_watcher =
-            auth_files::Watcher::spawn(shared.node.clone(), shared.auth_files.clone())?;
-        shared.lifecycle.set_ready();
+            auth_files::Watcher::spawn(shared.node().clone(), shared.auth_files().clone())?;
+        shared.lifecycle().set_ready();
         Ok(Server {
             shared,
             addr: actual,
@@ -293,8 +196,45 @@ impl Server {
         self.metrics_addr
     }
 
-    pub fn shared(&self) -> &Arc<Shared> {
-        &self.shared
+    /// The node: its config, box table and tokens.
+    pub fn node(&self) -> &Arc<Node> {
+        self.shared.node()
+    }
+
+    /// Ready, draining, the workers stopped (a handle that outlives a
+    /// [`Server::shutdown`] in progress, for who waits on it).
+    pub fn lifecycle(&self) -> &Arc<lifecycle::Lifecycle> {
+        self.shared.lifecycle()
+    }
+
+    /// Each worker's counters, by worker index.
+    pub fn stats(&self) -> &[stats::WorkerStats] {
+        self.shared.stats()
+    }
+
+    /// Who waits on which key (parked polls and event streams).
+    pub fn waiters(&self) -> &wakeups::Waiters {
+        self.shared.waiters()
+    }
+
+    /// Connections open now, on every worker.
+    pub fn open_connections(&self) -> usize {
+        self.shared.open_connections()
+    }
+
+    /// How many workers run.
+    pub fn workers(&self) -> usize {
+        self.shared.workers()
+    }
+
+    /// Workers writing in io_uring batches (`server.io_uring`; the rest use `send`).
+    pub fn uring_workers(&self) -> usize {
+        self.shared.uring_workers()
+    }
+
+    /// The `/metrics` exposition now, appended to `out`.
+    pub fn render_metrics(&self, out: &mut Vec<u8>) {
+        metrics::render(&self.shared, out);
     }
 
     /// Read the key set and static token files again, now (what SIGHUP
@@ -302,7 +242,7 @@ impl Server {
     /// at their next tick. On a failure the keys and tokens in use stay.
     /// Returns the new generation, or why nothing changed.
     pub fn reload_auth(&self, why: &str) -> Result<u64, String> {
-        auth_files::reload(&self.shared.node, &self.shared.auth_files, why)
+        auth_files::reload(self.shared.node(), self.shared.auth_files(), why)
     }
 
     /// Graceful stop: stop accepting, finish requests in flight, write the
@@ -311,7 +251,7 @@ impl Server {
         if let Some(w) = self.auth_watcher.take() {
             w.stop();
         }
-        self.shared.lifecycle.start_draining();
+        self.shared.lifecycle().start_draining();
         for w in &self.wakers {
             let _ = w.wake();
         }
@@ -327,7 +267,7 @@ impl Server {
                 }
             }
         }
-        self.shared.lifecycle.stop_workers();
+        self.shared.lifecycle().stop_workers();
         {
             let (lock, cv) = &*self.snapshot_stop;
             if let Ok(mut stop) = lock.lock() {
@@ -344,8 +284,8 @@ impl Server {
             // A thread that panicked lost its chain: the final file is a base.
             let mut snapshots =
                 snapshots.unwrap_or_else(|| snapshot_file::Snapshots::new(p.clone(), None));
-            let position = self.shared.log.as_ref().and_then(|l| l.position());
-            let (boxes, now_ms) = (&self.shared.node.boxes, self.shared.table_now_ms());
+            let position = self.shared.log().and_then(|l| l.position());
+            let (boxes, now_ms) = (&self.shared.node().boxes, self.shared.table_now_ms());
             // Every worker has stopped: no version past this snapshot's was
             // served, so the next start may keep its versions (the seal names
             // the chain's newest file).
@@ -393,7 +333,7 @@ pub fn serve_until_signal(server: Server, mut signals: ShutdownSignals) -> Resul
         eprintln!("pollbox: signal {sig}: draining (stop accepting, finish requests{snapshot})");
         break;
     }
-    let boxes = server.shared.node.boxes.len();
+    let boxes = server.shared.node().boxes.len();
     let r = server.shutdown();
     if r.is_ok() {
         eprintln!("pollbox: stopped cleanly ({boxes} boxes)");

@@ -28,7 +28,6 @@ use pollbox_core::conn::Ctx;
 use pollbox_core::service::{Listener, Service};
 use pollbox_core::wheel::Wheel;
 use std::io;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use transmit::{Ready, Ring, SendNow, Sent, Transmit};
@@ -136,7 +135,7 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn new(
+    pub(crate) fn new(
         id: usize,
         shared: Arc<Shared>,
         mut listener: TcpListener,
@@ -149,12 +148,12 @@ impl Worker {
             poll.registry()
                 .register(l, METRICS_LISTENER, Interest::READABLE)?;
         }
-        let epoch_ms = shared.node.config.server.epoch_ms;
-        let started = shared.started;
-        let transmit: Box<dyn Transmit + Send> = if shared.node.config.server.io_uring {
+        let epoch_ms = shared.node().config.server.epoch_ms;
+        let started = shared.started();
+        let transmit: Box<dyn Transmit + Send> = if shared.node().config.server.io_uring {
             match Ring::new(&poll) {
                 Ok(r) => {
-                    shared.uring_workers.fetch_add(1, Ordering::Relaxed);
+                    shared.uring_started();
                     Box::new(r)
                 }
                 Err(e) => {
@@ -173,10 +172,10 @@ impl Worker {
             listener: Some(listener),
             metrics_listener,
             conns: Slab::default(),
-            service: Service::new(shared.node.clone(), SystemTime::now()),
+            service: Service::new(shared.node().clone(), SystemTime::now()),
             // This worker's share of max_buffered_bytes.
             buffers: Buffers::new(
-                shared.node.config.limits.max_buffered_bytes / shared.workers.max(1),
+                shared.node().config.limits.max_buffered_bytes / shared.workers().max(1),
             ),
             host: WorkerHost::new(shared, id),
             transmit,
@@ -208,7 +207,7 @@ impl Worker {
     }
 
     fn shared(&self) -> &Shared {
-        &self.host.shared
+        self.host.shared()
     }
 
     /// Bytes this worker accounts for now (arena and buffers), before it runs.
@@ -298,7 +297,7 @@ impl Worker {
             if self.clock() >= self.next_tick_ms {
                 self.tick();
             }
-            if self.shared().lifecycle.is_draining() && self.drain_step() {
+            if self.shared().lifecycle().is_draining() && self.drain_step() {
                 return Ok(());
             }
         }
@@ -370,7 +369,7 @@ impl Worker {
             self.id
         );
         self.transmit = Box::new(SendNow::new());
-        self.shared().uring_workers.fetch_sub(1, Ordering::Relaxed);
+        self.shared().uring_stopped();
     }
 
     fn on_event(&mut self, ev: Ready) {

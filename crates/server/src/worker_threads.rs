@@ -9,7 +9,6 @@ use crate::cores::{allowed_cores, pin_to_core};
 use crate::start_error::StartError;
 use crate::{alloc_stats, worker, Shared};
 use std::io;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -38,7 +37,7 @@ pub(crate) fn start_workers(
 ) -> Result<Vec<JoinHandle<io::Result<()>>>, StartError> {
     // Worker i goes to the i-th core this process may run on (its affinity mask,
     // e.g. `taskset -c 8-15`), not to core i, so pinning stays inside the mask.
-    let cores = if shared.node.config.server.pin_workers {
+    let cores = if shared.node().config.server.pin_workers {
         allowed_cores()
     } else {
         Vec::new()
@@ -50,14 +49,13 @@ pub(crate) fn start_workers(
     }
     // Everything allocated so far that is not a box, an arena or a buffer
     // counted by the workers is fixed start-up memory.
-    let counted: usize = shared.node.boxes.accounted_bytes()
+    let counted: usize = shared.node().boxes.accounted_bytes()
         + workers
             .iter()
             .map(worker::Worker::accounted_bytes)
             .sum::<usize>();
-    shared.runtime_bytes.store(
+    shared.set_runtime_bytes(
         (alloc_stats::read_global_fresh().allocated as usize).saturating_sub(counted),
-        Ordering::Relaxed,
     );
     let mut threads = Vec::with_capacity(workers.len());
     for (i, w) in workers.into_iter().enumerate() {

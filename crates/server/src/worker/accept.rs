@@ -10,7 +10,6 @@ use mio::{Interest, Token};
 use pollbox_core::conn::Connection;
 use pollbox_core::service::Listener;
 use std::io::{self, Write};
-use std::sync::atomic::Ordering;
 
 impl Worker {
     pub(super) fn accept(&mut self, listener: Listener) {
@@ -34,14 +33,14 @@ impl Worker {
                 }
             };
             if listener == Listener::Main
-                && self.host.shared.node.config.server.place_by_load
-                && !self.host.shared.lifecycle.is_draining()
+                && self.host.shared().node().config.server.place_by_load
+                && !self.host.shared().lifecycle().is_draining()
             {
                 // Served where the load is least (crate::placement).
-                let shared = &self.host.shared;
-                let to = shared.placement.place(self.id, &shared.stats);
+                let shared = self.host.shared();
+                let to = shared.placement().place(self.id, shared.stats());
                 if to != self.id {
-                    match shared.placement.hand(to, stream) {
+                    match shared.placement().hand(to, stream) {
                         Ok(()) => continue,
                         Err(s) => stream = s,
                     }
@@ -57,7 +56,7 @@ impl Worker {
     /// (`/healthz`, `/readyz`: [`Listener::Probes`]), up to
     /// [`PROBE_RESERVE`] of them; the metrics listener is never capped.
     pub(super) fn adopt(&mut self, mut stream: TcpStream, mut listener: Listener) {
-        if self.host.shared.lifecycle.is_draining() {
+        if self.host.shared().lifecycle().is_draining() {
             // Shutting down: say so, so a load balancer retries elsewhere.
             self.host.stats().rejected(Rejected::Draining);
             self.refuse(&mut stream, "shutting down");
@@ -69,12 +68,12 @@ impl Worker {
             self.refuse(&mut stream, "server buffers full (max_buffered_bytes)");
             return;
         }
-        let shared = &self.host.shared;
-        let open = shared.open_connections.fetch_add(1, Ordering::AcqRel);
-        let cap = shared.node.config.limits.max_connections;
+        let shared = self.host.shared();
+        let open = shared.connection_opened();
+        let cap = shared.node().config.limits.max_connections;
         if listener == Listener::Main && open >= cap {
             if open >= cap.saturating_add(PROBE_RESERVE) {
-                shared.open_connections.fetch_sub(1, Ordering::AcqRel);
+                shared.connection_closed();
                 self.host.stats().rejected(Rejected::MaxConnections);
                 self.refuse(&mut stream, "too many connections");
                 return;
@@ -89,10 +88,7 @@ impl Worker {
             Interest::READABLE | Interest::WRITABLE,
         ) {
             eprintln!("pollbox: worker {}: register failed: {e}", self.id);
-            self.host
-                .shared
-                .open_connections
-                .fetch_sub(1, Ordering::AcqRel);
+            self.host.shared().connection_closed();
             self.conns.release(slot);
             return;
         }

@@ -14,7 +14,6 @@ use super::{ConnTimer, Worker, STREAM_NOTSENT_LOWAT};
 use pollbox_core::conn::{Action, SEND_BACKPRESSURE};
 use pollbox_core::service::Listener;
 use std::io::{self, Read};
-use std::sync::atomic::Ordering;
 
 impl Worker {
     /// Do what the connection asks until it asks for nothing more: read (when it
@@ -92,12 +91,12 @@ impl Worker {
         loop {
             let mut watched = false;
             let conn = (slot, c.gen);
-            let shared = &self.host.shared;
-            let stats = &shared.stats[self.id];
+            let shared = self.host.shared();
+            let stats = &shared.stats()[self.id];
             for a in c.core.actions() {
                 match a {
                     Action::Watch(w) => {
-                        c.watch = Some(self.waiting.watch(w, conn, &shared.waiters, stats));
+                        c.watch = Some(self.waiting.watch(w, conn, shared.waiters(), stats));
                         if w.stream && !c.lowat_set {
                             // A reader that stops reading: the kernel takes at most
                             // this much unsent data for it (not the 4 MB a send
@@ -113,7 +112,7 @@ impl Worker {
                     }
                     Action::Unwatch => {
                         if let Some(r) = c.watch.take() {
-                            self.waiting.unwatch(r, conn, &shared.waiters, stats);
+                            self.waiting.unwatch(r, conn, shared.waiters(), stats);
                         }
                     }
                     Action::Await(ticket) => self.waiting.await_reports(ticket, conn),
@@ -211,18 +210,18 @@ impl Worker {
             self.wheel.cancel(t);
         }
         self.conns.release(slot);
-        let shared = &self.host.shared;
-        shared.open_connections.fetch_sub(1, Ordering::AcqRel);
-        shared.stats[self.id].connections_open.sub(1);
+        let shared = self.host.shared();
+        shared.connection_closed();
+        shared.stats()[self.id].connections_open.sub(1);
     }
 
     /// Another worker (or this one) applied an update to keys we wait on; or,
     /// on a node of a log, records our ingests wait for met their fate.
     pub(super) fn on_wake(&mut self) {
-        while let Some(stream) = self.host.shared.placement.next(self.id) {
+        while let Some(stream) = self.host.shared().placement().next(self.id) {
             self.adopt(stream, Listener::Main);
         }
-        while let Some(r) = self.host.shared.waiters.next_report(self.id) {
+        while let Some(r) = self.host.shared().waiters().next_report(self.id) {
             let Some((slot, gen)) = self.waiting.awaiting(r.request) else {
                 continue; // answered already (timed out) or closed
             };
@@ -232,7 +231,7 @@ impl Worker {
             self.timed(|cx| c.core.on_log_report(r.index, r.report, cx));
             self.settle(slot, c);
         }
-        while let Some(wake) = self.host.shared.waiters.next(self.id) {
+        while let Some(wake) = self.host.shared().waiters().next(self.id) {
             self.woken.clear();
             self.waiting.woken(wake, &mut self.woken);
             for i in 0..self.woken.len() {

@@ -18,7 +18,7 @@ impl Worker {
         self.busy = (self.busy * 7 + busy) / 8;
         self.idle_ns = 0;
         self.busy_since = now;
-        self.host.shared.placement.set_busy(self.id, self.busy);
+        self.host.shared().placement().set_busy(self.id, self.busy);
     }
 
     pub(super) fn tick(&mut self) {
@@ -76,11 +76,11 @@ impl Worker {
         self.fired = fired;
         // A bounded step of box expiry (SweepBudget::PER_TICK): the boxes'
         // long-polls are woken through the same path as an ingest's.
-        let table_ms = self.host.shared.table_clock(self.now_ms);
+        let table_ms = self.host.shared().table_clock(self.now_ms);
         self.service.expire(table_ms, &mut self.host);
         // Clients gone whose request bucket has refilled are forgotten, a
         // shard a tick (docs/private-boxes.md#per-client-limits).
-        let clients = &self.host.shared.node.clients;
+        let clients = &self.host.shared().node().clients;
         if clients.limits().rate_limited() {
             clients.sweep(self.now_ms.saturating_mul(1000));
         }
@@ -132,8 +132,8 @@ impl Worker {
             && self.later.is_empty()
             && self.starved.is_empty()
             && arena.capacity_bytes() <= arena.working_size().saturating_mul(4)
-            && (shared.node.config.boxes.ttl_s == 0 || shared.node.boxes.is_empty())
-            && !shared.lifecycle.is_draining_relaxed()
+            && (shared.node().config.boxes.ttl_s == 0 || shared.node().boxes.is_empty())
+            && !shared.lifecycle().is_draining_relaxed()
     }
 
     /// One step of draining. Returns true when the worker may exit.
