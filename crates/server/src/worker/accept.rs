@@ -15,8 +15,8 @@ impl Worker {
     pub(super) fn accept(&mut self, listener: Listener) {
         loop {
             let l = match listener {
-                Listener::Main => self.listener.as_ref(),
-                Listener::Metrics => self.metrics_listener.as_ref(),
+                Listener::Main => self.sockets.listener.as_ref(),
+                Listener::Metrics => self.sockets.metrics_listener.as_ref(),
                 Listener::Probes => None,
             };
             let Some(l) = l else {
@@ -81,23 +81,25 @@ impl Worker {
             listener = Listener::Probes;
         }
         let _ = stream.set_nodelay(true);
-        let (slot, gen) = self.conns.vacant();
-        if let Err(e) = self.poll.registry().register(
+        let (slot, gen) = self.sockets.conns.vacant();
+        if let Err(e) = self.sockets.poll.registry().register(
             &mut stream,
             Token(slot + FIRST_CONN),
             Interest::READABLE | Interest::WRITABLE,
         ) {
             eprintln!("pollbox: worker {}: register failed: {e}", self.id);
             self.host.shared().connection_closed();
-            self.conns.release(slot);
+            self.sockets.conns.release(slot);
             return;
         }
         // Its client (the per-client limits): the peer, or whom a trusted
         // proxy names. A socket already disconnected has no peer, and no
         // request to limit.
         let core = match stream.peer_addr() {
-            Ok(peer) => Connection::from_peer(self.now_ms, listener, peer.ip(), &self.service),
-            Err(_) => Connection::new(self.now_ms, listener, &self.service),
+            Ok(peer) => {
+                Connection::from_peer(self.clocks.now_ms, listener, peer.ip(), &self.service)
+            }
+            Err(_) => Connection::new(self.clocks.now_ms, listener, &self.service),
         };
         let st = self.host.stats();
         st.connections_total.inc();
@@ -107,11 +109,11 @@ impl Worker {
 
     /// Answer 503 to a connection over the cap, best effort, and drop it.
     pub(super) fn refuse(&mut self, stream: &mut TcpStream, what: &str) {
-        let mut out = std::mem::take(&mut self.refusal);
+        let mut out = std::mem::take(&mut self.scratch.refusal);
         out.clear();
         self.timed(|cx| cx.service.closing_error(503, what, &mut out, cx.host));
         let _ = stream.write(&out);
         let _ = stream.shutdown(std::net::Shutdown::Write);
-        self.refusal = out;
+        self.scratch.refusal = out;
     }
 }
