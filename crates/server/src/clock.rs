@@ -7,7 +7,7 @@
 
 /// The clock box expiry counts on, from the server's `now_ms` (ms since
 /// start): on a standalone node that clock itself, on a node of a log
-/// (`logged`) the wall clock ([`crate::Shared::table_clock`]).
+/// (`logged`) the wall clock ([`crate::shared::Shared::table_clock`]).
 pub(crate) fn table_clock(logged: bool, now_ms: u64) -> u64 {
     if logged {
         wall_ms()

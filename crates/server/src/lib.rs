@@ -46,11 +46,10 @@ pub use listener::resolve;
 pub use start_error::StartError;
 pub use worker_threads::WORKER_PANIC_EXIT;
 
-use shared::Shared;
-
 use pollbox_core::config::Config;
 use pollbox_core::service::Node;
 use preflight::Preflight;
+use shared::Shared;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;

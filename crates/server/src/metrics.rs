@@ -18,8 +18,8 @@ pub use families::FAMILIES;
 pub use process::{process_stats, ProcessStats};
 
 use crate::alloc_stats::{self, JemallocStats};
+use crate::shared::Shared;
 use crate::stats::{Histogram, WorkerStats};
-use crate::Shared;
 use std::cell::OnceCell;
 use std::fmt::Display;
 use std::io::Write;

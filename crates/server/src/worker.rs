@@ -18,7 +18,7 @@
 //! connections wait on) and [`host`] (the server as the core sees it:
 //! counting, wake-ups, `/metrics`).
 
-use crate::Shared;
+use crate::shared::Shared;
 use conns::Slab;
 use host::WorkerHost;
 use mio::net::TcpListener;

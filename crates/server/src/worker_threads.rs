@@ -6,8 +6,9 @@
 //! ([`crate::Server::shutdown`]).
 
 use crate::cores::{allowed_cores, pin_to_core};
+use crate::shared::Shared;
 use crate::start_error::StartError;
-use crate::{alloc_stats, worker, Shared};
+use crate::{alloc_stats, worker};
 use std::io;
 use std::sync::Arc;
 use std::thread::JoinHandle;

@@ -5,9 +5,10 @@
 //! exposition ([`crate::metrics`]); it bumps the one and calls the other.
 
 use crate::log::produce::Ticket;
+use crate::metrics;
+use crate::shared::Shared;
 use crate::stats::{IngestResult, Removal, RouteLabel, WorkerStats};
 use crate::wakeups::Waiters;
-use crate::{metrics, Shared};
 use pollbox_core::service::{Host, LogUnavailable, Watchers};
 use std::sync::Arc;
 use std::time::Instant;
