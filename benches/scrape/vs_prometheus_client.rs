@@ -8,7 +8,7 @@
 //!
 //! `scrape` starts a two-worker server in this process, applies `pollbox load
 //! --mix poll:50,ingest:50` for LOAD_S seconds, renders its exposition with
-//! `pollbox_server::metrics::render`, and builds a `prometheus-client`
+//! `pollbox_server::Server::render_metrics`, and builds a `prometheus-client`
 //! Registry with the same families, label sets, series, buckets and values
 //! (parsed from that render). Then ITERS scrapes of each, interleaved, timed
 //! one by one (median, µs): pollbox's render (gathers everything: sums the
@@ -32,7 +32,7 @@
 use pollbox_core::config::Config;
 use pollbox_load::{LoadArgs, Mix};
 use pollbox_server::alloc_stats;
-use pollbox_server::metrics::{process_stats, render};
+use pollbox_server::metrics::process_stats;
 use pollbox_server::stats::{Counter as PbCounter, Histogram as PbHistogram, DURATION_BUCKETS};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -310,15 +310,15 @@ fn pc_full(reg: &Registry, g: &mut Gathered, out: &mut String) {
     pc_encode(reg, out);
 }
 
-fn pb_render(shared: &pollbox_server::Shared, out: &mut Vec<u8>) {
+fn pb_render(server: &pollbox_server::Server, out: &mut Vec<u8>) {
     out.clear();
-    render(shared, out);
+    server.render_metrics(out);
 }
 
 #[inline(never)]
-fn cg_pollbox(shared: &pollbox_server::Shared, out: &mut Vec<u8>, n: usize) {
+fn cg_pollbox(server: &pollbox_server::Server, out: &mut Vec<u8>, n: usize) {
     for _ in 0..n {
-        pb_render(shared, out);
+        pb_render(server, out);
     }
 }
 
@@ -371,9 +371,8 @@ fn scrape(args: &[String], callgrind: bool) {
     let load_s: f64 = arg(args, 2, 3.0);
     let iters: usize = arg(args, 3, if callgrind { 20 } else { 3000 });
     let server = loaded_server(load_s);
-    let shared = server.shared();
     let mut pb = Vec::with_capacity(1 << 16);
-    pb_render(shared, &mut pb);
+    pb_render(&server, &mut pb);
     let text = String::from_utf8(pb.clone()).expect("UTF-8");
     let fams = parse(&text);
     let (reg, mut g) = registry(&fams);
@@ -407,7 +406,7 @@ fn scrape(args: &[String], callgrind: bool) {
     }
 
     if callgrind {
-        cg_pollbox(shared, &mut pb, iters);
+        cg_pollbox(&server, &mut pb, iters);
         cg_pc_encode(&reg, &mut pc, iters);
         cg_pc_full(&reg, &mut g, &mut pc, iters);
         println!("callgrind: {iters} scrapes each");
@@ -417,7 +416,7 @@ fn scrape(args: &[String], callgrind: bool) {
         for _ in 0..iters {
             let a = ALLOCS.load(Relaxed);
             let t = Instant::now();
-            pb_render(shared, &mut pb);
+            pb_render(&server, &mut pb);
             t_pb.push(t.elapsed().as_secs_f64() * 1e6);
             a_pb = a_pb.min(ALLOCS.load(Relaxed) - a);
 

@@ -125,9 +125,9 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             eprintln!(
                 "pollbox: listening on http://{} with {} workers, {} on the io_uring loop (config: {source}; boxes loaded: {}{})",
                 server.addr(),
-                server.shared().workers,
-                server.shared().uring_workers.load(std::sync::atomic::Ordering::Relaxed),
-                server.shared().node.boxes.len(),
+                server.workers(),
+                server.uring_workers(),
+                server.node().boxes.len(),
                 server
                     .metrics_addr()
                     .map(|a| format!("; metrics on http://{a}/metrics"))

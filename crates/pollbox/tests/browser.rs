@@ -291,7 +291,7 @@ fn a_page_on_an_allowed_origin_polls_long_polls_ingests_and_deletes() {
     assert_eq!(r["after_delete"]["status"], 404, "{r}");
     assert_eq!(r["after_delete"]["body"]["error"], "no such box", "{r}");
     assert_eq!(r["unauthorized"]["status"], 401, "{r}");
-    assert_eq!(server.shared().node.boxes.len(), 0);
+    assert_eq!(server.node().boxes.len(), 0);
 
     // The same page from an origin pollbox does not allow: the browser
     // refuses every answer (fetch rejects with a TypeError).
@@ -312,7 +312,7 @@ fn a_page_on_an_allowed_origin_polls_long_polls_ingests_and_deletes() {
     assert_eq!(r["event_source"], "rejected: Error", "{r}");
     assert_eq!(r["event_source_deleted"], "no stream", "{r}");
     assert_eq!(
-        server.shared().node.boxes.len(),
+        server.node().boxes.len(),
         0,
         "preflights refused: nothing was ingested"
     );

@@ -189,7 +189,7 @@ impl Watcher {
         let thread = std::thread::Builder::new()
             .name("pollbox-auth".into())
             .spawn(move || {
-                crate::lower_priority("auth file watcher");
+                crate::thread_priority::lower_priority("auth file watcher");
                 watch(&node, &files, &stopped);
             })?;
         Ok(Some(Watcher { stop, thread }))

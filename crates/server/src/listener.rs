@@ -92,3 +92,25 @@ fn claim_name(addr: SocketAddr) -> io::Result<Option<std::os::unix::net::UnixLis
         Err(_) => Ok(None),
     }
 }
+
+/// The first address `a` (`ip:port` or `name:port`) resolves to, IPv4 first
+/// (a name like `localhost` may resolve to ::1 where IPv6 is off).
+pub fn resolve(a: &str) -> io::Result<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    a.to_socket_addrs()?
+        .min_by_key(SocketAddr::is_ipv6)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "the name resolves to no address"))
+}
+
+/// The listener of `server.metrics_listen` (none when it is empty). Worker 0
+/// serves it, with the same connection state machine as every other listener
+/// (it routes only `/metrics` there).
+pub fn bind_metrics(addr: &str) -> io::Result<Option<mio::net::TcpListener>> {
+    if addr.is_empty() {
+        return Ok(None);
+    }
+    let l = resolve(addr)
+        .and_then(std::net::TcpListener::bind)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))?;
+    Ok(Some(mio::net::TcpListener::from_std(l)))
+}

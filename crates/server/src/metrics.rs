@@ -18,8 +18,8 @@ pub use families::FAMILIES;
 pub use process::{process_stats, ProcessStats};
 
 use crate::alloc_stats::{self, JemallocStats};
+use crate::shared::Shared;
 use crate::stats::{Histogram, WorkerStats};
-use crate::Shared;
 use std::cell::OnceCell;
 use std::fmt::Display;
 use std::io::Write;
@@ -96,14 +96,14 @@ impl Family {
 /// system call or a jemalloc epoch, each read at most once, when a family
 /// first asks for it.
 pub struct Scrape<'a> {
-    pub shared: &'a Shared,
+    shared: &'a Shared,
     accounted: OnceCell<Accounted>,
     jemalloc: OnceCell<JemallocStats>,
     process: OnceCell<ProcessStats>,
 }
 
 impl<'a> Scrape<'a> {
-    pub fn new(shared: &'a Shared) -> Self {
+    pub(crate) fn new(shared: &'a Shared) -> Self {
         Scrape {
             shared,
             accounted: OnceCell::new(),
@@ -114,18 +114,18 @@ impl<'a> Scrape<'a> {
     /// The running workers' stats, by worker index.
     fn workers(&self) -> impl Iterator<Item = (usize, &'a WorkerStats)> {
         self.shared
-            .stats
+            .stats()
             .iter()
-            .take(self.shared.workers)
+            .take(self.shared.workers())
             .enumerate()
     }
     /// One counter summed over every worker's stats.
     fn sum(&self, f: impl Fn(&WorkerStats) -> u64) -> u64 {
-        self.shared.stats.iter().map(f).sum()
+        self.shared.stats().iter().map(f).sum()
     }
     /// The largest value of one gauge among the workers.
     fn max(&self, f: impl Fn(&WorkerStats) -> u64) -> u64 {
-        self.shared.stats.iter().map(f).max().unwrap_or(0)
+        self.shared.stats().iter().map(f).max().unwrap_or(0)
     }
     fn accounted(&self) -> &Accounted {
         self.accounted.get_or_init(|| accounted(self.shared))
@@ -208,7 +208,7 @@ impl Samples<'_> {
     ) {
         let mut counts = vec![0u64; N + 1];
         let mut sum_ns = 0;
-        for s in &scrape.shared.stats {
+        for s in scrape.shared.stats() {
             let h = of(s);
             for (total, c) in counts.iter_mut().zip(h.counts()) {
                 *total += c;
@@ -220,7 +220,7 @@ impl Samples<'_> {
 }
 
 /// Render every family this node has into `out`, in declaration order.
-pub fn render(shared: &Shared, out: &mut Vec<u8>) {
+pub(crate) fn render(shared: &Shared, out: &mut Vec<u8>) {
     let scrape = Scrape::new(shared);
     for family in FAMILIES {
         if !family.shown(&scrape) {
@@ -248,15 +248,13 @@ impl Accounted {
     }
 }
 
-pub fn accounted(shared: &Shared) -> Accounted {
+pub(crate) fn accounted(shared: &Shared) -> Accounted {
     let mut a = Accounted {
-        boxes: shared.node.boxes.accounted_bytes() as u64,
-        runtime: shared
-            .runtime_bytes
-            .load(std::sync::atomic::Ordering::Relaxed) as u64,
+        boxes: shared.node().boxes.accounted_bytes() as u64,
+        runtime: shared.runtime_bytes() as u64,
         ..Default::default()
     };
-    for s in &shared.stats {
+    for s in shared.stats() {
         a.arena += s.arena_capacity.get();
         a.buffers += s.buffer_bytes.get();
         a.send_queue += s.send_queue_bytes.get();

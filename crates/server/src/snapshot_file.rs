@@ -29,8 +29,9 @@ use pollbox_core::snapshot::{
     FORMAT_VERSION,
 };
 
+use crate::failpoint;
 use crate::log::LogState;
-use crate::{failpoint, StartError};
+use crate::start_error::StartError;
 use pollbox_core::service::Node;
 
 /// By default, a new base is written once the chain's deltas together pass this share of
@@ -217,7 +218,7 @@ impl Snapshots {
             kind: Kind::Base,
             chain: new_chain_id(),
             seq: 0,
-            wall_ms: crate::wall_ms(),
+            wall_ms: crate::clock::wall_ms(),
         };
         let (written, bytes) = write_atomic(
             &self.path,
@@ -267,7 +268,7 @@ impl Snapshots {
             kind: Kind::Delta,
             chain: chain.id,
             seq: chain.seq + 1,
-            wall_ms: crate::wall_ms(),
+            wall_ms: crate::clock::wall_ms(),
         };
         let same = |w: &Written| {
             w.boxes == 0
@@ -306,7 +307,7 @@ impl Snapshots {
 fn new_chain_id() -> u64 {
     use std::hash::BuildHasher;
     std::collections::hash_map::RandomState::new()
-        .hash_one(crate::wall_us())
+        .hash_one(crate::clock::wall_us())
         .max(1)
 }
 
@@ -702,10 +703,10 @@ pub(crate) struct Writing {
 }
 
 impl Writing {
-    /// The table's clock now ([`crate::table_clock`]).
+    /// The table's clock now ([`crate::clock::table_clock`]).
     fn table_now_ms(&self) -> u64 {
         let now_ms = self.started.elapsed().as_millis() as u64;
-        crate::table_clock(self.log.is_some(), now_ms)
+        crate::clock::table_clock(self.log.is_some(), now_ms)
     }
 }
 
@@ -772,7 +773,7 @@ pub(crate) fn save_counted(writing: &Writing, snapshots: &mut Snapshots) -> Opti
 /// lock for a few copies at a time, and a thread that may never be scheduled
 /// again while holding it would stall every box creation in that shard.)
 fn lower_priority() {
-    crate::lower_priority("snapshot");
+    crate::thread_priority::lower_priority("snapshot");
 }
 
 #[cfg(test)]

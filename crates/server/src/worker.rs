@@ -6,17 +6,21 @@
 //! accept (`worker/accept.rs`), and give each ready connection its turn
 //! (`worker/settle.rs`): read into its buffer and hand the bytes to its
 //! state machine ([`pollbox_core::conn`]), apply the actions it pushed —
-//! watch keys where ingests wake it ([`crate::waiting`], [`crate::wakeups`]),
+//! watch keys where ingests wake it ([`waiting`], [`crate::wakeups`]),
 //! await a log request's reports, arm its timer, close it — and write its
-//! answers ([`crate::transmit`]). At each tick (`worker/tick.rs`,
+//! answers ([`transmit`]). At each tick (`worker/tick.rs`,
 //! `epoch_ms`) reset the arena, refresh the `Date`, fire the timers and run
 //! one bounded step of box expiry.
+//!
+//! Its parts that no other thread touches live beside it: [`conns`] (the
+//! sockets beside their state machines), [`transmit`] (how bytes are
+//! written: `send`, or io_uring in [`uring`]), [`waiting`] (what its
+//! connections wait on) and [`host`] (the server as the core sees it:
+//! counting, wake-ups, `/metrics`).
 
-use crate::conns::Slab;
-use crate::host::WorkerHost;
-use crate::transmit::{Ready, Ring, SendNow, Sent, Transmit};
-use crate::waiting::Waiting;
-use crate::Shared;
+use crate::shared::Shared;
+use conns::Slab;
+use host::WorkerHost;
 use mio::net::TcpListener;
 use mio::{Interest, Poll, Token};
 use pollbox_core::buffers::Buffers;
@@ -24,9 +28,10 @@ use pollbox_core::conn::Ctx;
 use pollbox_core::service::{Listener, Service};
 use pollbox_core::wheel::Wheel;
 use std::io;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
+use transmit::{Ready, Ring, SendNow, Sent, Transmit};
+use waiting::Waiting;
 
 /// Connections of the main listener served past `max_connections`, for
 /// their probes only: a server full of event streams still answers
@@ -59,7 +64,7 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 macro_rules! cx {
     ($w:expr) => {
         pollbox_core::conn::Ctx {
-            now_ms: $w.now_ms,
+            now_ms: $w.clocks.now_ms,
             service: &mut $w.service,
             buffers: &mut $w.buffers,
             host: &mut $w.host,
@@ -68,8 +73,13 @@ macro_rules! cx {
 }
 
 mod accept;
+mod conns;
+mod host;
 mod settle;
 mod tick;
+mod transmit;
+mod uring;
+mod waiting;
 
 /// A wheel entry: which connection (slot, generation) to look at.
 #[derive(Clone, Copy)]
@@ -78,20 +88,40 @@ struct ConnTimer {
     gen: u32,
 }
 
+/// One worker's state, grouped by job. The groups are plain fields (no
+/// box, no pointer): the loop reaches each part as directly as a flat struct.
 pub struct Worker {
     id: usize,
+    /// The listeners, the poll and the connections.
+    sockets: Sockets,
+    /// How answers are written: `send`, or an io_uring batch.
+    transmit: Box<dyn Transmit + Send>,
+    /// The core's side: arena, projector, pre-rendered heads.
+    service: Service,
+    buffers: Buffers,
+    host: WorkerHost,
+    /// What its connections wait on (keys, log requests).
+    waiting: Waiting,
+    clocks: Clocks,
+    timers: Timers,
+    load: Load,
+    counts: Counts,
+    scratch: Scratch,
+}
+
+/// The worker's sockets: its poll, its listeners and its connections.
+struct Sockets {
     poll: Poll,
     listener: Option<TcpListener>,
     /// `metrics_listen`, on worker 0 only.
     metrics_listener: Option<TcpListener>,
     conns: Slab,
-    service: Service,
-    buffers: Buffers,
-    host: WorkerHost,
-    transmit: Box<dyn Transmit + Send>,
-    wheel: Wheel<ConnTimer>,
-    /// What its connections wait on (keys, log requests).
-    waiting: Waiting,
+}
+
+/// The loop's clock and the tick's schedule.
+struct Clocks {
+    /// The server's start: one clock for every worker, since boxes' expiry
+    /// stamps are compared across workers.
     started: Instant,
     now_ms: u64,
     epoch_ms: u64,
@@ -99,11 +129,26 @@ pub struct Worker {
     /// Ticks in a row that found nothing to do ([`Worker::is_quiet`]).
     quiet_ticks: u32,
     draining_since: Option<Instant>,
-    /// Time spent waiting for events since `busy_since`, and the busy share
-    /// (per mille, smoothed over ~8 ticks) published for placement.
+}
+
+/// What the tick looks at again: the connections' timers, and the
+/// connections waiting for buffer budget.
+struct Timers {
+    wheel: Wheel<ConnTimer>,
+    /// Connections waiting for buffer budget, tried again at each tick.
+    starved: Vec<(usize, u32)>,
+}
+
+/// Time spent waiting for events since `busy_since`, and the busy share
+/// (per mille, smoothed over ~8 ticks) published for placement.
+struct Load {
     idle_ns: u64,
     busy_since: Instant,
     busy: u32,
+}
+
+/// Bytes moved and held, published at each tick.
+struct Counts {
     read_bytes: u64,
     sent_bytes: u64,
     /// Connections' send queues, summed (their read buffers: `buffers`).
@@ -111,9 +156,10 @@ pub struct Worker {
     /// Bytes of what parked polls and event streams keep (keys, where a stream
     /// of many boxes stands with each, the hashes they are registered under).
     conn_watch_bytes: usize,
-    /// Connections waiting for buffer budget, tried again at each tick.
-    starved: Vec<(usize, u32)>,
-    // Scratch lists, kept between turns.
+}
+
+/// Scratch lists, kept between turns so a turn allocates nothing.
+struct Scratch {
     ready: Vec<Ready>,
     /// Ingesting connections of a turn, served after the others, and those the
     /// last turn left for this one ([`Worker::serve`]).
@@ -125,7 +171,7 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn new(
+    pub(crate) fn new(
         id: usize,
         shared: Arc<Shared>,
         mut listener: TcpListener,
@@ -138,12 +184,12 @@ impl Worker {
             poll.registry()
                 .register(l, METRICS_LISTENER, Interest::READABLE)?;
         }
-        let epoch_ms = shared.node.config.server.epoch_ms;
-        let started = shared.started;
-        let transmit: Box<dyn Transmit + Send> = if shared.node.config.server.io_uring {
+        let epoch_ms = shared.node().config.server.epoch_ms;
+        let started = shared.started();
+        let transmit: Box<dyn Transmit + Send> = if shared.node().config.server.io_uring {
             match Ring::new(&poll) {
                 Ok(r) => {
-                    shared.uring_workers.fetch_add(1, Ordering::Relaxed);
+                    shared.uring_started();
                     Box::new(r)
                 }
                 Err(e) => {
@@ -158,46 +204,56 @@ impl Worker {
         };
         Ok(Worker {
             id,
-            poll,
-            listener: Some(listener),
-            metrics_listener,
-            conns: Slab::default(),
-            service: Service::new(shared.node.clone(), SystemTime::now()),
+            sockets: Sockets {
+                poll,
+                listener: Some(listener),
+                metrics_listener,
+                conns: Slab::default(),
+            },
+            transmit,
+            service: Service::new(shared.node().clone(), SystemTime::now()),
             // This worker's share of max_buffered_bytes.
             buffers: Buffers::new(
-                shared.node.config.limits.max_buffered_bytes / shared.workers.max(1),
+                shared.node().config.limits.max_buffered_bytes / shared.workers().max(1),
             ),
             host: WorkerHost::new(shared, id),
-            transmit,
-            wheel: Wheel::new(epoch_ms, 512, 0),
             waiting: Waiting::new(id),
-            // One clock for every worker: boxes' expiry stamps are compared
-            // across workers.
-            started,
-            now_ms: 0,
-            epoch_ms,
-            next_tick_ms: epoch_ms,
-            quiet_ticks: 0,
-            draining_since: None,
-            idle_ns: 0,
-            busy_since: Instant::now(),
-            busy: 0,
-            read_bytes: 0,
-            sent_bytes: 0,
-            starved: Vec::new(),
-            conn_send_bytes: 0,
-            conn_watch_bytes: 0,
-            ready: Vec::with_capacity(1024),
-            later: Vec::with_capacity(1024),
-            done: Vec::with_capacity(crate::uring::MAX_BATCH),
-            fired: Vec::with_capacity(256),
-            woken: Vec::with_capacity(64),
-            refusal: Vec::with_capacity(256),
+            clocks: Clocks {
+                started,
+                now_ms: 0,
+                epoch_ms,
+                next_tick_ms: epoch_ms,
+                quiet_ticks: 0,
+                draining_since: None,
+            },
+            timers: Timers {
+                wheel: Wheel::new(epoch_ms, 512, 0),
+                starved: Vec::new(),
+            },
+            load: Load {
+                idle_ns: 0,
+                busy_since: Instant::now(),
+                busy: 0,
+            },
+            counts: Counts {
+                read_bytes: 0,
+                sent_bytes: 0,
+                conn_send_bytes: 0,
+                conn_watch_bytes: 0,
+            },
+            scratch: Scratch {
+                ready: Vec::with_capacity(1024),
+                later: Vec::with_capacity(1024),
+                done: Vec::with_capacity(uring::MAX_BATCH),
+                fired: Vec::with_capacity(256),
+                woken: Vec::with_capacity(64),
+                refusal: Vec::with_capacity(256),
+            },
         })
     }
 
     fn shared(&self) -> &Shared {
-        &self.host.shared
+        self.host.shared()
     }
 
     /// Bytes this worker accounts for now (arena and buffers), before it runs.
@@ -211,12 +267,13 @@ impl Worker {
         self.buffers.read_held()
             + self.buffers.pooled_bytes()
             + self.service.working_bytes()
-            + self.conns.heap_bytes()
-            + self.conn_watch_bytes
+            + self.sockets.conns.heap_bytes()
+            + self.counts.conn_watch_bytes
             + self.waiting.heap_bytes()
             + self.transmit.heap_bytes()
-            + (self.ready.capacity() + self.later.capacity()) * std::mem::size_of::<Ready>()
-            + self.done.capacity() * std::mem::size_of::<(usize, Sent)>()
+            + (self.scratch.ready.capacity() + self.scratch.later.capacity())
+                * std::mem::size_of::<Ready>()
+            + self.scratch.done.capacity() * std::mem::size_of::<(usize, Sent)>()
     }
 
     /// Hand the connection's state machine this worker's context for one
@@ -230,8 +287,8 @@ impl Worker {
     }
 
     fn clock(&mut self) -> u64 {
-        self.now_ms = self.started.elapsed().as_millis() as u64;
-        self.now_ms
+        self.clocks.now_ms = self.clocks.started.elapsed().as_millis() as u64;
+        self.clocks.now_ms
     }
 
     /// Run until shutdown has been asked for and every connection is done.
@@ -242,37 +299,37 @@ impl Worker {
         loop {
             // A worker with nothing to do waits longer than a tick: an idle
             // node does not wake every epoch_ms.
-            let sleep = self.quiet_ticks >= QUIET_TICKS_BEFORE_SLEEP && self.is_quiet();
+            let sleep = self.clocks.quiet_ticks >= QUIET_TICKS_BEFORE_SLEEP && self.is_quiet();
             // Ingesting connections left from the last turn: only look.
-            let timeout = if !self.later.is_empty() {
+            let timeout = if !self.scratch.later.is_empty() {
                 0
             } else if sleep {
                 QUIET_WAIT_MS
             } else {
-                self.next_tick_ms.saturating_sub(self.clock())
+                self.clocks.next_tick_ms.saturating_sub(self.clock())
             };
             let (mut ready, mut done) = (
-                std::mem::take(&mut self.ready),
-                std::mem::take(&mut self.done),
+                std::mem::take(&mut self.scratch.ready),
+                std::mem::take(&mut self.scratch.done),
             );
             let waiting = Instant::now();
             let turn = self.transmit.turn(
-                &mut self.poll,
-                &mut self.conns,
+                &mut self.sockets.poll,
+                &mut self.sockets.conns,
                 &mut self.buffers.send,
                 Duration::from_millis(timeout),
                 &mut ready,
                 &mut done,
             );
-            self.idle_ns += waiting.elapsed().as_nanos() as u64;
+            self.load.idle_ns += waiting.elapsed().as_nanos() as u64;
             if let Err(e) = turn {
                 self.fall_back(e);
             }
-            if self.clock() >= self.next_tick_ms && sleep {
+            if self.clock() >= self.clocks.next_tick_ms && sleep {
                 // From a quiet wait, late on purpose: a tick first (not an
                 // overrun), so the Date header and the wheel are current
                 // before anything is served.
-                self.next_tick_ms = self.now_ms;
+                self.clocks.next_tick_ms = self.clocks.now_ms;
                 self.tick();
             }
             for (slot, sent) in done.drain(..) {
@@ -283,11 +340,11 @@ impl Worker {
             let batch = pollbox_core::boxes::read_batch();
             self.serve(&mut ready, &mut done);
             drop(batch);
-            (self.ready, self.done) = (ready, done);
-            if self.clock() >= self.next_tick_ms {
+            (self.scratch.ready, self.scratch.done) = (ready, done);
+            if self.clock() >= self.clocks.next_tick_ms {
                 self.tick();
             }
-            if self.shared().lifecycle.is_draining() && self.drain_step() {
+            if self.shared().lifecycle().is_draining() && self.drain_step() {
                 return Ok(());
             }
         }
@@ -304,20 +361,20 @@ impl Worker {
     /// that turn finds, so neither the tick nor a poll waits behind a backlog
     /// of ingest (a generator catching up can queue tens of milliseconds).
     fn serve(&mut self, ready: &mut Vec<Ready>, done: &mut Vec<(usize, Sent)>) {
-        let mut later = std::mem::take(&mut self.later);
+        let mut later = std::mem::take(&mut self.scratch.later);
         for ev in ready.drain(..) {
             self.serve_or_defer(ev, &mut later);
         }
         let mut i = 0;
-        while i < later.len() && self.clock() < self.next_tick_ms {
+        while i < later.len() && self.clock() < self.clocks.next_tick_ms {
             self.on_event(later[i]);
             i += 1;
             if i == later.len() {
                 break;
             }
             let turn = self.transmit.turn(
-                &mut self.poll,
-                &mut self.conns,
+                &mut self.sockets.poll,
+                &mut self.sockets.conns,
                 &mut self.buffers.send,
                 Duration::ZERO,
                 ready,
@@ -335,7 +392,7 @@ impl Worker {
             }
         }
         later.drain(..i);
-        self.later = later;
+        self.scratch.later = later;
     }
 
     /// Serve `ev` now, or add it to `later` if it is a connection that ingests.
@@ -343,7 +400,7 @@ impl Worker {
         let ingests = Token(ev.token)
             .0
             .checked_sub(FIRST_CONN)
-            .and_then(|slot| self.conns.get_mut(slot))
+            .and_then(|slot| self.sockets.conns.get_mut(slot))
             .is_some_and(|c| c.core.ingesting());
         if ingests {
             later.push(ev);
@@ -359,7 +416,7 @@ impl Worker {
             self.id
         );
         self.transmit = Box::new(SendNow::new());
-        self.shared().uring_workers.fetch_sub(1, Ordering::Relaxed);
+        self.shared().uring_stopped();
     }
 
     fn on_event(&mut self, ev: Ready) {
@@ -369,7 +426,7 @@ impl Worker {
             WAKER => self.on_wake(),
             Token(t) => {
                 let slot = t - FIRST_CONN;
-                let Some(mut c) = self.conns.take(slot) else {
+                let Some(mut c) = self.sockets.conns.take(slot) else {
                     return;
                 };
                 c.peer_hup |= ev.hup;
@@ -383,6 +440,6 @@ impl Worker {
 
     /// Bytes of all this worker's connections' buffers (`pollbox_buffered_bytes`).
     fn buffered(&self) -> usize {
-        self.buffers.read_held() + self.conn_send_bytes
+        self.buffers.read_held() + self.counts.conn_send_bytes
     }
 }

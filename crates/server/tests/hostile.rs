@@ -195,7 +195,7 @@ fn settle(s: Server, a: SocketAddr, steady: Steady, seeded: &[u64]) {
 fn wait_open_connections(s: &Server, n: usize) {
     let t0 = Instant::now();
     loop {
-        let open = s.shared().open_connections.load(Ordering::Acquire);
+        let open = s.open_connections();
         if open == n {
             return;
         }
@@ -210,7 +210,7 @@ fn wait_open_connections(s: &Server, n: usize) {
 /// Sum of every `/metrics` sample of `name` whose labels contain `labels`.
 fn metric(s: &Server, name: &str, labels: &str) -> f64 {
     let mut out = Vec::new();
-    pollbox_server::metrics::render(s.shared(), &mut out);
+    s.render_metrics(&mut out);
     String::from_utf8_lossy(&out)
         .lines()
         .filter(|l| !l.starts_with('#'))

@@ -28,7 +28,7 @@ fn metric(s: &pollbox_server::Server, name: &str) -> f64 {
 /// spreads them over the workers, so the wake-up crosses workers), each
 /// followed by a pipelined `/healthz`.
 fn park(a: std::net::SocketAddr, s: &pollbox_server::Server, key: &str, after: u64) -> Vec<Reader> {
-    let before = s.shared().waiters.parked_keys();
+    let before = s.waiters().parked_keys();
     let readers: Vec<Reader> = (0..8)
         .map(|_| {
             let mut r = Reader::new(connect(a));
@@ -43,14 +43,13 @@ fn park(a: std::net::SocketAddr, s: &pollbox_server::Server, key: &str, after: u
         })
         .collect();
     let parked = || {
-        s.shared()
-            .stats
+        s.stats()
             .iter()
             .map(|w| w.parked_polls.get() as i64)
             .sum::<i64>()
     };
     eventually("8 polls parked", || parked() >= 8);
-    assert!(s.shared().waiters.parked_keys() > before);
+    assert!(s.waiters().parked_keys() > before);
     readers
 }
 
@@ -73,7 +72,7 @@ fn delete_answers_204_then_the_box_is_gone() {
     rd.send(b"DELETE /v1/boxes/b HTTP/1.1\r\nHost: t\r\n\r\nGET /v1/boxes/b HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(rd.read(false).status, 204);
     assert_eq!(rd.read(false).status, 404);
-    assert_eq!(s.shared().node.boxes.len(), 0);
+    assert_eq!(s.node().boxes.len(), 0);
     assert_eq!(metric(&s, "pollbox_boxes_deleted_total"), 2.0);
     s.shutdown().unwrap();
 }
@@ -119,7 +118,7 @@ fn parked_long_polls_of_a_deleted_box_are_answered_404() {
         assert_eq!(first.json()["error"], "no such box");
         assert_eq!(r.read(false).text(), "ok", "the pipelined request follows");
     }
-    eventually("no poll parked", || s.shared().waiters.parked_keys() == 0);
+    eventually("no poll parked", || s.waiters().parked_keys() == 0);
     s.shutdown().unwrap();
 }
 

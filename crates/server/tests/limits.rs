@@ -38,7 +38,7 @@ fn connect_from(from: &str, to: SocketAddr) -> Reader {
 /// contain `labels`.
 fn metric(s: &Server, name: &str, labels: &str) -> f64 {
     let mut out = Vec::new();
-    pollbox_server::metrics::render(s.shared(), &mut out);
+    s.render_metrics(&mut out);
     String::from_utf8_lossy(&out)
         .lines()
         .filter(|l| !l.starts_with('#'))

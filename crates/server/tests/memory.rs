@@ -58,7 +58,7 @@ fn accounted_box_bytes_track_jemalloc_at_100k_boxes() {
     let before = memory(&s);
     let mut rd = Reader::new(connect(a));
     create_boxes(&mut rd, "box", 1000);
-    assert_eq!(s.shared().node.boxes.len(), 100_000);
+    assert_eq!(s.node().boxes.len(), 100_000);
     let after = memory(&s);
     let rise = after.allocated - before.allocated;
     let accounted = boxes_accounted(&s) - before.boxes;

@@ -209,10 +209,10 @@ fn promtool_accepts_the_exposition() {
     assert_eq!(raw(a, preflight).0.status, 204);
     // Let the boxes expire, so every lifecycle counter has a sample above 0.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !s.shared().node.boxes.is_empty() && std::time::Instant::now() < deadline {
+    while !s.node().boxes.is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    assert_eq!(s.shared().node.boxes.len(), 0);
+    assert_eq!(s.node().boxes.len(), 0);
     let text = scrape(a);
     let mut child = std::process::Command::new("promtool")
         .args(["check", "metrics"])
@@ -274,14 +274,14 @@ fn connections_during_shutdown_are_refused_while_the_request_in_flight_is_answer
     c.server.workers = 2;
     let s = start(c);
     let a = s.addr();
-    let shared = s.shared().clone();
+    let lifecycle = s.lifecycle().clone();
     // A request in flight keeps the drain going (it may finish).
     let mut busy = Reader::new(connect(a));
     busy.send(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(busy.read(false).status, 200, "accepted and served");
     busy.send(b"GET /healthz HTTP/1.1\r\n");
     let stopping = std::thread::spawn(move || s.shutdown());
-    while !shared.lifecycle.is_draining() {
+    while !lifecycle.is_draining() {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     // The port stops accepting (a balancer retries a refused connection on

@@ -21,15 +21,14 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 }
 
 fn subscribers(s: &pollbox_server::Server) -> i64 {
-    s.shared()
-        .stats
+    s.stats()
         .iter()
         .map(|w| w.sse_subscribers.get() as i64)
         .sum()
 }
 
 fn sum(s: &pollbox_server::Server, f: impl Fn(&pollbox_server::stats::WorkerStats) -> u64) -> u64 {
-    s.shared().stats.iter().map(f).sum()
+    s.stats().iter().map(f).sum()
 }
 
 /// One event of a stream: its fields, as sent.
@@ -196,8 +195,7 @@ fn updates_on_any_worker_reach_subscribers_on_every_worker() {
     let mut subs: Vec<Sub> = (0..12).map(|_| Sub::open(a, "/v1/boxes/x", "")).collect();
     eventually("12 subscribers", || subscribers(&s) == 12);
     let on = s
-        .shared()
-        .stats
+        .stats()
         .iter()
         .filter(|w| w.sse_subscribers.get() > 0)
         .count();

@@ -96,7 +96,7 @@ pub fn spawn(consuming: Consuming) -> io::Result<JoinHandle<()>> {
 /// producer's client (it fetches nothing, so it answers at once; a third
 /// client would add its threads and connections to an idle node).
 fn watch_ends(c: &Consuming) {
-    crate::lower_priority("log end");
+    crate::thread_priority::lower_priority("log end");
     let log = &*c.log;
     let mut fatal_said = false;
     while !done(c) && !log.halted() {
@@ -153,7 +153,7 @@ fn run(c: &Consuming) {
     // fetch and decompress), run at nice 19 on the cores the workers use, so
     // a poll that becomes readable is not kept waiting by a replay. Idle
     // workers leave it all the CPU; saturated ones, little (its lag shows it).
-    crate::lower_priority("log");
+    crate::thread_priority::lower_priority("log");
     let log = &*c.log;
     let cfg = &c.node.config.log;
     let mut said = Throttled::default();

@@ -53,7 +53,7 @@ pub static FAMILIES: &[Family] = &[
         &["result"],
         "Reads of the key set and static token files while serving (SIGHUP, a file changed), by result; on an error the keys in use are kept.",
         |s, o| {
-            let files = &s.shared.auth_files;
+            let files = &s.shared.auth_files();
             o.labelled(&[&"ok"], files.reloads_ok.load(Relaxed));
             o.labelled(&[&"error"], files.reloads_failed.load(Relaxed));
         },
@@ -73,7 +73,7 @@ pub static FAMILIES: &[Family] = &[
         "pollbox_limit_clients",
         &[],
         "Clients the per-client limits remember (with a connection, a held request or a bucket not yet refilled).",
-        |s, o| o.value(s.shared.node.clients.len()),
+        |s, o| o.value(s.shared.node().clients.len()),
     ),
     // Connections, bytes, boxes.
     Family::new(
@@ -81,7 +81,7 @@ pub static FAMILIES: &[Family] = &[
         "pollbox_connections_open",
         &[],
         "Connections open now.",
-        |s, o| o.value(s.shared.open_connections.load(Relaxed)),
+        |s, o| o.value(s.shared.open_connections()),
     ),
     Family::new(
         Counter,
@@ -115,7 +115,7 @@ pub static FAMILIES: &[Family] = &[
         |s, o| o.value(s.sum(|w| w.bytes_sent.get())),
     ),
     Family::new(Gauge, "pollbox_boxes", &[], "Boxes in the table.", |s, o| {
-        o.value(s.shared.node.boxes.len())
+        o.value(s.shared.node().boxes.len())
     }),
     Family::new(
         Counter,
@@ -136,7 +136,7 @@ pub static FAMILIES: &[Family] = &[
         "pollbox_io_uring_workers",
         &[],
         "Workers writing each loop turn's responses with one io_uring submission (the others write with send).",
-        |s, o| o.value(s.shared.uring_workers.load(Relaxed)),
+        |s, o| o.value(s.shared.uring_workers()),
     ),
     Family::new(
         Gauge,
@@ -253,7 +253,7 @@ pub static FAMILIES: &[Family] = &[
         "pollbox_worker_busy_ratio",
         &["worker"],
         "Share of the time each worker spent not waiting for events, smoothed over ~8 epochs.",
-        |s, o| o.per_worker(s, |i, _| f64::from(s.shared.placement.busy(i)) / 1000.0),
+        |s, o| o.per_worker(s, |i, _| f64::from(s.shared.placement().busy(i)) / 1000.0),
     ),
     // Memory: ours, jemalloc's, the kernel's.
     Family::new(
@@ -353,35 +353,35 @@ pub static FAMILIES: &[Family] = &[
         "pollbox_snapshots_total",
         &[],
         "Periodic snapshots written.",
-        |s, o| o.value(s.shared.snapshots.written()),
+        |s, o| o.value(s.shared.snapshots().written()),
     ),
     Family::new(
         Counter,
         "pollbox_snapshot_written_bytes_total",
         &[],
         "Bytes of snapshot files written (bases and deltas).",
-        |s, o| o.value(s.shared.snapshots.bytes()),
+        |s, o| o.value(s.shared.snapshots().bytes()),
     ),
     Family::new(
         Counter,
         "pollbox_snapshot_write_seconds_total",
         &[],
         "Time spent writing snapshot files (walk, write, fsync, rename).",
-        |s, o| o.value(s.shared.snapshots.write_seconds()),
+        |s, o| o.value(s.shared.snapshots().write_seconds()),
     ),
     Family::new(
         Counter,
         "pollbox_snapshot_bases_total",
         &[],
         "Snapshot bases written (the first, and every compaction of a chain of deltas).",
-        |s, o| o.value(s.shared.snapshots.bases()),
+        |s, o| o.value(s.shared.snapshots().bases()),
     ),
     Family::new(
         Counter,
         "pollbox_snapshot_failures_total",
         &[],
         "Periodic snapshots that failed.",
-        |s, o| o.value(s.shared.snapshots.failed()),
+        |s, o| o.value(s.shared.snapshots().failed()),
     ),
     // The Kafka log, on a node built from one only.
     Family::new(
@@ -519,7 +519,7 @@ pub static FAMILIES: &[Family] = &[
 /// `pollbox_http_requests_total`: the workers' cells summed, by route then code.
 fn requests(s: &Scrape, o: &mut Samples) {
     let mut cells: Vec<(RouteLabel, u16, u64)> = Vec::new();
-    for w in &s.shared.stats {
+    for w in s.shared.stats() {
         for (r, c, n) in w.requests() {
             match cells.iter_mut().find(|(r2, c2, _)| *r2 == r && *c2 == c) {
                 Some(cell) => cell.2 += n,
@@ -538,19 +538,16 @@ fn requests(s: &Scrape, o: &mut Samples) {
 }
 
 fn has_log(s: &Scrape) -> bool {
-    s.shared.log.is_some()
+    s.shared.log().is_some()
 }
 
 /// The partitions are known once the node has asked the broker for them.
 fn has_partitions(s: &Scrape) -> bool {
-    s.shared
-        .log
-        .as_ref()
-        .is_some_and(|l| l.partitions().is_some())
+    s.shared.log().is_some_and(|l| l.partitions().is_some())
 }
 
 fn with_log(s: &Scrape, f: impl FnOnce(&LogState)) {
-    if let Some(log) = &s.shared.log {
+    if let Some(log) = s.shared.log() {
         f(log);
     }
 }

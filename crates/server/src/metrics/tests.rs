@@ -8,7 +8,7 @@ fn exposition() -> (crate::Server, String) {
     c.server.workers = 2;
     let server = crate::Server::start(c).expect("server starts");
     let mut out = Vec::new();
-    render(server.shared(), &mut out);
+    server.render_metrics(&mut out);
     (server, String::from_utf8(out).expect("UTF-8"))
 }
 
@@ -40,7 +40,7 @@ fn family_names_are_unique() {
 #[test]
 fn every_declared_family_is_rendered_once_with_its_help_type_and_labels() {
     let (server, text) = exposition();
-    let scrape = Scrape::new(server.shared());
+    let scrape = Scrape::new(&server.shared);
     let lines: Vec<&str> = text.lines().collect();
     for family in FAMILIES {
         let help = format!("# HELP {} {}", family.name, family.help);

@@ -2,22 +2,21 @@
 //! by another worker ([`crate::placement`]), served, or refused (shutting
 //! down, over a limit) with a 503.
 
+use super::conns::Conn;
 use super::{Worker, FIRST_CONN, PROBE_RESERVE};
-use crate::conns::Conn;
 use crate::stats::Rejected;
 use mio::net::TcpStream;
 use mio::{Interest, Token};
 use pollbox_core::conn::Connection;
 use pollbox_core::service::Listener;
 use std::io::{self, Write};
-use std::sync::atomic::Ordering;
 
 impl Worker {
     pub(super) fn accept(&mut self, listener: Listener) {
         loop {
             let l = match listener {
-                Listener::Main => self.listener.as_ref(),
-                Listener::Metrics => self.metrics_listener.as_ref(),
+                Listener::Main => self.sockets.listener.as_ref(),
+                Listener::Metrics => self.sockets.metrics_listener.as_ref(),
                 Listener::Probes => None,
             };
             let Some(l) = l else {
@@ -34,14 +33,14 @@ impl Worker {
                 }
             };
             if listener == Listener::Main
-                && self.host.shared.node.config.server.place_by_load
-                && !self.host.shared.lifecycle.is_draining()
+                && self.host.shared().node().config.server.place_by_load
+                && !self.host.shared().lifecycle().is_draining()
             {
                 // Served where the load is least (crate::placement).
-                let shared = &self.host.shared;
-                let to = shared.placement.place(self.id, &shared.stats);
+                let shared = self.host.shared();
+                let to = shared.placement().place(self.id, shared.stats());
                 if to != self.id {
-                    match shared.placement.hand(to, stream) {
+                    match shared.placement().hand(to, stream) {
                         Ok(()) => continue,
                         Err(s) => stream = s,
                     }
@@ -57,7 +56,7 @@ impl Worker {
     /// (`/healthz`, `/readyz`: [`Listener::Probes`]), up to
     /// [`PROBE_RESERVE`] of them; the metrics listener is never capped.
     pub(super) fn adopt(&mut self, mut stream: TcpStream, mut listener: Listener) {
-        if self.host.shared.lifecycle.is_draining() {
+        if self.host.shared().lifecycle().is_draining() {
             // Shutting down: say so, so a load balancer retries elsewhere.
             self.host.stats().rejected(Rejected::Draining);
             self.refuse(&mut stream, "shutting down");
@@ -69,12 +68,12 @@ impl Worker {
             self.refuse(&mut stream, "server buffers full (max_buffered_bytes)");
             return;
         }
-        let shared = &self.host.shared;
-        let open = shared.open_connections.fetch_add(1, Ordering::AcqRel);
-        let cap = shared.node.config.limits.max_connections;
+        let shared = self.host.shared();
+        let open = shared.connection_opened();
+        let cap = shared.node().config.limits.max_connections;
         if listener == Listener::Main && open >= cap {
             if open >= cap.saturating_add(PROBE_RESERVE) {
-                shared.open_connections.fetch_sub(1, Ordering::AcqRel);
+                shared.connection_closed();
                 self.host.stats().rejected(Rejected::MaxConnections);
                 self.refuse(&mut stream, "too many connections");
                 return;
@@ -82,26 +81,25 @@ impl Worker {
             listener = Listener::Probes;
         }
         let _ = stream.set_nodelay(true);
-        let (slot, gen) = self.conns.vacant();
-        if let Err(e) = self.poll.registry().register(
+        let (slot, gen) = self.sockets.conns.vacant();
+        if let Err(e) = self.sockets.poll.registry().register(
             &mut stream,
             Token(slot + FIRST_CONN),
             Interest::READABLE | Interest::WRITABLE,
         ) {
             eprintln!("pollbox: worker {}: register failed: {e}", self.id);
-            self.host
-                .shared
-                .open_connections
-                .fetch_sub(1, Ordering::AcqRel);
-            self.conns.release(slot);
+            self.host.shared().connection_closed();
+            self.sockets.conns.release(slot);
             return;
         }
         // Its client (the per-client limits): the peer, or whom a trusted
         // proxy names. A socket already disconnected has no peer, and no
         // request to limit.
         let core = match stream.peer_addr() {
-            Ok(peer) => Connection::from_peer(self.now_ms, listener, peer.ip(), &self.service),
-            Err(_) => Connection::new(self.now_ms, listener, &self.service),
+            Ok(peer) => {
+                Connection::from_peer(self.clocks.now_ms, listener, peer.ip(), &self.service)
+            }
+            Err(_) => Connection::new(self.clocks.now_ms, listener, &self.service),
         };
         let st = self.host.stats();
         st.connections_total.inc();
@@ -111,11 +109,11 @@ impl Worker {
 
     /// Answer 503 to a connection over the cap, best effort, and drop it.
     pub(super) fn refuse(&mut self, stream: &mut TcpStream, what: &str) {
-        let mut out = std::mem::take(&mut self.refusal);
+        let mut out = std::mem::take(&mut self.scratch.refusal);
         out.clear();
         self.timed(|cx| cx.service.closing_error(503, what, &mut out, cx.host));
         let _ = stream.write(&out);
         let _ = stream.shutdown(std::net::Shutdown::Write);
-        self.refusal = out;
+        self.scratch.refusal = out;
     }
 }

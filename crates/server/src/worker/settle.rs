@@ -5,16 +5,15 @@
 //!
 //! The worker keeps nothing of the connection's state: what it keeps is what
 //! it made when applying an action (the registration of a watch in
-//! [`crate::waiting`], the wheel's timer), and the connection asks for it to
+//! [`super::waiting`], the wheel's timer), and the connection asks for it to
 //! be undone.
 
+use super::conns::Conn;
+use super::transmit::Sent;
 use super::{ConnTimer, Worker, STREAM_NOTSENT_LOWAT};
-use crate::conns::Conn;
-use crate::transmit::Sent;
 use pollbox_core::conn::{Action, SEND_BACKPRESSURE};
 use pollbox_core::service::Listener;
 use std::io::{self, Read};
-use std::sync::atomic::Ordering;
 
 impl Worker {
     /// Do what the connection asks until it asks for nothing more: read (when it
@@ -41,7 +40,7 @@ impl Worker {
                     .transmit
                     .send(slot, &mut c, &mut self.buffers.send, urgent);
                 match sent {
-                    Sent::Bytes(n) => self.sent_bytes += n as u64,
+                    Sent::Bytes(n) => self.counts.sent_bytes += n as u64,
                     Sent::Failed => return self.close(slot, c),
                     Sent::WouldBlock | Sent::Deferred => {}
                 }
@@ -80,9 +79,9 @@ impl Worker {
         }
         if c.core.starved() && !c.starved {
             c.starved = true;
-            self.starved.push((slot, c.gen));
+            self.timers.starved.push((slot, c.gen));
         }
-        self.conns.put(slot, c);
+        self.sockets.conns.put(slot, c);
     }
 
     /// Apply what the connection asked since the last time, once each.
@@ -92,12 +91,12 @@ impl Worker {
         loop {
             let mut watched = false;
             let conn = (slot, c.gen);
-            let shared = &self.host.shared;
-            let stats = &shared.stats[self.id];
+            let shared = self.host.shared();
+            let stats = &shared.stats()[self.id];
             for a in c.core.actions() {
                 match a {
                     Action::Watch(w) => {
-                        c.watch = Some(self.waiting.watch(w, conn, &shared.waiters, stats));
+                        c.watch = Some(self.waiting.watch(w, conn, shared.waiters(), stats));
                         if w.stream && !c.lowat_set {
                             // A reader that stops reading: the kernel takes at most
                             // this much unsent data for it (not the 4 MB a send
@@ -113,20 +112,23 @@ impl Worker {
                     }
                     Action::Unwatch => {
                         if let Some(r) = c.watch.take() {
-                            self.waiting.unwatch(r, conn, &shared.waiters, stats);
+                            self.waiting.unwatch(r, conn, shared.waiters(), stats);
                         }
                     }
                     Action::Await(ticket) => self.waiting.await_reports(ticket, conn),
                     Action::Unawait(ticket) => self.waiting.unawait(ticket),
                     Action::Arm(at) => {
                         if let Some(t) = c.timer.take() {
-                            self.wheel.cancel(t);
+                            self.timers.wheel.cancel(t);
                         }
-                        c.timer = Some(self.wheel.insert(at, ConnTimer { slot, gen: c.gen }));
+                        c.timer =
+                            Some(self.timers.wheel.insert(at, ConnTimer { slot, gen: c.gen }));
                     }
                     Action::Bytes { send, watch } => {
-                        self.conn_send_bytes = self.conn_send_bytes.wrapping_add_signed(send);
-                        self.conn_watch_bytes = self.conn_watch_bytes.wrapping_add_signed(watch);
+                        self.counts.conn_send_bytes =
+                            self.counts.conn_send_bytes.wrapping_add_signed(send);
+                        self.counts.conn_watch_bytes =
+                            self.counts.conn_watch_bytes.wrapping_add_signed(watch);
                     }
                     Action::Close => close = true,
                 }
@@ -168,7 +170,7 @@ impl Worker {
                 Ok(n) => {
                     c.core.received(n, &mut cx);
                     self.host.finish();
-                    self.read_bytes += n as u64;
+                    self.counts.read_bytes += n as u64;
                     if n < room && !c.peer_hup {
                         // A short read drained the socket: with edge-triggered
                         // epoll, bytes arriving later raise a new event, so the
@@ -190,11 +192,11 @@ impl Worker {
 
     /// Settle the result of a write made at the end of the turn.
     pub(super) fn after_turn_write(&mut self, slot: usize, sent: Sent) {
-        let Some(c) = self.conns.take(slot) else {
+        let Some(c) = self.sockets.conns.take(slot) else {
             return;
         };
         match sent {
-            Sent::Bytes(n) => self.sent_bytes += n as u64,
+            Sent::Bytes(n) => self.counts.sent_bytes += n as u64,
             Sent::Failed => return self.close(slot, c),
             Sent::WouldBlock | Sent::Deferred => {}
         }
@@ -202,42 +204,42 @@ impl Worker {
     }
 
     pub(super) fn close(&mut self, slot: usize, mut c: Box<Conn>) {
-        let _ = self.poll.registry().deregister(&mut c.stream);
+        let _ = self.sockets.poll.registry().deregister(&mut c.stream);
         // Released, the connection asks for what it had to be undone (its
         // watch, its awaited request, its bytes).
         c.core.release(&mut cx!(self));
         self.apply(slot, &mut c);
         if let Some(t) = c.timer.take() {
-            self.wheel.cancel(t);
+            self.timers.wheel.cancel(t);
         }
-        self.conns.release(slot);
-        let shared = &self.host.shared;
-        shared.open_connections.fetch_sub(1, Ordering::AcqRel);
-        shared.stats[self.id].connections_open.sub(1);
+        self.sockets.conns.release(slot);
+        let shared = self.host.shared();
+        shared.connection_closed();
+        shared.stats()[self.id].connections_open.sub(1);
     }
 
     /// Another worker (or this one) applied an update to keys we wait on; or,
     /// on a node of a log, records our ingests wait for met their fate.
     pub(super) fn on_wake(&mut self) {
-        while let Some(stream) = self.host.shared.placement.next(self.id) {
+        while let Some(stream) = self.host.shared().placement().next(self.id) {
             self.adopt(stream, Listener::Main);
         }
-        while let Some(r) = self.host.shared.waiters.next_report(self.id) {
+        while let Some(r) = self.host.shared().waiters().next_report(self.id) {
             let Some((slot, gen)) = self.waiting.awaiting(r.request) else {
                 continue; // answered already (timed out) or closed
             };
-            let Some(mut c) = self.conns.take_gen(slot, gen) else {
+            let Some(mut c) = self.sockets.conns.take_gen(slot, gen) else {
                 continue;
             };
             self.timed(|cx| c.core.on_log_report(r.index, r.report, cx));
             self.settle(slot, c);
         }
-        while let Some(wake) = self.host.shared.waiters.next(self.id) {
-            self.woken.clear();
-            self.waiting.woken(wake, &mut self.woken);
-            for i in 0..self.woken.len() {
-                let (slot, gen) = self.woken[i];
-                let Some(mut c) = self.conns.take_gen(slot, gen) else {
+        while let Some(wake) = self.host.shared().waiters().next(self.id) {
+            self.scratch.woken.clear();
+            self.waiting.woken(wake, &mut self.scratch.woken);
+            for i in 0..self.scratch.woken.len() {
+                let (slot, gen) = self.scratch.woken[i];
+                let Some(mut c) = self.sockets.conns.take_gen(slot, gen) else {
                     continue;
                 };
                 // A stream of many boxes looks only at the keys with the

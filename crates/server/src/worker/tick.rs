@@ -10,25 +10,28 @@ impl Worker {
     /// Publish the share of the time since the last tick this worker spent
     /// not waiting for events, smoothed, for placing new connections.
     pub(super) fn publish_busy(&mut self, now: Instant) {
-        let window = now.duration_since(self.busy_since).as_nanos() as u64;
+        let window = now.duration_since(self.load.busy_since).as_nanos() as u64;
         if window == 0 {
             return;
         }
-        let busy = 1000 - (self.idle_ns.min(window) * 1000 / window) as u32;
-        self.busy = (self.busy * 7 + busy) / 8;
-        self.idle_ns = 0;
-        self.busy_since = now;
-        self.host.shared.placement.set_busy(self.id, self.busy);
+        let busy = 1000 - (self.load.idle_ns.min(window) * 1000 / window) as u32;
+        self.load.busy = (self.load.busy * 7 + busy) / 8;
+        self.load.idle_ns = 0;
+        self.load.busy_since = now;
+        self.host
+            .shared()
+            .placement()
+            .set_busy(self.id, self.load.busy);
     }
 
     pub(super) fn tick(&mut self) {
         let tick_start = Instant::now();
-        let late = self.now_ms.saturating_sub(self.next_tick_ms);
-        if late >= self.epoch_ms {
+        let late = self.clocks.now_ms.saturating_sub(self.clocks.next_tick_ms);
+        if late >= self.clocks.epoch_ms {
             self.host.stats().epoch_overruns.inc();
         }
-        self.next_tick_ms =
-            self.now_ms + self.epoch_ms - (late % self.epoch_ms).min(self.epoch_ms - 1);
+        self.clocks.next_tick_ms = self.clocks.now_ms + self.clocks.epoch_ms
+            - (late % self.clocks.epoch_ms).min(self.clocks.epoch_ms - 1);
         let reset_start = Instant::now();
         let r = self.service.reset_arena();
         let reset_ns = reset_start.elapsed().as_nanos() as u64;
@@ -47,49 +50,49 @@ impl Worker {
         if r.replaced {
             st.arena_replaced.inc();
         }
-        st.bytes_received.set(self.read_bytes);
-        st.bytes_sent.set(self.sent_bytes);
+        st.bytes_received.set(self.counts.read_bytes);
+        st.bytes_sent.set(self.counts.sent_bytes);
         st.buffer_bytes.set(buffers);
-        st.send_queue_bytes.set(self.conn_send_bytes as u64);
+        st.send_queue_bytes.set(self.counts.conn_send_bytes as u64);
         crate::alloc_stats::publish_thread_counters(st);
         st.buffered_bytes.set(self.buffered() as u64);
         // Connections that waited for buffer budget try again (others may have
         // given buffers back since).
-        for (slot, gen) in std::mem::take(&mut self.starved) {
-            if let Some(mut c) = self.conns.take_gen(slot, gen) {
+        for (slot, gen) in std::mem::take(&mut self.timers.starved) {
+            if let Some(mut c) = self.sockets.conns.take_gen(slot, gen) {
                 c.starved = false;
                 c.unread = true;
                 self.settle(slot, c);
             }
         }
         self.publish_busy(tick_start);
-        let mut fired = std::mem::take(&mut self.fired);
-        self.wheel.advance(self.now_ms, &mut fired);
+        let mut fired = std::mem::take(&mut self.scratch.fired);
+        self.timers.wheel.advance(self.clocks.now_ms, &mut fired);
         for t in fired.drain(..) {
-            let Some(mut c) = self.conns.take_gen(t.slot, t.gen) else {
+            let Some(mut c) = self.sockets.conns.take_gen(t.slot, t.gen) else {
                 continue;
             };
             c.timer = None;
             self.timed(|cx| c.core.on_timer(cx));
             self.settle(t.slot, c);
         }
-        self.fired = fired;
+        self.scratch.fired = fired;
         // A bounded step of box expiry (SweepBudget::PER_TICK): the boxes'
         // long-polls are woken through the same path as an ingest's.
-        let table_ms = self.host.shared.table_clock(self.now_ms);
+        let table_ms = self.host.shared().table_clock(self.clocks.now_ms);
         self.service.expire(table_ms, &mut self.host);
         // Clients gone whose request bucket has refilled are forgotten, a
         // shard a tick (docs/private-boxes.md#per-client-limits).
-        let clients = &self.host.shared.node.clients;
+        let clients = &self.host.shared().node().clients;
         if clients.limits().rate_limited() {
-            clients.sweep(self.now_ms.saturating_mul(1000));
+            clients.sweep(self.clocks.now_ms.saturating_mul(1000));
         }
-        self.quiet_ticks = if self.is_quiet() {
-            self.quiet_ticks.saturating_add(1)
+        self.clocks.quiet_ticks = if self.is_quiet() {
+            self.clocks.quiet_ticks.saturating_add(1)
         } else {
             0
         };
-        if self.quiet_ticks == QUIET_TICKS_BEFORE_SLEEP {
+        if self.clocks.quiet_ticks == QUIET_TICKS_BEFORE_SLEEP {
             // Gone quiet: what this thread freed is not about to be reused,
             // so its allocator gives the pages back now, not over
             // `dirty_decay_ms` (a burst of ingest, then nothing).
@@ -107,15 +110,16 @@ impl Worker {
     /// held requests whose token it no longer holds end now (a 401, or
     /// `event: expired`), not at their token's end. Only on a re-read.
     pub(super) fn recheck_held_tokens(&mut self) {
-        for slot in self.conns.slots() {
+        for slot in self.sockets.conns.slots() {
             if !self
+                .sockets
                 .conns
                 .get_mut(slot)
                 .is_some_and(|c| c.core.holds_token())
             {
                 continue;
             }
-            let Some(mut c) = self.conns.take(slot) else {
+            let Some(mut c) = self.sockets.conns.take(slot) else {
                 continue;
             };
             self.timed(|cx| c.core.on_access_changed(cx));
@@ -128,29 +132,29 @@ impl Worker {
     pub(super) fn is_quiet(&self) -> bool {
         let shared = self.shared();
         let arena = self.service.arena();
-        self.conns.is_empty()
-            && self.later.is_empty()
-            && self.starved.is_empty()
+        self.sockets.conns.is_empty()
+            && self.scratch.later.is_empty()
+            && self.timers.starved.is_empty()
             && arena.capacity_bytes() <= arena.working_size().saturating_mul(4)
-            && (shared.node.config.boxes.ttl_s == 0 || shared.node.boxes.is_empty())
-            && !shared.lifecycle.is_draining_relaxed()
+            && (shared.node().config.boxes.ttl_s == 0 || shared.node().boxes.is_empty())
+            && !shared.lifecycle().is_draining_relaxed()
     }
 
     /// One step of draining. Returns true when the worker may exit.
     pub(super) fn drain_step(&mut self) -> bool {
-        if self.draining_since.is_none() {
+        if self.clocks.draining_since.is_none() {
             // Stop accepting: the port refuses new connections, which a load
             // balancer retries on another node whatever their method (it
             // cannot retry a POST that a 503 answered). The metrics listener
             // stays for the drain.
-            if let Some(mut l) = self.listener.take() {
-                let _ = self.poll.registry().deregister(&mut l);
+            if let Some(mut l) = self.sockets.listener.take() {
+                let _ = self.sockets.poll.registry().deregister(&mut l);
             }
         }
-        let since = *self.draining_since.get_or_insert_with(Instant::now);
+        let since = *self.clocks.draining_since.get_or_insert_with(Instant::now);
         let overdue = since.elapsed() >= DRAIN_LIMIT;
-        for slot in self.conns.slots() {
-            if let Some(mut c) = self.conns.take(slot) {
+        for slot in self.sockets.conns.slots() {
+            if let Some(mut c) = self.sockets.conns.take(slot) {
                 // Bytes already in the socket are a request in flight, not idleness.
                 if c.core.wants_read() && !self.read(&mut c) {
                     self.close(slot, c);
@@ -160,6 +164,6 @@ impl Worker {
                 self.settle(slot, c);
             }
         }
-        self.conns.is_empty()
+        self.sockets.conns.is_empty()
     }
 }

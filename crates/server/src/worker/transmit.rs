@@ -3,16 +3,19 @@
 //!
 //! - [`SendNow`] (the default): each connection's answers go out with one
 //!   `send`/`writev` as soon as they are rendered; the wait is `epoll_wait`.
-//! - [`Ring`] (`server.io_uring = true`, see [`crate::uring`]): answers wait for
+//! - [`Ring`] (`server.io_uring = true`, see [`super::uring`]): answers wait for
 //!   the end of the loop turn, then one `io_uring_enter` writes them all and, on
 //!   Linux 6.15+, also waits for the next readiness events.
 //!
 //! The worker does not know which one it has, except to fall back to
 //! [`SendNow`] when the ring fails.
+//!
+//! What it is not: the io_uring plumbing itself ([`super::uring`]), or what an
+//! answer says (the core renders it).
 
-use crate::conns::{Conn, Slab};
-pub use crate::uring::Sent;
-use crate::uring::{self, SendBatch};
+use super::conns::{Conn, Slab};
+pub use super::uring::Sent;
+use super::uring::{self, SendBatch};
 use mio::net::TcpStream;
 use mio::{Events, Poll};
 use pollbox_core::buffers::{BufferPool, SendQueue};
@@ -28,7 +31,6 @@ const MAX_IOV: usize = 64;
 pub struct Ready {
     pub token: usize,
     pub readable: bool,
-    pub writable: bool,
     /// The peer shut down its side, or the socket has an error.
     pub hup: bool,
 }
@@ -104,7 +106,6 @@ pub fn write_now(stream: &mut TcpStream, q: &mut SendQueue, pool: &mut BufferPoo
 /// epoll's flags as mio reads them.
 fn ready_from_epoll(token: u64, flags: u32) -> Ready {
     const IN: u32 = (libc::EPOLLIN | libc::EPOLLPRI) as u32;
-    const OUT: u32 = libc::EPOLLOUT as u32;
     const HUP: u32 = libc::EPOLLHUP as u32;
     const RDHUP: u32 = libc::EPOLLRDHUP as u32;
     const ERR: u32 = libc::EPOLLERR as u32;
@@ -112,7 +113,6 @@ fn ready_from_epoll(token: u64, flags: u32) -> Ready {
     Ready {
         token: token as usize,
         readable: flags & IN != 0,
-        writable: flags & OUT != 0,
         hup: read_closed || flags & ERR != 0,
     }
 }
@@ -132,7 +132,6 @@ fn epoll_wait(
     ready.extend(events.iter().map(|ev| Ready {
         token: ev.token().0,
         readable: ev.is_readable(),
-        writable: ev.is_writable(),
         hup: ev.is_read_closed() || ev.is_error(),
     }));
     Ok(())

@@ -1,8 +1,11 @@
 //! A worker's connections: each one's socket beside its core state machine, in
 //! a slab whose slots are reused (a generation tells a reused slot's new
 //! connection from a timer or wake-up meant for the old one).
+//!
+//! What it is not: the connection's state (that is the core's
+//! [`Connection`]), or the wake-up registry shared between workers.
 
-use crate::waiting::Registration;
+use super::waiting::Registration;
 use mio::net::TcpStream;
 use pollbox_core::conn::Connection;
 use pollbox_core::wheel::TimerId;

@@ -1,15 +1,20 @@
 //! The server as the core sees it ([`Host`]): per-worker counting, request
 //! durations, cross-worker wake-ups and `/metrics`.
+//!
+//! What it is not: the counters themselves ([`crate::stats`]) or the
+//! exposition ([`crate::metrics`]); it bumps the one and calls the other.
 
 use crate::log::produce::Ticket;
+use crate::metrics;
+use crate::shared::Shared;
 use crate::stats::{IngestResult, Removal, RouteLabel, WorkerStats};
-use crate::{metrics, Shared};
+use crate::wakeups::Waiters;
 use pollbox_core::service::{Host, LogUnavailable, Watchers};
 use std::sync::Arc;
 use std::time::Instant;
 
 pub struct WorkerHost {
-    pub shared: Arc<Shared>,
+    shared: Arc<Shared>,
     id: usize,
     /// When the requests being answered began to be handled: the read (or
     /// timer, or wake-up) that led to them.
@@ -62,16 +67,22 @@ impl WorkerHost {
         }
         let now = Instant::now();
         let ns = now.duration_since(self.mark).as_nanos() as u64;
-        self.shared.stats[self.id]
+        self.shared.stats()[self.id]
             .duration
             .observe_ns_times(ns, self.unobserved);
         self.unobserved = 0;
         self.mark = now;
     }
 
+    /// The state every worker shares.
+    #[inline]
+    pub fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
     #[inline]
     pub fn stats(&self) -> &WorkerStats {
-        &self.shared.stats[self.id]
+        &self.shared.stats()[self.id]
     }
 }
 
@@ -80,7 +91,8 @@ impl WorkerHost {
 impl Watchers for WorkerHost {
     #[inline]
     fn box_updated(&mut self, key: &[u8]) {
-        (&*self.shared.waiters).box_updated(key);
+        let mut waiters: &Waiters = self.shared.waiters();
+        waiters.box_updated(key);
     }
 }
 
@@ -97,26 +109,26 @@ impl Host for WorkerHost {
         key: &[u8],
         value: Option<&[u8]>,
     ) -> Result<(), LogUnavailable> {
-        if self.shared.log.as_ref().is_some_and(|l| !l.takes_ingest()) {
+        if self.shared.log().is_some_and(|l| !l.takes_ingest()) {
             return Err(LogUnavailable);
         }
-        let producer = self.shared.producer.as_deref().ok_or(LogUnavailable)?;
+        let producer = self.shared.producer().ok_or(LogUnavailable)?;
         let ticket = Ticket {
             node: 0,
             worker: self.id as u16,
             request,
             index,
-            sent_ns: self.shared.started.elapsed().as_nanos() as u64,
+            sent_ns: self.shared.started().elapsed().as_nanos() as u64,
         };
-        producer.send(&self.shared.node.config.log.topic, ticket, key, value)
+        producer.send(&self.shared.node().config.log.topic, ticket, key, value)
     }
 
     fn over_connection_cap(&mut self) {
-        self.shared.stats[self.id].rejected(crate::stats::Rejected::MaxConnections);
+        self.shared.stats()[self.id].rejected(crate::stats::Rejected::MaxConnections);
     }
 
     fn draining(&self) -> bool {
-        self.shared.lifecycle.is_draining_relaxed()
+        self.shared.lifecycle().is_draining_relaxed()
     }
 
     fn ready(&self) -> bool {
@@ -124,7 +136,7 @@ impl Host for WorkerHost {
     }
 
     fn boxes_removed(&mut self, why: Removal, n: u64) {
-        self.shared.stats[self.id].boxes_removed(why, n);
+        self.shared.stats()[self.id].boxes_removed(why, n);
     }
 
     fn render_metrics(&mut self, out: &mut Vec<u8>) {
@@ -133,7 +145,7 @@ impl Host for WorkerHost {
 
     #[inline]
     fn answered(&mut self, route: RouteLabel, code: u16) {
-        self.shared.stats[self.id].request(route, code);
+        self.shared.stats()[self.id].request(route, code);
         self.unobserved += 1;
         #[cfg(debug_assertions)]
         if let Some(n) = self.panic_after.as_mut() {
@@ -146,22 +158,22 @@ impl Host for WorkerHost {
 
     #[inline]
     fn auth_refused(&mut self, why: pollbox_core::service::AuthRefused) {
-        self.shared.stats[self.id].auth_refused[why.index()].inc();
+        self.shared.stats()[self.id].auth_refused[why.index()].inc();
     }
 
     fn limit_refused(&mut self, limit: pollbox_core::clients::Limit) {
-        self.shared.stats[self.id].limit_refused[limit.index()].inc();
+        self.shared.stats()[self.id].limit_refused[limit.index()].inc();
     }
 
     #[inline]
     fn sse_event(&mut self, coalesced: u64) {
-        let stats = &self.shared.stats[self.id];
+        let stats = &self.shared.stats()[self.id];
         stats.sse_events.inc();
         stats.sse_coalesced.add(coalesced);
     }
 
     #[inline]
     fn ingested(&mut self, result: IngestResult, n: u64) {
-        self.shared.stats[self.id].ingested(result, n);
+        self.shared.stats()[self.id].ingested(result, n);
     }
 }

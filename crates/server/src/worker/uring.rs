@@ -19,6 +19,8 @@
 //! `send`) instead of leaving the write pending in the kernel. [`SendBatch::submit`]
 //! returns only when every entry has completed, so the bytes the entries point
 //! into are never changed while the kernel may still read them.
+//!
+//! What it is not: the choice between `send` and the ring ([`super::transmit`]).
 
 use io_uring::{opcode, types, IoUring, Probe};
 use pollbox_core::buffers::SendQueue;
@@ -166,10 +168,12 @@ impl SendBatch {
     }
 
     /// Entries queued for the next [`SendBatch::submit`].
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.queued
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.queued == 0
     }
