@@ -53,9 +53,9 @@ pub use report::{Figures, Property, Report, Violation};
 use crate::history::{Event, Op};
 use reading::Checker;
 
-/// The node that starts from nothing once faults stopped and replays the
-/// whole topic.
-pub const REPLAY_NODE: &str = "c";
+/// The node whose replay of the whole topic the checks read (the cluster
+/// names its nodes).
+pub use crate::cluster::REPLAY_NODE;
 
 /// The metric the replaying node must count wrong-partition records in.
 pub const WRONG_PARTITION_METRIC: &str = r#"pollbox_log_records_total{result="wrong_partition"}"#;

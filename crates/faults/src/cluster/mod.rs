@@ -18,6 +18,10 @@ use node::Node;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The node that starts from nothing once faults stopped and replays the
+/// whole topic.
+pub const REPLAY_NODE: &str = "c";
+
 pub const TOPIC: &str = "faults";
 pub const PARTITIONS: i32 = 4;
 
@@ -108,11 +112,11 @@ impl Cluster {
             .expect("a node of the cluster")
     }
 
-    /// Start node c with no snapshot: it replays the whole topic.
+    /// Start node [`REPLAY_NODE`] with no snapshot: it replays the whole topic.
     pub fn start_replay_node(&mut self) -> Result<&Node, String> {
         let node = Node::new(
             &self.net,
-            crate::checker::REPLAY_NODE,
+            REPLAY_NODE,
             &self.layout.pollbox,
             &self.layout.dir.join("nodes"),
             &self.brokers.bootstrap,
