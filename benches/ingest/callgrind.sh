@@ -14,7 +14,8 @@
 # framing, projection, apply, answers)
 # divided by the messages the server accepted (its /metrics), and the same
 # for the projection (`Projector::project`), the apply (`BoxTable::apply`, or `apply_stamped` where `apply` is inlined into it)
-# and the read buffer's growth (`Connection::make_room`).
+# and the read buffer's growth (`Connection::make_room`; its impl block lives in
+# `conn/read_buffer.rs` now, so its symbol reads `<impl ...Connection>::make_room`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SIZES=${INGEST_SIZES:-512 8192}
@@ -53,7 +54,7 @@ path, build, size, msgs = sys.argv[1], sys.argv[2], sys.argv[3], int(float(sys.a
 # its inlined code came from; the largest is the whole call (the cost of the
 # calls into it), the others are parts of it.
 want = {"read": r"worker::(settle::<impl pollbox_server::worker::)?Worker>?::read( |$)", "project": r"Projector::project( |$)",
-        "apply": r"BoxTable::apply(_stamped)?( |$)", "room": r"Connection::make_room( |$)"}
+        "apply": r"BoxTable::apply(_stamped)?( |$)", "room": r"Connection>?::make_room( |$)"}
 got = {k: 0 for k in want}
 for line in open(path):
     m = re.match(r"\s*([\d,]+) ", line)

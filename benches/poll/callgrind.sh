@@ -26,7 +26,7 @@ if [ -z "${POLLBOX_BIN:-}" ]; then
   cargo build --release -q -p pollbox
 fi
 command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind; }
-functions=${POLL_FUNCTIONS:-"Worker::run|Access::grant|Service::check_access|Access::presented|Connection::received|Worker::serve|dispatch::handle|write_answer|Connection::serve|Service::answer|Framer::advance|Heads::write|BoxTable::poll|BoxTable::version|BuildHasher::hash_one|WorkerHost::finish"}
+functions=${POLL_FUNCTIONS:-"Worker::run|Access::grant|Service::check_access|Access::presented|Connection::received|Worker::serve|dispatch::handle|write_answer|Connection>?::serve|Service::answer|Framer::advance|Heads::write|BoxTable::poll|BoxTable::version|BuildHasher::hash_one|WorkerHost::finish"}
 decimals=${POLL_DECIMALS:-0}
 profile=${POLL_PROFILE:-$(mktemp -d)/cg.out}
 port=${PORT:-18650}
