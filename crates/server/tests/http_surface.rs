@@ -137,6 +137,38 @@ fn ingest_object_array_and_ndjson() {
     s.shutdown().unwrap();
 }
 
+/// docs/http.md#keys: everything after `/v1/boxes/` is the key. A real
+/// client's request for `room-17/alice` and one for `room-17%2Falice` reach the
+/// same box with the same ETag; a path a hop would rewrite is 400 (sent raw,
+/// as a client that does not normalize paths sends it).
+#[test]
+fn keys_with_slashes_in_paths_over_a_socket() {
+    let s = start(config());
+    let (code, body, _) =
+        ureq_status(ureq::post(&url(&s, "/v1/boxes/room-17/alice")).send_string(r#"{"value":3}"#));
+    assert_eq!(code, 200, "{body}");
+    let (ver, text) = split_ver(&body);
+    assert_eq!(text, r#"{"k":"room-17/alice","ver":V,"v":3,"sum":3,"n":1}"#);
+    let (code, _, slashed) = ureq_status(ureq::get(&url(&s, "/v1/boxes/room-17/alice")).call());
+    assert_eq!(code, 200);
+    let (code, _, encoded) = ureq_status(ureq::get(&url(&s, "/v1/boxes/room-17%2Falice")).call());
+    assert_eq!(code, 200);
+    assert_eq!(slashed, Some(format!("\"{ver}\"")));
+    assert_eq!(slashed, encoded);
+    let a = s.addr();
+    for path in [
+        "/v1/boxes/room-17//alice",
+        "/v1/boxes/room-17/../alice",
+        "/v1/boxes/room-17/",
+    ] {
+        let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n");
+        let r = raw(a, req.as_bytes()).0;
+        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        assert!(r.text().contains("%2F"), "{}", r.text());
+    }
+    assert_eq!(get(a, "/v1/boxes/room-17/alice/x").status, 404);
+}
+
 #[test]
 fn methods_head_and_percent_encoded_keys() {
     let s = start(config());
