@@ -4,10 +4,11 @@
 //! it is handed.
 
 use super::produce::{Producer, Ticket};
+use super::reports::PassReports;
 use super::topic::{self, LogProblem};
 use super::{client_config, LogState, PartitionState, LOG_REFUSED_EXIT};
 use crate::lifecycle::Lifecycle;
-use crate::wakeups::{LogReport, Waiters};
+use crate::wakeups::Waiters;
 use pollbox_core::config::LogConfig;
 use pollbox_core::log::{Outcome, Record, Replica};
 use pollbox_core::service::Node;
@@ -24,6 +25,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// How long one wait for records lasts: the thread checks for shutdown (and
 /// refreshes the log's end) at least this often.
 const POLL: Duration = Duration::from_millis(100);
+/// Records applied in one pass at most: a pass ends when the client's queue
+/// is empty, or after this many records (a replay's queue is never empty),
+/// and then the workers learn what it applied.
+const PASS_RECORDS: u32 = 256;
 /// How often the producer's delivery reports are served while records
 /// come, and how many records go between two looks at the clock for it.
 const DELIVERIES_EVERY: Duration = Duration::from_millis(1);
@@ -185,8 +190,12 @@ fn run(c: &Consuming) {
         eprintln!("pollbox: log: caught up (nothing to replay)");
     }
     let (mut since_deliveries, mut served_at) = (0u32, Instant::now());
+    let mut pass = PassReports::new(c.waiters.workers());
+    // A pass goes on without waiting while records are queued; it ends, and
+    // the workers learn what it applied, when the queue is empty.
+    let mut wait = POLL;
     while !done(c) && !log.halted() {
-        let polled = consumer.poll(POLL);
+        let polled = consumer.poll(wait);
         since_deliveries += 1;
         // The delivery reports at least every DELIVERIES_EVERY_MS while
         // records come (the clock read once in DELIVERIES_LOOK records), and
@@ -203,8 +212,13 @@ fn run(c: &Consuming) {
             (since_deliveries, served_at) = (0, Instant::now());
         }
         match polled {
-            None => {}
+            None => {
+                pass.hand_over(&c.waiters);
+                wait = POLL;
+            }
             Some(Err(e)) => {
+                pass.hand_over(&c.waiters);
+                wait = POLL;
                 log.consume_errors.fetch_add(1, Ordering::Relaxed);
                 log.connected.store(false, Ordering::Relaxed);
                 said.say(format!("consuming: {e} (retrying)"));
@@ -237,14 +251,7 @@ fn run(c: &Consuming) {
                     // A record one of this node's connections waits for.
                     let now_ns = c.started.elapsed().as_nanos() as u64;
                     log.ack.observe_ns(now_ns.saturating_sub(t.sent_ns));
-                    c.waiters.report(
-                        t.worker as usize,
-                        LogReport {
-                            request: t.request,
-                            index: t.index,
-                            report: outcome.report(),
-                        },
-                    );
+                    pass.add(t.worker, t.request, t.index, outcome.report());
                 }
                 match &outcome {
                     Outcome::WrongPartition { home } => {
@@ -268,9 +275,14 @@ fn run(c: &Consuming) {
                 if !log.caught_up() && log.check_caught_up() {
                     eprintln!("pollbox: log: caught up; ready");
                 }
+                if pass.records() >= PASS_RECORDS {
+                    pass.hand_over(&c.waiters);
+                }
+                wait = Duration::ZERO;
             }
         }
     }
+    pass.hand_over(&c.waiters);
 }
 
 /// Records outside their key's home partition: the first is said at once,

@@ -10,6 +10,8 @@
 //! - [`produce`]: what this node's clients ingest goes to the topic, each
 //!   record with a ticket that brings its outcome back to the waiting
 //!   connection when this node applies it.
+//! - [`reports`]: those outcomes, gathered over one pass of the consuming
+//!   thread and handed to each worker with one wake-up.
 //! - [`LogState`]: where the node stands (the next offset of each partition,
 //!   the end of the log as it stood at start, caught up or not), shared with
 //!   the producer's delivery reports (the records the log did not take), the
@@ -21,6 +23,7 @@
 
 pub mod consume;
 pub mod produce;
+pub mod reports;
 pub mod topic;
 
 use crate::stats::Histogram;
