@@ -2,11 +2,13 @@
 //! [`pollbox_core::log`]. With `[log] brokers` set, the topic is the source of
 //! truth and this node a replica of the boxes built from it.
 //!
-//! - [`consume`]: one thread reads every partition of the topic from the
-//!   offsets the snapshot holds (the log's start without one), hands each
-//!   record to the core's [`Replica`](pollbox_core::log::Replica) and wakes
-//!   the long-polls and event streams of the key, as an HTTP ingest does.
-//!   It never takes a lock a poll needs: polls go on while it applies.
+//! - [`consume`]: the consuming threads (`log.consumers`), each with its own
+//!   client and its share of the partitions, read the topic from the
+//!   offsets the snapshot holds (the log's start without one), hand each
+//!   record to their own core's [`Replica`](pollbox_core::log::Replica) and
+//!   wake the long-polls and event streams of the key, as an HTTP ingest
+//!   does. They never take a lock a poll needs: polls go on while they
+//!   apply.
 //! - [`produce`]: what this node's clients ingest goes to the topic, each
 //!   record with a ticket that brings its outcome back to the waiting
 //!   connection when this node applies it.
@@ -182,21 +184,20 @@ impl LogState {
         self.caught_up.load(Ordering::Acquire)
     }
 
-    /// Check (and remember) whether every partition reached its end at start.
-    pub(crate) fn check_caught_up(&self) -> bool {
-        if self.caught_up() {
-            return true;
-        }
+    /// Check whether every partition reached its end at start, and remember
+    /// it: true only for the call that found it first (of all the consuming
+    /// threads, one says so).
+    pub(crate) fn catch_up(&self) -> bool {
         let Some(parts) = self.partitions() else {
             return false;
         };
         let done = parts
             .iter()
             .all(|p| p.next.load(Ordering::Acquire) >= p.end_at_start.load(Ordering::Relaxed));
-        if done {
-            self.caught_up.store(true, Ordering::Release);
-        }
-        done
+        done && self
+            .caught_up
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
     /// The position to store with a snapshot. Taken before the snapshot
