@@ -10,6 +10,7 @@
 #   LOG_CLIENT         extra `[log.client]` lines for pollbox nodes and the same
 #                      properties for the bare consumer, e.g.
 #                      LOG_CLIENT='"fetch.queue.backoff.ms" = "10"'
+#   LOG_CONSUMERS      `log.consumers` of pollbox nodes (unset: the default)
 #   LOG_RESULTS        results folder (benches/log/results)
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -114,6 +115,7 @@ node_up() {
       echo "brokers = \"$BOOTSTRAP\""
       echo "topic = \"$topic\""
       echo "allow_unsafe_topic = true   # one broker"
+      if [[ -n "${LOG_CONSUMERS:-}" ]]; then echo "consumers = $LOG_CONSUMERS"; fi
       if [[ -n "${LOG_CLIENT:-}" ]]; then echo "[log.client]"; echo "$LOG_CLIENT"; fi
     fi
   } >"$WORK/$name.toml"

@@ -11,6 +11,13 @@
 //! - `floor`: the produce→consume latency floor: a producer set as pollbox's
 //!   (acks=all, idempotent, linger 0) sends a record, a consumer set as
 //!   pollbox's and assigned every partition from its end receives it.
+//! - `batch`: the floor of batch ingest through the log: a producer set as
+//!   pollbox's (acks=all, idempotent, linger 0, delivery reports for
+//!   failures only, a ticket header a record) sends batches of `--batch`
+//!   records in a tight loop, `--inflight` batches at a time (as many
+//!   connections), and a consumer set as pollbox's, assigned every partition
+//!   from its end, counts each batch's records back: a batch is done when all
+//!   are read. Records/s, the process's CPU a record, a batch's time.
 //! - `stream`: publish on node A (`POST /v1/boxes/KEY`), receive the event on
 //!   node B's event stream of KEY; the time between.
 //!
@@ -19,8 +26,8 @@
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{DeliveryResult, Headers};
-use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::message::{DeliveryResult, Header, Headers, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -35,6 +42,7 @@ logbench fill    --brokers B --topic T --records N [--bytes 512] [--keys 10000] 
 logbench consume --brokers B --topic T [--hold] [--client k=v,...]
     (--hold: at the end, print and sleep until killed; --client: pollbox's [log.client])
 logbench floor   --brokers B --topic T [--count 3000] [--rate 500] [--bytes 512] [--keys 10000] [--client k=v,...]
+logbench batch   --brokers B --topic T [--batch 100] [--inflight 16] [--seconds 8] [--bytes 512] [--keys 10000] [--client k=v,...]
 logbench stream  --publish HOST:PORT --subscribe HOST:PORT [--count 2000] [--rate 200] [--key K]";
 
 /// `--name value` pairs and bare `--flag`s.
@@ -104,6 +112,7 @@ fn main() {
         "fill" => fill(&a),
         "consume" => consume(&a),
         "floor" => floor(&a),
+        "batch" => batch(&a),
         "stream" => stream(&a),
         _ => die(&format!("unknown command {cmd}")),
     }
@@ -463,6 +472,151 @@ fn floor(a: &Args) {
         "{{\"cmd\":\"floor\",\"rate\":{rate},\"bytes\":{bytes},\"sent\":{count},\"received\":{got},\"failed\":{},\"cpu_us_per_msg\":{cpu_us:.1},{}}}",
         failed.load(Ordering::Relaxed),
         summary(v)
+    );
+}
+
+/// The node's producer, property for property
+/// (`crates/server/src/log/produce.rs`), polled by its caller.
+fn pollbox_producer(brokers: &str) -> (BaseProducer<Failures>, Arc<AtomicU64>) {
+    let failed = Arc::new(AtomicU64::new(0));
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", brokers)
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("partitioner", "murmur2_random")
+        .set("linger.ms", "0")
+        .set("delivery.report.only.error", "true")
+        .set("message.timeout.ms", "0");
+    let p = c
+        .create_with_context(Failures(failed.clone()))
+        .unwrap_or_else(|e| die(&format!("producer: {e}")));
+    (p, failed)
+}
+
+fn batch(a: &Args) {
+    let brokers = a.str("brokers");
+    let topic = a.str("topic");
+    let size: u32 = a.num::<u32>("batch", 100).max(1);
+    let inflight: u32 = a.num::<u32>("inflight", 16).max(1);
+    let seconds: f64 = a.num("seconds", 8.0);
+    let bytes: usize = a.num::<usize>("bytes", 512).max(16);
+    let keys: u32 = a.num::<u32>("keys", 10_000).max(1);
+    let base = Instant::now();
+    let c = pollbox_consumer(&brokers, &a.client());
+    let parts = watermarks(&c, &topic).len();
+    assign(&c, &topic, parts, |_| Offset::End);
+    let (p, failed) = pollbox_producer(&brokers);
+    const WARMUP: u64 = u64::MAX;
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<f64>();
+    let warm = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (warm, stop) = (warm.clone(), stop.clone());
+        std::thread::spawn(move || {
+            // Records read of each batch still in flight.
+            let mut read: HashMap<u64, u32> = HashMap::new();
+            while !stop.load(Ordering::Acquire) {
+                let Some(Ok(m)) = c.poll(Duration::from_millis(100)) else {
+                    continue;
+                };
+                // Touched as pollbox touches a record.
+                black_box((m.timestamp().to_millis(), m.key().map(<[u8]>::len)));
+                black_box(
+                    m.headers()
+                        .and_then(|h| h.iter().next().map(|h| h.key.len())),
+                );
+                let Some(v) = m.payload().filter(|v| v.len() >= 16) else {
+                    continue;
+                };
+                let id = u64::from_le_bytes(v[..8].try_into().unwrap_or_default());
+                let sent = u64::from_le_bytes(v[8..16].try_into().unwrap_or_default());
+                if id == WARMUP {
+                    warm.store(true, Ordering::Release);
+                    continue;
+                }
+                let n = read.entry(id).or_insert(0);
+                *n += 1;
+                if *n == size {
+                    read.remove(&id);
+                    let now = base.elapsed().as_nanos() as u64;
+                    let _ = done_tx.send(now.saturating_sub(sent) as f64 / 1e3);
+                }
+            }
+        })
+    };
+    let mut value = vec![b'x'; bytes];
+    let key_names: Vec<String> = (0..keys).map(|k| format!("lg-{k}")).collect();
+    let send = |id: u64, i: u32, sent: u64, value: &mut Vec<u8>| {
+        value[..8].copy_from_slice(&id.to_le_bytes());
+        value[8..16].copy_from_slice(&sent.to_le_bytes());
+        let key = &key_names
+            [((id.wrapping_mul(u64::from(size)) + u64::from(i)) % u64::from(keys)) as usize];
+        // A ticket's bytes, as pollbox's records carry one.
+        let ticket = [0u8; 30];
+        let headers = OwnedHeaders::new_with_capacity(1).insert(Header {
+            key: "pollbox-ticket",
+            value: Some(&ticket[..]),
+        });
+        let mut rec: BaseRecord<'_, str, [u8], ()> = BaseRecord::to(&topic)
+            .key(key.as_str())
+            .payload(&value[..])
+            .headers(headers);
+        loop {
+            match p.send(rec) {
+                Ok(()) => return,
+                Err((_, back)) => {
+                    rec = back;
+                    p.poll(Duration::from_millis(1));
+                }
+            }
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !warm.load(Ordering::Acquire) {
+        if Instant::now() > deadline {
+            die("batch: the consumer saw no warm-up record in 30 s");
+        }
+        send(WARMUP, 0, 0, &mut value);
+        p.poll(Duration::from_millis(200));
+    }
+    // The client's whole CPU (producer, consumer and their threads) over
+    // the measured batches.
+    let (u0, s0) = cpu_s();
+    let start = Instant::now();
+    let (mut id, mut out, mut done) = (0u64, 0u32, 0u64);
+    let mut lat = Vec::new();
+    while start.elapsed().as_secs_f64() < seconds {
+        while out < inflight {
+            let sent = base.elapsed().as_nanos() as u64;
+            for i in 0..size {
+                send(id, i, sent, &mut value);
+            }
+            id += 1;
+            out += 1;
+        }
+        p.poll(Duration::ZERO);
+        if let Ok(us) = done_rx.recv_timeout(Duration::from_millis(1)) {
+            lat.push(us);
+            out -= 1;
+            done += 1;
+            while let Ok(us) = done_rx.try_recv() {
+                lat.push(us);
+                out -= 1;
+                done += 1;
+            }
+        }
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let (u1, s1) = cpu_s();
+    stop.store(true, Ordering::Release);
+    let _ = reader.join();
+    let records = done * u64::from(size);
+    println!(
+        "{{\"cmd\":\"batch\",\"batch\":{size},\"inflight\":{inflight},\"bytes\":{bytes},\"wall_s\":{wall:.3},\"records\":{records},\"records_per_s\":{:.0},\"failed\":{},\"cpu_us_per_record\":{:.3},{}}}",
+        records as f64 / wall,
+        failed.load(Ordering::Relaxed),
+        (u1 - u0 + s1 - s0) * 1e6 / records.max(1) as f64,
+        summary(lat)
     );
 }
 

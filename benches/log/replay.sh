@@ -13,7 +13,9 @@
 # REPLAY_VARIANTS ("bare pollbox"; a variant ending in +client runs with the
 # `[log.client]` lines REPLAY_CLIENT, the bare consumer with the same
 # properties: e.g. REPLAY_CLIENT='"fetch.queue.backoff.ms" = "1000"'
-# REPLAY_VARIANTS="bare pollbox pollbox+client"); lib.sh's LOG_* knobs.
+# REPLAY_VARIANTS="bare pollbox pollbox+client"; a variant pollbox@N runs
+# with `log.consumers = N`: REPLAY_VARIANTS="bare pollbox@1 pollbox@2
+# pollbox@4", with LOG_NODE_CPU naming as many cores); lib.sh's LOG_* knobs.
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 . "$(dirname "$0")/lib.sh"
@@ -84,7 +86,9 @@ run_one() { # VARIANT REP
     pollbox*)
       port=$((port + 1))
       b0=$(ticks "$BROKER_PID")
-      LOG_CLIENT=$client node_up "replay-$rep-$variant" "$port" "$TOPIC"
+      local consumers=${LOG_CONSUMERS:-}
+      [[ "$variant" == *@* ]] && consumers=${variant#*@} && consumers=${consumers%%+*}
+      LOG_CLIENT=$client LOG_CONSUMERS=$consumers node_up "replay-$rep-${variant//@/-}" "$port" "$TOPIC"
       pid=$NODE_PID t0=$NODE_T0
       until ready "$port"; do sleep 0.02; done
       t1=$(now); cpu=$(ticks "$pid"); b1=$(ticks "$BROKER_PID")

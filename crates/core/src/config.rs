@@ -144,6 +144,11 @@ pub struct LogConfig {
     /// election, compaction): development on one broker. Logged at start
     /// and exported (`pollbox_log_unsafe_topic`).
     pub allow_unsafe_topic: bool,
+    /// Consuming threads, each with its own client and the partitions
+    /// `p` with `p % consumers == its number` (a key's records stay in one
+    /// thread, in order). 0 = min(partitions, cores); more than the
+    /// partitions are as many as the partitions.
+    pub consumers: usize,
 }
 
 /// Client properties pollbox sets itself, because what it promises rests on
@@ -166,6 +171,17 @@ impl LogConfig {
     pub fn enabled(&self) -> bool {
         !self.brokers.trim().is_empty()
     }
+
+    /// The consuming threads for a topic of `partitions` on `cores` cores:
+    /// `consumers`, or min(partitions, cores) for 0; at least one, at most
+    /// one a partition.
+    pub fn consuming_threads(&self, partitions: usize, cores: usize) -> usize {
+        let asked = match self.consumers {
+            0 => cores,
+            n => n,
+        };
+        asked.min(partitions).max(1)
+    }
 }
 
 impl Default for LogConfig {
@@ -177,6 +193,7 @@ impl Default for LogConfig {
             client: BTreeMap::new(),
             client_file: String::new(),
             allow_unsafe_topic: false,
+            consumers: 0,
         }
     }
 }
@@ -511,6 +528,9 @@ impl LogConfig {
         if !(1..=600_000).contains(&self.ack_timeout_ms) {
             return Err(invalid("log.ack_timeout_ms", "must be 1 to 600000"));
         }
+        if self.consumers > 1024 {
+            return Err(invalid("log.consumers", "must be 0 (one a core) to 1024"));
+        }
         if self.enabled() {
             for b in self.brokers.split(',') {
                 let b = b.trim();
@@ -681,6 +701,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn consuming_threads_default_to_one_a_core_and_never_exceed_the_partitions() {
+        let mut l = LogConfig::default();
+        assert_eq!(l.consuming_threads(4, 2), 2);
+        assert_eq!(l.consuming_threads(4, 16), 4);
+        assert_eq!(l.consuming_threads(1, 16), 1);
+        l.consumers = 3;
+        assert_eq!(l.consuming_threads(4, 16), 3);
+        assert_eq!(l.consuming_threads(2, 16), 2);
+        l.consumers = 1;
+        assert_eq!(l.consuming_threads(8, 16), 1);
+    }
+
+    #[test]
     fn request_limits_from_config() {
         let l = crate::http::Limits::from(&LimitsConfig::default());
         assert_eq!(l, crate::http::Limits::default());
@@ -802,6 +835,7 @@ mod tests {
             ("[log]\ntopic = \"a/b\"\n", "log.topic"),
             ("[log]\ntopic = \"\"\n", "log.topic"),
             ("[log]\nack_timeout_ms = 0\n", "log.ack_timeout_ms"),
+            ("[log]\nconsumers = 1025\n", "log.consumers"),
             ("[log]\nbrokers = \"kafka-1\"\n", "log.brokers"),
             ("[log]\nbrokers = \"a:9092,:9092\"\n", "log.brokers"),
             (

@@ -473,9 +473,22 @@ impl Connection {
         report: Report,
         cx: &mut Ctx<'_, H>,
     ) -> bool {
+        self.on_log_reports(index, report, 1, cx)
+    }
+
+    /// `count` records of the awaited request met the same fate (`Applied`
+    /// or `NoBox`; see [`crate::service::Pending::report_many`]), `index`
+    /// the first of them. Returns whether the request was answered.
+    pub fn on_log_reports<H: Host>(
+        &mut self,
+        index: u32,
+        report: Report,
+        count: u32,
+        cx: &mut Ctx<'_, H>,
+    ) -> bool {
         let plan = &cx.service.node().plan;
         let done = match &mut self.wait {
-            Wait::Logging(l) => l.pending.report(index, report, plan),
+            Wait::Logging(l) => l.pending.report_many(index, report, count, plan),
             _ => return false,
         };
         if done {

@@ -2,8 +2,11 @@
 //! history.
 //!
 //! - **writers** ingest `{"value":<unique>,"player":"w<id>"}` into random
-//!   keys with `POST /v1/boxes/{key}`, two through each node and two through
-//!   HAProxy; each answer is classified (see [`classify`]);
+//!   keys with `POST /v1/boxes/{key}`, and one request in four is a batch
+//!   (`POST /v1/ingest`, an array of 2 to 4 messages into distinct keys, the
+//!   key in each message's `key`), two writers through each node and two
+//!   through HAProxy; each answer is classified (see [`classify`]; a batch's
+//!   messages by [`classify_batch`]);
 //! - **pollers**, on each node: plain polls of random keys, and long-polls
 //!   (`?after=V&wait_ms=500`) carrying the last version seen;
 //! - **streams**, on each node: an event stream of one key, reopened with
@@ -249,10 +252,113 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
         .expect("a workload thread")
 }
 
+/// What a batch's answer (or failure) says about each of its `n` messages:
+/// a 200 acknowledges every message but those its `errors` list (refused
+/// by the apply once in the log, or before it: either way not known to be
+/// out of the log, so indeterminate); anything else says of each what
+/// [`classify`] says of a single message.
+pub fn classify_batch(
+    r: &Result<Response, Failure>,
+    n: usize,
+) -> Vec<(Outcome, Option<u16>, Option<String>)> {
+    let one = classify(r);
+    let Ok(resp) = r else {
+        return vec![one; n];
+    };
+    if one.0 != Outcome::Ok {
+        return vec![one; n];
+    }
+    let text = resp.text();
+    let listed: Vec<usize> = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| {
+            v["errors"].as_array().map(|errors| {
+                errors
+                    .iter()
+                    .filter_map(|e| e["i"].as_u64().map(|i| i as usize))
+                    .collect()
+            })
+        })
+        .unwrap_or_default();
+    (0..n)
+        .map(|i| {
+            if listed.contains(&i) {
+                let short: String = text.chars().take(120).collect();
+                (Outcome::Indeterminate, Some(resp.status), Some(short))
+            } else {
+                one.clone()
+            }
+        })
+        .collect()
+}
+
+/// One batch of 2 to 4 messages into distinct keys through `t`, each
+/// message recorded as an ingest (with no payload: a batch's answer holds
+/// counts, not boxes). Returns whether every message was acknowledged.
+fn write_batch(
+    sh: &Shared,
+    rec: &Recorder,
+    process: &str,
+    t: &Target,
+    rng: &mut Rng,
+    cl: &mut Client,
+) -> bool {
+    let n = 2 + rng.below(3);
+    let mut keys: Vec<&String> = Vec::with_capacity(n);
+    while keys.len() < n.min(sh.keys.len()) {
+        let k = &sh.keys[rng.below(sh.keys.len())];
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let values: Vec<i64> = keys.iter().map(|_| sh.next_value()).collect();
+    let items: Vec<String> = keys
+        .iter()
+        .zip(&values)
+        .map(|(k, v)| format!(r#"{{"key":"{k}","value":{v},"player":"{process}"}}"#))
+        .collect();
+    let body = format!("[{}]", items.join(","));
+    let before = t.run_now();
+    let t0 = rec.now();
+    let r = cl.request(
+        "POST",
+        "/v1/ingest",
+        &[("Content-Type", "application/json")],
+        body.as_bytes(),
+        Duration::from_secs(12),
+    );
+    let run = t.served(before);
+    let outcomes = classify_batch(&r, keys.len());
+    let all_ok = outcomes.iter().all(|o| o.0 == Outcome::Ok);
+    for ((key, value), (outcome, status, error)) in keys.iter().zip(values).zip(outcomes) {
+        rec.record(
+            t0,
+            process,
+            Event::Ingest {
+                via: t.name.clone(),
+                run,
+                key: (*key).clone(),
+                value,
+                player: process.to_string(),
+                outcome,
+                status,
+                payload: None,
+                error,
+            },
+        );
+    }
+    all_ok
+}
+
 fn writer(sh: &Shared, rec: &Recorder, process: &str, t: &Target, seed: u64) {
     let mut rng = Rng::new(seed);
     let mut cl = Client::new(t.addr);
     while !sh.stopping() {
+        if rng.below(4) == 0 {
+            let ok = write_batch(sh, rec, process, t, &mut rng, &mut cl);
+            std::thread::sleep(Duration::from_millis(if ok { 15 } else { 150 }));
+            continue;
+        }
         let key = &sh.keys[rng.below(sh.keys.len())];
         let value = sh.next_value();
         let body = format!(r#"{{"value":{value},"player":"{process}"}}"#);
@@ -592,6 +698,38 @@ mod tests {
     use super::*;
     use crate::cluster::PARTITIONS;
     use crate::partition::home;
+
+    #[test]
+    fn a_batchs_answer_acknowledges_what_it_does_not_list() {
+        let answer = |status: u16, body: &str| {
+            Ok(Response {
+                status,
+                headers: Vec::new(),
+                body: body.as_bytes().to_vec(),
+            })
+        };
+        let outcomes =
+            |r| -> Vec<Outcome> { classify_batch(&r, 3).into_iter().map(|o| o.0).collect() };
+        assert_eq!(
+            outcomes(answer(200, r#"{"accepted":3,"rejected":0,"errors":[]}"#)),
+            [Outcome::Ok; 3]
+        );
+        assert_eq!(
+            outcomes(answer(
+                200,
+                r#"{"accepted":2,"rejected":1,"errors":[{"i":1,"error":"field sum: sum overflows"}]}"#
+            )),
+            [Outcome::Ok, Outcome::Indeterminate, Outcome::Ok]
+        );
+        assert_eq!(
+            outcomes(answer(503, r#"{"error":"log unavailable"}"#)),
+            [Outcome::Indeterminate; 3]
+        );
+        assert_eq!(
+            outcomes(answer(400, r#"{"error":"bad"}"#)),
+            [Outcome::Refused; 3]
+        );
+    }
 
     #[test]
     fn keys_cover_every_partition_evenly() {

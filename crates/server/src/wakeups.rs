@@ -49,12 +49,15 @@ struct Inbox {
     reported: crossbeam_channel::Receiver<LogReport>,
 }
 
-/// Record `index` of log request `request` met its fate.
+/// `count` records of log request `request`, record `index` the first of
+/// them, met the same fate (only `Applied` and `NoBox` come counted:
+/// `pollbox_core::service::Pending::report_many`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogReport {
     pub request: u64,
     pub index: u32,
     pub report: Report,
+    pub count: u32,
 }
 
 /// What woke a worker.
@@ -184,9 +187,31 @@ impl Waiters {
         }
     }
 
+    /// Hand `reports` to `worker`, emptying it, with one wake-up: the
+    /// consuming thread reports what one pass over the client's queue
+    /// applied with one wake-up a worker, not one a record (each is a write
+    /// to an eventfd and a switch to the worker).
+    pub fn report_all(&self, worker: usize, reports: &mut Vec<LogReport>) {
+        if reports.is_empty() {
+            return;
+        }
+        if let Some(inbox) = self.inboxes.get(worker) {
+            for r in reports.drain(..) {
+                let _ = inbox.reports.send(r);
+            }
+            let _ = inbox.waker.wake();
+        }
+        reports.clear();
+    }
+
     /// The next record report for `worker`, if any.
     pub fn next_report(&self, worker: usize) -> Option<LogReport> {
         self.inboxes.get(worker)?.reported.try_recv().ok()
+    }
+
+    /// The workers (one inbox each).
+    pub fn workers(&self) -> usize {
+        self.inboxes.len()
     }
 
     /// Keys with parked polls, over all workers (for tests and metrics).

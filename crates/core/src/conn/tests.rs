@@ -1098,6 +1098,33 @@ fn a_logged_batch_is_checked_before_the_log_and_counted_after_it() {
 }
 
 #[test]
+fn a_logged_batchs_records_reported_together_answer_once_all_are_counted() {
+    let mut r = log_rig();
+    let mut c = r.conn();
+    let body = r#"[{"key":"a","value":1},{"key":"b","value":2},{"key":"c","value":3},{"key":"d","value":4}]"#;
+    r.feed(&mut c, post("/v1/ingest", body).as_bytes());
+    assert_eq!(r.sent(&mut c), "");
+    assert_eq!(r.host.produced.len(), 4);
+    for i in 0..4 {
+        assert_eq!(consume(&mut r, i, 1), Report::Applied);
+    }
+    // Three records in one report, then the last: answered once all four are.
+    let mut cx = r.cx();
+    assert!(!c.on_log_reports(0, Report::Applied, 3, &mut cx));
+    assert_eq!(r.sent(&mut c), "");
+    // A count past the records left counts only those.
+    let mut cx = r.cx();
+    assert!(c.on_log_reports(3, Report::Applied, 9, &mut cx));
+    let out = r.sent(&mut c);
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(
+        out.ends_with(r#"{"accepted":4,"rejected":0,"errors":[]}"#),
+        "{out}"
+    );
+    assert!(r.host.ingested.contains(&(IngestResult::Accepted, 4)));
+}
+
+#[test]
 fn a_log_that_takes_nothing_or_answers_too_late_is_503() {
     let mut r = log_rig();
     r.host.log_down = true;

@@ -86,12 +86,32 @@ impl Pending {
     /// message's place in the body). Returns whether every record is now
     /// reported.
     pub fn report(&mut self, index: u32, report: Report, plan: &crate::plan::Plan) -> bool {
+        self.report_many(index, report, 1, plan)
+    }
+
+    /// Record the fate of `count` records that met the same one: a batch's
+    /// records applied by one pass of the consuming thread are reported
+    /// together, so a batch costs its connection a few reports, not one a
+    /// record. Only `Applied` and `NoBox` come counted (a refusal names its
+    /// record's `index` in the answer, a failure ends the wait); any other
+    /// report counts once. Returns whether every record is now reported.
+    pub fn report_many(
+        &mut self,
+        index: u32,
+        report: Report,
+        count: u32,
+        plan: &crate::plan::Plan,
+    ) -> bool {
         if self.complete() {
             return true;
         }
-        self.reported += 1;
+        let count = match report {
+            Report::Applied | Report::NoBox => count.clamp(1, self.records - self.reported),
+            Report::Refused(_) | Report::Failed => 1,
+        };
+        self.reported += count;
         match report {
-            Report::Applied => self.accepted += 1,
+            Report::Applied => self.accepted += u64::from(count),
             Report::NoBox => {}
             Report::Refused(e) => {
                 self.rejected += 1;

@@ -1,13 +1,19 @@
-//! The consuming thread: every partition of the topic, from where the
+//! The consuming threads: every partition of the topic, from where the
 //! snapshot left it, applied in partition order and waking whoever waits on
-//! the keys. See the module above for what it shares; [`Consuming`] is what
-//! it is handed.
+//! the keys. The first thread reads where each partition starts, then
+//! starts the others (`log.consumers`); thread `k` of `n` owns the
+//! partitions `p` with `p % n == k` (assigned, not subscribed), with its own
+//! client and [`Replica`], so a key's records (one partition) are applied
+//! in order by one thread. The first also serves the producer's delivery
+//! reports. See the module above for what they share; [`Consuming`] is what
+//! they are handed.
 
 use super::produce::{Producer, Ticket};
+use super::reports::PassReports;
 use super::topic::{self, LogProblem};
 use super::{client_config, LogState, PartitionState, LOG_REFUSED_EXIT};
 use crate::lifecycle::Lifecycle;
-use crate::wakeups::{LogReport, Waiters};
+use crate::wakeups::Waiters;
 use pollbox_core::config::LogConfig;
 use pollbox_core::log::{Outcome, Record, Replica};
 use pollbox_core::service::Node;
@@ -24,6 +30,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// How long one wait for records lasts: the thread checks for shutdown (and
 /// refreshes the log's end) at least this often.
 const POLL: Duration = Duration::from_millis(100);
+/// Records applied in one pass at most: a pass ends when the client's queue
+/// is empty, or after this many records (a replay's queue is never empty),
+/// and then the workers learn what it applied.
+const PASS_RECORDS: u32 = 256;
 /// How often the producer's delivery reports are served while records
 /// come, and how many records go between two looks at the clock for it.
 const DELIVERIES_EVERY: Duration = Duration::from_millis(1);
@@ -148,26 +158,74 @@ fn done(c: &Consuming) -> bool {
     c.lifecycle.workers_stopped()
 }
 
-fn run(c: &Consuming) {
+fn run(c: &Arc<Consuming>) {
     // Polls first: this thread, and the client's threads it starts (they
     // fetch and decompress), run at nice 19 on the cores the workers use, so
     // a poll that becomes readable is not kept waiting by a replay. Idle
     // workers leave it all the CPU; saturated ones, little (its lag shows it).
     crate::thread_priority::lower_priority("log");
-    let log = &*c.log;
     let cfg = &c.node.config.log;
     let mut said = Throttled::default();
-    let mut misplaced = Misplaced::default();
-    let consumer = match consumer(cfg) {
+    let client = match consumer(cfg) {
         Ok(c) => c,
         Err(e) => refuse(&format!("cannot create the Kafka client: {e}")),
     };
     // Where each partition starts, once the log answers.
-    let Some(starts) = starting_offsets(c, &consumer, &mut said) else {
+    let Some(starts) = starting_offsets(c, &client, &mut said) else {
         return; // shut down before the log answered
     };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = cfg.consuming_threads(starts.len(), cores);
+    if threads > 1 {
+        eprintln!(
+            "pollbox: log: {threads} consuming threads, partition p applied by thread p % {threads}"
+        );
+    }
+    let mut others = Vec::with_capacity(threads - 1);
+    for k in 1..threads {
+        let (c, starts) = (c.clone(), starts.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("pollbox-log-{k}"))
+            .spawn(move || {
+                crate::thread_priority::lower_priority("log");
+                let client = match consumer(&c.node.config.log) {
+                    Ok(client) => client,
+                    Err(e) => refuse(&format!("cannot create the Kafka client: {e}")),
+                };
+                apply(&c, &client, &starts, Share { k, of: threads });
+            });
+        match spawned {
+            Ok(h) => others.push(h),
+            Err(e) => refuse(&format!("cannot start consuming thread {k}: {e}")),
+        }
+    }
+    apply(c, &client, &starts, Share { k: 0, of: threads });
+    for h in others {
+        let _ = h.join();
+    }
+}
+
+/// Which partitions a consuming thread owns: `p % of == k`.
+#[derive(Debug, Clone, Copy)]
+struct Share {
+    k: usize,
+    of: usize,
+}
+
+impl Share {
+    fn owns(self, partition: usize) -> bool {
+        partition % self.of == self.k
+    }
+}
+
+/// Apply the partitions of `share` from `starts` until the workers stop (or
+/// the log halts).
+fn apply(c: &Consuming, consumer: &BaseConsumer, starts: &[i64], share: Share) {
+    let log = &*c.log;
+    let mut said = Throttled::default();
+    let mut misplaced = Misplaced::default();
     let mut tpl = TopicPartitionList::new();
-    for (p, &next) in starts.iter().enumerate() {
+    for (p, &next) in starts.iter().enumerate().filter(|(p, _)| share.owns(*p)) {
         if let Err(e) = tpl.add_partition_offset(&log.topic, p as i32, Offset::Offset(next)) {
             refuse(&format!("cannot assign partition {p}: {e}"));
         }
@@ -181,12 +239,18 @@ fn run(c: &Consuming) {
         starts.len() as u32,
     );
     let mut key = Vec::with_capacity(256);
-    if log.check_caught_up() {
+    if log.catch_up() {
         eprintln!("pollbox: log: caught up (nothing to replay)");
     }
+    // The first thread serves the producer's delivery reports.
+    let producer = c.producer.as_ref().filter(|_| share.k == 0);
     let (mut since_deliveries, mut served_at) = (0u32, Instant::now());
+    let mut pass = PassReports::new(c.waiters.workers());
+    // A pass goes on without waiting while records are queued; it ends, and
+    // the workers learn what it applied, when the queue is empty.
+    let mut wait = POLL;
     while !done(c) && !log.halted() {
-        let polled = consumer.poll(POLL);
+        let polled = consumer.poll(wait);
         since_deliveries += 1;
         // The delivery reports at least every DELIVERIES_EVERY_MS while
         // records come (the clock read once in DELIVERIES_LOOK records), and
@@ -197,14 +261,19 @@ fn run(c: &Consuming) {
                 served_at.elapsed() >= DELIVERIES_EVERY
             });
         if due {
-            if let Some(p) = &c.producer {
+            if let Some(p) = producer {
                 p.serve_deliveries();
             }
             (since_deliveries, served_at) = (0, Instant::now());
         }
         match polled {
-            None => {}
+            None => {
+                pass.hand_over(&c.waiters);
+                wait = POLL;
+            }
             Some(Err(e)) => {
+                pass.hand_over(&c.waiters);
+                wait = POLL;
                 log.consume_errors.fetch_add(1, Ordering::Relaxed);
                 log.connected.store(false, Ordering::Relaxed);
                 said.say(format!("consuming: {e} (retrying)"));
@@ -237,14 +306,7 @@ fn run(c: &Consuming) {
                     // A record one of this node's connections waits for.
                     let now_ns = c.started.elapsed().as_nanos() as u64;
                     log.ack.observe_ns(now_ns.saturating_sub(t.sent_ns));
-                    c.waiters.report(
-                        t.worker as usize,
-                        LogReport {
-                            request: t.request,
-                            index: t.index,
-                            report: outcome.report(),
-                        },
-                    );
+                    pass.add(t.worker, t.request, t.index, outcome.report());
                 }
                 match &outcome {
                     Outcome::WrongPartition { home } => {
@@ -265,12 +327,17 @@ fn run(c: &Consuming) {
                 {
                     p.next.fetch_max(rec.offset + 1, Ordering::AcqRel);
                 }
-                if !log.caught_up() && log.check_caught_up() {
+                if !log.caught_up() && log.catch_up() {
                     eprintln!("pollbox: log: caught up; ready");
                 }
+                if pass.records() >= PASS_RECORDS {
+                    pass.hand_over(&c.waiters);
+                }
+                wait = Duration::ZERO;
             }
         }
     }
+    pass.hand_over(&c.waiters);
 }
 
 /// Records outside their key's home partition: the first is said at once,

@@ -2,14 +2,18 @@
 //! [`pollbox_core::log`]. With `[log] brokers` set, the topic is the source of
 //! truth and this node a replica of the boxes built from it.
 //!
-//! - [`consume`]: one thread reads every partition of the topic from the
-//!   offsets the snapshot holds (the log's start without one), hands each
-//!   record to the core's [`Replica`](pollbox_core::log::Replica) and wakes
-//!   the long-polls and event streams of the key, as an HTTP ingest does.
-//!   It never takes a lock a poll needs: polls go on while it applies.
+//! - [`consume`]: the consuming threads (`log.consumers`), each with its own
+//!   client and its share of the partitions, read the topic from the
+//!   offsets the snapshot holds (the log's start without one), hand each
+//!   record to their own core's [`Replica`](pollbox_core::log::Replica) and
+//!   wake the long-polls and event streams of the key, as an HTTP ingest
+//!   does. They never take a lock a poll needs: polls go on while they
+//!   apply.
 //! - [`produce`]: what this node's clients ingest goes to the topic, each
 //!   record with a ticket that brings its outcome back to the waiting
 //!   connection when this node applies it.
+//! - [`reports`]: those outcomes, gathered over one pass of the consuming
+//!   thread and handed to each worker with one wake-up.
 //! - [`LogState`]: where the node stands (the next offset of each partition,
 //!   the end of the log as it stood at start, caught up or not), shared with
 //!   the producer's delivery reports (the records the log did not take), the
@@ -21,6 +25,7 @@
 
 pub mod consume;
 pub mod produce;
+pub mod reports;
 pub mod topic;
 
 use crate::stats::Histogram;
@@ -179,21 +184,20 @@ impl LogState {
         self.caught_up.load(Ordering::Acquire)
     }
 
-    /// Check (and remember) whether every partition reached its end at start.
-    pub(crate) fn check_caught_up(&self) -> bool {
-        if self.caught_up() {
-            return true;
-        }
+    /// Check whether every partition reached its end at start, and remember
+    /// it: true only for the call that found it first (of all the consuming
+    /// threads, one says so).
+    pub(crate) fn catch_up(&self) -> bool {
         let Some(parts) = self.partitions() else {
             return false;
         };
         let done = parts
             .iter()
             .all(|p| p.next.load(Ordering::Acquire) >= p.end_at_start.load(Ordering::Relaxed));
-        if done {
-            self.caught_up.store(true, Ordering::Release);
-        }
-        done
+        done && self
+            .caught_up
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
     /// The position to store with a snapshot. Taken before the snapshot

@@ -102,6 +102,7 @@ impl ProducerContext for Deliveries {
                     request: t.request,
                     index: t.index,
                     report: Report::Failed,
+                    count: 1,
                 },
             );
         }
@@ -140,6 +141,13 @@ impl Producer {
             // An ingest waits for its record: send at once (librdkafka's
             // default waits 5 ms to fill batches).
             c.set("linger.ms", "0");
+        }
+        if !cfg.client.contains_key("delivery.report.only.error") {
+            // A taken record is reported when this node applies it: its
+            // delivery report would only be served and dropped, one event a
+            // record on the consuming thread. The client frees it on the
+            // broker's acknowledgement instead.
+            c.set("delivery.report.only.error", "true");
         }
         if !cfg.client.contains_key("message.timeout.ms") {
             // Never give up on a record: the idempotent producer that gives
@@ -180,7 +188,8 @@ impl Producer {
     }
 
     /// Hand every delivery report that came in to its worker (a record the
-    /// log did not take is reported `Failed`; a taken one only leaves the
+    /// log did not take is reported `Failed`; a taken one has none unless
+    /// `[log.client]` asks for every report, and then it only leaves the
     /// client's queue, which counts records until their report is served:
     /// left there, it fills and every ingest is 503). Never waits. One poll
     /// serves one event (a produce request's records); it goes on while the

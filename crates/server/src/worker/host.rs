@@ -25,6 +25,9 @@ pub struct WorkerHost {
     unobserved: u64,
     /// Log requests this worker numbered (their records' tickets say which).
     log_requests: u64,
+    /// When the current log request began producing (ns on the server's
+    /// clock): every record of a batch carries it, read once.
+    log_sent_ns: u64,
     /// Fault injection for the tests of docs/operations.md#worker-panics, in debug
     /// builds only: `POLLBOX_TEST_PANIC_AFTER=N` panics the worker that answers
     /// its N-th request.
@@ -40,6 +43,7 @@ impl WorkerHost {
             mark: Instant::now(),
             unobserved: 0,
             log_requests: 0,
+            log_sent_ns: 0,
             #[cfg(debug_assertions)]
             panic_after: std::env::var("POLLBOX_TEST_PANIC_AFTER")
                 .ok()
@@ -99,6 +103,7 @@ impl Watchers for WorkerHost {
 impl Host for WorkerHost {
     fn log_request(&mut self) -> u64 {
         self.log_requests += 1;
+        self.log_sent_ns = self.shared.started().elapsed().as_nanos() as u64;
         self.log_requests
     }
 
@@ -118,7 +123,7 @@ impl Host for WorkerHost {
             worker: self.id as u16,
             request,
             index,
-            sent_ns: self.shared.started().elapsed().as_nanos() as u64,
+            sent_ns: self.log_sent_ns,
         };
         producer.send(&self.shared.node().config.log.topic, ticket, key, value)
     }

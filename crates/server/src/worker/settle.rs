@@ -231,7 +231,7 @@ impl Worker {
             let Some(mut c) = self.sockets.conns.take_gen(slot, gen) else {
                 continue;
             };
-            self.timed(|cx| c.core.on_log_report(r.index, r.report, cx));
+            self.timed(|cx| c.core.on_log_reports(r.index, r.report, r.count, cx));
             self.settle(slot, c);
         }
         while let Some(wake) = self.host.shared().waiters().next(self.id) {
