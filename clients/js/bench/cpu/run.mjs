@@ -112,7 +112,9 @@ async function run(kind, s) {
     "chromium",
     ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run", "--dump-dom",
       `--user-data-dir=${profile}`, `http://127.0.0.1:${port}/`],
-    { stdio: "ignore" },
+    // Its own process group, so that the whole browser (its renderers and
+    // helpers, which outlive a killed parent) is killed at once.
+    { stdio: "ignore", detached: true },
   );
   await ready;
   await sleep(2000); // warm: the stream open, the updates flowing
@@ -127,11 +129,13 @@ async function run(kind, s) {
   await until("the report", () => report, 10000);
   release.hold?.();
   const exited = new Promise((ok) => chromium.once("exit", ok));
-  chromium.kill("SIGKILL");
+  process.kill(-chromium.pid, "SIGKILL");
   await exited;
   server.closeAllConnections();
   server.close();
-  rmSync(profile, { recursive: true, force: true });
+  // Chromium's children may still be writing its profile after the main
+  // process is gone: retry the removal a little.
+  rmSync(profile, { recursive: true, force: true, maxRetries: 20, retryDelay: 100 });
   return { kind, ...report, rendererMs: (r1 - r0) * 1000, chromiumMs: (a1 - a0) * 1000 };
 }
 
