@@ -196,20 +196,26 @@ impl ProducerContext for Failures {
     }
 }
 
+/// What every producer here shares with pollbox's: `acks=all`, idempotent,
+/// Kafka's default partitioner (a record in another partition than its key's
+/// home is applied by no node), and `linger_ms`.
+fn producer_config(brokers: &str, linger_ms: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", brokers)
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("partitioner", "murmur2_random")
+        .set("linger.ms", linger_ms);
+    c
+}
+
 fn producer(
     brokers: &str,
     linger_ms: &str,
     batching: bool,
 ) -> (ThreadedProducer<Failures>, Arc<AtomicU64>) {
     let failed = Arc::new(AtomicU64::new(0));
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", brokers)
-        .set("acks", "all")
-        .set("enable.idempotence", "true")
-        // Kafka's default partitioner, as pollbox's own producer: a record in
-        // another partition than its key's home is applied by no node.
-        .set("partitioner", "murmur2_random")
-        .set("linger.ms", linger_ms);
+    let mut c = producer_config(brokers, linger_ms);
     if batching {
         c.set("batch.size", "1000000")
             .set("batch.num.messages", "100000")
@@ -479,13 +485,8 @@ fn floor(a: &Args) {
 /// (`crates/server/src/log/produce.rs`), polled by its caller.
 fn pollbox_producer(brokers: &str) -> (BaseProducer<Failures>, Arc<AtomicU64>) {
     let failed = Arc::new(AtomicU64::new(0));
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", brokers)
-        .set("acks", "all")
-        .set("enable.idempotence", "true")
-        .set("partitioner", "murmur2_random")
-        .set("linger.ms", "0")
-        .set("delivery.report.only.error", "true")
+    let mut c = producer_config(brokers, "0");
+    c.set("delivery.report.only.error", "true")
         .set("message.timeout.ms", "0");
     let p = c
         .create_with_context(Failures(failed.clone()))
