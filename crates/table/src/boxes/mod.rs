@@ -19,6 +19,7 @@
 //! - `shard.rs`: the shards, their writer mutex and sequence, and the
 //!   structural changes made under it (insert, remove, grow, shrink);
 //! - `expiry.rs`: expiry stamps and the bounded sweep;
+//! - `order.rs`: every key in order, for pages of a prefix;
 //! - `walk.rs`: the snapshot walk ([`BoxTable::for_each`]) and
 //!   [`BoxTable::restore`];
 //! - `reduce.rs` (one message applied to a box's state), `record.rs` (a
@@ -30,6 +31,7 @@ mod changes;
 pub(crate) mod codec;
 mod expiry;
 mod map;
+mod order;
 mod record;
 mod reduce;
 mod shard;
@@ -41,6 +43,7 @@ mod watchers;
 
 pub use changes::Walk;
 pub use expiry::{Removed, SweepBudget, Swept};
+pub use order::{is_prefix, is_separator, prefixes_of, KeyOrder, ORDER_SHARDS};
 pub use size::size_class;
 pub use walk::RestoreError;
 pub use watchers::Watchers;
@@ -121,6 +124,8 @@ pub struct BoxTable {
     /// Whether removed keys are kept for the next delta snapshot (set once
     /// snapshots are written: [`BoxTable::track_changes`]).
     tracking: AtomicBool,
+    /// Every key in order, for pages and prefix streams (docs/boxes.md#rooms).
+    order: KeyOrder,
 }
 
 /// The clock a new box's first version is taken from: a standalone server's
@@ -226,6 +231,7 @@ impl BoxTable {
             clock: no_clock,
             generation: AtomicU32::new(1),
             tracking: AtomicBool::new(false),
+            order: KeyOrder::default(),
         }
     }
 
@@ -430,11 +436,17 @@ impl BoxTable {
     pub fn accounted_bytes(&self) -> usize {
         let fixed = size_class(self.shards.len() * std::mem::size_of::<Shard>());
         fixed
+            + self.order.bytes()
             + self
                 .shards
                 .iter()
                 .map(|s| s.write.bytes.load(Ordering::Relaxed))
                 .sum::<usize>()
+    }
+
+    /// Every key in order: pages of a prefix walk it (docs/boxes.md#rooms).
+    pub fn order(&self) -> &KeyOrder {
+        &self.order
     }
 
     /// The highest version any removed box served (0 if none was removed): a

@@ -146,6 +146,7 @@ impl BoxTable {
     pub(super) fn insert(
         &self,
         shard: &Shard,
+        key: &[u8],
         hash: u64,
         words: Words,
         gen: u16,
@@ -179,6 +180,7 @@ impl BoxTable {
         }
         map.insert_entry(entry(fingerprint(hash), n));
         shard.write.len.store(n + 1, Ordering::Release);
+        self.order.insert(key);
         shard.write.bytes.fetch_add(added, Ordering::Relaxed);
     }
 
@@ -277,6 +279,7 @@ impl BoxTable {
             // Accounted as the records are: until a walk takes the list.
             shard.add_bytes(size_class(was), size_class(removed.capacity()));
         }
+        self.order.remove(record::key(&record));
         let gone = entry(fingerprint(self.hasher.hash_one(record::key(&record))), n);
         let mut freed = claim.bytes();
         {

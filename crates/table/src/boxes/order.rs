@@ -1,0 +1,299 @@
+//! The keys in order: what a page of a prefix (`GET /v1/boxes?prefix=P`) and a
+//! prefix stream's first listing walk (docs/boxes.md#rooms).
+//!
+//! Every key is here once, kept sorted, so the keys under a prefix are one
+//! range. The keys are spread over [`ORDER_SHARDS`] sets by their first
+//! segment (up to and including the first separator), so every non-empty
+//! prefix (which ends with a separator) lies in one set; the empty prefix
+//! (every box) merges them. Each set is a mutex around a `BTreeSet`:
+//! - only the creation and the removal of a box take it (the table's shard
+//!   mutex held), never an update or a poll;
+//! - a page takes it once for each set it reads, copies at most `limit + 1`
+//!   keys out and lets go: the bounded step a creation can wait behind.
+//!
+//! A page walks by key, the cursor is the last key it gave: a box that lived
+//! through a walk is in exactly one page (keys are unique and their order
+//! does not change), and the cursor means the same on any node.
+
+use super::size_class;
+use std::collections::BTreeSet;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+/// Sets the keys are spread over by their first segment.
+pub const ORDER_SHARDS: usize = 16;
+/// What a key costs in a set's nodes besides its own allocation (a 16-byte
+/// box pointer in a leaf about two thirds full, and the inner nodes'
+/// share), for the accounting.
+const NODE_SHARE: usize = 26;
+
+/// The separators that end a prefix.
+pub fn is_separator(b: u8) -> bool {
+    matches!(b, b'/' | b':' | b'.')
+}
+
+/// Whether `p` is a prefix: empty, or ending with a separator.
+pub fn is_prefix(p: &[u8]) -> bool {
+    p.last().is_none_or(|&b| is_separator(b))
+}
+
+/// The prefixes of `key` (docs/boxes.md#rooms), shortest first: the empty
+/// prefix, then the key up to and including each separator, the key itself
+/// excluded.
+pub fn prefixes_of(key: &[u8]) -> impl Iterator<Item = &[u8]> {
+    std::iter::once(&key[..0]).chain(
+        key.iter()
+            .enumerate()
+            .filter(|&(i, &b)| is_separator(b) && i + 1 < key.len())
+            .map(move |(i, _)| &key[..=i]),
+    )
+}
+
+/// The set a key or a non-empty prefix is in: FNV-1a of its first segment
+/// (not keyed: a cursor must mean the same on every node; keys aimed at one
+/// set only make its mutex busier).
+fn shard_of(key: &[u8]) -> usize {
+    let end = key
+        .iter()
+        .position(|&b| is_separator(b))
+        .map_or(key.len(), |i| i + 1);
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in &key[..end] {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h % ORDER_SHARDS as u64) as usize
+}
+
+/// Every key, in order.
+pub struct KeyOrder {
+    sets: Box<[Mutex<BTreeSet<Box<[u8]>>>]>,
+    /// Accounted heap bytes of the sets (their keys and nodes).
+    bytes: AtomicUsize,
+}
+
+impl Default for KeyOrder {
+    fn default() -> KeyOrder {
+        KeyOrder {
+            sets: (0..ORDER_SHARDS)
+                .map(|_| Mutex::new(BTreeSet::new()))
+                .collect(),
+            bytes: AtomicUsize::new(0),
+        }
+    }
+}
+
+fn entry_bytes(key: &[u8]) -> usize {
+    size_class(key.len()) + NODE_SHARE
+}
+
+impl KeyOrder {
+    fn set(&self, i: usize) -> std::sync::MutexGuard<'_, BTreeSet<Box<[u8]>>> {
+        // A panic under the mutex leaves a set whose order still holds.
+        self.sets[i % ORDER_SHARDS]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A box of `key` was created.
+    pub fn insert(&self, key: &[u8]) {
+        if self.set(shard_of(key)).insert(key.into()) {
+            self.bytes.fetch_add(entry_bytes(key), Ordering::Relaxed);
+        }
+    }
+
+    /// The box of `key` was removed.
+    pub fn remove(&self, key: &[u8]) {
+        if self.set(shard_of(key)).remove(key) {
+            self.bytes.fetch_sub(entry_bytes(key), Ordering::Relaxed);
+        }
+    }
+
+    /// Accounted heap bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Append to `out` the keys under `prefix` after `after` (from the first
+    /// without), at most `limit`, each as a little-endian `u16` length and
+    /// its bytes (as `ManyKeys` of the service reads them). Returns the
+    /// number appended and whether more keys follow.
+    pub fn page(
+        &self,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+        out: &mut Vec<u8>,
+    ) -> (usize, bool) {
+        let from = match after {
+            Some(a) if a >= prefix => Bound::Excluded(a),
+            _ => Bound::Included(prefix),
+        };
+        if !prefix.is_empty() {
+            let set = self.set(shard_of(prefix));
+            let mut n = 0;
+            for key in set.range::<[u8], _>((from, Bound::Unbounded)) {
+                if !key.starts_with(prefix) {
+                    return (n, false);
+                }
+                if n == limit {
+                    return (n, true);
+                }
+                push_key(key, out);
+                n += 1;
+            }
+            return (n, false);
+        }
+        // Every key: the first `limit + 1` of each set, merged. Each set is
+        // held for one copy of at most `limit + 1` keys.
+        let mut found: Vec<Box<[u8]>> = Vec::new();
+        for i in 0..ORDER_SHARDS {
+            let set = self.set(i);
+            let mut took = 0;
+            for key in set.range::<[u8], _>((from, Bound::Unbounded)) {
+                if took > limit {
+                    break;
+                }
+                // Past the `limit + 1` smallest found so far: no use.
+                if found.len() > limit && found.last().is_some_and(|l| key > l) {
+                    break;
+                }
+                found.push(key.clone());
+                took += 1;
+            }
+            drop(set);
+            found.sort_unstable();
+            found.truncate(limit + 1);
+        }
+        let more = found.len() > limit;
+        let n = found.len().min(limit);
+        for key in &found[..n] {
+            push_key(key, out);
+        }
+        (n, more)
+    }
+
+    /// Whether any key lies under `prefix` (tests).
+    #[doc(hidden)]
+    pub fn any_under(&self, prefix: &[u8]) -> bool {
+        self.page(prefix, None, 1, &mut Vec::new()).0 > 0
+    }
+}
+
+fn push_key(key: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(&(key.len().min(u16::MAX as usize) as u16).to_le_bytes());
+    out.extend_from_slice(key);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(buf: &[u8]) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut rest = buf;
+        while let Some((len, r)) = rest.split_first_chunk::<2>() {
+            let len = u16::from_le_bytes(*len) as usize;
+            out.push(String::from_utf8_lossy(&r[..len]).into_owned());
+            rest = &r[len..];
+        }
+        out
+    }
+
+    fn walk(o: &KeyOrder, prefix: &str, limit: usize) -> Vec<String> {
+        let mut all = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let mut buf = Vec::new();
+            let (n, more) = o.page(prefix.as_bytes(), after.as_deref(), limit, &mut buf);
+            let page = keys(&buf);
+            assert_eq!(page.len(), n);
+            assert!(n <= limit);
+            after = page.last().map(|k| k.as_bytes().to_vec());
+            all.extend(page);
+            if !more {
+                return all;
+            }
+        }
+    }
+
+    #[test]
+    fn prefixes_are_empty_or_end_with_a_separator() {
+        assert!(is_prefix(b"") && is_prefix(b"room-17/") && is_prefix(b"tenant:4:"));
+        assert!(is_prefix(b"eu.") && !is_prefix(b"room-17") && !is_prefix(b"a/b"));
+        let p: Vec<&[u8]> = prefixes_of(b"room-17/a:b").collect();
+        assert_eq!(p, [&b""[..], b"room-17/", b"room-17/a:"]);
+        let p: Vec<&[u8]> = prefixes_of(b"a/").collect();
+        assert_eq!(p, [&b""[..]], "the key itself is not its prefix");
+    }
+
+    #[test]
+    fn pages_walk_a_prefix_in_order_exactly_once() {
+        let o = KeyOrder::default();
+        for i in 0..250 {
+            o.insert(format!("room-1/p{i:03}").as_bytes());
+            o.insert(format!("room-2/p{i:03}").as_bytes());
+        }
+        o.insert(b"room-1");
+        o.insert(b"room-10/x");
+        let got = walk(&o, "room-1/", 7);
+        let want: Vec<String> = (0..250).map(|i| format!("room-1/p{i:03}")).collect();
+        assert_eq!(got, want);
+        let every = walk(&o, "", 33);
+        assert_eq!(every.len(), 502);
+        assert!(every.windows(2).all(|w| w[0] < w[1]), "in order, once");
+        assert_eq!(walk(&o, "room-3/", 10), Vec::<String>::new());
+        o.remove(b"room-10/x");
+        o.remove(b"room-10/x");
+        assert!(!o.any_under(b"room-10/"));
+        assert_eq!(walk(&o, "", 1000).len(), 501);
+    }
+
+    #[test]
+    fn a_walk_while_keys_come_and_go_gives_each_survivor_once() {
+        let o = KeyOrder::default();
+        for i in 0..1000 {
+            o.insert(format!("r/{i:04}").as_bytes());
+        }
+        let mut seen = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        let mut step = 0;
+        loop {
+            let mut buf = Vec::new();
+            let (_, more) = o.page(b"r/", after.as_deref(), 50, &mut buf);
+            let page = keys(&buf);
+            after = page.last().map(|k| k.as_bytes().to_vec());
+            seen.extend(page);
+            // Between pages: odd keys go, new keys come (before and after
+            // the cursor).
+            for i in step * 50..step * 50 + 50 {
+                for j in [i, 999 - i] {
+                    if j % 2 == 1 {
+                        o.remove(format!("r/{j:04}").as_bytes());
+                    }
+                }
+            }
+            o.insert(format!("r/{:04}x", step).as_bytes());
+            o.insert(format!("r/{:04}y", 999 - step).as_bytes());
+            step += 1;
+            if !more {
+                break;
+            }
+        }
+        assert!(seen.windows(2).all(|w| w[0] < w[1]), "no key twice");
+        for i in (0..1000).filter(|i| i % 2 == 0) {
+            assert!(seen.contains(&format!("r/{i:04}")), "survivor {i} seen");
+        }
+    }
+
+    #[test]
+    fn the_accounting_follows_the_keys() {
+        let o = KeyOrder::default();
+        o.insert(b"a/b");
+        o.insert(b"a/b");
+        assert_eq!(o.bytes(), 8 + NODE_SHARE);
+        o.remove(b"a/b");
+        assert_eq!(o.bytes(), 0);
+    }
+}
