@@ -68,6 +68,10 @@ pub struct LimitsConfig {
     pub max_wait_ms: u64,
     /// The most keys one `GET /v1/boxes?keys=...` may name.
     pub max_keys_per_request: usize,
+    /// The most boxes one page of a prefix (`GET /v1/boxes?prefix=P`) holds.
+    pub max_page_boxes: usize,
+    /// Open event streams of a prefix on the node (beyond: 503).
+    pub max_prefix_streams: usize,
     pub arena_limit_bytes: usize,
     /// All connections' buffers together (read buffers, send queues).
     pub max_buffered_bytes: usize,
@@ -237,6 +241,8 @@ impl Default for LimitsConfig {
             idle_timeout_ms: 60_000,
             max_wait_ms: 30_000,
             max_keys_per_request: 64,
+            max_page_boxes: 1000,
+            max_prefix_streams: 10_000,
             arena_limit_bytes: 67_108_864,
             max_buffered_bytes: 268_435_456,
             max_connections_per_ip: 0,
@@ -361,6 +367,7 @@ impl Config {
             ("limits.body_timeout_ms", l.body_timeout_ms),
             ("limits.idle_timeout_ms", l.idle_timeout_ms),
             ("limits.max_keys_per_request", l.max_keys_per_request as u64),
+            ("limits.max_page_boxes", l.max_page_boxes as u64),
             ("limits.arena_limit_bytes", l.arena_limit_bytes as u64),
         ];
         for (key, v) in positive {
@@ -379,6 +386,9 @@ impl Config {
                 "limits.max_keys_per_request",
                 "must be at most 1024",
             ));
+        }
+        if l.max_page_boxes > 10_000 {
+            return Err(invalid("limits.max_page_boxes", "must be at most 10000"));
         }
         if l.arena_limit_bytes < 64 * 1024 {
             return Err(invalid(

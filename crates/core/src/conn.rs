@@ -75,8 +75,8 @@ use crate::http::{
     Frame, Framer, FramerState, HttpError, Limits, Method, Progress, Version, CONTINUE,
 };
 use crate::service::{
-    Event, Host, Listener, Park, Pending, Reply, Report, Request, RouteLabel, Service, Stream,
-    Watching, DELETED, HEARTBEAT,
+    Event, Host, Listener, Park, Pending, Reply, Report, Request, RoomWatch, RouteLabel, Service,
+    Stream, Watching, DELETED, HEARTBEAT,
 };
 
 /// A connection with this many unsent bytes is not read until it drains.
@@ -155,6 +155,8 @@ struct Streaming {
     stream: Stream,
     /// A stream of many boxes: where it stands with each, in the keys' order.
     many: Option<Watching>,
+    /// A stream of every box under a prefix (`key`): its listing, what moved.
+    room: Option<Box<RoomWatch>>,
     /// The box moved while the send queue was not empty: send its newest
     /// version once the queue drains (coalescing).
     dirty: bool,
@@ -519,6 +521,36 @@ impl Connection {
         self.on_keys_updated(&|_| true, cx)
     }
 
+    /// The box of `key`, under the prefix this connection streams, was
+    /// created, updated, deleted or expired (docs/http.md#rooms): its newest
+    /// state is sent (now, or once the queue drains: coalesced). Returns
+    /// whether something was written.
+    pub fn on_prefix_moved<H: Host>(&mut self, key: &[u8], cx: &mut Ctx<'_, H>) -> bool {
+        let Wait::Streaming(s) = &mut self.wait else {
+            return false;
+        };
+        let Some(room) = s.room.as_mut() else {
+            return false;
+        };
+        room.moved(key);
+        s.dirty = room.pending();
+        self.stream_update(cx)
+    }
+
+    /// Too many wake-ups at once reached this worker (its inbox overflowed):
+    /// a prefix stream lists its room again, each box at its newest.
+    pub fn on_prefix_overflow<H: Host>(&mut self, cx: &mut Ctx<'_, H>) -> bool {
+        let Wait::Streaming(s) = &mut self.wait else {
+            return false;
+        };
+        let Some(room) = s.room.as_mut() else {
+            return false;
+        };
+        room.relist = true;
+        s.dirty = true;
+        self.stream_update(cx)
+    }
+
     /// [`Connection::on_box_updated`] when the server knows which of the keys
     /// of a many-box stream may have moved (`moved(i)`: the `i`th of its keys):
     /// only those are looked at.
@@ -528,6 +560,12 @@ impl Connection {
         cx: &mut Ctx<'_, H>,
     ) -> bool {
         if let Wait::Streaming(s) = &mut self.wait {
+            if let Some(room) = s.room.as_ref() {
+                // A prefix stream learns which keys moved one by one
+                // ([`Connection::on_prefix_moved`]); here it only goes on
+                // with what it has (its listing, once registered).
+                s.dirty = room.pending();
+            }
             if let Some(watching) = s.many.as_mut() {
                 for i in (0..watching.len()).filter(|&i| moved(i)) {
                     watching.mark(i);
@@ -654,11 +692,13 @@ impl Connection {
                 keys: &p.key,
                 many: p.park.many,
                 stream: false,
+                prefix: false,
             }),
             Wait::Streaming(s) => Some(Watch {
                 keys: &s.key,
                 many: s.many.is_some(),
                 stream: true,
+                prefix: s.room.is_some(),
             }),
             _ => None,
         };
@@ -719,7 +759,13 @@ impl Connection {
     pub fn watch_bytes(&self) -> usize {
         match &self.wait {
             Wait::Parked(p) => p.key.len(),
-            Wait::Streaming(s) => s.key.len() + s.many.as_ref().map_or(0, Watching::heap_bytes),
+            Wait::Streaming(s) => {
+                s.key.len()
+                    + s.many.as_ref().map_or(0, Watching::heap_bytes)
+                    + s.room
+                        .as_ref()
+                        .map_or(0, |r| std::mem::size_of::<RoomWatch>() + r.heap_bytes())
+            }
             _ => 0,
         }
     }

@@ -177,6 +177,8 @@ pub struct WorkerStats {
     pub thread_deallocated: Counter,
     pub parked_polls: Counter,
     pub sse_subscribers: Counter,
+    /// Event streams of a prefix (also counted in `sse_subscribers`).
+    pub prefix_streams: Counter,
     pub sse_events: Counter,
     pub sse_coalesced: Counter,
     /// Requests (and batch messages) refused by access control, by reason.
@@ -215,6 +217,7 @@ impl Default for WorkerStats {
             thread_deallocated: Counter::default(),
             parked_polls: Counter::default(),
             sse_subscribers: Counter::default(),
+            prefix_streams: Counter::default(),
             sse_events: Counter::default(),
             sse_coalesced: Counter::default(),
             auth_refused: Default::default(),

@@ -36,6 +36,8 @@ use std::sync::{Arc, Mutex};
 const SHARDS: usize = 64;
 /// Wake-ups a worker's inbox holds before it overflows.
 const INBOX: usize = 4096;
+/// Buckets of the filter of watched prefixes (a count each).
+const FILTER: usize = 4096;
 
 type Shard = Mutex<HashMap<u64, Vec<u16>>>;
 
@@ -47,6 +49,20 @@ struct Inbox {
     waker: Arc<mio::Waker>,
     reports: crossbeam_channel::Sender<LogReport>,
     reported: crossbeam_channel::Receiver<LogReport>,
+    /// Keys that moved under a prefix this worker watches (the prefix's
+    /// hash, the key); bounded as `tx`, with its own overflow flag.
+    moved_tx: crossbeam_channel::Sender<(u64, Box<[u8]>)>,
+    moved_rx: crossbeam_channel::Receiver<(u64, Box<[u8]>)>,
+    moved_overflow: AtomicBool,
+}
+
+/// A key moved under a prefix a worker watches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrefixWake {
+    /// The key, under the prefix with this hash.
+    Moved(u64, Box<[u8]>),
+    /// Too many at once: every prefix stream lists its room again.
+    All,
 }
 
 /// `count` records of log request `request`, record `index` the first of
@@ -75,6 +91,13 @@ pub struct Waiters {
     /// Keys with at least one waiting worker, over all shards.
     keys: AtomicUsize,
     inboxes: Vec<Inbox>,
+    /// Watched prefixes (docs/http.md#rooms), by hash: the workers watching.
+    prefix_shards: Vec<Shard>,
+    /// Prefixes with at least one watching worker.
+    prefixes: AtomicUsize,
+    /// How many watched prefixes' hashes fall in each bucket: an update
+    /// looks up a prefix of its key under a mutex only if its bucket counts.
+    filter: Box<[AtomicUsize]>,
 }
 
 impl Waiters {
@@ -89,6 +112,7 @@ impl Waiters {
                 .map(|waker| {
                     let (tx, rx) = crossbeam_channel::bounded(INBOX);
                     let (reports, reported) = crossbeam_channel::unbounded();
+                    let (moved_tx, moved_rx) = crossbeam_channel::bounded(INBOX);
                     Inbox {
                         tx,
                         rx,
@@ -96,10 +120,89 @@ impl Waiters {
                         waker,
                         reports,
                         reported,
+                        moved_tx,
+                        moved_rx,
+                        moved_overflow: AtomicBool::new(false),
                     }
                 })
                 .collect(),
+            prefix_shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            prefixes: AtomicUsize::new(0),
+            filter: (0..FILTER).map(|_| AtomicUsize::new(0)).collect(),
         }
+    }
+
+    /// Worker `worker` now has event streams of the prefix with `hash`.
+    pub fn register_prefix(&self, hash: u64, worker: usize) {
+        let Ok(mut m) = self.prefix_shards[(hash >> 32) as usize % SHARDS].lock() else {
+            return;
+        };
+        let list = m.entry(hash).or_insert_with(|| {
+            self.filter[hash as usize % FILTER].fetch_add(1, Ordering::AcqRel);
+            self.prefixes.fetch_add(1, Ordering::AcqRel);
+            Vec::new()
+        });
+        if !list.contains(&(worker as u16)) {
+            list.push(worker as u16);
+        }
+    }
+
+    /// Worker `worker` has no more streams of the prefix with `hash`.
+    pub fn unregister_prefix(&self, hash: u64, worker: usize) {
+        let Ok(mut m) = self.prefix_shards[(hash >> 32) as usize % SHARDS].lock() else {
+            return;
+        };
+        if let Some(list) = m.get_mut(&hash) {
+            list.retain(|&w| w != worker as u16);
+            if list.is_empty() {
+                m.remove(&hash);
+                self.filter[hash as usize % FILTER].fetch_sub(1, Ordering::AcqRel);
+                self.prefixes.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Tell the workers watching a prefix of `key` that it moved: a hash
+    /// and a filter load per prefix of the key (the empty one and one per
+    /// separator); a mutex and a message only for a watched one.
+    fn notify_prefixes(&self, key: &[u8]) {
+        for prefix in pollbox_core::boxes::prefixes_of(key) {
+            let hash = self.hash(prefix);
+            if self.filter[hash as usize % FILTER].load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            let Ok(m) = self.prefix_shards[(hash >> 32) as usize % SHARDS].lock() else {
+                continue;
+            };
+            let Some(list) = m.get(&hash) else {
+                continue;
+            };
+            for &w in list {
+                let Some(inbox) = self.inboxes.get(w as usize) else {
+                    continue;
+                };
+                if inbox.moved_tx.try_send((hash, key.into())).is_err() {
+                    inbox.moved_overflow.store(true, Ordering::Release);
+                }
+                let _ = inbox.waker.wake();
+            }
+        }
+    }
+
+    /// The next key that moved under a prefix `worker` watches, if any.
+    pub fn next_moved(&self, worker: usize) -> Option<PrefixWake> {
+        let inbox = self.inboxes.get(worker)?;
+        if inbox.moved_overflow.swap(false, Ordering::AcqRel) {
+            while inbox.moved_rx.try_recv().is_ok() {}
+            return Some(PrefixWake::All);
+        }
+        let (hash, key) = inbox.moved_rx.try_recv().ok()?;
+        Some(PrefixWake::Moved(hash, key))
+    }
+
+    /// Prefixes watched by event streams, over all workers.
+    pub fn watched_prefixes(&self) -> usize {
+        self.prefixes.load(Ordering::Acquire)
     }
 
     /// The hash a key travels as.
@@ -143,10 +246,12 @@ impl Waiters {
     /// `key` was updated: wake the workers waiting on it.
     #[inline]
     pub fn notify(&self, key: &[u8]) {
-        if self.keys.load(Ordering::Acquire) == 0 {
-            return;
+        if self.keys.load(Ordering::Acquire) != 0 {
+            self.notify_slow(self.hash(key));
         }
-        self.notify_slow(self.hash(key));
+        if self.prefixes.load(Ordering::Acquire) != 0 {
+            self.notify_prefixes(key);
+        }
     }
 
     #[cold]
@@ -236,6 +341,8 @@ const ENTRY: usize = std::mem::size_of::<(u32, u32)>();
 /// generation).
 #[derive(Default)]
 pub struct ParkedIndex {
+    /// Hashes of prefixes (event streams of a prefix), not of keys.
+    prefixes: bool,
     /// (slot, generation) of each connection waiting on a key hash.
     by_key: HashMap<u64, Vec<(u32, u32)>>,
     /// The lists' heap bytes (their capacities), kept as they change.
@@ -243,6 +350,14 @@ pub struct ParkedIndex {
 }
 
 impl ParkedIndex {
+    /// An index of connections by the prefix they stream.
+    pub fn of_prefixes() -> ParkedIndex {
+        ParkedIndex {
+            prefixes: true,
+            ..ParkedIndex::default()
+        }
+    }
+
     /// Connection (slot, gen) now waits on the key with `hash`; the first one on
     /// a key tells `waiters` that this worker waits on it.
     pub fn add(&mut self, hash: u64, slot: usize, gen: u32, waiters: &Waiters, worker: usize) {
@@ -255,7 +370,11 @@ impl ParkedIndex {
         }
         self.by_key.insert(hash, vec![entry]);
         self.list_bytes += ENTRY;
-        waiters.register(hash, worker);
+        if self.prefixes {
+            waiters.register_prefix(hash, worker);
+        } else {
+            waiters.register(hash, worker);
+        }
     }
 
     /// Heap bytes it holds: its map (at about a bucket and its control byte
@@ -285,7 +404,11 @@ impl ParkedIndex {
         if list.is_empty() {
             self.list_bytes -= list.capacity() * ENTRY;
             self.by_key.remove(&hash);
-            waiters.unregister(hash, worker);
+            if self.prefixes {
+                waiters.unregister_prefix(hash, worker);
+            } else {
+                waiters.unregister(hash, worker);
+            }
         }
         found.is_some()
     }

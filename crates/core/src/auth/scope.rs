@@ -85,6 +85,21 @@ impl Scopes {
         };
         list.iter().any(|p| p.matches(key))
     }
+
+    /// Whether one pattern allows every key under `prefix`
+    /// (docs/boxes.md#rooms): `*`, or `q*` with `prefix` starting with `q`
+    /// (`room-17/*` covers `room-17/` and `room-17/a/`, not the empty prefix).
+    pub fn covers(&self, need: Need, prefix: &[u8]) -> bool {
+        let list = match need {
+            Need::Read => &self.read,
+            Need::Write => &self.write,
+        };
+        list.iter().any(|p| match p {
+            Pattern::Any => true,
+            Pattern::Prefix(q) => prefix.starts_with(q),
+            Pattern::Exact(_) => false,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -112,6 +127,22 @@ mod tests {
         assert!(e.matches(b"player-alice"));
         assert!(!e.matches(b"player-alice-score"));
         assert!(Pattern::Any.matches(b""));
+    }
+
+    #[test]
+    fn a_prefix_is_covered_only_by_a_pattern_for_all_of_it() {
+        let s = Scopes::new(["room-17/*", "room-18/alice"], ["*"]);
+        assert!(s.covers(Need::Read, b"room-17/"));
+        assert!(s.covers(Need::Read, b"room-17/a/"));
+        assert!(!s.covers(Need::Read, b"room-1/"));
+        assert!(!s.covers(Need::Read, b""), "the empty prefix needs `*`");
+        assert!(
+            !s.covers(Need::Read, b"room-18/"),
+            "an exact key covers no prefix"
+        );
+        assert!(s.covers(Need::Write, b""));
+        let half = Scopes::new(["room-17/a*"], []);
+        assert!(!half.covers(Need::Read, b"room-17/"), "only part of it");
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub struct Watch<'a> {
     pub many: bool,
     /// An event stream (else a parked long-poll).
     pub stream: bool,
+    /// `keys` is a prefix: a change of any box under it concerns the watch,
+    /// told with its key ([`super::Connection::on_prefix_moved`]).
+    pub prefix: bool,
 }
 
 impl Watch<'static> {
@@ -62,6 +65,7 @@ impl Watch<'static> {
         keys: &[],
         many: false,
         stream: false,
+        prefix: false,
     };
 }
 

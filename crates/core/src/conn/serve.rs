@@ -172,6 +172,7 @@ impl Connection {
                             stream,
                             key,
                             watching: many,
+                            room,
                         } => {
                             let heartbeat_ms =
                                 cx.now_ms + service.node().config.http.sse_heartbeat_ms;
@@ -183,6 +184,7 @@ impl Connection {
                                 key,
                                 stream,
                                 many,
+                                room,
                                 dirty: false,
                                 heartbeat_ms,
                                 token_end_ms,

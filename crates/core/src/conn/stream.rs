@@ -34,6 +34,27 @@ impl Connection {
         if self.closing.is_some() {
             return false;
         }
+        if let Some(room) = s.room.as_mut() {
+            // A prefix: its listing goes on a step at a time, and the keys
+            // that moved are sent at their newest, once the queue is empty.
+            if !s.dirty || !self.sendq.is_empty() {
+                return false;
+            }
+            let Ctx {
+                service,
+                buffers,
+                host,
+                now_ms,
+            } = cx;
+            let sent = self.sendq.append(&mut buffers.send, |out| {
+                service.stream_room(&s.key, room, out, *host)
+            });
+            s.dirty = room.pending();
+            if sent > 0 {
+                s.heartbeat_ms = *now_ms + service.node().config.http.sse_heartbeat_ms;
+            }
+            return sent > 0;
+        }
         if let Some(watching) = s.many.as_mut() {
             // Many boxes: those marked dirty are looked at once the queue is
             // empty, each coalesced on its own; a box that goes is an event,

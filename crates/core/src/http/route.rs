@@ -179,14 +179,23 @@ pub struct ManyQuery<'a> {
     pub wait_ms: Option<u64>,
     /// Where an event stream resumes (as `Last-Event-ID` does), raw.
     pub last_event_id: Option<&'a [u8]>,
+    /// `prefix=P` (raw), instead of `keys`: every box under P
+    /// (docs/boxes.md#rooms).
+    pub prefix: Option<&'a [u8]>,
+    /// A page's most boxes (`limit=N`).
+    pub limit: Option<u64>,
+    /// Where a page goes on (`cursor=C`, the previous page's `next`), raw.
+    pub cursor: Option<&'a [u8]>,
 }
 
-/// Parse the query of a many-box poll: `keys` is required (once); `wait_ms`
-/// as for one box; unknown parameters are ignored.
+/// Parse the query of a many-box poll: `keys` or `prefix` is required (once,
+/// not both); `wait_ms` as for one box; `limit` and `cursor` page a prefix;
+/// unknown parameters are ignored.
 pub fn parse_many_query(q: &[u8]) -> Result<ManyQuery<'_>, &'static str> {
     let mut keys = None;
     let mut wait_ms = None;
     let mut last_event_id = None;
+    let (mut prefix, mut limit, mut cursor) = (None, None, None);
     for pair in q.split(|&b| b == b'&').filter(|p| !p.is_empty()) {
         let (name, value) = match pair.iter().position(|&b| b == b'=') {
             Some(eq) => (&pair[..eq], &pair[eq + 1..]),
@@ -200,6 +209,17 @@ pub fn parse_many_query(q: &[u8]) -> Result<ManyQuery<'_>, &'static str> {
                 return Err("last_event_id given more than once")
             }
             b"last_event_id" => last_event_id = Some(value),
+            b"prefix" if prefix.is_some() => return Err("prefix given more than once"),
+            b"prefix" => prefix = Some(value),
+            b"cursor" if cursor.is_some() => return Err("cursor given more than once"),
+            b"cursor" => cursor = Some(value),
+            b"limit" if limit.is_some() => return Err("limit given more than once"),
+            b"limit" => {
+                limit = Some(parse_decimal(value).map_err(|e| match e {
+                    DecimalError::NotDecimal => "limit is not a non-negative decimal integer",
+                    DecimalError::TooLarge => "limit is too large",
+                })?);
+            }
             b"wait_ms" => {
                 wait_ms = Some(parse_decimal(value).map_err(|e| match e {
                     DecimalError::NotDecimal => "wait_ms is not a non-negative decimal integer",
@@ -209,10 +229,27 @@ pub fn parse_many_query(q: &[u8]) -> Result<ManyQuery<'_>, &'static str> {
             _ => {}
         }
     }
+    if keys.is_some() && prefix.is_some() {
+        return Err("keys and prefix given together: ask for one");
+    }
+    if prefix.is_none() && (limit.is_some() || cursor.is_some()) {
+        return Err("limit and cursor page a prefix (GET /v1/boxes?prefix=P&limit=N)");
+    }
     Ok(ManyQuery {
-        keys: keys.ok_or("keys is missing (GET /v1/boxes?keys=a,b,c)")?,
+        keys: match (keys, prefix) {
+            (Some(k), _) => k,
+            (None, Some(_)) => b"",
+            (None, None) => {
+                return Err(
+                    "keys is missing (GET /v1/boxes?keys=a,b,c), or prefix (?prefix=room-17/)",
+                )
+            }
+        },
         wait_ms,
         last_event_id,
+        prefix,
+        limit,
+        cursor,
     })
 }
 

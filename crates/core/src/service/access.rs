@@ -55,6 +55,16 @@ impl AuthRefused {
     }
 }
 
+/// What a request reads or writes, for its access check: the key in
+/// `Service::key`, the keys there (`ManyKeys`), or every key under a prefix
+/// (the prefix in `Service::key`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Target {
+    One,
+    Many,
+    Prefix,
+}
+
 pub(super) const INSUFFICIENT_SCOPE: &[u8] = b"Bearer error=\"insufficient_scope\"";
 
 impl Service {
@@ -66,7 +76,7 @@ impl Service {
         x: &mut Exchange<'_, H>,
         route: RouteLabel,
         need: Need,
-        many: bool,
+        target: Target,
     ) -> Result<(), Reply> {
         let access = &self.access;
         let checked = match need {
@@ -81,18 +91,21 @@ impl Service {
             Ok(s) => s,
             Err(denied) => return Err(self.refuse_token(x, route, denied)),
         };
-        let outside = if many {
-            ManyKeys(&self.key)
+        let outside = match target {
+            Target::Many => ManyKeys(&self.key)
                 .enumerate()
-                .find(|(_, k)| !scopes.allows(need, k))
-        } else {
-            (!scopes.allows(need, &self.key)).then_some((0, &self.key[..]))
+                .find(|(_, k)| !scopes.allows(need, k)),
+            Target::One => (!scopes.allows(need, &self.key)).then_some((0, &self.key[..])),
+            Target::Prefix => (!scopes.covers(need, &self.key)).then_some((0, &self.key[..])),
         };
         let Some((i, key)) = outside else {
             return Ok(());
         };
         x.host.auth_refused(AuthRefused::Forbidden);
-        forbidden_body(&mut self.body, key, many.then_some(i));
+        match target {
+            Target::Prefix => forbidden_prefix_body(&mut self.body, key),
+            _ => forbidden_body(&mut self.body, key, (target == Target::Many).then_some(i)),
+        }
         let a = Answer {
             head_only: x.frame.method == Method::Head,
             extra: &[(b"WWW-Authenticate", INSUFFICIENT_SCOPE)],
@@ -227,6 +240,15 @@ pub(super) fn write_forbidden<H: Host>(
 }
 
 /// `{"error":"forbidden","key":"..."}`, with `"i":N` for a key of many.
+/// `{"error":"forbidden","prefix":"room-17/"}`: no read pattern of the
+/// token covers the whole prefix.
+fn forbidden_prefix_body(out: &mut Vec<u8>, prefix: &[u8]) {
+    out.clear();
+    out.extend_from_slice(b"{\"error\":\"forbidden\",\"prefix\":");
+    write_json_str(&String::from_utf8_lossy(prefix), out);
+    out.push(b'}');
+}
+
 pub(super) fn forbidden_body(out: &mut Vec<u8>, key: &[u8], i: Option<usize>) {
     out.clear();
     out.extend_from_slice(b"{\"error\":\"forbidden\",\"key\":");

@@ -8,7 +8,7 @@
 //! server registers wake-ups for, one per key. Nothing here allocates once the
 //! buffers have grown to the largest request.
 
-use super::{Exchange, Park, Reply, RouteLabel, Service, Stream};
+use super::{Exchange, Park, Reply, RouteLabel, Service, Stream, Target};
 use crate::http::{parse_many_query, percent_decode_into, Method};
 use crate::render::write_json_str;
 use crate::service::{Answer, Host};
@@ -105,12 +105,15 @@ impl Service {
             Ok(q) => q,
             Err(what) => return self.error(x, RouteLabel::Poll, 400, what),
         };
+        if let Some(prefix) = q.prefix {
+            return self.poll_prefix(x, &q, prefix);
+        }
         if let Err(what) = self.decode_keys(q.keys) {
             return self.error(x, RouteLabel::Poll, 400, &what);
         }
         if self.access.reads_need_token {
             let need = crate::auth::Need::Read;
-            if let Err(r) = self.check_access(x, RouteLabel::Poll, need, true) {
+            if let Err(r) = self.check_access(x, RouteLabel::Poll, need, Target::Many) {
                 return r;
             }
         }
@@ -185,6 +188,7 @@ impl Service {
             },
             key,
             watching: Some(watching),
+            room: None,
         }
     }
 

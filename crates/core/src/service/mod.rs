@@ -14,6 +14,7 @@
 //! order live in [`crate::conn`]; this module answers one request at a time.
 
 mod access;
+use access::Target;
 mod answer;
 mod cors;
 mod ingest;
@@ -21,6 +22,7 @@ mod logged;
 mod many;
 mod poll;
 mod refusal;
+mod rooms;
 // The ETag of one box, which a many-box read matches too.
 use poll::{etag_matches, render_etag};
 mod stream;
@@ -34,6 +36,7 @@ pub use answer::{error_body, Answer, Heads, JSON, TEXT};
 pub use cors::{Cors, PREFLIGHT};
 pub use logged::Pending;
 pub use many::{ManyKeys, Watching};
+pub use rooms::{RoomWatch, DEFAULT_PAGE, LIST_STEP, MOVED_CAP};
 pub use stream::{write_event, write_expired, Event, Stream, DELETED, HEARTBEAT};
 pub use tally::{IngestResult, Removal, RouteLabel};
 
@@ -153,6 +156,11 @@ pub trait Host: Watchers {
     fn limit_refused(&mut self, limit: Limit) {
         let _ = limit;
     }
+    /// Event streams of a prefix open on the node (`limits.max_prefix_streams`
+    /// bounds them).
+    fn prefix_streams(&self) -> usize {
+        0
+    }
 }
 
 /// Which listener a connection came from.
@@ -189,6 +197,8 @@ pub enum Reply {
         stream: Stream,
         key: Box<[u8]>,
         watching: Option<Watching>,
+        /// A stream of a prefix (`key`): where its listing stands, what moved.
+        room: Option<Box<RoomWatch>>,
     },
     /// Not answered: a node of a log produced the request's records and
     /// waits for them.
@@ -504,7 +514,9 @@ impl Service {
                 if let Err(what) = self.decode_key(key) {
                     return self.error(x, RouteLabel::IngestKey, 400, what);
                 }
-                if let Err(r) = self.check_access(x, RouteLabel::IngestKey, Need::Write, false) {
+                if let Err(r) =
+                    self.check_access(x, RouteLabel::IngestKey, Need::Write, Target::One)
+                {
                     return r;
                 }
                 if self.logged {

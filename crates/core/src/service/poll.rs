@@ -37,7 +37,7 @@ impl Service {
             Err(what) => return self.error(x, RouteLabel::Poll, 400, what),
         };
         if self.access.reads_need_token {
-            if let Err(r) = self.check_access(x, RouteLabel::Poll, Need::Read, false) {
+            if let Err(r) = self.check_access(x, RouteLabel::Poll, Need::Read, Target::One) {
                 return r;
             }
         }
@@ -105,7 +105,7 @@ impl Service {
         if let Err(what) = self.decode_key(raw_key) {
             return self.error(x, route, 400, what);
         }
-        if let Err(r) = self.check_access(x, route, Need::Write, false) {
+        if let Err(r) = self.check_access(x, route, Need::Write, Target::One) {
             return r;
         }
         if self.logged {

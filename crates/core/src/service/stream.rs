@@ -95,6 +95,7 @@ impl Service {
             stream,
             key: key.as_slice().into(),
             watching: None,
+            room: None,
         };
         self.key = key;
         reply

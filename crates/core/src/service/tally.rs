@@ -17,6 +17,10 @@ pub enum RouteLabel {
     Delete,
     /// A CORS preflight (`OPTIONS` with `cors_origins` set).
     Preflight,
+    /// A page of a prefix, `GET /v1/boxes?prefix=P` (docs/http.md#rooms).
+    Page,
+    /// An event stream of a prefix, counted once, when it starts.
+    PrefixStream,
     Metrics,
     Healthz,
     Readyz,
@@ -25,7 +29,7 @@ pub enum RouteLabel {
 }
 
 impl RouteLabel {
-    pub const ALL: [RouteLabel; 11] = [
+    pub const ALL: [RouteLabel; 13] = [
         RouteLabel::Poll,
         RouteLabel::LongPoll,
         RouteLabel::Sse,
@@ -33,6 +37,8 @@ impl RouteLabel {
         RouteLabel::Ingest,
         RouteLabel::Delete,
         RouteLabel::Preflight,
+        RouteLabel::Page,
+        RouteLabel::PrefixStream,
         RouteLabel::Metrics,
         RouteLabel::Healthz,
         RouteLabel::Readyz,
@@ -48,6 +54,8 @@ impl RouteLabel {
             RouteLabel::Ingest => "ingest",
             RouteLabel::Delete => "delete",
             RouteLabel::Preflight => "preflight",
+            RouteLabel::Page => "page",
+            RouteLabel::PrefixStream => "prefix_stream",
             RouteLabel::Metrics => "metrics",
             RouteLabel::Healthz => "healthz",
             RouteLabel::Readyz => "readyz",

@@ -160,6 +160,13 @@ pub static FAMILIES: &[Family] = &[
         |s, o| o.value(s.sum(|w| w.sse_subscribers.get())),
     ),
     Family::new(
+        Gauge,
+        "pollbox_prefix_streams",
+        &[],
+        "Event streams of a prefix open now (docs/http.md#rooms; also in pollbox_sse_subscribers).",
+        |s, o| o.value(s.sum(|w| w.prefix_streams.get())),
+    ),
+    Family::new(
         Counter,
         "pollbox_sse_events_total",
         &[],

@@ -171,6 +171,16 @@ impl Host for WorkerHost {
     }
 
     #[inline]
+    fn prefix_streams(&self) -> usize {
+        let n: u64 = self
+            .shared
+            .stats()
+            .iter()
+            .map(|w| w.prefix_streams.get())
+            .sum();
+        n as usize
+    }
+
     fn sse_event(&mut self, coalesced: u64) {
         let stats = &self.shared.stats()[self.id];
         stats.sse_events.inc();

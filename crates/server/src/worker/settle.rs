@@ -11,6 +11,7 @@
 use super::conns::Conn;
 use super::transmit::Sent;
 use super::{ConnTimer, Worker, STREAM_NOTSENT_LOWAT};
+use crate::wakeups::{PrefixWake, Wake};
 use pollbox_core::conn::{Action, SEND_BACKPRESSURE};
 use pollbox_core::service::Listener;
 use std::io::{self, Read};
@@ -233,6 +234,28 @@ impl Worker {
             };
             self.timed(|cx| c.core.on_log_reports(r.index, r.report, r.count, cx));
             self.settle(slot, c);
+        }
+        while let Some(moved) = self.host.shared().waiters().next_moved(self.id) {
+            // A key moved under a prefix streamed here: each stream of that
+            // prefix is told the key (or, after an overflow, every prefix
+            // stream lists its room again).
+            let (wake, key) = match &moved {
+                PrefixWake::Moved(hash, key) => (Wake::Key(*hash), Some(&key[..])),
+                PrefixWake::All => (Wake::All, None),
+            };
+            self.scratch.woken.clear();
+            self.waiting.rooms_woken(wake, &mut self.scratch.woken);
+            for i in 0..self.scratch.woken.len() {
+                let (slot, gen) = self.scratch.woken[i];
+                let Some(mut c) = self.sockets.conns.take_gen(slot, gen) else {
+                    continue;
+                };
+                self.timed(|cx| match key {
+                    Some(key) => c.core.on_prefix_moved(key, cx),
+                    None => c.core.on_prefix_overflow(cx),
+                });
+                self.settle(slot, c);
+            }
         }
         while let Some(wake) = self.host.shared().waiters().next(self.id) {
             self.scratch.woken.clear();

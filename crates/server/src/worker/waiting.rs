@@ -24,12 +24,17 @@ pub struct Registration {
     keys: Vec<u64>,
     /// An event stream (else a long-poll): which gauge counts it.
     stream: bool,
+    /// `hash` is a prefix's (an event stream of a prefix).
+    prefix: bool,
 }
 
 impl Registration {
     /// Which of the watched keys a wake-up concerns: `moved(i)` for the
     /// `i`th of a many-box watch's keys.
     pub fn moved(&self, wake: Wake, i: usize) -> bool {
+        if self.prefix {
+            return false;
+        }
         match wake {
             Wake::Key(h) => self.keys.get(i) == Some(&h),
             Wake::All => true,
@@ -41,6 +46,8 @@ impl Registration {
 pub struct Waiting {
     worker: usize,
     parked: ParkedIndex,
+    /// The connections streaming each prefix (by the prefix's hash).
+    rooms: ParkedIndex,
     /// A node of a log: the connection (slot, generation) whose ingest waits
     /// for the records of each log request.
     awaiting: HashMap<u64, (usize, u32)>,
@@ -53,6 +60,7 @@ impl Waiting {
         Waiting {
             worker,
             parked: ParkedIndex::default(),
+            rooms: ParkedIndex::of_prefixes(),
             awaiting: HashMap::new(),
             keys_bytes: 0,
         }
@@ -70,8 +78,13 @@ impl Waiting {
             hash: 0,
             keys: Vec::new(),
             stream: w.stream,
+            prefix: w.prefix,
         };
-        if w.many {
+        if w.prefix {
+            r.hash = waiters.hash(w.keys);
+            self.rooms.add(r.hash, slot, gen, waiters, self.worker);
+            stats.prefix_streams.inc();
+        } else if w.many {
             // A poll of many boxes: a wake-up of any of its keys concerns it.
             r.keys.reserve_exact(ManyKeys(w.keys).count());
             for key in ManyKeys(w.keys) {
@@ -101,7 +114,12 @@ impl Waiting {
         stats: &WorkerStats,
     ) {
         let mut removed = false;
-        if r.keys.is_empty() {
+        if r.prefix {
+            removed = self.rooms.remove(r.hash, slot, gen, waiters, self.worker);
+            if removed {
+                stats.prefix_streams.sub(1);
+            }
+        } else if r.keys.is_empty() {
             removed = self.parked.remove(r.hash, slot, gen, waiters, self.worker);
         }
         for &h in &r.keys {
@@ -133,6 +151,12 @@ impl Waiting {
         self.awaiting.get(&ticket).copied()
     }
 
+    /// Append the connections streaming the prefix with `hash` to `out`
+    /// (every prefix stream for [`Wake::All`]).
+    pub fn rooms_woken(&self, wake: Wake, out: &mut Vec<(usize, u32)>) {
+        self.rooms.woken(wake, out);
+    }
+
     /// Append the connections a wake-up concerns to `out`.
     pub fn woken(&self, wake: Wake, out: &mut Vec<(usize, u32)>) {
         self.parked.woken(wake, out);
@@ -140,6 +164,6 @@ impl Waiting {
 
     /// Heap bytes of the index and the registrations' hashes.
     pub fn heap_bytes(&self) -> usize {
-        self.parked.heap_bytes() + self.keys_bytes
+        self.parked.heap_bytes() + self.rooms.heap_bytes() + self.keys_bytes
     }
 }

@@ -66,9 +66,12 @@ fn shard_of(key: &[u8]) -> usize {
     (h % ORDER_SHARDS as u64) as usize
 }
 
+/// One set of keys under its mutex.
+type KeySet = Mutex<BTreeSet<Box<[u8]>>>;
+
 /// Every key, in order.
 pub struct KeyOrder {
-    sets: Box<[Mutex<BTreeSet<Box<[u8]>>>]>,
+    sets: Box<[KeySet]>,
     /// Accounted heap bytes of the sets (their keys and nodes).
     bytes: AtomicUsize,
 }
@@ -150,8 +153,7 @@ impl KeyOrder {
         let mut found: Vec<Box<[u8]>> = Vec::new();
         for i in 0..ORDER_SHARDS {
             let set = self.set(i);
-            let mut took = 0;
-            for key in set.range::<[u8], _>((from, Bound::Unbounded)) {
+            for (took, key) in set.range::<[u8], _>((from, Bound::Unbounded)).enumerate() {
                 if took > limit {
                     break;
                 }
@@ -160,7 +162,6 @@ impl KeyOrder {
                     break;
                 }
                 found.push(key.clone());
-                took += 1;
             }
             drop(set);
             found.sort_unstable();

@@ -146,7 +146,6 @@ impl BoxTable {
     pub(super) fn insert(
         &self,
         shard: &Shard,
-        key: &[u8],
         hash: u64,
         words: Words,
         gen: u16,
@@ -180,7 +179,6 @@ impl BoxTable {
         }
         map.insert_entry(entry(fingerprint(hash), n));
         shard.write.len.store(n + 1, Ordering::Release);
-        self.order.insert(key);
         shard.write.bytes.fetch_add(added, Ordering::Relaxed);
     }
 

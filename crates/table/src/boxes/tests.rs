@@ -757,7 +757,7 @@ fn boxes_sharing_a_hash_are_told_apart_by_key() {
             Payload::Rendered(b"{}"),
         );
         let _writer = shard.lock();
-        t.insert(shard, key.as_bytes(), hash, words, 0, NEVER, &guard);
+        t.insert(shard, hash, words, 0, NEVER, &guard);
     }
     let find = |key: &[u8], out: Option<&mut Vec<u8>>| {
         let mut out = out;

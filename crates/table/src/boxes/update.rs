@@ -209,15 +209,8 @@ impl BoxTable {
         }
         // Under the shard's mutex: a walk that has begun this shard moved the
         // generation on before it (`changes.rs`).
-        self.insert(
-            shard,
-            key.as_bytes(),
-            hash,
-            words,
-            self.generation_now(),
-            expires,
-            guard,
-        );
+        self.insert(shard, hash, words, self.generation_now(), expires, guard);
+        self.order.insert(key.as_bytes());
         Ok(Some(version))
     }
 

@@ -132,7 +132,8 @@ impl BoxTable {
             max: self.plan.max_boxes,
         })?;
         // Generation 0: in the chain already, in no delta until written again.
-        self.insert(shard, key.as_bytes(), hash, words, 0, expires, &guard);
+        self.insert(shard, hash, words, 0, expires, &guard);
+        self.order.insert(key.as_bytes());
         Ok(())
     }
 }
