@@ -19,6 +19,8 @@ pub struct Memory {
     pub buffers: f64,
     pub send_queue: f64,
     pub runtime: f64,
+    /// Tombstones of removed boxes' keys (a bounded number).
+    pub tombstones: f64,
     pub allocated: f64,
     /// Freed bytes in jemalloc's thread caches (part of `allocated`).
     pub tcache: f64,
@@ -51,6 +53,7 @@ impl Memory {
                 "pollbox_accounted_bytes{part=\"buffers\"}" => &mut m.buffers,
                 "pollbox_accounted_bytes{part=\"send_queue\"}" => &mut m.send_queue,
                 "pollbox_accounted_bytes{part=\"runtime\"}" => &mut m.runtime,
+                "pollbox_accounted_bytes{part=\"tombstones\"}" => &mut m.tombstones,
                 "pollbox_jemalloc_allocated_bytes" => &mut m.allocated,
                 "pollbox_jemalloc_tcache_bytes" => &mut m.tcache,
                 "pollbox_jemalloc_active_bytes" => &mut m.active,
@@ -71,7 +74,7 @@ impl Memory {
                     .into(),
             );
         }
-        m.accounted = m.arena + m.boxes + m.buffers + m.send_queue + m.runtime;
+        m.accounted = m.arena + m.boxes + m.buffers + m.send_queue + m.runtime + m.tombstones;
         Ok(m)
     }
 
@@ -198,12 +201,13 @@ pub fn run(url: &str, watch: Option<u64>) -> Result<ExitCode, String> {
                 );
             }
             println!(
-                "  accounted = arena {} + boxes {} + buffers {} + send_queue {} + runtime {}",
+                "  accounted = arena {} + boxes {} + buffers {} + send_queue {} + runtime {} + tombstones {}",
                 mib(m.arena),
                 mib(m.boxes),
                 mib(m.buffers),
                 mib(m.send_queue),
-                mib(m.runtime)
+                mib(m.runtime),
+                mib(m.tombstones)
             );
         }
         println!("  {}", m.verdict());

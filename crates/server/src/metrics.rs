@@ -240,17 +240,20 @@ pub struct Accounted {
     pub buffers: u64,
     pub send_queue: u64,
     pub runtime: u64,
+    /// The key order's tombstones (docs/boxes.md#watermarks).
+    pub tombstones: u64,
 }
 
 impl Accounted {
     pub fn total(&self) -> u64 {
-        self.arena + self.boxes + self.buffers + self.send_queue + self.runtime
+        self.arena + self.boxes + self.buffers + self.send_queue + self.runtime + self.tombstones
     }
 }
 
 pub(crate) fn accounted(shared: &Shared) -> Accounted {
     let mut a = Accounted {
         boxes: shared.node().boxes.accounted_bytes() as u64,
+        tombstones: shared.node().boxes.tombstone_bytes() as u64,
         runtime: shared.runtime_bytes() as u64,
         ..Default::default()
     };

@@ -167,6 +167,8 @@ struct Scratch {
     done: Vec<(usize, Sent)>,
     fired: Vec<ConnTimer>,
     woken: Vec<(usize, u32)>,
+    /// Prefix streams and long-polls to look at with the cut just taken.
+    rooms: Vec<(usize, u32)>,
     refusal: Vec<u8>,
 }
 
@@ -247,6 +249,7 @@ impl Worker {
                 done: Vec::with_capacity(uring::MAX_BATCH),
                 fired: Vec::with_capacity(256),
                 woken: Vec::with_capacity(64),
+                rooms: Vec::with_capacity(64),
                 refusal: Vec::with_capacity(256),
             },
         })

@@ -59,6 +59,11 @@ pub(crate) fn start_workers(
         (alloc_stats::read_global_fresh().allocated as usize).saturating_sub(counted),
     );
     let mut threads = Vec::with_capacity(workers.len());
+    // Each worker writes the table as a lane of its own (docs/boxes.md#watermarks);
+    // a node of a log's lanes are its partitions (set by the consuming threads).
+    if !shared.node().config.log.enabled() {
+        shared.node().boxes.lanes().for_writers(workers.len());
+    }
     for (i, w) in workers.into_iter().enumerate() {
         let core = (!cores.is_empty()).then(|| cores[i % cores.len()]);
         threads.push(
@@ -68,6 +73,7 @@ pub(crate) fn start_workers(
                     if let Some(core) = core {
                         pin_to_core(core);
                     }
+                    pollbox_core::boxes::enter_lane(1 + i);
                     exit_on_panic(i, || w.run())
                 })?,
         );

@@ -1004,7 +1004,7 @@ fn consume(r: &mut Rig, i: usize, version: u64) -> Report {
     let key = String::from_utf8(key).unwrap();
     let boxes = &r.service.node().boxes;
     let Some(value) = value else {
-        return match boxes.remove_logged(key.as_bytes(), version) {
+        return match boxes.remove_logged(key.as_bytes(), version, 0) {
             Some(_) => Report::Applied,
             None => Report::NoBox,
         };
@@ -1166,7 +1166,7 @@ fn a_logged_delete_produces_a_tombstone_for_a_box_that_exists() {
     r.service
         .node()
         .boxes
-        .apply_logged("d", &[None, None, None, None], 3, 0, None)
+        .apply_logged("d", &[None, None, None, None], (3, 0), 0, None)
         .unwrap();
     r.feed(&mut c, b"DELETE /v1/boxes/d HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(r.sent(&mut c), "");

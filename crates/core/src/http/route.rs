@@ -186,6 +186,8 @@ pub struct ManyQuery<'a> {
     pub limit: Option<u64>,
     /// Where a page goes on (`cursor=C`, the previous page's `next`), raw.
     pub cursor: Option<&'a [u8]>,
+    /// A prefix's long-poll: the watermark it waits past (`after=W`), raw.
+    pub after: Option<&'a [u8]>,
 }
 
 /// Parse the query of a many-box poll: `keys` or `prefix` is required (once,
@@ -195,7 +197,7 @@ pub fn parse_many_query(q: &[u8]) -> Result<ManyQuery<'_>, &'static str> {
     let mut keys = None;
     let mut wait_ms = None;
     let mut last_event_id = None;
-    let (mut prefix, mut limit, mut cursor) = (None, None, None);
+    let (mut prefix, mut limit, mut cursor, mut after) = (None, None, None, None);
     for pair in q.split(|&b| b == b'&').filter(|p| !p.is_empty()) {
         let (name, value) = match pair.iter().position(|&b| b == b'=') {
             Some(eq) => (&pair[..eq], &pair[eq + 1..]),
@@ -211,6 +213,8 @@ pub fn parse_many_query(q: &[u8]) -> Result<ManyQuery<'_>, &'static str> {
             b"last_event_id" => last_event_id = Some(value),
             b"prefix" if prefix.is_some() => return Err("prefix given more than once"),
             b"prefix" => prefix = Some(value),
+            b"after" if after.is_some() => return Err("after given more than once"),
+            b"after" => after = Some(value),
             b"cursor" if cursor.is_some() => return Err("cursor given more than once"),
             b"cursor" => cursor = Some(value),
             b"limit" if limit.is_some() => return Err("limit given more than once"),
@@ -250,6 +254,7 @@ pub fn parse_many_query(q: &[u8]) -> Result<ManyQuery<'_>, &'static str> {
         prefix,
         limit,
         cursor,
+        after,
     })
 }
 

@@ -71,6 +71,7 @@ impl Service {
             match result {
                 Ok(_) => {
                     host.box_updated(key.as_bytes());
+                    boxes.lanes().publish();
                     host.ingested(IngestResult::Accepted, 1);
                     heads.write(out, host, &answer, text);
                 }
@@ -96,9 +97,12 @@ impl Service {
                     host.auth_refused(AuthRefused::Forbidden);
                     Err(crate::plan::MessageError::Forbidden)
                 }
-                Ok(m) => boxes
-                    .apply(m.key, m.values, now_ms, None)
-                    .map(|_| host.box_updated(m.key.as_bytes())),
+                Ok(m) => boxes.apply(m.key, m.values, now_ms, None).map(|_| {
+                    // Told, then published: a reader at the new cut has
+                    // its wake-up (docs/boxes.md#watermarks).
+                    host.box_updated(m.key.as_bytes());
+                    boxes.lanes().publish();
+                }),
                 Err(e) => Err(*e),
             };
             match res {

@@ -144,6 +144,7 @@ impl Service {
                     wait_ms: wait,
                     existed: false,
                     many: true,
+                    room: false,
                 },
                 key: self.key.as_slice().into(),
             };

@@ -36,7 +36,7 @@ pub use answer::{error_body, Answer, Heads, JSON, TEXT};
 pub use cors::{Cors, PREFLIGHT};
 pub use logged::Pending;
 pub use many::{ManyKeys, Watching};
-pub use rooms::{RoomWatch, DEFAULT_PAGE, LIST_STEP, MOVED_CAP};
+pub use rooms::{parked_prefix, RoomWatch, DEFAULT_PAGE, LIST_STEP, MOVED_CAP};
 pub use stream::{write_event, write_expired, Event, Stream, DELETED, HEARTBEAT};
 pub use tally::{IngestResult, Removal, RouteLabel};
 
@@ -161,6 +161,12 @@ pub trait Host: Watchers {
     fn prefix_streams(&self) -> usize {
         0
     }
+    /// Whether the server takes the cut rooms stand at itself
+    /// ([`Service::take_cut`], before it takes its wake-ups). Otherwise (one
+    /// thread, tests) each answer reads the cut afresh.
+    fn takes_cuts(&self) -> bool {
+        false
+    }
 }
 
 /// Which listener a connection came from.
@@ -217,6 +223,9 @@ pub struct Park {
     /// A poll of many boxes (docs/http.md#many-boxes-at-once): `after` is their
     /// ETag's value, and the poll is answered when it changes.
     pub many: bool,
+    /// A long-poll of a prefix (docs/http.md#rooms): the key holds the
+    /// prefix and the watermark ([`rooms::parked_prefix`]).
+    pub room: bool,
 }
 
 impl Park {
@@ -327,6 +336,13 @@ pub struct Service {
     expired: Vec<Removed>,
     /// A node of a log: ingest produces instead of applying.
     logged: bool,
+    /// The cut rooms are answered at (docs/boxes.md#watermarks): taken by
+    /// the server before it takes its wake-ups ([`Service::take_cut`]);
+    /// read afresh for each answer when the host does not
+    /// ([`Host::takes_cuts`]).
+    cut: Vec<u64>,
+    /// The server takes the cut ([`Service::take_cut`]).
+    cut_taken: bool,
 }
 
 impl Service {
@@ -357,8 +373,18 @@ impl Service {
             wall_ms: unix_ms(now),
             expired: Vec::with_capacity(expiring),
             logged: node.config.log.enabled(),
+            cut: Vec::new(),
+            cut_taken: false,
             node,
         }
+    }
+
+    /// Take the cut now (the server does, before it takes the wake-ups
+    /// sent to its worker): rooms' events and answers stand at it until the
+    /// next one (docs/boxes.md#watermarks).
+    pub fn take_cut(&mut self) {
+        self.node.boxes.lanes().cut(&mut self.cut);
+        self.cut_taken = true;
     }
 
     /// The server's monotonic clock (ms since it started, the same on every
@@ -380,6 +406,9 @@ impl Service {
         for gone in self.expired.drain(..) {
             host.box_updated(gone.key());
         }
+        // Every removal's watchers told: the worker's lane is through them
+        // (docs/boxes.md#watermarks).
+        self.node.boxes.lanes().publish();
         if swept.removed > 0 {
             host.boxes_removed(Removal::Expired, swept.removed as u64);
         }
@@ -462,7 +491,10 @@ impl Service {
 
     /// Whether the long-poll `park` of `key` (its keys, for many boxes) is
     /// answered now.
-    pub fn park_due(&self, key: &[u8], park: &Park) -> bool {
+    pub fn park_due(&mut self, key: &[u8], park: &Park) -> bool {
+        if park.room {
+            return self.room_due(key);
+        }
         if park.many {
             self.many_tag(key) != park.after
         } else {

@@ -56,6 +56,7 @@ impl Service {
                             wait_ms: wait,
                             existed: version > 0,
                             many: false,
+                            room: false,
                         },
                         key: self.key.as_slice().into(),
                     };
@@ -85,10 +86,13 @@ impl Service {
         self.heads.begin(frame.field(&frame.origin, buf));
         self.key.clear();
         self.key.extend_from_slice(key);
-        let not_modified = timed_out && !self.park_due(key, &park);
+        let not_modified = !park.room && timed_out && !self.park_due(key, &park);
         // Its access was checked when it parked.
         let creds = &mut Credentials::default();
         let x = &mut Exchange::new(request, out, host, creds);
+        if park.room {
+            return self.answer_parked_room(x, key, timed_out);
+        }
         if park.many {
             return self.write_many(x, RouteLabel::LongPoll, not_modified);
         }
@@ -115,6 +119,7 @@ impl Service {
             return self.error(x, route, 404, "no such box");
         }
         x.host.box_updated(&self.key);
+        self.node.boxes.lanes().publish();
         x.host.boxes_removed(Removal::Deleted, 1);
         let a = Answer {
             content_type: b"",

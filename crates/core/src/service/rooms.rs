@@ -1,38 +1,56 @@
 //! Rooms (docs/http.md#rooms): every box under a prefix. A page
 //! (`GET /v1/boxes?prefix=P&limit=N&cursor=C`) walks the table's keys in
 //! order ([`crate::boxes::KeyOrder`]); an event stream of the prefix lists the
-//! boxes there in the same steps, then sends every box under it that moves.
+//! boxes there in the same steps, then sends every box under it that moves;
+//! a long-poll (`?prefix=P&after=W&wait_ms=N`) answers what moved past a
+//! watermark.
+//!
+//! The watermark is a **cut** of the table's lanes (docs/boxes.md#watermarks):
+//! a client at a cut holds every box under its prefix as of that cut, and
+//! what moved since is what is marked past it. Nothing marked past the cut
+//! the answer stands at is sent (it waits for the next cut), so an id or an
+//! `after` never names less than what the client was given, and a reconnect
+//! is sent exactly what moved since.
 //!
 //! A page copies at most `limit + 1` keys out of the key order under one of
 //! its mutexes (the one bounded step a creation can wait behind), then reads
 //! each box as a poll does, locking nothing.
 
-use super::{Exchange, Reply, RouteLabel, Service, Stream, Target};
+use super::{Exchange, Park, Reply, RouteLabel, Service, Stream, Target};
 use crate::auth::Need;
-use crate::boxes::is_prefix;
+use crate::boxes::{is_prefix, past, MarkedKeys};
 use crate::http::{percent_decode_into, ManyQuery, Method};
 use crate::render::write_json_str;
 use crate::service::{Answer, Host, ManyKeys};
 
 /// Boxes a page holds without `limit=`.
 pub const DEFAULT_PAGE: usize = 100;
-/// Boxes a prefix stream lists in one step (its first listing), before it
-/// lets the worker go on.
+/// Keys a prefix stream lists in one step (its listing), before it lets the
+/// worker go on.
 pub const LIST_STEP: usize = 64;
+/// Keys a long-poll of a prefix looks at under one hold of a mutex of the
+/// key order.
+const SCAN_STEP: usize = 1024;
 
 /// What a prefix stream keeps between events (docs/http.md#rooms): where its
-/// first listing stands, and the keys under the prefix that moved while its
-/// queue was not empty (sent, each at its newest, once the queue drains).
+/// listing stands, and the keys under the prefix that moved while its queue
+/// was not empty or past the cut (sent, each at its newest, later).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct RoomWatch {
     /// The listing goes on after this key (`Some(empty)`: from the start);
     /// `None`: listed, `event: synced` sent.
     pub listing: Option<Box<[u8]>>,
+    /// A listing of what moved since this cut (a reconnect whose
+    /// `Last-Event-ID` is honored); `None`: of every box.
+    pub since: Option<Box<[u64]>>,
     /// The keys that moved, as [`ManyKeys`] encodes them, each once.
     pub moved: Vec<u8>,
     /// Too many moved while the client did not read: list the room again
-    /// instead (each box at its newest), then `event: synced`.
+    /// instead (each box at its newest), after `event: reset`.
     pub relist: bool,
+    /// `event: synced` was sent for the last listing: the listing is done
+    /// and nothing it found waits for a later cut.
+    pub synced: bool,
 }
 
 /// Keys a prefix stream remembers as moved before it lists the room again
@@ -48,6 +66,10 @@ impl RoomWatch {
                 return;
             }
         }
+        self.remember(key);
+    }
+
+    fn remember(&mut self, key: &[u8]) {
         if self.relist || ManyKeys(&self.moved).any(|k| k == key) {
             return;
         }
@@ -61,29 +83,32 @@ impl RoomWatch {
         self.moved.extend_from_slice(key);
     }
 
-    /// Whether it has something to send once the queue is empty.
+    /// Whether it has something to send (or to look at again) once the
+    /// queue is empty.
     pub fn pending(&self) -> bool {
-        self.listing.is_some() || self.relist || !self.moved.is_empty()
+        self.listing.is_some() || !self.synced || self.relist || !self.moved.is_empty()
     }
 
     /// Heap bytes it holds.
     pub fn heap_bytes(&self) -> usize {
-        self.moved.capacity() + self.listing.as_ref().map_or(0, |l| l.len())
+        self.moved.capacity()
+            + self.listing.as_ref().map_or(0, |l| l.len())
+            + self.since.as_ref().map_or(0, |s| s.len() * 8)
     }
 }
 
-/// The hexadecimal of `key`: a page's `next`, opaque to clients and safe in
-/// a URL as it is.
-fn write_cursor(key: &[u8], out: &mut Vec<u8>) {
+/// The hexadecimal of `bytes`.
+fn write_hex(bytes: &[u8], out: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    for &b in key {
+    for &b in bytes {
         out.push(HEX[(b >> 4) as usize]);
         out.push(HEX[(b & 15) as usize]);
     }
 }
 
-/// The key a [`write_cursor`] cursor names.
-fn read_cursor(raw: &[u8]) -> Option<Vec<u8>> {
+/// The bytes a [`write_hex`] names: a page's cursor is its last key in
+/// hexadecimal (opaque to clients, safe in a URL as it is).
+fn read_hex(raw: &[u8]) -> Option<Vec<u8>> {
     if !raw.len().is_multiple_of(2) {
         return None;
     }
@@ -93,8 +118,92 @@ fn read_cursor(raw: &[u8]) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// A watermark: `<run>.<p0>,<p1>,...` in hexadecimal, the table's run and
+/// the cut (docs/boxes.md#watermarks). An event's `id:`, a page's `after`.
+pub fn write_watermark(run: u64, cut: &[u64], out: &mut Vec<u8>) {
+    let hex = |v: u64, out: &mut Vec<u8>| {
+        out.extend_from_slice(format!("{v:x}").as_bytes());
+    };
+    hex(run, out);
+    out.push(b'.');
+    for (i, &c) in cut.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        hex(c, out);
+    }
+}
+
+/// The run and cut a [`write_watermark`] names.
+pub fn read_watermark(raw: &[u8]) -> Option<(u64, Vec<u64>)> {
+    let text = std::str::from_utf8(raw).ok()?;
+    let (run, cut) = text.split_once('.')?;
+    let hex = |p: &str| -> Option<u64> {
+        if p.is_empty() || p.len() > 16 || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        u64::from_str_radix(p, 16).ok()
+    };
+    let cut = if cut.is_empty() {
+        Vec::new()
+    } else {
+        cut.split(',').map(hex).collect::<Option<Vec<u64>>>()?
+    };
+    Some((hex(run)?, cut))
+}
+
+/// The prefix of a parked long-poll's key (its prefix, then its
+/// watermark's cut).
+pub fn parked_prefix(key: &[u8]) -> &[u8] {
+    let Some((len, rest)) = key.split_first_chunk::<2>() else {
+        return &[];
+    };
+    rest.get(..u16::from_le_bytes(*len) as usize)
+        .unwrap_or_default()
+}
+
+/// A parked long-poll's key: the prefix, then the cut it waits past.
+fn parked_key(prefix: &[u8], cut: &[u64]) -> Box<[u8]> {
+    let mut k = Vec::with_capacity(2 + prefix.len() + 8 * cut.len());
+    k.extend_from_slice(&(prefix.len() as u16).to_le_bytes());
+    k.extend_from_slice(prefix);
+    for c in cut {
+        k.extend_from_slice(&c.to_le_bytes());
+    }
+    k.into()
+}
+
+/// The cut of a [`parked_key`].
+fn parked_cut(key: &[u8]) -> Vec<u64> {
+    let rest = key.get(2 + parked_prefix(key).len()..).unwrap_or_default();
+    rest.chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect()
+}
+
+/// What a look at the keys of a room moved past a cut found.
+#[derive(Default)]
+struct Moved {
+    /// The boxes' payloads, comma-separated.
+    boxes: Vec<u8>,
+    /// The removed keys, as JSON strings, comma-separated.
+    deleted: Vec<u8>,
+    found: usize,
+    /// Where a next page goes on (the last key looked at).
+    next: Option<Vec<u8>>,
+}
+
 impl Service {
-    /// `GET /v1/boxes?prefix=P...`: a page, or an event stream of the prefix.
+    /// The cut this answer stands at: the server's, taken before its
+    /// wake-ups; else read now.
+    fn room_cut<H: Host>(&mut self, host: &H) {
+        if !host.takes_cuts() || self.cut.len() != self.node.boxes.lanes().count() {
+            self.node.boxes.lanes().cut(&mut self.cut);
+        }
+    }
+
+    /// `GET /v1/boxes?prefix=P...`: a page, a long-poll, or an event stream
+    /// of the prefix.
     pub(super) fn poll_prefix<H: Host>(
         &mut self,
         x: &mut Exchange<'_, H>,
@@ -137,7 +246,15 @@ impl Service {
             }
         }
         if stream {
-            return self.subscribe_prefix(x);
+            let id = match (frame.field(&frame.last_event_id, buf), q.last_event_id) {
+                (Some(header), _) => Some(header.to_vec()),
+                (None, Some(raw)) => {
+                    let mut id = Vec::new();
+                    percent_decode_into(raw, &mut id).ok().map(|()| id)
+                }
+                (None, None) => None,
+            };
+            return self.subscribe_prefix(x, id.as_deref());
         }
         let max = self.node.config.limits.max_page_boxes;
         let limit = match q.limit {
@@ -145,21 +262,60 @@ impl Service {
             Some(0) => return self.error(x, route, 400, "limit must be at least 1"),
             Some(n) => (n as usize).min(max),
         };
-        let after = match q.cursor.map(read_cursor) {
+        let after = match q.cursor.map(read_hex) {
             None => None,
             Some(Some(key)) => Some(key),
             Some(None) => return self.error(x, route, 400, "cursor is not one a page gave"),
         };
-        self.write_page(x, after.as_deref(), limit)
+        let since = match q.after {
+            None => None,
+            Some(raw) => match read_watermark(raw) {
+                Some(w) => Some(w),
+                None => return self.error(x, route, 400, "after is not a watermark pollbox gave"),
+            },
+        };
+        self.room_cut(&*x.host);
+        let asked = since.is_some();
+        let honored = since.filter(|(run, cut)| self.node.boxes.lanes().honors(*run, cut));
+        match (asked, honored) {
+            (true, Some((_, since))) => {
+                let moved = self.moved_since(&since, after.as_deref(), limit);
+                let wait = q
+                    .wait_ms
+                    .unwrap_or(0)
+                    .min(self.node.config.limits.max_wait_ms);
+                if moved.found == 0 && moved.next.is_none() && wait > 0 {
+                    return Reply::Park {
+                        park: Park {
+                            after: 0,
+                            wait_ms: wait,
+                            existed: false,
+                            many: false,
+                            room: true,
+                        },
+                        key: parked_key(&self.key, &since),
+                    };
+                }
+                self.write_moved(x, moved, RouteLabel::LongPoll, false)
+            }
+            // A watermark of another run, or from before removals no longer
+            // kept: the whole room again, as a reset.
+            (true, None) => self.write_page(x, after.as_deref(), limit, true),
+            (false, _) => self.write_page(x, after.as_deref(), limit, false),
+        }
     }
 
-    /// Answer one page: `{"boxes":[...],"next":"..."|null}`.
+    /// Answer one page: `{"boxes":[...],"next":"..."|null,"after":"W"}`
+    /// (and `"reset":true` in place of a long-poll whose watermark is not
+    /// honored).
     fn write_page<H: Host>(
         &mut self,
         x: &mut Exchange<'_, H>,
         after: Option<&[u8]>,
         limit: usize,
+        reset: bool,
     ) -> Reply {
+        self.room_cut(&*x.host);
         self.scratch.clear();
         let boxes = &self.node.boxes;
         let (_, more) = boxes
@@ -186,26 +342,164 @@ impl Service {
         match (more, last) {
             (true, Some(key)) => {
                 self.body.push(b'"');
-                write_cursor(key, &mut self.body);
+                write_hex(key, &mut self.body);
                 self.body.push(b'"');
             }
             _ => self.body.extend_from_slice(b"null"),
         }
+        self.body.extend_from_slice(b",\"after\":\"");
+        write_watermark(boxes.lanes().run(), &self.cut, &mut self.body);
+        self.body.push(b'"');
+        if reset {
+            self.body.extend_from_slice(b",\"reset\":true");
+        }
         self.body.push(b'}');
         let a = Answer {
             head_only: x.frame.method == Method::Head,
-            ..x.json(RouteLabel::Page, 200)
+            ..x.json(
+                if reset {
+                    RouteLabel::LongPoll
+                } else {
+                    RouteLabel::Page
+                },
+                200,
+            )
         };
         self.heads.write(x.out, x.host, &a, &self.body);
         x.reply()
     }
 
+    /// What moved under the prefix in `self.key` past `since` and not past
+    /// the cut, from `after` on, at most `limit` entries (a box, or a
+    /// removed key).
+    fn moved_since(&mut self, since: &[u64], after: Option<&[u8]>, limit: usize) -> Moved {
+        let mut m = Moved::default();
+        let mut from: Option<Vec<u8>> = after.map(<[u8]>::to_vec);
+        loop {
+            self.scratch.clear();
+            let (_, more) = self.node.boxes.order().page_marked(
+                &self.key,
+                from.as_deref(),
+                SCAN_STEP,
+                &mut self.scratch,
+            );
+            let keys = std::mem::take(&mut self.scratch);
+            let mut last = None;
+            for (key, tomb) in MarkedKeys(&keys) {
+                last = Some(key);
+                if m.found == limit {
+                    m.next = Some(key.to_vec());
+                    break;
+                }
+                if tomb != 0 {
+                    if past(tomb, since) && !past(tomb, &self.cut) {
+                        if !m.deleted.is_empty() {
+                            m.deleted.push(b',');
+                        }
+                        write_json_str(
+                            std::str::from_utf8(key).unwrap_or_default(),
+                            &mut m.deleted,
+                        );
+                        m.found += 1;
+                    }
+                    continue;
+                }
+                let at = m.boxes.len();
+                if !m.boxes.is_empty() {
+                    m.boxes.push(b',');
+                }
+                match self.node.boxes.poll_marked(key, &mut m.boxes) {
+                    Some((_, mark)) if past(mark, since) && !past(mark, &self.cut) => {
+                        m.found += 1;
+                    }
+                    _ => m.boxes.truncate(at),
+                }
+            }
+            let next = m.next.is_some();
+            let last = last.map(<[u8]>::to_vec);
+            self.scratch = keys;
+            if next || !more {
+                // A page of what moved ends at its last entry, not at the
+                // key after it: `next` names the last one given.
+                return m;
+            }
+            from = last;
+        }
+    }
+
+    /// Answer what moved: `{"boxes":[...],"deleted":[...],"next":..,"after":"W"}`,
+    /// or 304 when nothing did (`not_modified`).
+    fn write_moved<H: Host>(
+        &mut self,
+        x: &mut Exchange<'_, H>,
+        m: Moved,
+        route: RouteLabel,
+        not_modified: bool,
+    ) -> Reply {
+        self.body.clear();
+        self.body.extend_from_slice(b"{\"boxes\":[");
+        self.body.extend_from_slice(&m.boxes);
+        self.body.extend_from_slice(b"],\"deleted\":[");
+        self.body.extend_from_slice(&m.deleted);
+        self.body.extend_from_slice(b"],\"next\":");
+        match &m.next {
+            Some(key) => {
+                self.body.push(b'"');
+                write_hex(key, &mut self.body);
+                self.body.push(b'"');
+            }
+            None => self.body.extend_from_slice(b"null"),
+        }
+        self.body.extend_from_slice(b",\"after\":\"");
+        write_watermark(self.node.boxes.lanes().run(), &self.cut, &mut self.body);
+        self.body.extend_from_slice(b"\"}");
+        let a = Answer {
+            head_only: x.frame.method == Method::Head || not_modified,
+            ..x.json(route, if not_modified { 304 } else { 200 })
+        };
+        self.heads.write(x.out, x.host, &a, &self.body);
+        x.reply()
+    }
+
+    /// Whether a parked long-poll of a prefix (its key: [`parked_key`]) has
+    /// something to answer: a box or a removal under it past its cut and
+    /// not past the cut now.
+    pub(super) fn room_due(&mut self, key: &[u8]) -> bool {
+        let prefix = parked_prefix(key);
+        let since = parked_cut(key);
+        self.key.clear();
+        self.key.extend_from_slice(prefix);
+        if !self.cut_taken {
+            self.node.boxes.lanes().cut(&mut self.cut);
+        }
+        self.moved_since(&since, None, 1).found > 0
+    }
+
+    /// Answer a parked long-poll of a prefix, woken or at its deadline.
+    pub(super) fn answer_parked_room<H: Host>(
+        &mut self,
+        x: &mut Exchange<'_, H>,
+        key: &[u8],
+        timed_out: bool,
+    ) -> Reply {
+        let since = parked_cut(key);
+        self.key.clear();
+        self.key.extend_from_slice(parked_prefix(key));
+        self.room_cut(&*x.host);
+        let limit = DEFAULT_PAGE.min(self.node.config.limits.max_page_boxes);
+        let m = self.moved_since(&since, None, limit);
+        let nothing = m.found == 0 && m.next.is_none();
+        self.write_moved(x, m, RouteLabel::LongPoll, timed_out && nothing)
+    }
+
     /// Start an event stream of every box under the prefix in `self.key`:
     /// the head and `retry:`. The listing begins once the server has
     /// registered the stream (so a box that moves meanwhile is not missed)
-    /// and goes on as the queue drains ([`Service::stream_room`]). Past
+    /// and goes on as the queue drains ([`Service::stream_room`]). A
+    /// `Last-Event-ID` the table honors makes it a listing of what moved
+    /// since; one it does not, `event: reset` and the whole room. Past
     /// `limits.max_prefix_streams` open on the node: 503.
-    fn subscribe_prefix<H: Host>(&mut self, x: &mut Exchange<'_, H>) -> Reply {
+    fn subscribe_prefix<H: Host>(&mut self, x: &mut Exchange<'_, H>, id: Option<&[u8]>) -> Reply {
         if x.host.prefix_streams() >= self.node.config.limits.max_prefix_streams {
             return self.error(
                 x,
@@ -218,10 +512,16 @@ impl Service {
         let retry_ms = self.node.config.http.sse_retry_ms;
         self.heads
             .write_stream_head(out, host, RouteLabel::PrefixStream, retry_ms);
-        let room = RoomWatch {
+        let lanes = self.node.boxes.lanes();
+        let mut room = RoomWatch {
             listing: Some(Box::default()),
             ..RoomWatch::default()
         };
+        match id.filter(|i| !i.is_empty()).map(read_watermark) {
+            None => {}
+            Some(Some((run, cut))) if lanes.honors(run, &cut) => room.since = Some(cut.into()),
+            Some(_) => out.extend_from_slice(b"event: reset\ndata: {}\n\n"),
+        }
         Reply::Stream {
             stream: Stream {
                 last: 0,
@@ -234,11 +534,13 @@ impl Service {
         }
     }
 
-    /// Append what a prefix stream has to send now: the next step of its
-    /// listing (at most [`LIST_STEP`] boxes, then `event: synced` once the
-    /// room is listed), and each box that moved, at its newest, or
-    /// `event: deleted` with `{"k":...}` for one that went. Returns the events
-    /// written.
+    /// Append what a prefix stream has to send now, standing at the cut:
+    /// each box that moved, at its newest, or `event: deleted` with
+    /// `{"k":...}` for one that went; then the next step of its listing (at
+    /// most [`LIST_STEP`] keys; `event: synced` once the room is listed).
+    /// What is marked past the cut waits in `room.moved` for a later cut.
+    /// Once listed, the last event carries the cut as its `id:`. Returns the
+    /// events written.
     pub fn stream_room<H: Host>(
         &mut self,
         prefix: &[u8],
@@ -246,13 +548,16 @@ impl Service {
         out: &mut Vec<u8>,
         host: &mut H,
     ) -> usize {
+        self.room_cut(&*host);
         let mut sent = 0;
         if room.relist {
             // The keys that moved were too many to remember: the room is
             // listed again, and whatever the client holds that the listing
             // does not name by `event: synced` is gone.
             room.relist = false;
+            room.synced = false;
             room.moved = Vec::new();
+            room.since = None;
             room.listing = Some(Box::default());
             out.extend_from_slice(b"event: reset\ndata: {}\n\n");
             sent += 1;
@@ -260,10 +565,8 @@ impl Service {
         if !room.moved.is_empty() {
             let moved = std::mem::take(&mut room.moved);
             for key in ManyKeys(&moved) {
-                sent += self.room_event(key, true, out, host);
+                sent += self.room_event(key, None, room, out, host);
             }
-            room.moved = moved;
-            room.moved.clear();
         }
         if let Some(after) = room.listing.take() {
             self.scratch.clear();
@@ -272,51 +575,89 @@ impl Service {
                 self.node
                     .boxes
                     .order()
-                    .page(prefix, from, LIST_STEP, &mut self.scratch);
+                    .page_marked(prefix, from, LIST_STEP, &mut self.scratch);
             let keys = std::mem::take(&mut self.scratch);
             let mut last = None;
-            for key in ManyKeys(&keys) {
-                sent += self.room_event(key, false, out, host);
+            for (key, tomb) in MarkedKeys(&keys) {
                 last = Some(key);
+                sent += self.room_event(key, Some(tomb), room, out, host);
             }
-            room.listing = match (more, last) {
-                (true, Some(k)) if n > 0 => Some(k.into()),
-                _ => {
-                    out.extend_from_slice(b"event: synced\ndata: {}\n\n");
-                    sent += 1;
-                    None
-                }
-            };
+            if let (true, Some(k)) = (more && n > 0, last) {
+                room.listing = Some(k.into());
+            }
             self.scratch = keys;
+        }
+        // Listed, and nothing it found waits for a later cut: the client
+        // holds the room.
+        if room.listing.is_none() && !room.synced && room.moved.is_empty() {
+            room.since = None;
+            room.synced = true;
+            out.extend_from_slice(b"event: synced\ndata: {}\n\n");
+            sent += 1;
+        }
+        if sent > 0 && room.synced {
+            // Listed: the cut goes on the last event, before its blank line.
+            out.pop();
+            out.extend_from_slice(b"id: ");
+            write_watermark(self.node.boxes.lanes().run(), &self.cut, out);
+            out.extend_from_slice(b"\n\n");
         }
         sent
     }
 
-    /// One box of a room as an event: its payload, or (`gone_too`: it was
-    /// listed, so the client has it) `event: deleted` if it is gone.
+    /// One key of a room as an event, standing at the cut: its payload, or
+    /// `event: deleted` if it is gone (`listed`: the key order's entry seen
+    /// by a listing, 0 or a tombstone's mark). A change past the cut waits
+    /// in `room.moved`; in a listing of what moved since a cut, what did not
+    /// move is not sent.
     fn room_event<H: Host>(
         &mut self,
         key: &[u8],
-        gone_too: bool,
+        listed: Option<u64>,
+        room: &mut RoomWatch,
         out: &mut Vec<u8>,
         host: &mut H,
     ) -> usize {
         self.body.clear();
-        match self.node.boxes.poll(key, &mut self.body) {
-            Some(_) => {
+        let since = room.since.as_deref();
+        let found = match listed {
+            Some(tomb) if tomb != 0 => None.ok_or(tomb),
+            _ => self.node.boxes.poll_marked(key, &mut self.body).ok_or(0),
+        };
+        match found {
+            Ok((_, mark)) if past(mark, &self.cut) => room.remember(key),
+            Ok((_, mark)) if since.is_some_and(|s| !past(mark, s)) => {}
+            Ok(_) => {
                 out.extend_from_slice(b"data: ");
                 out.extend_from_slice(&self.body);
                 out.extend_from_slice(b"\n\n");
+                host.sse_event(0);
+                return 1;
             }
-            None if gone_too => {
+            // A removal past the cut waits as a change does.
+            Err(tomb) if tomb != 0 && past(tomb, &self.cut) => room.remember(key),
+            Err(tomb) if !tell_removal(listed, tomb, since) => {}
+            Err(_) => {
                 out.extend_from_slice(b"event: deleted\ndata: {\"k\":");
                 write_json_str(std::str::from_utf8(key).unwrap_or_default(), out);
                 out.extend_from_slice(b"}\n\n");
+                host.sse_event(0);
+                return 1;
             }
-            None => return 0,
         }
-        host.sse_event(0);
-        1
+        0
+    }
+}
+
+/// Whether a key found gone is sent as `event: deleted`: a key that moved,
+/// whatever became of it; in a first listing, never (it names the boxes
+/// there); in a listing since a cut, a removal past it (or one the listing
+/// raced: its tombstone unseen).
+fn tell_removal(listed: Option<u64>, tomb: u64, since: Option<&[u64]>) -> bool {
+    match (listed, since) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(_), Some(s)) => tomb == 0 || past(tomb, s),
     }
 }
 
@@ -327,12 +668,35 @@ mod tests {
     #[test]
     fn cursors_are_hex_and_read_back() {
         let mut c = Vec::new();
-        write_cursor("room-17/é".as_bytes(), &mut c);
+        write_hex("room-17/é".as_bytes(), &mut c);
         assert_eq!(c, b"726f6f6d2d31372fc3a9");
-        assert_eq!(read_cursor(&c).as_deref(), Some("room-17/é".as_bytes()));
-        assert_eq!(read_cursor(b"abc"), None);
-        assert_eq!(read_cursor(b"zz"), None);
-        assert_eq!(read_cursor(b""), Some(Vec::new()));
+        assert_eq!(read_hex(&c).as_deref(), Some("room-17/é".as_bytes()));
+        assert_eq!(read_hex(b"abc"), None);
+        assert_eq!(read_hex(b"zz"), None);
+        assert_eq!(read_hex(b""), Some(Vec::new()));
+    }
+
+    #[test]
+    fn watermarks_name_the_run_and_the_cut() {
+        let mut w = Vec::new();
+        write_watermark(0xabc, &[0, 17, 1 << 40], &mut w);
+        assert_eq!(w, b"abc.0,11,10000000000");
+        assert_eq!(read_watermark(&w), Some((0xabc, vec![0, 17, 1 << 40])));
+        assert_eq!(read_watermark(b"abc."), Some((0xabc, vec![])));
+        assert_eq!(read_watermark(b"abc"), None);
+        assert_eq!(read_watermark(b"abc.1,,2"), None);
+        assert_eq!(read_watermark(b"abc.x"), None);
+        assert_eq!(read_watermark(b"17"), None, "a one-box stream's id");
+    }
+
+    #[test]
+    fn a_parked_key_holds_the_prefix_and_the_cut() {
+        let k = parked_key(b"room-1/", &[3, 9]);
+        assert_eq!(parked_prefix(&k), b"room-1/");
+        assert_eq!(parked_cut(&k), [3, 9]);
+        let empty = parked_key(b"", &[]);
+        assert_eq!(parked_prefix(&empty), b"");
+        assert!(parked_cut(&empty).is_empty());
     }
 
     #[test]

@@ -193,6 +193,7 @@ fn long_poll_parks_only_when_the_box_has_not_moved() {
                 wait_ms: 1000,
                 existed: false,
                 many: false,
+                room: false,
             },
             key: b"a".as_slice().into(),
         }

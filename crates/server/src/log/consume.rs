@@ -238,6 +238,18 @@ fn apply(c: &Consuming, consumer: &BaseConsumer, starts: &[i64], share: Share) {
         c.node.config.limits.arena_limit_bytes,
         starts.len() as u32,
     );
+    // The table's lanes are the topic's partitions: a watermark means the
+    // same on every node of the log (docs/boxes.md#watermarks).
+    c.node
+        .boxes
+        .lanes()
+        .for_partitions(starts.len(), topic_run(&log.topic));
+    for (p, &next) in starts.iter().enumerate().filter(|(p, _)| share.owns(*p)) {
+        c.node
+            .boxes
+            .lanes()
+            .restored(p, u64::try_from(next).unwrap_or(0));
+    }
     let mut key = Vec::with_capacity(256);
     if log.catch_up() {
         eprintln!("pollbox: log: caught up (nothing to replay)");
@@ -552,4 +564,12 @@ fn wall_ms() -> i64 {
 fn refuse(why: &str) -> ! {
     eprintln!("pollbox: log: {why}; refusing to start");
     std::process::exit(LOG_REFUSED_EXIT)
+}
+
+/// The run of a topic's watermarks: FNV-1a of its name, the same on every
+/// node (docs/boxes.md#watermarks).
+fn topic_run(topic: &str) -> u64 {
+    topic.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }

@@ -275,6 +275,7 @@ pub static FAMILIES: &[Family] = &[
             o.labelled(&[&"buffers"], a.buffers);
             o.labelled(&[&"send_queue"], a.send_queue);
             o.labelled(&[&"runtime"], a.runtime);
+            o.labelled(&[&"tombstones"], a.tombstones);
         },
     ),
     Family::new(

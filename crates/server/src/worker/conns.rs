@@ -111,6 +111,14 @@ impl Slab {
         self.slots[slot] = Some(conn);
     }
 
+    /// The connection in `slot` if it is generation `gen`.
+    pub fn get_gen(&self, slot: usize, gen: u32) -> Option<&Conn> {
+        match self.slots.get(slot) {
+            Some(Some(c)) if c.gen == gen => Some(c),
+            _ => None,
+        }
+    }
+
     pub fn get_mut(&mut self, slot: usize) -> Option<&mut Conn> {
         self.slots.get_mut(slot).and_then(Option::as_deref_mut)
     }

@@ -171,6 +171,10 @@ impl Host for WorkerHost {
     }
 
     #[inline]
+    fn takes_cuts(&self) -> bool {
+        true
+    }
+
     fn prefix_streams(&self) -> usize {
         let n: u64 = self
             .shared

@@ -219,6 +219,54 @@ impl Worker {
         shared.stats()[self.id].connections_open.sub(1);
     }
 
+    /// Keys moved under prefixes streamed or long-polled here
+    /// (docs/http.md#rooms). The cut is taken first, then every such wake-up
+    /// is taken (each stream remembers its keys; a long-poll is answered),
+    /// then the streams woken send what they have, standing at the cut: so
+    /// an id never names a change whose wake-up was still on its way
+    /// (docs/boxes.md#watermarks). After an overflow, every prefix stream
+    /// lists its room again.
+    pub(super) fn wake_rooms(&mut self) {
+        self.service.take_cut();
+        let mut woken = std::mem::take(&mut self.scratch.rooms);
+        woken.clear();
+        while let Some(moved) = self.host.shared().waiters().next_moved(self.id) {
+            let (wake, key) = match &moved {
+                PrefixWake::Moved(hash, key) => (Wake::Key(*hash), Some(&key[..])),
+                PrefixWake::All => (Wake::All, None),
+            };
+            self.scratch.woken.clear();
+            self.waiting.rooms_woken(wake, &mut self.scratch.woken);
+            for i in 0..self.scratch.woken.len() {
+                let (slot, gen) = self.scratch.woken[i];
+                let Some(mut c) = self.sockets.conns.take_gen(slot, gen) else {
+                    continue;
+                };
+                self.timed(|cx| match key {
+                    Some(key) => c.core.on_prefix_moved(key, cx),
+                    None => c.core.on_prefix_overflow(cx),
+                });
+                if c.core.room_waits() && !woken.contains(&(slot, gen)) {
+                    woken.push((slot, gen));
+                }
+                self.settle(slot, c);
+            }
+        }
+        self.flush_rooms(&woken);
+        self.scratch.rooms = woken;
+    }
+
+    /// The prefix streams (and long-polls) `conns` send what they have now.
+    pub(super) fn flush_rooms(&mut self, conns: &[(usize, u32)]) {
+        for &(slot, gen) in conns {
+            let Some(mut c) = self.sockets.conns.take_gen(slot, gen) else {
+                continue;
+            };
+            self.timed(|cx| c.core.flush_room(cx));
+            self.settle(slot, c);
+        }
+    }
+
     /// Another worker (or this one) applied an update to keys we wait on; or,
     /// on a node of a log, records our ingests wait for met their fate.
     pub(super) fn on_wake(&mut self) {
@@ -235,28 +283,7 @@ impl Worker {
             self.timed(|cx| c.core.on_log_reports(r.index, r.report, r.count, cx));
             self.settle(slot, c);
         }
-        while let Some(moved) = self.host.shared().waiters().next_moved(self.id) {
-            // A key moved under a prefix streamed here: each stream of that
-            // prefix is told the key (or, after an overflow, every prefix
-            // stream lists its room again).
-            let (wake, key) = match &moved {
-                PrefixWake::Moved(hash, key) => (Wake::Key(*hash), Some(&key[..])),
-                PrefixWake::All => (Wake::All, None),
-            };
-            self.scratch.woken.clear();
-            self.waiting.rooms_woken(wake, &mut self.scratch.woken);
-            for i in 0..self.scratch.woken.len() {
-                let (slot, gen) = self.scratch.woken[i];
-                let Some(mut c) = self.sockets.conns.take_gen(slot, gen) else {
-                    continue;
-                };
-                self.timed(|cx| match key {
-                    Some(key) => c.core.on_prefix_moved(key, cx),
-                    None => c.core.on_prefix_overflow(cx),
-                });
-                self.settle(slot, c);
-            }
-        }
+        self.wake_rooms();
         while let Some(wake) = self.host.shared().waiters().next(self.id) {
             self.scratch.woken.clear();
             self.waiting.woken(wake, &mut self.scratch.woken);

@@ -77,6 +77,9 @@ impl Worker {
             self.settle(t.slot, c);
         }
         self.scratch.fired = fired;
+        // Rooms with something past the last cut (or whose writer had not
+        // published when they looked) look again, at a new cut.
+        self.recheck_rooms();
         // A bounded step of box expiry (SweepBudget::PER_TICK): the boxes'
         // long-polls are woken through the same path as an ingest's.
         let table_ms = self.host.shared().table_clock(self.clocks.now_ms);
@@ -104,6 +107,24 @@ impl Worker {
         if work > st.epoch_work_max_ns.get() {
             st.epoch_work_max_ns.set(work);
         }
+    }
+
+    /// Prefix streams with something waiting and long-polls of a prefix look
+    /// again at a new cut (taken with the wake-ups, as on a wake-up).
+    fn recheck_rooms(&mut self) {
+        self.wake_rooms();
+        let mut all = std::mem::take(&mut self.scratch.rooms);
+        all.clear();
+        self.waiting
+            .rooms_woken(crate::wakeups::Wake::All, &mut all);
+        all.retain(|&(slot, gen)| {
+            self.sockets
+                .conns
+                .get_gen(slot, gen)
+                .is_some_and(|c| c.core.room_waits())
+        });
+        self.flush_rooms(&all);
+        self.scratch.rooms = all;
     }
 
     /// This worker took a new read of the key set and static token files:

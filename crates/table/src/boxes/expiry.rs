@@ -167,7 +167,7 @@ impl BoxTable {
                 }
                 // The stamp is read again under the slot's claim: an update
                 // may have moved it since.
-                if let Some(record) = self.remove_slot(shard, i, Some(now), &guard) {
+                if let Some(record) = self.remove_slot(shard, i, Some(now), None, &guard) {
                     removed.push(Removed(record));
                     taken += 1;
                 }

@@ -17,6 +17,9 @@ pub(super) struct Chunk {
     /// in, stored under the slot's claim, so a delta's walk reads it between
     /// the slot's sequence loads without touching the record (`changes.rs`).
     pub(super) gens: [AtomicU16; CHUNK],
+    /// Slot `i`'s mark: the lane and position of the last change of its box
+    /// (`lanes.rs`), stored under the slot's claim.
+    pub(super) marks: [AtomicU64; CHUNK],
 }
 
 impl Chunk {
@@ -25,6 +28,7 @@ impl Chunk {
             slots: std::array::from_fn(|_| Slot::default()),
             expiry: std::array::from_fn(|_| AtomicU32::new(NEVER)),
             gens: std::array::from_fn(|_| AtomicU16::new(0)),
+            marks: std::array::from_fn(|_| AtomicU64::new(0)),
         })
     }
 }
@@ -51,6 +55,7 @@ pub(super) struct Place<'g> {
     pub(super) slot: &'g Slot,
     pub(super) stamp: &'g AtomicU32,
     pub(super) gen: &'g AtomicU16,
+    pub(super) mark: &'g AtomicU64,
 }
 
 impl Map {
@@ -85,6 +90,7 @@ impl Map {
             slot: chunk.slots.get(i)?,
             stamp: chunk.expiry.get(i)?,
             gen: chunk.gens.get(i)?,
+            mark: chunk.marks.get(i)?,
         })
     }
 

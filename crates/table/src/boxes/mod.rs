@@ -30,6 +30,7 @@
 mod changes;
 pub(crate) mod codec;
 mod expiry;
+mod lanes;
 mod map;
 mod order;
 mod record;
@@ -43,7 +44,10 @@ mod watchers;
 
 pub use changes::Walk;
 pub use expiry::{Removed, SweepBudget, Swept};
-pub use order::{is_prefix, is_separator, prefixes_of, KeyOrder, ORDER_SHARDS};
+pub use lanes::{enter_lane, lane_of, mark, past, pos_of, Lanes, MAX_LANES};
+pub use order::{
+    is_prefix, is_separator, prefixes_of, KeyOrder, MarkedKeys, ORDER_SHARDS, TOMBSTONES,
+};
 pub use size::size_class;
 pub use walk::RestoreError;
 pub use watchers::Watchers;
@@ -74,10 +78,10 @@ pub const SHARDS: usize = 256;
 /// The shard is taken from hash bits 40..48, outside the fingerprint (bits
 /// 8..40), whose low bits choose the index bucket.
 const SHARD_SHIFT: u32 = 40;
-/// Slots per chunk: 93 slots (1,488 bytes), their expiry stamps (372 bytes)
-/// and snapshot generations (186 bytes) fill a 2 KiB allocation; at most one
-/// chunk per shard is partly used.
-const CHUNK: usize = 93;
+/// Slots per chunk: 102 slots (1,632 bytes), their expiry stamps (408
+/// bytes), snapshot generations (204 bytes) and marks (816 bytes) fill a
+/// 3 KiB allocation (3,060 bytes); at most one chunk per shard is partly used.
+const CHUNK: usize = 102;
 /// Records [`BoxTable::for_each`] copies under one hold of a shard's mutex.
 pub const WALK_BATCH: usize = 64;
 /// The expiry stamp of a box that never expires (no `ttl_s`).
@@ -126,6 +130,9 @@ pub struct BoxTable {
     tracking: AtomicBool,
     /// Every key in order, for pages and prefix streams (docs/boxes.md#rooms).
     order: KeyOrder,
+    /// Where each writer (or partition) stands: the marks of changes and
+    /// their published cut (docs/boxes.md#watermarks).
+    lanes: Lanes,
 }
 
 /// The clock a new box's first version is taken from: a standalone server's
@@ -135,6 +142,19 @@ pub struct BoxTable {
 /// one version a microsecond on average. Below 2^53 until the year 2255, so a
 /// version stays exact as a JavaScript number.
 pub type VersionClock = fn() -> u64;
+
+/// A random run id for a standalone table's lanes (they start again with
+/// each process).
+fn run_id() -> u64 {
+    use std::hash::Hasher;
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}
 
 /// The clock of a table without one (tests, tools, a node of a log, whose
 /// versions are log positions): new boxes start at 1.
@@ -232,6 +252,7 @@ impl BoxTable {
             generation: AtomicU32::new(1),
             tracking: AtomicBool::new(false),
             order: KeyOrder::default(),
+            lanes: Lanes::new(run_id()),
         }
     }
 
@@ -279,7 +300,8 @@ impl BoxTable {
         now_ms: u64,
         out: Option<&mut Vec<u8>>,
     ) -> Result<u64, MessageError> {
-        self.apply_stamped(key, values, Stamp::Next, now_ms, out)
+        let mark = self.lanes.next_mark();
+        self.apply_stamped(key, values, (Stamp::Next, mark), now_ms, out)
     }
 
     /// Apply one message read from the log at `version` (its record's log
@@ -294,12 +316,13 @@ impl BoxTable {
         &self,
         key: &str,
         values: &[Option<Value<'_>>],
-        version: u64,
+        (version, lane): (u64, usize),
         now_ms: u64,
         out: Option<&mut Vec<u8>>,
     ) -> Result<Logged, MessageError> {
         debug_assert!(version > 0, "log versions are offsets + 1");
-        match self.apply_stamped(key, values, Stamp::At(version), now_ms, out)? {
+        let stamp = (Stamp::At(version), mark(lane, version));
+        match self.apply_stamped(key, values, stamp, now_ms, out)? {
             REPLAYED => Ok(Logged::Replayed),
             v => Ok(Logged::Applied(v)),
         }
@@ -309,7 +332,7 @@ impl BoxTable {
         &self,
         key: &str,
         values: &[Option<Value<'_>>],
-        stamp: Stamp,
+        (stamp, mark): (Stamp, u64),
         now_ms: u64,
         mut out: Option<&mut Vec<u8>>,
     ) -> Result<u64, MessageError> {
@@ -321,6 +344,7 @@ impl BoxTable {
             msg: Message { key, values },
             stamp,
             expires,
+            mark,
         };
         let guard = epoch::pin();
         loop {
@@ -363,6 +387,35 @@ impl BoxTable {
         }
     }
 
+    /// [`BoxTable::poll`], and the mark of the change that made the payload
+    /// appended (`lanes.rs`): `(version, mark)`.
+    pub fn poll_marked(&self, key: &[u8], out: &mut Vec<u8>) -> Option<(u64, u64)> {
+        let hash = self.hasher.hash_one(key);
+        let shard = self.shard(hash);
+        let guard = epoch::pin();
+        loop {
+            let mark_at = out.len();
+            let (place, seen, mark) = self.find(shard, hash, &guard, |p| {
+                // The mark is stored under the slot's claim with the record:
+                // the same before and after a valid read, it is the read's.
+                let before = p.mark.load(Ordering::Acquire);
+                let seen = read_slot(p.slot, &guard, key, Some(&mut *out))?;
+                fence(Ordering::Acquire);
+                let after = p.mark.load(Ordering::Acquire);
+                Some((p, (before == after).then_some(seen), after))
+            })?;
+            match seen {
+                Some(SlotRead::At(version)) => return Some((version, mark)),
+                Some(SlotRead::Unrendered) => {
+                    // Rendered (and stored) now; read again with its mark.
+                    let _ = self.render_later(place.slot, key, out, &guard);
+                    out.truncate(mark_at);
+                }
+                None => out.truncate(mark_at),
+            }
+        }
+    }
+
     /// The version of `key`, or `None` if unknown (for long-polls and ETags).
     pub fn version(&self, key: &[u8]) -> Option<u64> {
         let hash = self.hasher.hash_one(key);
@@ -386,15 +439,16 @@ impl BoxTable {
         let n = self.find(shard, hash, &guard, |p| {
             read_slot(p.slot, &guard, key, None).map(|_| p.n)
         })?;
-        let removed = self.remove_slot(shard, n, None, &guard)?;
+        let removed = self.remove_slot(shard, n, None, None, &guard)?;
         Some(record::version(&removed))
     }
 
-    /// Remove the box of `key` for a tombstone read from the log at `version`:
+    /// Remove the box of `key` for a tombstone read from the log at `version`
+    /// in partition `lane`:
     /// only if the box is older than the tombstone (a box at `version` or
     /// past it was created again after it: a replay). Returns the last
     /// version the removed box served.
-    pub fn remove_logged(&self, key: &[u8], version: u64) -> Option<u64> {
+    pub fn remove_logged(&self, key: &[u8], version: u64, lane: usize) -> Option<u64> {
         let hash = self.hasher.hash_one(key);
         let shard = self.shard(hash);
         let guard = epoch::pin();
@@ -405,7 +459,7 @@ impl BoxTable {
                 _ => Some(None),
             }
         })??;
-        let removed = self.remove_slot(shard, n, None, &guard)?;
+        let removed = self.remove_slot(shard, n, None, Some(mark(lane, version)), &guard)?;
         Some(record::version(&removed))
     }
 
@@ -447,6 +501,17 @@ impl BoxTable {
     /// Every key in order: pages of a prefix walk it (docs/boxes.md#rooms).
     pub fn order(&self) -> &KeyOrder {
         &self.order
+    }
+
+    /// Heap bytes of the tombstones the key order keeps (a bounded number:
+    /// [`TOMBSTONES`] a set), accounted apart from the boxes.
+    pub fn tombstone_bytes(&self) -> usize {
+        self.order.tombstone_bytes()
+    }
+
+    /// The lanes of changes (docs/boxes.md#watermarks).
+    pub fn lanes(&self) -> &Lanes {
+        &self.lanes
     }
 
     /// The highest version any removed box served (0 if none was removed): a

@@ -5,7 +5,7 @@
 //! range. The keys are spread over [`ORDER_SHARDS`] sets by their first
 //! segment (up to and including the first separator), so every non-empty
 //! prefix (which ends with a separator) lies in one set; the empty prefix
-//! (every box) merges them. Each set is a mutex around a `BTreeSet`:
+//! (every box) merges them. Each set is a mutex around a `BTreeMap`:
 //! - only the creation and the removal of a box take it (the table's shard
 //!   mutex held), never an update or a poll;
 //! - a page takes it once for each set it reads, copies at most `limit + 1`
@@ -14,15 +14,25 @@
 //! A page walks by key, the cursor is the last key it gave: a box that lived
 //! through a walk is in exactly one page (keys are unique and their order
 //! does not change), and the cursor means the same on any node.
+//!
+//! A removed box leaves a **tombstone**: its key with the mark of its removal
+//! (`lanes.rs`), so a client coming back to a room is told which boxes went
+//! while it was away. Each set keeps its last [`TOMBSTONES`] (a box created
+//! again under a tombstone takes its place); a tombstone let go raises its
+//! lane's horizon, below which a client's cut is no longer honored.
 
+use super::lanes::{lane_of, pos_of, Lanes};
 use super::size_class;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 /// Sets the keys are spread over by their first segment.
 pub const ORDER_SHARDS: usize = 16;
+/// Tombstones each set keeps (the oldest go first): 4,096 in all, about
+/// 400 KB at most, accounted apart from the boxes (docs/boxes.md#watermarks).
+pub const TOMBSTONES: usize = 256;
 /// What a key costs in a set's nodes besides its own allocation (a 16-byte
 /// box pointer in a leaf about two thirds full, and the inner nodes'
 /// share), for the accounting.
@@ -66,23 +76,31 @@ fn shard_of(key: &[u8]) -> usize {
     (h % ORDER_SHARDS as u64) as usize
 }
 
-/// One set of keys under its mutex.
-type KeySet = Mutex<BTreeSet<Box<[u8]>>>;
+/// One set of keys: each key with 0 (a box) or the mark of its removal (a
+/// tombstone), and the tombstones in the order they were made.
+#[derive(Default)]
+struct KeySet {
+    keys: BTreeMap<Box<[u8]>, u64>,
+    buried: VecDeque<(Box<[u8]>, u64)>,
+}
 
 /// Every key, in order.
 pub struct KeyOrder {
-    sets: Box<[KeySet]>,
-    /// Accounted heap bytes of the sets (their keys and nodes).
+    sets: Box<[Mutex<KeySet>]>,
+    /// Accounted heap bytes of the boxes' keys in the sets.
     bytes: AtomicUsize,
+    /// Accounted heap bytes of the tombstones (their keys, nodes and queue).
+    buried_bytes: AtomicUsize,
 }
 
 impl Default for KeyOrder {
     fn default() -> KeyOrder {
         KeyOrder {
             sets: (0..ORDER_SHARDS)
-                .map(|_| Mutex::new(BTreeSet::new()))
+                .map(|_| Mutex::new(KeySet::default()))
                 .collect(),
             bytes: AtomicUsize::new(0),
+            buried_bytes: AtomicUsize::new(0),
         }
     }
 }
@@ -91,37 +109,83 @@ fn entry_bytes(key: &[u8]) -> usize {
     size_class(key.len()) + NODE_SHARE
 }
 
+/// A tombstone's place in its set's queue: its key again and its mark.
+fn buried_bytes(key: &[u8]) -> usize {
+    size_class(key.len()) + 24
+}
+
 impl KeyOrder {
-    fn set(&self, i: usize) -> std::sync::MutexGuard<'_, BTreeSet<Box<[u8]>>> {
+    fn set(&self, i: usize) -> std::sync::MutexGuard<'_, KeySet> {
         // A panic under the mutex leaves a set whose order still holds.
         self.sets[i % ORDER_SHARDS]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A box of `key` was created.
+    /// A box of `key` was created (in the place of its tombstone, if any).
     pub fn insert(&self, key: &[u8]) {
-        if self.set(shard_of(key)).insert(key.into()) {
-            self.bytes.fetch_add(entry_bytes(key), Ordering::Relaxed);
+        let mut set = self.set(shard_of(key));
+        match set.keys.get_mut(key) {
+            Some(m) if *m != 0 => {
+                // Its tombstone's entry is a box's again (its place in the
+                // queue stays, and goes with it).
+                *m = 0;
+                self.buried_bytes
+                    .fetch_sub(entry_bytes(key), Ordering::Relaxed);
+                self.bytes.fetch_add(entry_bytes(key), Ordering::Relaxed);
+            }
+            Some(_) => {}
+            None => {
+                set.keys.insert(key.into(), 0);
+                self.bytes.fetch_add(entry_bytes(key), Ordering::Relaxed);
+            }
         }
     }
 
-    /// The box of `key` was removed.
-    pub fn remove(&self, key: &[u8]) {
-        if self.set(shard_of(key)).remove(key) {
-            self.bytes.fetch_sub(entry_bytes(key), Ordering::Relaxed);
+    /// The box of `key` was removed by a change marked `mark`: it leaves a
+    /// tombstone; the set's oldest one goes past [`TOMBSTONES`], and its
+    /// lane's horizon rises in `lanes`.
+    pub fn bury(&self, key: &[u8], mark: u64, lanes: &Lanes) {
+        let mut set = self.set(shard_of(key));
+        let KeySet { keys, buried } = &mut *set;
+        let Some(m) = keys.get_mut(key).filter(|m| **m == 0) else {
+            return;
+        };
+        *m = mark.max(1);
+        buried.push_back((key.into(), *m));
+        self.bytes.fetch_sub(entry_bytes(key), Ordering::Relaxed);
+        self.buried_bytes
+            .fetch_add(entry_bytes(key) + buried_bytes(key), Ordering::Relaxed);
+        while buried.len() > TOMBSTONES {
+            let Some((old, mark)) = buried.pop_front() else {
+                break;
+            };
+            self.buried_bytes
+                .fetch_sub(buried_bytes(&old), Ordering::Relaxed);
+            lanes.forget(lane_of(mark), pos_of(mark));
+            // Still that tombstone (not a box created again, nor buried again).
+            if keys.get(&old[..]) == Some(&mark) {
+                keys.remove(&old[..]);
+                self.buried_bytes
+                    .fetch_sub(entry_bytes(&old), Ordering::Relaxed);
+            }
         }
     }
 
-    /// Accounted heap bytes.
+    /// Accounted heap bytes of the boxes' keys.
     pub fn bytes(&self) -> usize {
         self.bytes.load(Ordering::Relaxed)
     }
 
-    /// Append to `out` the keys under `prefix` after `after` (from the first
-    /// without), at most `limit`, each as a little-endian `u16` length and
-    /// its bytes (as `ManyKeys` of the service reads them). Returns the
-    /// number appended and whether more keys follow.
+    /// Accounted heap bytes of the tombstones.
+    pub fn tombstone_bytes(&self) -> usize {
+        self.buried_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Append to `out` the keys of boxes under `prefix` after `after` (from
+    /// the first without), at most `limit`, each as a little-endian `u16`
+    /// length and its bytes (as `ManyKeys` of the service reads them).
+    /// Returns the number appended and whether more keys follow.
     pub fn page(
         &self,
         prefix: &[u8],
@@ -129,39 +193,68 @@ impl KeyOrder {
         limit: usize,
         out: &mut Vec<u8>,
     ) -> (usize, bool) {
+        self.walk(prefix, after, limit, false, out)
+    }
+
+    /// [`KeyOrder::page`] with tombstones too: each key is followed by its
+    /// mark as a little-endian `u64` (0: a box; else a tombstone's mark), and
+    /// both count against `limit`.
+    pub fn page_marked(
+        &self,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+        out: &mut Vec<u8>,
+    ) -> (usize, bool) {
+        self.walk(prefix, after, limit, true, out)
+    }
+
+    fn walk(
+        &self,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+        marked: bool,
+        out: &mut Vec<u8>,
+    ) -> (usize, bool) {
         let from = match after {
             Some(a) if a >= prefix => Bound::Excluded(a),
             _ => Bound::Included(prefix),
         };
+        let wanted = |m: &u64| marked || *m == 0;
         if !prefix.is_empty() {
             let set = self.set(shard_of(prefix));
             let mut n = 0;
-            for key in set.range::<[u8], _>((from, Bound::Unbounded)) {
+            for (key, m) in set.keys.range::<[u8], _>((from, Bound::Unbounded)) {
                 if !key.starts_with(prefix) {
                     return (n, false);
+                }
+                if !wanted(m) {
+                    continue;
                 }
                 if n == limit {
                     return (n, true);
                 }
-                push_key(key, out);
+                push_key(key, marked.then_some(*m), out);
                 n += 1;
             }
             return (n, false);
         }
         // Every key: the first `limit + 1` of each set, merged. Each set is
         // held for one copy of at most `limit + 1` keys.
-        let mut found: Vec<Box<[u8]>> = Vec::new();
+        let mut found: Vec<(Box<[u8]>, u64)> = Vec::new();
         for i in 0..ORDER_SHARDS {
             let set = self.set(i);
-            for (took, key) in set.range::<[u8], _>((from, Bound::Unbounded)).enumerate() {
+            let range = set.keys.range::<[u8], _>((from, Bound::Unbounded));
+            for (took, (key, m)) in range.filter(|(_, m)| wanted(m)).enumerate() {
                 if took > limit {
                     break;
                 }
                 // Past the `limit + 1` smallest found so far: no use.
-                if found.len() > limit && found.last().is_some_and(|l| key > l) {
+                if found.len() > limit && found.last().is_some_and(|(l, _)| key > l) {
                     break;
                 }
-                found.push(key.clone());
+                found.push((key.clone(), *m));
             }
             drop(set);
             found.sort_unstable();
@@ -169,8 +262,8 @@ impl KeyOrder {
         }
         let more = found.len() > limit;
         let n = found.len().min(limit);
-        for key in &found[..n] {
-            push_key(key, out);
+        for (key, m) in &found[..n] {
+            push_key(key, marked.then_some(*m), out);
         }
         (n, more)
     }
@@ -182,9 +275,29 @@ impl KeyOrder {
     }
 }
 
-fn push_key(key: &[u8], out: &mut Vec<u8>) {
+fn push_key(key: &[u8], mark: Option<u64>, out: &mut Vec<u8>) {
     out.extend_from_slice(&(key.len().min(u16::MAX as usize) as u16).to_le_bytes());
     out.extend_from_slice(key);
+    if let Some(m) = mark {
+        out.extend_from_slice(&m.to_le_bytes());
+    }
+}
+
+/// The entries of a [`KeyOrder::page_marked`]: each key and its mark (0: a
+/// box).
+pub struct MarkedKeys<'a>(pub &'a [u8]);
+
+impl<'a> Iterator for MarkedKeys<'a> {
+    type Item = (&'a [u8], u64);
+
+    fn next(&mut self) -> Option<(&'a [u8], u64)> {
+        let (len, rest) = self.0.split_first_chunk::<2>()?;
+        let len = u16::from_le_bytes(*len) as usize;
+        let (key, rest) = rest.split_at_checked(len)?;
+        let (mark, rest) = rest.split_first_chunk::<8>()?;
+        self.0 = rest;
+        Some((key, u64::from_le_bytes(*mark)))
+    }
 }
 
 #[cfg(test)]
@@ -245,15 +358,25 @@ mod tests {
         assert_eq!(every.len(), 502);
         assert!(every.windows(2).all(|w| w[0] < w[1]), "in order, once");
         assert_eq!(walk(&o, "room-3/", 10), Vec::<String>::new());
-        o.remove(b"room-10/x");
-        o.remove(b"room-10/x");
+        let lanes = Lanes::new(1);
+        o.bury(b"room-10/x", 5, &lanes);
+        o.bury(b"room-10/x", 6, &lanes); // a tombstone is not buried again
         assert!(!o.any_under(b"room-10/"));
+        let mut buf = Vec::new();
+        o.page_marked(b"room-10/", None, 10, &mut buf);
+        let marked: Vec<(&[u8], u64)> = MarkedKeys(&buf).collect();
+        assert_eq!(
+            marked,
+            [(&b"room-10/x"[..], 5)],
+            "a tombstone with its mark"
+        );
         assert_eq!(walk(&o, "", 1000).len(), 501);
     }
 
     #[test]
     fn a_walk_while_keys_come_and_go_gives_each_survivor_once() {
         let o = KeyOrder::default();
+        let lanes = Lanes::new(1);
         for i in 0..1000 {
             o.insert(format!("r/{i:04}").as_bytes());
         }
@@ -271,7 +394,7 @@ mod tests {
             for i in step * 50..step * 50 + 50 {
                 for j in [i, 999 - i] {
                     if j % 2 == 1 {
-                        o.remove(format!("r/{j:04}").as_bytes());
+                        o.bury(format!("r/{j:04}").as_bytes(), 1 + j as u64, &lanes);
                     }
                 }
             }
@@ -294,7 +417,38 @@ mod tests {
         o.insert(b"a/b");
         o.insert(b"a/b");
         assert_eq!(o.bytes(), 8 + NODE_SHARE);
-        o.remove(b"a/b");
-        assert_eq!(o.bytes(), 0);
+        let lanes = Lanes::new(1);
+        o.bury(b"a/b", 3, &lanes);
+        assert_eq!(o.bytes(), 0, "the box's bytes are back");
+        assert_eq!(o.tombstone_bytes(), 8 + NODE_SHARE + 8 + 24);
+        o.insert(b"a/b");
+        assert!(o.any_under(b"a/"), "created again under its tombstone");
+        assert_eq!(o.bytes(), 8 + NODE_SHARE);
+        assert_eq!(o.tombstone_bytes(), 8 + 24, "its place in the queue");
+    }
+
+    #[test]
+    fn the_oldest_tombstones_go_and_raise_their_lanes_horizon() {
+        let o = KeyOrder::default();
+        let lanes = Lanes::new(1);
+        lanes.for_writers(1);
+        let key = |i: usize| format!("t/{i:05}");
+        for i in 0..=TOMBSTONES {
+            o.insert(key(i).as_bytes());
+            o.bury(
+                key(i).as_bytes(),
+                super::super::lanes::mark(1, 1 + i as u64),
+                &lanes,
+            );
+        }
+        let mut buf = Vec::new();
+        let (n, _) = o.page_marked(b"t/", None, 2 * TOMBSTONES, &mut buf);
+        assert_eq!(n, TOMBSTONES, "the set keeps its last ones");
+        lanes.publish_at(1, 1 + TOMBSTONES as u64);
+        assert!(
+            !lanes.honors(1, &[0, 0]),
+            "the first one's removal is forgotten"
+        );
+        assert!(lanes.honors(1, &[0, 1]));
     }
 }

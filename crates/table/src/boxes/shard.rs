@@ -148,7 +148,7 @@ impl BoxTable {
         shard: &Shard,
         hash: u64,
         words: Words,
-        gen: u16,
+        (gen, mark): (u16, u64),
         expires: u32,
         guard: &Guard,
     ) {
@@ -174,6 +174,7 @@ impl BoxTable {
             debug_assert!(claim.is_empty());
             // Under the claim, as every store of a slot's generation.
             place.gen.store(gen, Ordering::Relaxed);
+            place.mark.store(mark, Ordering::Relaxed);
             claim.replace(words, guard);
             place.stamp.store(expires, Ordering::Relaxed);
         }
@@ -245,7 +246,8 @@ impl BoxTable {
 
     /// Take the box in slot `n` out (the shard's mutex held) and return a copy
     /// of its record; with `due`, only if its stamp (read again under the
-    /// slot's claim) is due at that second. The shard's last box moves into
+    /// slot's claim) is due at that second. Its key is buried in the key
+    /// order with `mark` (by default, a mark of this thread's lane). The shard's last box moves into
     /// the hole so slots `0..len` stay used; an emptied chunk is retired, a
     /// mostly empty map shrinks, the floor rises to the box's version.
     pub(super) fn remove_slot(
@@ -253,6 +255,7 @@ impl BoxTable {
         shard: &Shard,
         n: usize,
         due: Option<u32>,
+        mark: Option<u64>,
         guard: &Guard,
     ) -> Option<Vec<u8>> {
         let last = shard.write.len.load(Ordering::Relaxed).checked_sub(1)?;
@@ -277,7 +280,9 @@ impl BoxTable {
             // Accounted as the records are: until a walk takes the list.
             shard.add_bytes(size_class(was), size_class(removed.capacity()));
         }
-        self.order.remove(record::key(&record));
+        let buried =
+            mark.unwrap_or_else(|| self.lanes.removal_mark(hole.mark.load(Ordering::Relaxed)));
+        self.order.bury(record::key(&record), buried, &self.lanes);
         let gone = entry(fingerprint(self.hasher.hash_one(record::key(&record))), n);
         let mut freed = claim.bytes();
         {
@@ -295,6 +300,8 @@ impl BoxTable {
                     .store(from.stamp.load(Ordering::Relaxed), Ordering::Relaxed);
                 hole.gen
                     .store(from.gen.load(Ordering::Relaxed), Ordering::Relaxed);
+                hole.mark
+                    .store(from.mark.load(Ordering::Relaxed), Ordering::Relaxed);
                 map.rename_entry(entry(fp, last), entry(fp, n));
             }
             drop(claim);

@@ -32,6 +32,8 @@ pub(super) struct Change<'a> {
     pub msg: Message<'a>,
     pub stamp: Stamp,
     pub expires: u32,
+    /// The change's mark (`lanes.rs`).
+    pub mark: u64,
 }
 
 /// The size class a record of `key`, `state` and a payload of `payload_len`
@@ -126,6 +128,7 @@ impl BoxTable {
                         };
                         claim.store(whole_words(image, used));
                         place.gen.store(self.generation_now(), Ordering::Relaxed);
+                        place.mark.store(change.mark, Ordering::Relaxed);
                         touch(place.stamp, change.expires);
                     }
                     Some(class) => {
@@ -135,6 +138,7 @@ impl BoxTable {
                         };
                         claim.replace(words, guard);
                         place.gen.store(self.generation_now(), Ordering::Relaxed);
+                        place.mark.store(change.mark, Ordering::Relaxed);
                         touch(place.stamp, change.expires);
                         drop(claim);
                         shard.add_bytes(old, class);
@@ -166,6 +170,7 @@ impl BoxTable {
             msg,
             stamp,
             expires,
+            ..
         } = *change;
         let key = msg.key;
         let render = out.is_some();
@@ -209,7 +214,8 @@ impl BoxTable {
         }
         // Under the shard's mutex: a walk that has begun this shard moved the
         // generation on before it (`changes.rs`).
-        self.insert(shard, hash, words, self.generation_now(), expires, guard);
+        let stamps = (self.generation_now(), change.mark);
+        self.insert(shard, hash, words, stamps, expires, guard);
         self.order.insert(key.as_bytes());
         Ok(Some(version))
     }

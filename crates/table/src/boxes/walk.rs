@@ -132,7 +132,9 @@ impl BoxTable {
             max: self.plan.max_boxes,
         })?;
         // Generation 0: in the chain already, in no delta until written again.
-        self.insert(shard, hash, words, 0, expires, &guard);
+        // Mark 0: at or below every cut (a client of a room from before a
+        // restart is listed again: `Lanes::honors`).
+        self.insert(shard, hash, words, (0, 0), expires, &guard);
         self.order.insert(key.as_bytes());
         Ok(())
     }

@@ -166,6 +166,11 @@ impl Outcome {
 /// Arena bytes kept for records: a record of the largest message fits.
 const RECORD_ARENA_BYTES: usize = 256 * 1024;
 
+/// The lane of a partition's records (docs/boxes.md#watermarks).
+fn lane_of_partition(partition: i32) -> usize {
+    usize::try_from(partition).unwrap_or(0)
+}
+
 /// `Some(WrongPartition)` when `key` does not belong in `rec`'s partition.
 fn misplaced(partitions: u32, rec: &Record<'_>, key: &[u8]) -> Option<Outcome> {
     let home = home_partition(key, partitions);
@@ -205,6 +210,12 @@ impl Replica {
         if outcome.changed_box() {
             watchers.box_updated(key);
         }
+        // Told: the partition's lane is applied through this record
+        // (docs/boxes.md#watermarks).
+        if rec.offset >= 0 {
+            let lane = lane_of_partition(rec.partition);
+            boxes.lanes().publish_at(lane, version_of(rec.offset));
+        }
         outcome
     }
 
@@ -227,7 +238,7 @@ impl Replica {
             if let Some(wrong) = misplaced(self.partitions, rec, key) {
                 return wrong;
             }
-            return match boxes.remove_logged(key, version) {
+            return match boxes.remove_logged(key, version, lane_of_partition(rec.partition)) {
                 Some(_) => Outcome::Deleted { version },
                 None => Outcome::NoBox,
             };
@@ -256,7 +267,13 @@ impl Replica {
                     let k = std::str::from_utf8(key).unwrap_or_default();
                     match misplaced(self.partitions, rec, key) {
                         Some(wrong) => wrong,
-                        None => match boxes.apply_logged(k, m.values, version, now_ms, None) {
+                        None => match boxes.apply_logged(
+                            k,
+                            m.values,
+                            (version, lane_of_partition(rec.partition)),
+                            now_ms,
+                            None,
+                        ) {
                             Ok(Logged::Applied(version)) => Outcome::Applied { version },
                             Ok(Logged::Replayed) => Outcome::Replayed,
                             Err(e) => Outcome::Invalid(Invalid::Message(e)),
