@@ -200,6 +200,15 @@ impl Waiters {
         Some(PrefixWake::Moved(hash, key))
     }
 
+    /// Keys waiting in `worker`'s inbox of keys that moved under prefixes
+    /// (what a cut taken now must wait for: one sent later is for a change
+    /// published after it).
+    pub fn moved_waiting(&self, worker: usize) -> usize {
+        self.inboxes.get(worker).map_or(0, |i| {
+            i.moved_rx.len() + usize::from(i.moved_overflow.load(Ordering::Acquire))
+        })
+    }
+
     /// Prefixes watched by event streams, over all workers.
     pub fn watched_prefixes(&self) -> usize {
         self.prefixes.load(Ordering::Acquire)

@@ -343,6 +343,9 @@ pub struct Service {
     cut: Vec<u64>,
     /// The server takes the cut ([`Service::take_cut`]).
     cut_taken: bool,
+    /// The cut taken before the wake-ups being taken now: rooms stand at it
+    /// once they are all taken ([`Service::cut_drained`]).
+    next_cut: Vec<u64>,
 }
 
 impl Service {
@@ -375,16 +378,25 @@ impl Service {
             logged: node.config.log.enabled(),
             cut: Vec::new(),
             cut_taken: false,
+            next_cut: Vec::new(),
             node,
         }
     }
 
-    /// Take the cut now (the server does, before it takes the wake-ups
-    /// sent to its worker): rooms' events and answers stand at it until the
-    /// next one (docs/boxes.md#watermarks).
+    /// Take the cut now, before the wake-ups sent to this worker are taken
+    /// (docs/boxes.md#watermarks). Rooms go on standing at the cut before
+    /// until they are all taken ([`Service::cut_drained`]): a stream that
+    /// sends meanwhile (its socket drained) must not name a change whose
+    /// wake-up is still in the inbox.
     pub fn take_cut(&mut self) {
-        self.node.boxes.lanes().cut(&mut self.cut);
+        self.node.boxes.lanes().cut(&mut self.next_cut);
         self.cut_taken = true;
+    }
+
+    /// Every wake-up sent before the cut taken last was taken: rooms stand
+    /// at that cut now.
+    pub fn cut_drained(&mut self) {
+        std::mem::swap(&mut self.cut, &mut self.next_cut);
     }
 
     /// The server's monotonic clock (ms since it started, the same on every

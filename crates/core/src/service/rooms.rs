@@ -43,6 +43,11 @@ pub struct RoomWatch {
     /// A listing of what moved since this cut (a reconnect whose
     /// `Last-Event-ID` is honored); `None`: of every box.
     pub since: Option<Box<[u64]>>,
+    /// The cut the client holds the listed keys at (the last one this
+    /// stream sent at, or the one it resumed from): a key that moved but is
+    /// marked at or below it was sent already (a wake-up can come after the
+    /// change it tells of was sent with a later one).
+    pub held: Option<Box<[u64]>>,
     /// The keys that moved, as [`ManyKeys`] encodes them, each once.
     pub moved: Vec<u8>,
     /// Too many moved while the client did not read: list the room again
@@ -94,6 +99,7 @@ impl RoomWatch {
         self.moved.capacity()
             + self.listing.as_ref().map_or(0, |l| l.len())
             + self.since.as_ref().map_or(0, |s| s.len() * 8)
+            + self.held.as_ref().map_or(0, |s| s.len() * 8)
     }
 }
 
@@ -519,7 +525,10 @@ impl Service {
         };
         match id.filter(|i| !i.is_empty()).map(read_watermark) {
             None => {}
-            Some(Some((run, cut))) if lanes.honors(run, &cut) => room.since = Some(cut.into()),
+            Some(Some((run, cut))) if lanes.honors(run, &cut) => {
+                room.held = Some(cut.clone().into());
+                room.since = Some(cut.into());
+            }
             Some(_) => out.extend_from_slice(b"event: reset\ndata: {}\n\n"),
         }
         Reply::Stream {
@@ -558,6 +567,7 @@ impl Service {
             room.synced = false;
             room.moved = Vec::new();
             room.since = None;
+            room.held = None;
             room.listing = Some(Box::default());
             out.extend_from_slice(b"event: reset\ndata: {}\n\n");
             sent += 1;
@@ -595,11 +605,22 @@ impl Service {
             out.extend_from_slice(b"event: synced\ndata: {}\n\n");
             sent += 1;
         }
-        if sent > 0 && room.synced {
+        // Every key that moved was sent or waits past the cut: the client
+        // holds the listed keys at the cut, or at the one it held them at
+        // where that is further (it came from a worker whose cut was).
+        match room.held.as_mut() {
+            Some(h) if h.len() == self.cut.len() => {
+                for (h, &c) in h.iter_mut().zip(&self.cut) {
+                    *h = (*h).max(c);
+                }
+            }
+            _ => room.held = Some(self.cut.as_slice().into()),
+        }
+        if let (true, true, Some(held)) = (sent > 0, room.synced, room.held.as_deref()) {
             // Listed: the cut goes on the last event, before its blank line.
             out.pop();
             out.extend_from_slice(b"id: ");
-            write_watermark(self.node.boxes.lanes().run(), &self.cut, out);
+            write_watermark(self.node.boxes.lanes().run(), held, out);
             out.extend_from_slice(b"\n\n");
         }
         sent
@@ -619,14 +640,25 @@ impl Service {
         host: &mut H,
     ) -> usize {
         self.body.clear();
-        let since = room.since.as_deref();
+        // A listing sends what moved since its cut (all, without one); a key
+        // that moved, what is past the cut the client holds it at.
+        let since = match listed {
+            Some(_) => room.since.as_deref(),
+            None => room.held.as_deref(),
+        };
         let found = match listed {
-            Some(tomb) if tomb != 0 => None.ok_or(tomb),
-            _ => self.node.boxes.poll_marked(key, &mut self.body).ok_or(0),
+            Some(tomb) if tomb != 0 => Err(tomb),
+            Some(_) => self.node.boxes.poll_marked(key, &mut self.body).ok_or(0),
+            None => self
+                .node
+                .boxes
+                .poll_marked(key, &mut self.body)
+                .ok_or_else(|| self.node.boxes.order().mark_of(key).unwrap_or(0)),
         };
         match found {
-            Ok((_, mark)) if past(mark, &self.cut) => room.remember(key),
+            // The client has it (a cut it holds may be past this worker's).
             Ok((_, mark)) if since.is_some_and(|s| !past(mark, s)) => {}
+            Ok((_, mark)) if past(mark, &self.cut) => room.remember(key),
             Ok(_) => {
                 out.extend_from_slice(b"data: ");
                 out.extend_from_slice(&self.body);
@@ -649,13 +681,15 @@ impl Service {
     }
 }
 
-/// Whether a key found gone is sent as `event: deleted`: a key that moved,
-/// whatever became of it; in a first listing, never (it names the boxes
-/// there); in a listing since a cut, a removal past it (or one the listing
-/// raced: its tombstone unseen).
+/// Whether a key found gone is sent as `event: deleted`: in a first
+/// listing, never (it names the boxes there); otherwise a removal past the
+/// cut the client holds (or one whose tombstone is unseen: raced, or no
+/// longer kept).
 fn tell_removal(listed: Option<u64>, tomb: u64, since: Option<&[u64]>) -> bool {
     match (listed, since) {
-        (None, _) => true,
+        // A key that moved: unless its removal was told already.
+        (None, Some(s)) => tomb == 0 || past(tomb, s),
+        (None, None) => true,
         (Some(_), None) => false,
         (Some(_), Some(s)) => tomb == 0 || past(tomb, s),
     }

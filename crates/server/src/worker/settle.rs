@@ -230,7 +230,14 @@ impl Worker {
         self.service.take_cut();
         let mut woken = std::mem::take(&mut self.scratch.rooms);
         woken.clear();
-        while let Some(moved) = self.host.shared().waiters().next_moved(self.id) {
+        // Only what was sent before the cut: a key sent after it moved in a
+        // change published after it, which the next cut takes (and a stream
+        // of busy writers cannot keep the worker here).
+        let waiting = self.host.shared().waiters().moved_waiting(self.id);
+        for _ in 0..waiting {
+            let Some(moved) = self.host.shared().waiters().next_moved(self.id) else {
+                break;
+            };
             let (wake, key) = match &moved {
                 PrefixWake::Moved(hash, key) => (Wake::Key(*hash), Some(&key[..])),
                 PrefixWake::All => (Wake::All, None),
@@ -242,16 +249,22 @@ impl Worker {
                 let Some(mut c) = self.sockets.conns.take_gen(slot, gen) else {
                     continue;
                 };
-                self.timed(|cx| match key {
+                let wrote = self.timed(|cx| match key {
                     Some(key) => c.core.on_prefix_moved(key, cx),
                     None => c.core.on_prefix_overflow(cx),
                 });
                 if c.core.room_waits() && !woken.contains(&(slot, gen)) {
                     woken.push((slot, gen));
                 }
-                self.settle(slot, c);
+                if wrote || c.core.has_actions() {
+                    self.settle(slot, c);
+                } else {
+                    // A stream only noted the key: nothing to write yet.
+                    self.sockets.conns.put(slot, c);
+                }
             }
         }
+        self.service.cut_drained();
         self.flush_rooms(&woken);
         self.scratch.rooms = woken;
     }

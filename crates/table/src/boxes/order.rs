@@ -172,6 +172,15 @@ impl KeyOrder {
         }
     }
 
+    /// The mark of `key`'s tombstone, if the key order keeps one.
+    pub fn mark_of(&self, key: &[u8]) -> Option<u64> {
+        self.set(shard_of(key))
+            .keys
+            .get(key)
+            .copied()
+            .filter(|&m| m != 0)
+    }
+
     /// Accounted heap bytes of the boxes' keys.
     pub fn bytes(&self) -> usize {
         self.bytes.load(Ordering::Relaxed)
@@ -246,12 +255,10 @@ impl KeyOrder {
         for i in 0..ORDER_SHARDS {
             let set = self.set(i);
             let range = set.keys.range::<[u8], _>((from, Bound::Unbounded));
-            for (took, (key, m)) in range.filter(|(_, m)| wanted(m)).enumerate() {
-                if took > limit {
-                    break;
-                }
-                // Past the `limit + 1` smallest found so far: no use.
-                if found.len() > limit && found.last().is_some_and(|(l, _)| key > l) {
+            // Past the largest of the `limit + 1` smallest kept: no use.
+            let bound = (found.len() > limit).then(|| found[found.len() - 1].0.clone());
+            for (key, m) in range.filter(|(_, m)| wanted(m)).take(limit + 1) {
+                if bound.as_ref().is_some_and(|b| key > b) {
                     break;
                 }
                 found.push((key.clone(), *m));
@@ -356,6 +363,9 @@ mod tests {
         assert_eq!(got, want);
         let every = walk(&o, "", 33);
         assert_eq!(every.len(), 502);
+        for limit in [1, 2, 3, 5, 10] {
+            assert_eq!(walk(&o, "", limit), every, "pages of {limit}");
+        }
         assert!(every.windows(2).all(|w| w[0] < w[1]), "in order, once");
         assert_eq!(walk(&o, "room-3/", 10), Vec::<String>::new());
         let lanes = Lanes::new(1);
