@@ -7,6 +7,12 @@
  * reconnect, another node behind a proxy or a restarted server sends only
  * what moved, and the version gate drops anything older that it sends again.
  *
+ * A prefix (a room) is listed whole where the server cannot resume it: on a
+ * stream without an id it honors, after `event: reset`, on the first walk of
+ * its pages and in a long-poll answer with `reset`. A listing is what the
+ * room holds: at its end (`event: synced`, the last page) every box the page
+ * has that it did not name is gone.
+ *
  * A stream with no first byte within `firstByteMs` (pollbox sends `retry:`
  * at once; a buffering proxy holds it) falls back to long-polls, and the
  * stream is tried again after `streamRetryMs`. In a browser the stream is an
@@ -100,6 +106,10 @@ class Follower {
   private etag: string | undefined;
   /** A prefix stream's last id (opaque). */
   private lastId = "";
+  /** A room's watermark for its long-polls (a page's `after`). */
+  private after: string | undefined;
+  /** The keys a room's listing named so far, while one runs. */
+  private listed: Set<string> | undefined;
   private expired = false;
 
   constructor(
@@ -190,11 +200,19 @@ class Follower {
   private deliver(p: unknown): void {
     const b = p as Payload;
     if (!b || typeof b.k !== "string" || typeof b.ver !== "number") return;
+    this.listed?.add(b.k);
     if (this.versions.accept(b)) this.call(() => this.h.update(b));
   }
 
   private gone(key: unknown): void {
     if (typeof key === "string" && this.versions.remove(key)) this.call(() => this.h.deleted?.(key));
+  }
+
+  /** A room's listing ended: the boxes the page has that it did not name are gone. */
+  private synced(): void {
+    const named = this.listed;
+    this.listed = undefined;
+    if (named) for (const k of this.versions.held()) if (!named.has(k)) this.gone(k);
   }
 
   /** A handler that throws must not break the connection: rethrown apart. */
@@ -208,18 +226,23 @@ class Follower {
     }
   }
 
-  private onEvent(e: SseEvent): void {
+  /** One event of a stream, and the stream's last id with it. */
+  private onEvent(e: SseEvent, id: string): void {
     let data: unknown;
     try {
       data = e.data === "" ? undefined : JSON.parse(e.data);
     } catch {
       return this.report(new PollboxError("an event that is not JSON: " + e.data.slice(0, 80), 200), false);
     }
+    const room = typeof this.what === "string";
     if (e.event === "" || e.event === "message") this.deliver(data);
     else if (e.event === "deleted") {
       const k = (data as { k?: unknown } | undefined)?.k;
-      this.gone(k ?? (typeof this.what === "string" ? undefined : this.what[0]));
-    } else if (e.event === "expired") this.expired = true;
+      this.gone(k ?? (room ? undefined : this.what[0]));
+    } else if (e.event === "reset") this.listed = new Set();
+    else if (e.event === "synced") this.synced();
+    else if (e.event === "expired") this.expired = true;
+    if (room && id) this.lastId = id;
   }
 
   private keysParam(keys: readonly string[]): [string, string] {
@@ -243,11 +266,14 @@ class Follower {
     const o = this.access.options;
     const native = typeof EventSource === "function" && o.eventSource !== false;
     const header = o.token !== undefined && (o.tokenIn ?? "header") === "header";
+    // A room without an id to resume from is listed whole.
+    this.listed = typeof this.what === "string" && !this.lastId ? new Set() : undefined;
     return native && !header ? this.eventSource() : this.fetchStream();
   }
 
   /** The stream as an `EventSource`, closed at its first error (the loop
-   * reconnects, resuming from the page's versions, not the server's id). */
+   * reconnects, resuming boxes from the page's versions, a room from the
+   * last id its events carried). */
   private async eventSource(): Promise<Outcome> {
     const [url, init, token] = await this.access.request("/v1/boxes", this.streamQuery(), {});
     this.expired = false;
@@ -268,8 +294,9 @@ class Follower {
         clearTimeout(timer);
         this.setMode("stream");
       };
-      es.onmessage = (e) => this.onEvent({ event: "", data: e.data });
-      es.addEventListener("deleted", (e) => this.onEvent({ event: "deleted", data: (e as MessageEvent).data }));
+      for (const t of ["message", "deleted", "reset", "synced"]) {
+        es.addEventListener(t, (e) => this.onEvent({ event: t, data: (e as MessageEvent).data }, (e as MessageEvent).lastEventId));
+      }
       es.addEventListener("expired", () => finish({ kind: "expired", token }));
       es.onerror = () => finish(opened ? { kind: "ended", flowed: true } : undefined);
     });
@@ -327,7 +354,7 @@ class Follower {
       }
       reader = res.body.getReader();
       const decoder = new TextDecoder();
-      const parser = new SseParser((e) => this.onEvent(e));
+      const parser: SseParser = new SseParser((e) => this.onEvent(e, parser.lastId));
       for (;;) {
         const { value, done } = await reader.read();
         if (done) break;
@@ -339,7 +366,6 @@ class Follower {
           idleTimer = setTimeout(watch, idleMs);
         }
         parser.push(decoder.decode(value, { stream: true }));
-        if (parser.lastId) this.lastId = parser.lastId;
       }
     } catch (e) {
       if (stalled) return { kind: "stalled" };
@@ -365,32 +391,24 @@ class Follower {
     // A long-poll lost on the way (a dead node) is given up after its wait.
     const timer = setTimeout(stop, this.opts.waitMs + 15000);
     const wait: [string, string] = ["wait_ms", String(this.opts.waitMs)];
-    let token: string | undefined;
     try {
       const what = this.what;
-      const headers: Record<string, string> = {};
-      let q: [string, string][];
       if (typeof what === "string") {
-        q = [["prefix", encodeURIComponent(what)], ["after", String(this.versions.highest())], wait];
+        const o = await this.roomPoll(what, wait, ctl.signal);
+        if (o) return o;
       } else {
-        q = [this.keysParam(what), wait];
-        if (this.etag) headers["If-None-Match"] = this.etag;
-      }
-      const [url, init, t] = await this.access.request("/v1/boxes", q, { headers, signal: ctl.signal });
-      token = t;
-      const res = await this.access.fetch(url, init);
-      if (res.status === 304) {
-        await res.body?.cancel();
-      } else if (res.status !== 200) {
-        return await this.refused(res, token);
-      } else if (typeof what === "string") {
-        const body = (await res.json()) as { boxes?: unknown[] };
-        for (const p of body.boxes ?? []) this.deliver(p);
-      } else {
-        const keys = what;
-        this.etag = res.headers.get("ETag") ?? undefined;
-        const body = (await res.json()) as unknown[];
-        keys.forEach((k, i) => (body[i] === null ? this.gone(k) : this.deliver(body[i])));
+        const headers: Record<string, string> = this.etag ? { "If-None-Match": this.etag } : {};
+        const [url, init, token] = await this.access.request("/v1/boxes", [this.keysParam(what), wait], { headers, signal: ctl.signal });
+        const res = await this.access.fetch(url, init);
+        if (res.status === 304) {
+          await res.body?.cancel();
+        } else if (res.status !== 200) {
+          return await this.refused(res, token);
+        } else {
+          this.etag = res.headers.get("ETag") ?? undefined;
+          const body = (await res.json()) as unknown[];
+          what.forEach((k, i) => (body[i] === null ? this.gone(k) : this.deliver(body[i])));
+        }
       }
       this.setMode("long-poll");
       return { kind: "polled" };
@@ -401,6 +419,46 @@ class Follower {
       clearTimeout(timer);
       this.signal.removeEventListener("abort", stop);
     }
+  }
+
+  /**
+   * A room by long-poll, `after=W` (the last answer's `after`), every page of
+   * the answer (`next`, with the same `after`); the first time, or after an
+   * answer without `after` (a server without the long-poll form), a walk of
+   * the room's pages instead, which lists it (as an answer with `reset`
+   * does), and without an `after` to wait on, the next walk after `waitMs`.
+   * `this.after` moves only once every page of an answer was read. An
+   * outcome only for a refusal.
+   */
+  private async roomPoll(prefix: string, wait: [string, string], signal: AbortSignal): Promise<Outcome | undefined> {
+    const w = this.after;
+    const q: [string, string][] = [["prefix", encodeURIComponent(prefix)], ["limit", "1000"]];
+    if (w !== undefined) q.push(["after", encodeURIComponent(w)], wait);
+    this.listed = new Set();
+    let reset = w === undefined;
+    let next: unknown;
+    let after: unknown = w;
+    for (let first = true; first || typeof next === "string"; first = false) {
+      const page: [string, string][] = typeof next === "string" ? [...q, ["cursor", encodeURIComponent(next)]] : q;
+      const [url, init, token] = await this.access.request("/v1/boxes", page, { signal });
+      const res = await this.access.fetch(url, init);
+      // Nothing moved past W (a listing cut short: from W again).
+      if (res.status === 304) return void (await res.body?.cancel());
+      if (res.status !== 200) return this.refused(res, token);
+      const b = (await res.json()) as { boxes?: unknown[]; deleted?: unknown[]; next?: unknown; after?: unknown; reset?: unknown };
+      // The watermark read before the first page: what moves during the
+      // walk is sent again by the next long-poll, never lost.
+      if (first) after = b.after;
+      reset ||= b.reset === true;
+      for (const p of b.boxes ?? []) this.deliver(p);
+      for (const k of b.deleted ?? []) this.gone(k);
+      next = b.next;
+    }
+    if (reset) this.synced();
+    this.listed = undefined;
+    this.after = after == null ? undefined : String(after);
+    if (this.after === undefined) await sleep(this.opts.waitMs, signal);
+    return undefined;
   }
 
   private async refused(res: Response, token: string | undefined): Promise<Outcome> {

@@ -16,8 +16,11 @@ export interface SseEvent {
 export class SseParser {
   /** The `retry:` the stream asked for, in milliseconds, if any. */
   retry: number | undefined;
-  /** The last `id:` seen (persists across events, as in the spec). */
+  /** The last event id: an `id:` field takes effect when its event is
+   * dispatched (persisting across events, as in the spec), so an event's
+   * handler reads the id that came with it. */
   lastId = "";
+  private id = "";
   private rest = "";
   private data: string[] = [];
   private event = "";
@@ -41,6 +44,7 @@ export class SseParser {
   private line(line: string): void {
     if (line === "") {
       // A blank line ends the event; one without data lines is dropped.
+      this.lastId = this.id;
       if (this.data.length > 0) {
         const e = { event: this.event, data: this.data.join("\n") };
         this.data = [];
@@ -64,7 +68,7 @@ export class SseParser {
         this.event = value;
         break;
       case "id":
-        if (!value.includes("\0")) this.lastId = value;
+        if (!value.includes("\0")) this.id = value;
         break;
       case "retry":
         if (/^\d+$/.test(value)) this.retry = Number(value);

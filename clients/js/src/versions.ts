@@ -35,11 +35,9 @@ export class Versions {
     return this.present.has(key);
   }
 
-  /** The newest version of all keys (the `after` of a prefix's long-poll). */
-  highest(): number {
-    let h = 0;
-    for (const v of this.newest.values()) if (v > h) h = v;
-    return h;
+  /** The keys whose boxes the page has now (a copy). */
+  held(): string[] {
+    return [...this.present];
   }
 
   /**

@@ -14,9 +14,10 @@ import { join } from "node:path";
 
 const client = new URL("../dist/pollbox.js", import.meta.url);
 
-/** The page: follows `keys` on `pollbox` with `options`; records every
- * payload, deletion, mode and error, and any version older than one shown. */
-function html(pollbox, keys, options) {
+/** The page: follows `target` (keys, or a target such as `{ prefix }`) on
+ * `pollbox` with `options`; records every payload, deletion, mode and error,
+ * and any version older than one shown. */
+function html(pollbox, target, options) {
   return `<!doctype html><html><head><meta charset="utf-8"><title>pollbox client</title></head>
 <body><pre id="results">pending</pre><img src="/hold" alt="">
 <script type="module">
@@ -25,7 +26,7 @@ const results = { last: {}, shown: 0, older: [], deleted: [], modes: [], errors:
 const record = () => { document.getElementById("results").textContent = JSON.stringify(results); };
 const report = (what) => fetch("/report?" + encodeURIComponent(what), { cache: "no-store" }).catch(() => {});
 const pb = new Pollbox({ url: ${JSON.stringify(pollbox)}, ...${JSON.stringify(options)} });
-const f = pb.follow({ keys: ${JSON.stringify(keys)} }, {
+const f = pb.follow(${JSON.stringify(Array.isArray(target) ? { keys: target } : target)}, {
   update(p) {
     const before = results.last[p.k];
     if (before && before.ver >= p.ver) results.older.push([p.k, before.ver, p.ver]);
@@ -46,9 +47,10 @@ record();
 /** The page's origin, Chromium on it, and the reports it sends. */
 export class Page {
   /** The page on `port` (reserved before pollbox started, so that its
-   * `cors_origins` can name the page's origin). */
-  static async open(port, pollboxUrl, keys, options) {
-    const p = new Page(html(pollboxUrl, keys, options));
+   * `cors_origins` can name the page's origin), following `target`: an
+   * array of keys, or `{ prefix }`. */
+  static async open(port, pollboxUrl, target, options) {
+    const p = new Page(html(pollboxUrl, target, options));
     await new Promise((ok) => p.server.listen(port, "127.0.0.1", ok));
     p.origin = `http://127.0.0.1:${p.server.address().port}`;
     return p;

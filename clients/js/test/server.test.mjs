@@ -374,19 +374,178 @@ test("an AbortSignal stops following: no request and no update after it", async 
   assert.deepEqual(r.updates.map((u) => u.v), [1]);
 });
 
-test("prefix following, where the server has prefix routes", async (t) => {
+/** The boxes of a room as the server's pages give them, by key. */
+async function roomOf(s, prefix) {
+  const room = {};
+  let next = null;
+  do {
+    const cursor = next === null ? "" : "&cursor=" + next;
+    const r = await fetch(`${s.url}/v1/boxes?prefix=${encodeURIComponent(prefix)}&limit=1000${cursor}`);
+    assert.equal(r.status, 200);
+    const page = await r.json();
+    for (const b of page.boxes) room[b.k] = b;
+    next = page.next;
+  } while (next !== null);
+  return room;
+}
+
+/** Create boxes `keys` (`{"value": v}`) with one NDJSON batch. */
+async function batch(s, keys, v) {
+  const body = keys.map((key) => JSON.stringify({ key, value: v })).join("\n") + "\n";
+  const r = await fetch(`${s.url}/v1/ingest`, { method: "POST", headers: { "Content-Type": "application/x-ndjson" }, body });
+  assert.equal(r.status, 200, await r.text());
+}
+
+/** Until the page holds exactly the server's room: every box at its version. */
+async function converged(r, s, prefix, what) {
+  let room;
+  await until(what, async () => {
+    room = await roomOf(s, prefix);
+    const held = Object.keys(r.last).filter((k) => k.startsWith(prefix)).sort();
+    return held.join() === Object.keys(room).sort().join() && held.every((k) => r.last[k].ver === room[k].ver);
+  });
+  assert.deepEqual(r.last, room, what);
+  return room;
+}
+
+const others = ["room-18/a", "room-1/a", "room-17", "room-17x/a", "room-170/a"];
+
+test("follow a room over a stream: its boxes, later ones, updates, deletions, none of other rooms", async () => {
   const s = await server();
-  const probe = await fetch(`${s.url}/v1/boxes?prefix=room-17%2F`);
-  if (probe.status !== 200) {
-    t.skip(`this server has no prefix routes (GET /v1/boxes?prefix= answered ${probe.status}): docs/clients.md`);
-    return;
-  }
+  // More boxes than one step of the server's listing (64).
+  const before = Array.from({ length: 150 }, (_, i) => `room-17/k-${String(i).padStart(3, "0")}`);
+  await batch(s, [...before, "room-17/sub/a", ...others], 1);
   const r = recorder();
-  const f = new Client({ url: s.url }).follow({ prefix: "room-17/" }, r.handlers);
-  await s.ingest("room-17/a", 1);
-  await s.ingest("room-18/a", 1);
-  await until("the room's box", () => r.has("room-17/a", 1));
+  const f = new Client({ url: s.url, backoffMs: 100 }).follow({ prefix: "room-17/" }, r.handlers);
+  await converged(r, s, "room-17/", "the room's boxes");
+  assert.equal(r.updates.length, 151);
+  await s.ingest("room-17/new", 1);
+  await s.ingest("room-17/k-000", 2);
+  assert.equal(await s.remove("room-17/k-001"), 204);
+  for (const k of others) await s.ingest(k, 2);
+  await until("created, updated, deleted", () => r.has("room-17/new", 1) && r.has("room-17/k-000", 2) && r.deleted.includes("room-17/k-001"));
+  await s.ingest("room-17/k-001", 3);
+  await until("created again", () => r.has("room-17/k-001", 3));
+  await converged(r, s, "room-17/", "the room after the changes");
   f.close();
   await f.done;
-  assert.equal(r.last["room-18/a"], undefined);
+  for (const k of others) assert.equal(r.updates.find((u) => u.k === k), undefined, k + " is not in the room");
+  assert.deepEqual(r.deleted, ["room-17/k-001"]);
+  assert.deepEqual(r.modes, ["stream"]);
+  assert.deepEqual(r.older, []);
+  assert.deepEqual(r.errors, []);
+});
+
+test("a room through kill -9 and a restart without a snapshot: the boxes not created again are dropped at the relisting", async () => {
+  const s = await server();
+  const keys = Array.from({ length: 80 }, (_, i) => `room-17/k-${String(i).padStart(2, "0")}`);
+  await batch(s, [...keys, ...others], 1);
+  const r = recorder();
+  const f = new Client({ url: s.url, backoffMs: 100, maxBackoffMs: 400 }).follow({ prefix: "room-17/" }, r.handlers);
+  await converged(r, s, "room-17/", "the room");
+  await s.ingest("room-17/k-00", 2);
+  await until("the update", () => r.has("room-17/k-00", 2));
+  await s.stop("SIGKILL");
+  await sleep(500);
+  await s.start();
+  // The restarted server has no boxes: some are created again (past every
+  // version served before), the rest never exist in the new process, so no
+  // `event: deleted` can name them: only the listing's `event: synced` can.
+  const again = keys.filter((_, i) => i % 3 === 0);
+  await batch(s, again, 5);
+  await s.ingest("room-17/late", 1);
+  await batch(s, others, 5);
+  const room = await converged(r, s, "room-17/", "the room after the restart");
+  f.close();
+  await f.done;
+  assert.deepEqual(Object.keys(room).sort(), [...again, "room-17/late"].sort());
+  assert.deepEqual(r.deleted.sort(), keys.filter((k) => !again.includes(k)).sort(), "each box not created again, reported once");
+  for (const k of again) assert.equal(r.last[k].v, 5);
+  for (const k of others) assert.equal(r.updates.find((u) => u.k === k), undefined, k);
+  assert.ok(r.errors.some((e) => e.status === 0), "the outage was seen");
+  assert.deepEqual(r.older, []);
+});
+
+test("a room behind a buffering proxy: the stream does not flow, the room's pages do (and long-polls where the server has them)", async () => {
+  const s = await server();
+  const p = await proxy(s.port, "buffer");
+  await batch(s, ["room-17/a", "room-17/b", "room-17/c", ...others], 1);
+  const r = recorder();
+  const pb = new Client({ url: p.url, firstByteMs: 300, streamRetryMs: 600000, waitMs: 500, backoffMs: 100 });
+  const f = pb.follow({ prefix: "room-17/" }, r.handlers);
+  await converged(r, s, "room-17/", "the room by long-poll");
+  assert.deepEqual(r.modes, ["long-poll"]);
+  await s.ingest("room-17/a", 2);
+  await s.ingest("room-17/d", 1);
+  assert.equal(await s.remove("room-17/b"), 204);
+  await until("updated, created, deleted", () => r.has("room-17/a", 2) && r.has("room-17/d", 1) && r.deleted.includes("room-17/b"));
+  await s.stop("SIGKILL");
+  await s.start();
+  await batch(s, ["room-17/a", "room-17/e"], 7);
+  await converged(r, s, "room-17/", "the room after a restart");
+  f.close();
+  await f.done;
+  assert.deepEqual(r.deleted.sort(), ["room-17/b", "room-17/c", "room-17/d"]);
+  const polls = p.requests.filter((q) => q.headers.accept !== "text/event-stream");
+  assert.match(polls[0].url, /^\/v1\/boxes\?prefix=room-17%2F&limit=1000$/, "the first time, a walk of the room's pages");
+  assert.deepEqual(r.older, []);
+  assert.deepEqual(r.modes, ["long-poll"]);
+});
+
+test("a room by the long-poll form (after=W): waits, resumes from the last answer's after, reset after a restart", async (t) => {
+  const s = await server();
+  const page = await (await fetch(`${s.url}/v1/boxes?prefix=room-17%2F`)).json();
+  const form = await fetch(`${s.url}/v1/boxes?prefix=room-17%2F&after=${encodeURIComponent(page.after ?? "0")}&wait_ms=10`);
+  const answer = form.status === 200 ? await form.json() : null;
+  if (page.after === undefined || form.status === 400 || (answer && answer.after === undefined)) {
+    t.skip(
+      `this server has no long-poll form of a room (a page has no "after"; ?prefix=&after=&wait_ms= answered ` +
+        `${form.status}${answer ? " " + JSON.stringify(answer).slice(0, 60) : ""}): the client walks the room's pages every waitMs instead, ` +
+        "tested above; this test is written to the rooms contract",
+    );
+    return;
+  }
+  const p = await proxy(s.port, "pass");
+  await batch(s, ["room-17/a", "room-17/b", ...others], 1);
+  const r = recorder();
+  const pb = new Client({ url: p.url, waitMs: 1500, backoffMs: 100 });
+  const f = pb.follow({ prefix: "room-17/" }, r.handlers, { transport: "long-poll" });
+  await converged(r, s, "room-17/", "the room");
+  const quiet = p.requests.length;
+  await sleep(2000);
+  assert.ok(p.requests.length - quiet <= 2, "a quiet room: long-polls wait (" + (p.requests.length - quiet) + " requests in 2 s)");
+  await s.ingest("room-17/a", 2);
+  assert.equal(await s.remove("room-17/b"), 204);
+  await until("updated and deleted", () => r.has("room-17/a", 2) && r.deleted.includes("room-17/b"));
+  await s.stop("SIGKILL");
+  await s.start();
+  await batch(s, ["room-17/c"], 3);
+  await converged(r, s, "room-17/", "the room after a restart (reset)");
+  f.close();
+  await f.done;
+  assert.deepEqual(r.deleted.sort(), ["room-17/a", "room-17/b"]);
+  const urls = p.requests.map((q) => q.url);
+  assert.match(urls[0], /&limit=1000$/);
+  assert.ok(urls.slice(1).some((u) => /&after=[^&]+&wait_ms=1500/.test(u)), urls.join("\n"));
+  assert.deepEqual(r.older, []);
+});
+
+test("a room's reads need a token covering the whole prefix: 403 ends the following", async () => {
+  let tokens;
+  const s = await server('[auth]\nread = "token"\n[auth.jwt]\nkeys_file = "$DIR/jwks.json"\n', {
+    before: (dir) => (tokens = new Tokens(dir)),
+  });
+  await s.ingest("room-17/a", 1, {}, { Authorization: "Bearer " + tokens.mint(["*"], 600) });
+  const ok = recorder();
+  const f = new Client({ url: s.url, token: tokens.mint(["room-17/*"], 600) }).follow({ prefix: "room-17/" }, ok.handlers);
+  await until("the room with room-17/*", () => ok.has("room-17/a", 1));
+  f.close();
+  for (const transport of ["stream", "long-poll"]) {
+    const no = recorder();
+    const g = new Client({ url: s.url, token: tokens.mint(["room-17/a"], 600) }).follow({ prefix: "room-17/" }, no.handlers, { transport });
+    await g.done;
+    assert.deepEqual(no.errors.map((e) => [e.status, e.fatal]), [[403, true]], transport);
+    assert.equal(no.errors[0].message, "forbidden");
+  }
+  await f.done;
 });

@@ -1,13 +1,16 @@
 // Unit tests of the client's logic that needs no server: the event-stream
 // parser, the backoff and Retry-After, the version gate and resume ids, the
-// single token refresh. What it is not: the tests against pollbox
-// (server.test.mjs) or in Chromium (browser.test.mjs).
+// single token refresh, and a room's resume and listings against scripted
+// answers of the rooms contract (ids, `event: reset`, the long-poll form:
+// what the release binary does not send yet). What it is not: the tests
+// against pollbox (server.test.mjs) or in Chromium (browser.test.mjs).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { SseParser } from "../dist/internal/sse.js";
 import { Backoff } from "../dist/internal/backoff.js";
 import { Versions } from "../dist/internal/versions.js";
 import { Access } from "../dist/internal/access.js";
+import { Pollbox } from "../dist/pollbox.js";
 
 function parse(chunks) {
   const events = [];
@@ -32,6 +35,16 @@ test("sse: pollbox's stream, split anywhere, gives the same events", () => {
   for (let cut = 1; cut < text.length; cut++) {
     assert.deepEqual(parse([text.slice(0, cut), text.slice(cut)]).events, whole.events, "cut at " + cut);
   }
+});
+
+test("sse: an id takes effect when its event is dispatched, and persists", () => {
+  const seen = [];
+  const p = new SseParser((e) => seen.push([e.data, p.lastId]));
+  p.push("id: w1\ndata: a\n");
+  assert.equal(p.lastId, "", "not before its event ends");
+  p.push("\ndata: b\n\nid: w2\n\n");
+  assert.deepEqual(seen, [["a", "w1"], ["b", "w1"]]);
+  assert.equal(p.lastId, "w2", "an id without data still counts");
 });
 
 test("sse: CRLF lines, multi-line data, comments and events without data", () => {
@@ -68,7 +81,7 @@ test("versions: never an older or the same version after a newer one; deletion k
   assert.ok(!v.remove("a"), "reported once");
   assert.ok(!v.accept({ k: "a", ver: 5 }), "a deleted box's old version stays refused");
   assert.ok(v.accept({ k: "a", ver: 9 }), "a new incarnation starts past it");
-  assert.equal(v.highest(), 9);
+  assert.deepEqual(v.held(), ["b", "a"], "the keys the page has");
 });
 
 test("versions: the resume id of many boxes is each version in hex, empty for boxes not held", () => {
@@ -120,4 +133,134 @@ test("tokens: header, query or cookie, as docs/private-boxes.md says", async () 
   const c = await new Access({ url: "http://x", token: () => undefined, tokenIn: "cookie" }).request("/p", [], {});
   assert.equal(c[1].credentials, "include");
   assert.equal(c[1].headers.Authorization, undefined);
+});
+
+/** A fetch that answers from `script`: one function per request, in order,
+ * each given the request's URL; past its end, a stream that stays open. */
+function scripted(script) {
+  const urls = [];
+  const fetch = async (url, init) => {
+    urls.push(decodeURIComponent(url.replace(/^http:\/\/x/, "")));
+    const next = script.shift();
+    if (next) return next(url);
+    return new Response(
+      new ReadableStream({
+        start(c) {
+          c.enqueue(new TextEncoder().encode("retry: 1000\n\n"));
+          init.signal?.addEventListener("abort", () => c.error(new Error("aborted")));
+        },
+      }),
+      { headers: { "Content-Type": "text/event-stream" } },
+    );
+  };
+  return { urls, fetch };
+}
+const sse = (text) => () => new Response(text, { headers: { "Content-Type": "text/event-stream" } });
+const json = (body) => () => new Response(JSON.stringify(body), { headers: { "Content-Type": "application/json" } });
+const box = (k, ver) => ({ k, ver, v: ver });
+const data = (k, ver) => `data: ${JSON.stringify(box(k, ver))}\n\n`;
+
+function room(fetch, transport) {
+  const r = { updates: [], deleted: [], errors: [] };
+  const pb = new Pollbox({ url: "http://x", fetch, eventSource: false, backoffMs: 1, waitMs: 50 });
+  const f = pb.follow({ prefix: "room-17/" }, {
+    update: (p) => r.updates.push(p.k + ":" + p.ver),
+    deleted: (k) => r.deleted.push(k),
+    error: (e) => r.errors.push(e.status + " " + e.message),
+  }, { transport });
+  return { r, f };
+}
+
+async function settle(urls, n) {
+  for (let i = 0; i < 200 && urls.length < n; i++) await new Promise((ok) => setTimeout(ok, 5));
+  assert.ok(urls.length >= n, urls.join("\n"));
+}
+
+test("rooms over streams: last_event_id resumes; event: reset lists the room again, and synced drops the rest", async () => {
+  const { urls, fetch } = scripted([
+    // No id yet: the listing, then synced with the first id, then live.
+    sse("retry: 1000\n\n" + data("room-17/a", 1) + data("room-17/b", 1) + data("room-17/c", 1) +
+      "id: w1\nevent: synced\ndata: {}\n\n" + data("room-17/a", 2) + data("room-17/d", 1) + "id: w2\nevent: deleted\ndata: {\"k\":\"room-17/c\"}\n\n"),
+    // Resumed from w2: only what moved, nothing dropped.
+    sse("retry: 1000\n\n" + data("room-17/b", 2) + "id: w3\nevent: synced\ndata: {}\n\n"),
+    // w3 is not honored: reset, the whole room again (a and b, a older than
+    // the page's), synced; d was not named: gone. Then a reset mid-stream.
+    sse("retry: 1000\n\nevent: reset\ndata: {}\n\n" + data("room-17/a", 1) + data("room-17/b", 2) +
+      "id: w4\nevent: synced\ndata: {}\n\n" + data("room-17/e", 1) +
+      "event: reset\ndata: {}\n\n" + data("room-17/e", 1) + "id: w5\nevent: synced\ndata: {}\n\n"),
+    // A cut listing: nothing dropped until a listing ends.
+    sse("retry: 1000\n\nevent: reset\ndata: {}\n\n" + data("room-17/a", 3)),
+    // Resumed from w5 again (the cut listing's reset had no id).
+    sse("retry: 1000\n\n" + "id: w6\nevent: synced\ndata: {}\n\n"),
+  ]);
+  const { r, f } = room(fetch);
+  await settle(urls, 6);
+  f.close();
+  await f.done;
+  assert.deepEqual(urls.slice(0, 6), [
+    "/v1/boxes?prefix=room-17/",
+    "/v1/boxes?prefix=room-17/&last_event_id=w2",
+    "/v1/boxes?prefix=room-17/&last_event_id=w3",
+    "/v1/boxes?prefix=room-17/&last_event_id=w5",
+    "/v1/boxes?prefix=room-17/&last_event_id=w5",
+    "/v1/boxes?prefix=room-17/&last_event_id=w6",
+  ]);
+  assert.deepEqual(r.updates, ["room-17/a:1", "room-17/b:1", "room-17/c:1", "room-17/a:2", "room-17/d:1", "room-17/b:2", "room-17/e:1", "room-17/a:3"]);
+  assert.deepEqual(r.deleted, ["room-17/c", "room-17/d", "room-17/a", "room-17/b"]);
+  assert.deepEqual(r.errors, []);
+});
+
+test("rooms over streams: a reconnect without an id lists the room, and drops what it does not name", async () => {
+  const { urls, fetch } = scripted([
+    sse("retry: 1000\n\n" + data("room-17/a", 1) + data("room-17/b", 1) + "event: synced\ndata: {}\n\n"),
+    // A server without ids: each reconnect is a full listing, without reset.
+    sse("retry: 1000\n\n" + data("room-17/b", 1) + "event: synced\ndata: {}\n\n"),
+  ]);
+  const { r, f } = room(fetch);
+  await settle(urls, 3);
+  f.close();
+  await f.done;
+  assert.deepEqual(urls.slice(0, 3), Array(3).fill("/v1/boxes?prefix=room-17/"));
+  assert.deepEqual(r.updates, ["room-17/a:1", "room-17/b:1"]);
+  assert.deepEqual(r.deleted, ["room-17/a"]);
+});
+
+test("rooms by long-poll: a walk of the pages, after=W of the last answer, next pages, deleted, reset", async () => {
+  const none = () => new Response(null, { status: 304 });
+  const { urls, fetch } = scripted([
+    // The first time: a walk of the room's pages; `after` of the first page.
+    json({ boxes: [box("room-17/a", 1)], next: "c1", after: "W1" }),
+    json({ boxes: [box("room-17/b", 1)], next: null, after: "W1b" }),
+    // Long-polls from W1: moved boxes, deleted keys, a next page.
+    json({ boxes: [box("room-17/c", 1)], deleted: ["room-17/a"], next: "c2", after: "W2" }),
+    json({ boxes: [box("room-17/b", 2)], deleted: [], next: null, after: "W2b" }),
+    none,
+    // W2 is not honored: the whole room, paged; what it does not name is gone.
+    json({ reset: true, boxes: [box("room-17/b", 2)], deleted: [], next: "c3", after: "W3" }),
+    json({ reset: true, boxes: [box("room-17/d", 1)], deleted: [], next: null, after: "W3" }),
+    // An answer without `after` (a server without the long-poll form): the
+    // next time, a walk again, after waitMs, which lists the room.
+    json({ boxes: [box("room-17/b", 2), box("room-17/d", 2)], next: null }),
+    json({ boxes: [box("room-17/d", 2)], next: null }),
+  ]);
+  const { r, f } = room(fetch, "long-poll");
+  await settle(urls, 10);
+  f.close();
+  await f.done;
+  const lp = "/v1/boxes?prefix=room-17/&limit=1000";
+  assert.deepEqual(urls.slice(0, 10), [
+    lp,
+    lp + "&cursor=c1",
+    lp + "&after=W1&wait_ms=50",
+    lp + "&after=W1&wait_ms=50&cursor=c2",
+    lp + "&after=W2&wait_ms=50",
+    lp + "&after=W2&wait_ms=50",
+    lp + "&after=W2&wait_ms=50&cursor=c3",
+    lp + "&after=W3&wait_ms=50",
+    lp,
+    lp,
+  ]);
+  assert.deepEqual(r.updates, ["room-17/a:1", "room-17/b:1", "room-17/c:1", "room-17/b:2", "room-17/d:1", "room-17/d:2"]);
+  assert.deepEqual(r.deleted, ["room-17/a", "room-17/c", "room-17/b"]);
+  assert.deepEqual(r.errors, []);
 });
