@@ -191,7 +191,6 @@ fn keys_with_separators_page_in_key_order_under_their_prefix() {
 /// The empty prefix merges the key order's sets (one per first segment);
 /// walked in small pages it must still give every box once, in order.
 #[test]
-#[ignore = "server bug: a page of the empty prefix with a small limit skips boxes (KeyOrder::page's merge keeps one key of each later set)"]
 fn the_empty_prefix_walked_in_small_pages_gives_every_box_once() {
     let s = start(config());
     let a = s.addr();

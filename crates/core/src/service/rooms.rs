@@ -74,6 +74,16 @@ impl RoomWatch {
         self.remember(key);
     }
 
+    /// A key marked past the cut: a key that moved waits in `moved`
+    /// (`Some(0)`: nothing sent); a listing waits for the next cut (`None`).
+    fn later(&mut self, key: &[u8], listed: Option<u64>) -> Option<usize> {
+        if listed.is_some() {
+            return None;
+        }
+        self.remember(key);
+        Some(0)
+    }
+
     fn remember(&mut self, key: &[u8]) {
         if self.relist || ManyKeys(&self.moved).any(|k| k == key) {
             return;
@@ -575,7 +585,7 @@ impl Service {
         if !room.moved.is_empty() {
             let moved = std::mem::take(&mut room.moved);
             for key in ManyKeys(&moved) {
-                sent += self.room_event(key, None, room, out, host);
+                sent += self.room_event(key, None, room, out, host).unwrap_or(0);
             }
         }
         if let Some(after) = room.listing.take() {
@@ -587,12 +597,22 @@ impl Service {
                     .order()
                     .page_marked(prefix, from, LIST_STEP, &mut self.scratch);
             let keys = std::mem::take(&mut self.scratch);
-            let mut last = None;
+            let (mut last, mut paused) = (None, false);
             for (key, tomb) in MarkedKeys(&keys) {
+                match self.room_event(key, Some(tomb), room, out, host) {
+                    Some(n) => sent += n,
+                    // Marked past the cut: the listing waits here for the
+                    // next one, so it stays in key order.
+                    None => {
+                        paused = true;
+                        break;
+                    }
+                }
                 last = Some(key);
-                sent += self.room_event(key, Some(tomb), room, out, host);
             }
-            if let (true, Some(k)) = (more && n > 0, last) {
+            if paused {
+                room.listing = Some(last.map_or(after, Into::into));
+            } else if let (true, Some(k)) = (more && n > 0, last) {
                 room.listing = Some(k.into());
             }
             self.scratch = keys;
@@ -628,8 +648,9 @@ impl Service {
 
     /// One key of a room as an event, standing at the cut: its payload, or
     /// `event: deleted` if it is gone (`listed`: the key order's entry seen
-    /// by a listing, 0 or a tombstone's mark). A change past the cut waits
-    /// in `room.moved`; in a listing of what moved since a cut, what did not
+    /// by a listing, 0 or a tombstone's mark). Returns the events written; a
+    /// change past the cut waits in `room.moved`, or (`None`) stops the
+    /// listing there. In a listing of what moved since a cut, what did not
     /// move is not sent.
     fn room_event<H: Host>(
         &mut self,
@@ -638,7 +659,7 @@ impl Service {
         room: &mut RoomWatch,
         out: &mut Vec<u8>,
         host: &mut H,
-    ) -> usize {
+    ) -> Option<usize> {
         self.body.clear();
         // A listing sends what moved since its cut (all, without one); a key
         // that moved, what is past the cut the client holds it at.
@@ -658,26 +679,26 @@ impl Service {
         match found {
             // The client has it (a cut it holds may be past this worker's).
             Ok((_, mark)) if since.is_some_and(|s| !past(mark, s)) => {}
-            Ok((_, mark)) if past(mark, &self.cut) => room.remember(key),
+            Ok((_, mark)) if past(mark, &self.cut) => return room.later(key, listed),
             Ok(_) => {
                 out.extend_from_slice(b"data: ");
                 out.extend_from_slice(&self.body);
                 out.extend_from_slice(b"\n\n");
                 host.sse_event(0);
-                return 1;
+                return Some(1);
             }
             // A removal past the cut waits as a change does.
-            Err(tomb) if tomb != 0 && past(tomb, &self.cut) => room.remember(key),
+            Err(tomb) if tomb != 0 && past(tomb, &self.cut) => return room.later(key, listed),
             Err(tomb) if !tell_removal(listed, tomb, since) => {}
             Err(_) => {
                 out.extend_from_slice(b"event: deleted\ndata: {\"k\":");
                 write_json_str(std::str::from_utf8(key).unwrap_or_default(), out);
                 out.extend_from_slice(b"}\n\n");
                 host.sse_event(0);
-                return 1;
+                return Some(1);
             }
         }
-        0
+        Some(0)
     }
 }
 

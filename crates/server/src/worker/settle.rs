@@ -90,7 +90,7 @@ impl Worker {
     pub(super) fn apply(&mut self, slot: usize, c: &mut Conn) -> bool {
         let mut close = false;
         loop {
-            let mut watched = false;
+            let (mut watched, mut room) = (false, false);
             let conn = (slot, c.gen);
             let shared = self.host.shared();
             let stats = &shared.stats()[self.id];
@@ -110,6 +110,7 @@ impl Worker {
                             c.lowat_set = true;
                         }
                         watched = true;
+                        room |= w.prefix;
                     }
                     Action::Unwatch => {
                         if let Some(r) = c.watch.take() {
@@ -136,6 +137,13 @@ impl Worker {
             }
             if !watched {
                 return close;
+            }
+            if room {
+                // A room begins at a fresh cut (its listing waits at a box
+                // marked past the cut it stands at). Wake-ups taken now for
+                // this connection (taken out) are for changes its listing
+                // reads anyway.
+                self.wake_rooms();
             }
             // An ingest may have landed between the version check and the
             // registration: look again now that wake-ups reach it.
