@@ -341,11 +341,11 @@ pub struct Service {
     /// read afresh for each answer when the host does not
     /// ([`Host::takes_cuts`]).
     cut: Vec<u64>,
-    /// The server takes the cut ([`Service::take_cut`]).
-    cut_taken: bool,
     /// The cut taken before the wake-ups being taken now: rooms stand at it
     /// once they are all taken ([`Service::cut_drained`]).
     next_cut: Vec<u64>,
+    /// The cut a page or a long-poll of a prefix stands at (read for each).
+    walk_cut: Vec<u64>,
 }
 
 impl Service {
@@ -377,8 +377,8 @@ impl Service {
             expired: Vec::with_capacity(expiring),
             logged: node.config.log.enabled(),
             cut: Vec::new(),
-            cut_taken: false,
             next_cut: Vec::new(),
+            walk_cut: Vec::new(),
             node,
         }
     }
@@ -390,7 +390,6 @@ impl Service {
     /// wake-up is still in the inbox.
     pub fn take_cut(&mut self) {
         self.node.boxes.lanes().cut(&mut self.next_cut);
-        self.cut_taken = true;
     }
 
     /// Every wake-up sent before the cut taken last was taken: rooms stand

@@ -210,8 +210,15 @@ struct Moved {
 }
 
 impl Service {
-    /// The cut this answer stands at: the server's, taken before its
-    /// wake-ups; else read now.
+    /// The cut a page or a long-poll stands at: read now (it reads the
+    /// boxes themselves, not the wake-ups, so any published cut will do, and
+    /// the newest misses least).
+    fn walk_cut(&mut self) {
+        self.node.boxes.lanes().cut(&mut self.walk_cut);
+    }
+
+    /// The cut a stream stands at: the server's, taken before the wake-ups
+    /// it has taken; else (one thread) read now.
     fn room_cut<H: Host>(&mut self, host: &H) {
         if !host.takes_cuts() || self.cut.len() != self.node.boxes.lanes().count() {
             self.node.boxes.lanes().cut(&mut self.cut);
@@ -290,7 +297,7 @@ impl Service {
                 None => return self.error(x, route, 400, "after is not a watermark pollbox gave"),
             },
         };
-        self.room_cut(&*x.host);
+        self.walk_cut();
         let asked = since.is_some();
         let honored = since.filter(|(run, cut)| self.node.boxes.lanes().honors(*run, cut));
         match (asked, honored) {
@@ -331,7 +338,7 @@ impl Service {
         limit: usize,
         reset: bool,
     ) -> Reply {
-        self.room_cut(&*x.host);
+        self.walk_cut();
         self.scratch.clear();
         let boxes = &self.node.boxes;
         let (_, more) = boxes
@@ -364,7 +371,7 @@ impl Service {
             _ => self.body.extend_from_slice(b"null"),
         }
         self.body.extend_from_slice(b",\"after\":\"");
-        write_watermark(boxes.lanes().run(), &self.cut, &mut self.body);
+        write_watermark(boxes.lanes().run(), &self.walk_cut, &mut self.body);
         self.body.push(b'"');
         if reset {
             self.body.extend_from_slice(b",\"reset\":true");
@@ -408,7 +415,7 @@ impl Service {
                     break;
                 }
                 if tomb != 0 {
-                    if past(tomb, since) && !past(tomb, &self.cut) {
+                    if past(tomb, since) && !past(tomb, &self.walk_cut) {
                         if !m.deleted.is_empty() {
                             m.deleted.push(b',');
                         }
@@ -425,7 +432,7 @@ impl Service {
                     m.boxes.push(b',');
                 }
                 match self.node.boxes.poll_marked(key, &mut m.boxes) {
-                    Some((_, mark)) if past(mark, since) && !past(mark, &self.cut) => {
+                    Some((_, mark)) if past(mark, since) && !past(mark, &self.walk_cut) => {
                         m.found += 1;
                     }
                     _ => m.boxes.truncate(at),
@@ -467,7 +474,11 @@ impl Service {
             None => self.body.extend_from_slice(b"null"),
         }
         self.body.extend_from_slice(b",\"after\":\"");
-        write_watermark(self.node.boxes.lanes().run(), &self.cut, &mut self.body);
+        write_watermark(
+            self.node.boxes.lanes().run(),
+            &self.walk_cut,
+            &mut self.body,
+        );
         self.body.extend_from_slice(b"\"}");
         let a = Answer {
             head_only: x.frame.method == Method::Head || not_modified,
@@ -485,9 +496,7 @@ impl Service {
         let since = parked_cut(key);
         self.key.clear();
         self.key.extend_from_slice(prefix);
-        if !self.cut_taken {
-            self.node.boxes.lanes().cut(&mut self.cut);
-        }
+        self.walk_cut();
         self.moved_since(&since, None, 1).found > 0
     }
 
@@ -501,7 +510,7 @@ impl Service {
         let since = parked_cut(key);
         self.key.clear();
         self.key.extend_from_slice(parked_prefix(key));
-        self.room_cut(&*x.host);
+        self.walk_cut();
         let limit = DEFAULT_PAGE.min(self.node.config.limits.max_page_boxes);
         let m = self.moved_since(&since, None, limit);
         let nothing = m.found == 0 && m.next.is_none();

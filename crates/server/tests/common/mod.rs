@@ -10,6 +10,7 @@ use std::time::Duration;
 
 pub mod jwt;
 pub mod kafka;
+pub mod rooms;
 
 /// The embedded config on a free port with 2 workers. `POLLBOX_TEST_IO_URING=1`
 /// runs the suite with `server.io_uring = true` (the io_uring loop), so both

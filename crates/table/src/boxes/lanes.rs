@@ -159,6 +159,11 @@ impl Lanes {
     /// publish its position.
     #[inline]
     pub fn publish(&self) {
+        if self.is_log() {
+            // A log's lanes are its partitions, published by the threads
+            // that apply them ([`Lanes::publish_at`]), not a worker's.
+            return;
+        }
         let lane = LANE.with(Cell::get) as usize;
         if let (Some(n), Some(t)) = (self.next.get(lane), self.through.get(lane)) {
             t.0.store(n.0.load(Ordering::Relaxed), Ordering::Release);

@@ -1,0 +1,83 @@
+//! A room on a connection (docs/http.md#rooms): a prefix stream told the
+//! keys that moved under its prefix, one by one, then sending what it has at
+//! the server's cut; a long-poll of a prefix answered when something under it
+//! moved past its watermark.
+//!
+//! What it is not: the events and answers themselves
+//! ([`crate::service::RoomWatch`] and the service write them).
+
+use super::*;
+
+impl Connection {
+    /// The box of `key`, under the prefix this connection streams or
+    /// long-polls, was created, updated, deleted or expired
+    /// (docs/http.md#rooms). A long-poll is answered now if something under
+    /// its prefix moved past its watermark; a stream only remembers the key:
+    /// the server sends what it has with [`Connection::flush_room`] once it
+    /// has taken every wake-up up to its cut (docs/boxes.md#watermarks).
+    /// Returns whether something was written.
+    pub fn on_prefix_moved<H: Host>(&mut self, key: &[u8], cx: &mut Ctx<'_, H>) -> bool {
+        match &mut self.wait {
+            Wait::Parked(p) if p.park.room => {
+                let due = cx.service.park_due(&p.key, &p.park);
+                if due {
+                    self.answer_parked(false, cx);
+                }
+                due
+            }
+            Wait::Streaming(s) => {
+                if let Some(room) = s.room.as_mut() {
+                    room.moved(key);
+                    s.dirty = room.pending();
+                }
+                false
+            }
+            _ => false,
+        }
+    }
+
+    /// A prefix stream sends what it has now (its queue empty), standing at
+    /// the server's cut; a long-poll of a prefix is answered if it is due.
+    /// Returns whether something was written.
+    pub fn flush_room<H: Host>(&mut self, cx: &mut Ctx<'_, H>) -> bool {
+        if let Wait::Parked(p) = &self.wait {
+            if !p.park.room {
+                return false;
+            }
+            let due = cx.service.park_due(&p.key, &p.park);
+            if due {
+                self.answer_parked(false, cx);
+            }
+            return due;
+        }
+        self.stream_update(cx)
+    }
+
+    /// Whether a prefix stream has something waiting (to send once its queue
+    /// drains, or past the cut), or a long-poll of a prefix waits: the server
+    /// looks at it again with its next cut.
+    pub fn room_waits(&self) -> bool {
+        match &self.wait {
+            Wait::Parked(p) => p.park.room,
+            Wait::Streaming(s) => s.room.as_ref().is_some_and(|r| r.pending()),
+            _ => false,
+        }
+    }
+
+    /// Too many wake-ups at once reached this worker (its inbox overflowed):
+    /// a prefix stream lists its room again, each box at its newest (after
+    /// `event: reset`); a long-poll of a prefix looks again.
+    pub fn on_prefix_overflow<H: Host>(&mut self, cx: &mut Ctx<'_, H>) -> bool {
+        match &mut self.wait {
+            Wait::Streaming(s) => {
+                if let Some(room) = s.room.as_mut() {
+                    room.relist = true;
+                    s.dirty = true;
+                }
+                false
+            }
+            Wait::Parked(p) if p.park.room => self.flush_room(cx),
+            _ => false,
+        }
+    }
+}

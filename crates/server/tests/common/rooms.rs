@@ -1,0 +1,172 @@
+//! A room's client for the tests (docs/http.md#rooms): a prefix stream read
+//! event by event, what a client holds of the room (failing on a version it
+//! holds or an older one), and the room as pages give it.
+#![allow(dead_code)]
+
+use super::*;
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+
+/// One server-sent event.
+#[derive(Debug, Default)]
+pub struct Event {
+    pub event: String,
+    pub data: String,
+    pub id: Option<String>,
+}
+
+/// A prefix stream read event by event.
+pub struct Sse {
+    stream: std::net::TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Sse {
+    pub fn open(a: SocketAddr, prefix: &str, id: Option<&str>) -> Sse {
+        let mut stream = connect(a);
+        let last = id.map_or(String::new(), |i| format!("Last-Event-ID: {i}\r\n"));
+        write!(
+            stream,
+            "GET /v1/boxes?prefix={prefix} HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n{last}\r\n"
+        )
+        .unwrap();
+        let mut s = Sse {
+            stream,
+            buf: Vec::new(),
+        };
+        let head = s.block().expect("a head");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        s
+    }
+
+    /// The next block up to a blank line (the head, then each event).
+    fn block(&mut self) -> Option<String> {
+        loop {
+            let sep = if self.buf.starts_with(b"HTTP/") {
+                &b"\r\n\r\n"[..]
+            } else {
+                &b"\n\n"[..]
+            };
+            if let Some(i) = self.buf.windows(sep.len()).position(|w| w == sep) {
+                let block = String::from_utf8(self.buf[..i].to_vec()).unwrap();
+                self.buf.drain(..i + sep.len());
+                return Some(block);
+            }
+            let mut chunk = [0u8; 16384];
+            match self.stream.read(&mut chunk) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    pub fn next(&mut self) -> Option<Event> {
+        loop {
+            let block = self.block()?;
+            let mut e = Event::default();
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("event: ") {
+                    e.event = v.into();
+                } else if let Some(v) = line.strip_prefix("data: ") {
+                    e.data = v.into();
+                } else if let Some(v) = line.strip_prefix("id: ") {
+                    e.id = Some(v.into());
+                }
+            }
+            if !e.data.is_empty() || !e.event.is_empty() {
+                return Some(e);
+            }
+        }
+    }
+}
+
+/// What the client holds: each key's version and payload.
+#[derive(Default)]
+pub struct Held {
+    pub boxes: BTreeMap<String, (u64, String)>,
+    /// Keys held when a reset began: those not listed again by `synced` go.
+    unconfirmed: Option<Vec<String>>,
+    pub resets: usize,
+    /// The last events, for a failure's message.
+    pub log: std::collections::VecDeque<String>,
+    /// Every event by key, for a failure's message.
+    pub by_key: BTreeMap<String, Vec<String>>,
+    pub conn: usize,
+}
+
+impl Held {
+    /// Apply one event; panics on a version the client holds or an older
+    /// one outside a reset's listing.
+    pub fn apply(&mut self, e: &Event) {
+        self.log
+            .push_back(format!("{} {} {:?}", e.event, e.data, e.id));
+        if self.log.len() > 40 {
+            self.log.pop_front();
+        }
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&e.data) {
+            if let Some(k) = v["k"].as_str() {
+                let (ver, _) = if e.event.is_empty() {
+                    split_ver(&e.data)
+                } else {
+                    (0, String::new())
+                };
+                self.by_key
+                    .entry(k.to_string())
+                    .or_default()
+                    .push(format!("conn {} {} {} {:?}", self.conn, e.event, ver, e.id));
+            }
+        }
+        match e.event.as_str() {
+            "" => {
+                let (ver, _) = split_ver(&e.data);
+                let v: serde_json::Value = serde_json::from_str(&e.data).unwrap();
+                let key = v["k"].as_str().unwrap().to_string();
+                if let Some(list) = self.unconfirmed.as_mut() {
+                    list.retain(|k| k != &key);
+                } else if let Some(&(held, _)) = self.boxes.get(&key) {
+                    assert!(
+                        ver > held,
+                        "{key}: sent {ver}, the client holds {held}; last events:\n{}",
+                        self.log.iter().cloned().collect::<Vec<_>>().join("\n")
+                    );
+                }
+                self.boxes.insert(key, (ver, e.data.clone()));
+            }
+            "deleted" => {
+                let v: serde_json::Value = serde_json::from_str(&e.data).unwrap();
+                self.boxes.remove(v["k"].as_str().unwrap());
+            }
+            "reset" => {
+                self.resets += 1;
+                self.unconfirmed = Some(self.boxes.keys().cloned().collect());
+            }
+            "synced" => {
+                for k in self.unconfirmed.take().unwrap_or_default() {
+                    self.boxes.remove(&k);
+                }
+            }
+            other => panic!("unexpected event {other}: {e:?}"),
+        }
+    }
+}
+
+/// The room as the server has it now, page by page.
+pub fn room(a: SocketAddr, prefix: &str) -> BTreeMap<String, (u64, String)> {
+    let mut all = BTreeMap::new();
+    let mut cursor = String::new();
+    loop {
+        let r = get(a, &format!("/v1/boxes?prefix={prefix}&limit=50{cursor}"));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let page = r.json();
+        for b in page["boxes"].as_array().unwrap() {
+            let text = b.to_string();
+            let (ver, _) = split_ver(&text);
+            all.insert(b["k"].as_str().unwrap().to_string(), (ver, text));
+        }
+        match page["next"].as_str() {
+            Some(n) => cursor = format!("&cursor={n}"),
+            None => return all,
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! Rooms on the nodes of a Kafka log (docs/http.md#rooms,
+//! docs/boxes.md#watermarks): every node answers a prefix's pages the same,
+//! and a client of a room's stream moved from one node to another resumes
+//! with its `Last-Event-ID` and is sent exactly what moved since, while
+//! writers on both nodes go on.
+//!
+//! Ignored in plain `cargo test` (a real broker: `scripts/kafka`):
+//! `cargo test -p pollbox-server --test log_rooms -- --ignored`.
+
+mod common;
+use common::kafka::Broker;
+use common::rooms::{room, Held, Sse};
+use common::*;
+use pollbox_core::config::Config;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const TOPIC: &str = "rooms";
+
+fn log_config(broker: &Broker) -> Config {
+    let mut c = config();
+    c.log.brokers = broker.bootstrap.clone();
+    c.log.topic = TOPIC.into();
+    // One broker: replication factor 1, refused without this.
+    c.log.allow_unsafe_topic = true;
+    c
+}
+
+/// Wait (at most 60 s, then fail) until `f` holds.
+fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A page of the prefix from node `a`, as JSON.
+fn page(a: SocketAddr, query: &str) -> serde_json::Value {
+    let r = get(a, &format!("/v1/boxes?{query}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+/// Writers on both nodes: updates, creations and deletions under `room/`
+/// (and some elsewhere), until told to stop.
+fn writers(nodes: [SocketAddr; 2], stop: Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<usize>> {
+    (0..2u64)
+        .map(|w| {
+            let stop = stop.clone();
+            let a = nodes[w as usize];
+            std::thread::spawn(move || {
+                let mut x = 0x2545_f491_4f6c_dd1du64 ^ (w + 1);
+                let mut ops = 0;
+                let mut rd = Reader::new(connect(a));
+                while !stop.load(Ordering::Relaxed) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let key = if x.is_multiple_of(10) {
+                        format!("lobby/k{}", x % 5)
+                    } else {
+                        format!("room/k{:02}", (x >> 8) % 30)
+                    };
+                    let req = if (x >> 20).is_multiple_of(6) {
+                        format!("DELETE /v1/boxes/{key} HTTP/1.1\r\nHost: t\r\n\r\n")
+                    } else {
+                        let body = format!(r#"{{"value":{}}}"#, x % 1000);
+                        format!(
+                            "POST /v1/boxes/{key} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        )
+                    };
+                    rd.send(req.as_bytes());
+                    let r = rd.read(false);
+                    assert!(matches!(r.status, 200 | 204 | 404), "{}", r.text());
+                    ops += 1;
+                }
+                ops
+            })
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs a Kafka broker (scripts/kafka)"]
+fn every_node_pages_a_room_alike_and_a_stream_resumes_on_another_node() {
+    let broker = Broker::start();
+    broker.create_topic(TOPIC, 4);
+    let (na, nb) = (start(log_config(&broker)), start(log_config(&broker)));
+    let nodes = [na.addr(), nb.addr()];
+    until("both nodes ready", || {
+        nodes.iter().all(|&a| get(a, "/readyz").status == 200)
+    });
+    for i in 0..30 {
+        let r = post(
+            nodes[i % 2],
+            &format!("/v1/boxes/room/k{i:02}"),
+            r#"{"value":1}"#,
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+
+    // Quiet: every node pages the room alike, in pages of 7, with the same
+    // cursors and the same watermark (the same records applied).
+    let walk = |a: SocketAddr| {
+        let mut pages = Vec::new();
+        let mut cursor = String::new();
+        loop {
+            let p = page(a, &format!("prefix=room%2F&limit=7{cursor}"));
+            let next = p["next"].as_str().map(str::to_string);
+            pages.push(p);
+            match next {
+                Some(n) => cursor = format!("&cursor={n}"),
+                None => return pages,
+            }
+        }
+    };
+    until("both nodes applied the same records", || {
+        walk(nodes[0]) == walk(nodes[1])
+    });
+    let pages = walk(nodes[0]);
+    assert_eq!(pages.len(), 5, "30 boxes in pages of 7");
+    assert_eq!(
+        pages
+            .iter()
+            .map(|p| p["boxes"].as_array().unwrap().len())
+            .sum::<usize>(),
+        30
+    );
+
+    // A stream on node A, then moved to node B (and back) with its id, while
+    // writers on both nodes go on.
+    let stop = Arc::new(AtomicBool::new(false));
+    let threads = writers(nodes, stop.clone());
+    let mut held = Held::default();
+    let mut id: Option<String> = None;
+    let mut x = 99u64;
+    for hop in 0..40 {
+        let a = nodes[hop % 2];
+        let mut sse = Sse::open(a, "room/", id.as_deref());
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        let mut budget = 1 + (x >> 33) % 6;
+        let mut synced = false;
+        loop {
+            let e = sse.next().expect("the stream goes on");
+            held.apply(&e);
+            synced |= e.event == "synced";
+            if let Some(i) = &e.id {
+                id = Some(i.clone());
+                budget = budget.saturating_sub(1);
+                if synced && budget == 0 {
+                    break;
+                }
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let ops: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(ops > 100, "the writers wrote: {ops}");
+
+    // Quiet again: both nodes hold the same room; a resume on either node
+    // from the last id brings the client to it exactly.
+    until("both nodes applied the same records", || {
+        room(nodes[0], "room/") == room(nodes[1], "room/")
+    });
+    let want = room(nodes[0], "room/");
+    let mut sse = Sse::open(nodes[1], "room/", id.as_deref());
+    loop {
+        let e = sse.next().expect("the stream goes on");
+        held.apply(&e);
+        if e.event == "synced" {
+            break;
+        }
+    }
+    assert_eq!(
+        held.boxes.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>(),
+        "the client holds the room ({ops} writes, {} resets)",
+        held.resets
+    );
+    for (k, (ver, _)) in &want {
+        assert_eq!(held.boxes.get(k).map(|h| h.0), Some(*ver), "{k}");
+    }
+    // A reset is honest too (more removals than the key order keeps came
+    // between two hops); it is counted, not required to be 0.
+    eprintln!("{ops} writes, {} resets", held.resets);
+
+    // The long-poll form agrees too: from the first page's watermark, both
+    // nodes answer the same moves.
+    let w = page(nodes[0], "prefix=room%2F")["after"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = post(nodes[1], "/v1/boxes/room/k07", r#"{"value":7}"#);
+    assert_eq!(r.status, 200);
+    let moved = |a: SocketAddr| {
+        let r = get(
+            a,
+            &format!("/v1/boxes?prefix=room%2F&after={w}&wait_ms=10000"),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["boxes"].clone()
+    };
+    until("node A applied the update", || {
+        moved(nodes[0]).as_array().is_some_and(|b| !b.is_empty())
+    });
+    assert_eq!(moved(nodes[0]), moved(nodes[1]));
+    assert_eq!(moved(nodes[0])[0]["k"], "room/k07");
+    na.shutdown().unwrap();
+    nb.shutdown().unwrap();
+}
