@@ -285,14 +285,20 @@ impl Service {
             Some(0) => return self.error(x, route, 400, "limit must be at least 1"),
             Some(n) => (n as usize).min(max),
         };
-        let after = match q.cursor.map(read_hex) {
+        // Both may come percent-encoded (a client encodes what it puts in a
+        // query: the watermark's commas).
+        let decoded = |raw: &[u8]| {
+            let mut v = Vec::new();
+            percent_decode_into(raw, &mut v).ok().map(|()| v)
+        };
+        let after = match q.cursor.map(|c| decoded(c).as_deref().and_then(read_hex)) {
             None => None,
             Some(Some(key)) => Some(key),
             Some(None) => return self.error(x, route, 400, "cursor is not one a page gave"),
         };
-        let since = match q.after {
+        let since = match q.after.map(decoded) {
             None => None,
-            Some(raw) => match read_watermark(raw) {
+            Some(raw) => match raw.as_deref().and_then(read_watermark) {
                 Some(w) => Some(w),
                 None => return self.error(x, route, 400, "after is not a watermark pollbox gave"),
             },
@@ -409,13 +415,32 @@ impl Service {
             let keys = std::mem::take(&mut self.scratch);
             let mut last = None;
             for (key, tomb) in MarkedKeys(&keys) {
-                last = Some(key);
-                if m.found == limit {
-                    m.next = Some(key.to_vec());
+                let at = m.boxes.len();
+                let hit = if tomb != 0 {
+                    past(tomb, since) && !past(tomb, &self.walk_cut)
+                } else {
+                    if !m.boxes.is_empty() {
+                        m.boxes.push(b',');
+                    }
+                    let hit = matches!(
+                        self.node.boxes.poll_marked(key, &mut m.boxes),
+                        Some((_, mark)) if past(mark, since) && !past(mark, &self.walk_cut)
+                    );
+                    if !hit {
+                        m.boxes.truncate(at);
+                    }
+                    hit
+                };
+                if hit && m.found == limit {
+                    // A page of what moved ends at the last key it looked
+                    // at before this one: `next` goes on from there.
+                    m.boxes.truncate(at);
+                    m.next = last.map(<[u8]>::to_vec).or_else(|| from.clone());
                     break;
                 }
-                if tomb != 0 {
-                    if past(tomb, since) && !past(tomb, &self.walk_cut) {
+                if hit {
+                    m.found += 1;
+                    if tomb != 0 {
                         if !m.deleted.is_empty() {
                             m.deleted.push(b',');
                         }
@@ -423,20 +448,9 @@ impl Service {
                             std::str::from_utf8(key).unwrap_or_default(),
                             &mut m.deleted,
                         );
-                        m.found += 1;
                     }
-                    continue;
                 }
-                let at = m.boxes.len();
-                if !m.boxes.is_empty() {
-                    m.boxes.push(b',');
-                }
-                match self.node.boxes.poll_marked(key, &mut m.boxes) {
-                    Some((_, mark)) if past(mark, since) && !past(mark, &self.walk_cut) => {
-                        m.found += 1;
-                    }
-                    _ => m.boxes.truncate(at),
-                }
+                last = Some(key);
             }
             let next = m.next.is_some();
             let last = last.map(<[u8]>::to_vec);
