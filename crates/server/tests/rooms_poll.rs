@@ -141,3 +141,20 @@ fn what_moved_is_paged_and_a_watermark_not_honored_is_a_reset() {
     assert_eq!(r.json()["error"], "after is not a watermark pollbox gave");
     s.shutdown().unwrap();
 }
+
+#[test]
+fn with_rooms_off_prefix_routes_are_404_and_boxes_work_as_ever() {
+    let mut c = config();
+    c.boxes.rooms = false;
+    let s = start(c);
+    let a = s.addr();
+    put(a, "room/a", 1);
+    assert_eq!(get(a, "/v1/boxes/room/a").status, 200);
+    for q in ["prefix=room%2F", "prefix=room%2F&after=1.0&wait_ms=10"] {
+        let r = get(a, &format!("/v1/boxes?{q}"));
+        assert_eq!(r.status, 404, "{}", r.text());
+        assert_eq!(r.json()["error"], "rooms are off (boxes.rooms = false)");
+    }
+    assert_eq!(delete(a, "/v1/boxes/room/a").status, 204);
+    s.shutdown().unwrap();
+}

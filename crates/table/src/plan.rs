@@ -27,6 +27,8 @@ pub struct Plan {
     pub max_boxes: usize,
     /// Seconds without an accepted message after which a box is removed; 0 = never.
     pub ttl_s: u32,
+    /// Keys kept in order for rooms (`boxes.rooms`).
+    pub rooms: bool,
     pub fields: Vec<FieldPlan>,
 }
 
@@ -78,6 +80,7 @@ impl Plan {
             max_boxes: cfg.max_boxes,
             // Validated at most MAX_TTL_S (31 bits); saturate rather than wrap anyway.
             ttl_s: u32::try_from(cfg.ttl_s).unwrap_or(u32::MAX),
+            rooms: cfg.rooms,
             fields,
         })
     }

@@ -395,6 +395,7 @@ mod tests {
             max_payload_bytes: 256,
             max_boxes: 100,
             ttl_s: 0,
+            rooms: true,
             fields,
         }
     }

@@ -234,6 +234,14 @@ impl Service {
         raw: &[u8],
     ) -> Reply {
         let (frame, buf) = (x.frame, x.buf);
+        if !self.node.plan.rooms {
+            return self.error(
+                x,
+                RouteLabel::Page,
+                404,
+                "rooms are off (boxes.rooms = false)",
+            );
+        }
         self.key.clear();
         if percent_decode_into(raw, &mut self.key).is_err() {
             return self.error(x, RouteLabel::Page, 400, "bad percent-encoding in prefix");

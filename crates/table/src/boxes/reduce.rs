@@ -719,6 +719,7 @@ mod same_as_before {
                 max_payload_bytes: max_payload,
                 max_boxes: 10,
                 ttl_s: 0,
+                rooms: true,
                 fields,
             };
             let names = if cached_names { field_heads(&plan) } else { Box::default() };

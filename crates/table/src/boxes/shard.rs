@@ -282,7 +282,9 @@ impl BoxTable {
         }
         let buried =
             mark.unwrap_or_else(|| self.lanes.removal_mark(hole.mark.load(Ordering::Relaxed)));
-        self.order.bury(record::key(&record), buried, &self.lanes);
+        if self.plan.rooms {
+            self.order.bury(record::key(&record), buried, &self.lanes);
+        }
         let gone = entry(fingerprint(self.hasher.hash_one(record::key(&record))), n);
         let mut freed = claim.bytes();
         {

@@ -26,6 +26,7 @@ pub(super) fn table_with(fields: Vec<FieldPlan>) -> BoxTable {
         max_payload_bytes: 256,
         max_boxes: 1000,
         ttl_s: 0,
+        rooms: true,
         fields,
     }))
 }

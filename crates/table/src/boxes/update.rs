@@ -216,7 +216,9 @@ impl BoxTable {
         // generation on before it (`changes.rs`).
         let stamps = (self.generation_now(), change.mark);
         self.insert(shard, hash, words, stamps, expires, guard);
-        self.order.insert(key.as_bytes());
+        if self.plan.rooms {
+            self.order.insert(key.as_bytes());
+        }
         Ok(Some(version))
     }
 

@@ -135,7 +135,9 @@ impl BoxTable {
         // Mark 0: at or below every cut (a client of a room from before a
         // restart is listed again: `Lanes::honors`).
         self.insert(shard, hash, words, (0, 0), expires, &guard);
-        self.order.insert(key.as_bytes());
+        if self.plan.rooms {
+            self.order.insert(key.as_bytes());
+        }
         Ok(())
     }
 }

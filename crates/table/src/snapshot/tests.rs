@@ -34,6 +34,7 @@ fn every_type_plan() -> Plan {
         max_payload_bytes: 256,
         max_boxes: 1000,
         ttl_s: 0,
+        rooms: true,
         fields: vec![
             field("i", FieldType::I64, Reduce::Sum),
             field("f", FieldType::F64, Reduce::Max),
