@@ -158,3 +158,30 @@ fn with_rooms_off_prefix_routes_are_404_and_boxes_work_as_ever() {
     assert_eq!(delete(a, "/v1/boxes/room/a").status, 204);
     s.shutdown().unwrap();
 }
+
+#[test]
+fn prefix_streams_and_long_polls_count_against_a_clients_streams() {
+    let mut c = config();
+    c.limits.max_streams_per_ip = 1;
+    let s = start(c);
+    let a = s.addr();
+    put(a, "room/a", 1);
+    let mut first = Reader::new(connect(a));
+    first.send(
+        b"GET /v1/boxes?prefix=room%2F HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n",
+    );
+    first.read_until_contains("event: synced");
+    let w = after_of(a);
+    for req in [
+        "GET /v1/boxes?prefix=room%2F HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n"
+            .to_string(),
+        format!("GET /v1/boxes?prefix=room%2F&after={w}&wait_ms=20000 HTTP/1.1\r\nHost: t\r\n\r\n"),
+    ] {
+        let mut rd = Reader::new(connect(a));
+        rd.send(req.as_bytes());
+        let r = rd.read(false);
+        assert_eq!(r.status, 429, "{}", r.text());
+        assert_eq!(r.json()["limit"], "max_streams_per_ip");
+    }
+    s.shutdown().unwrap();
+}

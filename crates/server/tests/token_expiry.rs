@@ -88,10 +88,11 @@ fn a_stream_whose_token_expires_is_sent_event_expired_and_closed() {
     ingest(a, "room-17/alice", 1);
     ingest(a, "room-17/bob", 1);
     let token = short_token(&dir);
-    // Both held at once, with the same token: one box, and many.
+    // All held at once, with the same token: one box, many, and a room.
     let targets = [
         "/v1/boxes/room-17%2Falice",
         "/v1/boxes?keys=room-17/alice,room-17/bob",
+        "/v1/boxes?prefix=room-17%2F",
     ];
     let mut streams: Vec<Reader> = targets
         .iter()
