@@ -98,7 +98,10 @@ fn tag(versions: impl Iterator<Item = u64>) -> u64 {
 const TAG_START: u64 = 0xcbf2_9ce4_8422_2325;
 
 impl Service {
-    /// `GET /v1/boxes?keys=...`, with or without `wait_ms`.
+    /// `GET /v1/boxes?keys=...`, with or without `wait_ms`, or a prefix
+    /// ([`Service::poll_prefix`]). Kept out of [`Service::answer`], so that
+    /// the one-box poll around it stays small enough to inline.
+    #[inline(never)]
     pub(super) fn poll_many<H: Host>(&mut self, x: &mut Exchange<'_, H>) -> Reply {
         let (frame, buf) = (x.frame, x.buf);
         let q = match parse_many_query(&buf[frame.query.clone()]) {
