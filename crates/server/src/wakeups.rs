@@ -30,14 +30,16 @@ use pollbox_core::service::Report;
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 const SHARDS: usize = 64;
 /// Wake-ups a worker's inbox holds before it overflows.
 const INBOX: usize = 4096;
-/// Buckets of the filter of watched prefixes (a count each).
-const FILTER: usize = 4096;
+/// Buckets of the filter of watched prefixes (a count each, 256 KiB): a
+/// prefix counts in two, so with 10,000 prefixes watched about 2 % of the
+/// prefixes of updated keys pass it (a mutex and a miss) for nothing.
+const FILTER: usize = 1 << 17;
 
 type Shard = Mutex<HashMap<u64, Vec<u16>>>;
 
@@ -96,13 +98,27 @@ pub struct Waiters {
     /// Prefixes with at least one watching worker.
     prefixes: AtomicUsize,
     /// How many watched prefixes' hashes fall in each bucket: an update
-    /// looks up a prefix of its key under a mutex only if its bucket counts.
-    filter: Box<[AtomicUsize]>,
+    /// looks up a prefix of its key under a mutex only if both its buckets
+    /// count.
+    filter: Box<[AtomicU16]>,
+    /// The hash prefixes travel as: foldhash (a few instructions for a short
+    /// prefix, hashed once per separator of every updated key while any
+    /// prefix is watched), keyed per process.
+    prefix_hasher: foldhash::quality::RandomState,
+    /// The empty prefix's hash, computed once.
+    empty_prefix: u64,
+}
+
+/// The filter's two buckets of a prefix's hash.
+#[inline]
+fn buckets(hash: u64) -> [usize; 2] {
+    [hash as usize % FILTER, (hash >> 32) as usize % FILTER]
 }
 
 impl Waiters {
     /// One inbox per worker, each woken with its waker.
     pub fn new(wakers: Vec<Arc<mio::Waker>>) -> Waiters {
+        let prefix_hasher = foldhash::quality::RandomState::default();
         Waiters {
             hasher: RandomState::new(),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
@@ -128,8 +144,19 @@ impl Waiters {
                 .collect(),
             prefix_shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             prefixes: AtomicUsize::new(0),
-            filter: (0..FILTER).map(|_| AtomicUsize::new(0)).collect(),
+            filter: (0..FILTER).map(|_| AtomicU16::new(0)).collect(),
+            empty_prefix: prefix_hasher.hash_one(b""),
+            prefix_hasher,
         }
+    }
+
+    /// The hash a prefix travels as.
+    #[inline]
+    pub fn prefix_hash(&self, prefix: &[u8]) -> u64 {
+        if prefix.is_empty() {
+            return self.empty_prefix;
+        }
+        self.prefix_hasher.hash_one(prefix)
     }
 
     /// Worker `worker` now has event streams of the prefix with `hash`.
@@ -138,7 +165,12 @@ impl Waiters {
             return;
         };
         let list = m.entry(hash).or_insert_with(|| {
-            self.filter[hash as usize % FILTER].fetch_add(1, Ordering::AcqRel);
+            for b in buckets(hash) {
+                // Saturates rather than wraps: a saturated bucket only ever
+                // passes (more prefixes than 65,535 in one bucket).
+                let _ = self.filter[b]
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_add(1));
+            }
             self.prefixes.fetch_add(1, Ordering::AcqRel);
             Vec::new()
         });
@@ -156,7 +188,11 @@ impl Waiters {
             list.retain(|&w| w != worker as u16);
             if list.is_empty() {
                 m.remove(&hash);
-                self.filter[hash as usize % FILTER].fetch_sub(1, Ordering::AcqRel);
+                for b in buckets(hash) {
+                    let _ = self.filter[b].fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                        (n < u16::MAX).then(|| n.saturating_sub(1))
+                    });
+                }
                 self.prefixes.fetch_sub(1, Ordering::AcqRel);
             }
         }
@@ -167,8 +203,11 @@ impl Waiters {
     /// separator); a mutex and a message only for a watched one.
     fn notify_prefixes(&self, key: &[u8]) {
         for prefix in pollbox_core::boxes::prefixes_of(key) {
-            let hash = self.hash(prefix);
-            if self.filter[hash as usize % FILTER].load(Ordering::Acquire) == 0 {
+            let hash = self.prefix_hash(prefix);
+            if buckets(hash)
+                .iter()
+                .any(|&b| self.filter[b].load(Ordering::Relaxed) == 0)
+            {
                 continue;
             }
             let Ok(m) = self.prefix_shards[(hash >> 32) as usize % SHARDS].lock() else {

@@ -81,7 +81,7 @@ impl Waiting {
             prefix: w.prefix,
         };
         if w.prefix {
-            r.hash = waiters.hash(w.keys);
+            r.hash = waiters.prefix_hash(w.keys);
             self.rooms.add(r.hash, slot, gen, waiters, self.worker);
             stats.prefix_streams.inc();
         } else if w.many {
