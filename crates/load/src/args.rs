@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::mix::Mix;
+use crate::rooms::PrefixTemplate;
 
 /// How keys are picked for each request.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +60,11 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 1000)]
     pub keys: u32,
 
+    /// Put the keys in this many rooms (docs/http.md#rooms): key n is
+    /// `room-<n % rooms>/lg-<n>`. 0: no rooms, key n is `lg-<n>`.
+    #[arg(long, default_value_t = 0)]
+    pub rooms: u32,
+
     /// Key distribution.
     #[arg(long, value_enum, default_value_t = KeyDist::Uniform)]
     pub key_dist: KeyDist,
@@ -92,6 +98,20 @@ pub struct LoadArgs {
     /// measure publish-to-receive latency (from the ingests of this run).
     #[arg(long, default_value_t = 0)]
     pub sse: usize,
+
+    /// The `prefix_streams` operation: hold this many event streams of prefixes open
+    /// (`GET /v1/boxes?prefix=P`, stream i on the prefix `--prefix` gives for i) while
+    /// the mix runs; count their listings' boxes, `event: synced`, and the events after
+    /// it, and measure publish-to-receive latency (from the ingests of this run).
+    #[arg(long, default_value_t = 0)]
+    pub prefix_streams: usize,
+
+    /// Prefix of each of `--prefix-streams`: text with `{i}` (the stream's index) or
+    /// `{i%M}` (the index modulo M), e.g. `room-{i%100}/`, `room-0/`, `watch-{i}/`;
+    /// empty or ending with `/`, `:` or `.`. Default: `room-{i%<rooms>}/` (the rooms of
+    /// `--rooms`), or every box (the empty prefix) without rooms.
+    #[arg(long, value_parser = PrefixTemplate::parse)]
+    pub prefix: Option<PrefixTemplate>,
 
     /// Requests in flight per connection (HTTP/1.1 pipelining depth).
     #[arg(long, default_value_t = 1)]
@@ -138,6 +158,13 @@ pub struct LoadArgs {
 }
 
 impl LoadArgs {
+    /// The prefixes of `--prefix-streams`: `--prefix`, or each stream's room.
+    pub fn prefix_template(&self) -> PrefixTemplate {
+        self.prefix
+            .clone()
+            .unwrap_or_else(|| PrefixTemplate::default_for(self.rooms))
+    }
+
     /// Arguments with every default, for callers that build them in code (`pollbox demo`,
     /// tests). Keep in step with the `#[arg]` defaults above (a test checks it).
     pub fn new(url: impl Into<String>) -> LoadArgs {
@@ -149,6 +176,7 @@ impl LoadArgs {
             rate: None,
             mix: Mix::default(),
             keys: 1000,
+            rooms: 0,
             key_dist: KeyDist::Uniform,
             zipf_exponent: 0.99,
             body_bytes: 512,
@@ -156,6 +184,8 @@ impl LoadArgs {
             longpoll_wait: Duration::from_secs(1),
             keys_per_request: 20,
             sse: 0,
+            prefix_streams: 0,
+            prefix: None,
             pipeline: 1,
             token: None,
             preseed: false,

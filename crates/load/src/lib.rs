@@ -11,6 +11,9 @@
 //!   zipf, and their many-box forms (`poll_many`, `longpoll_many`: `GET
 //!   /v1/boxes?keys=...` of `--keys-per-request` distinct keys, with the last ETag seen
 //!   as `If-None-Match`); messages padded with nested cargo to `--body-bytes`.
+//! - `--rooms R` names key n `room-<n % R>/lg-<n>` (docs/http.md#rooms), and
+//!   `--prefix-streams N` holds N event streams of prefixes open (`--prefix
+//!   room-{i%R}/`-style templates), as `--sse N` holds streams of one box each.
 //! - Every answer is checked: the status the operation expects, the payload's key and
 //!   version (never backwards per key on a connection), batch counts; a many-box
 //!   answer's array (one element per key asked, `null` or its payload) and its ETag.
@@ -38,6 +41,7 @@ mod progress;
 mod report;
 mod request;
 mod response;
+mod rooms;
 mod sse;
 mod stats;
 mod timer;
@@ -52,8 +56,9 @@ pub use hgrm::write_hgrm;
 pub use keys::{KeySampler, Rng, Zipf};
 pub use mix::{Mix, Op};
 pub use report::{print_report, OpReport, Percentiles, Report};
-pub use request::{cargo_json, Requests};
+pub use request::{cargo_json, KeyNames, Requests};
 pub use response::{batch_counts, parse_response, payload_version, Response};
+pub use rooms::PrefixTemplate;
 
 use engine::Plan;
 use progress::{Board, Printer, Tally};
@@ -198,6 +203,7 @@ pub fn run(args: &LoadArgs) -> Result<Report, LoadError> {
     let requests = Requests::new(
         &target.host,
         args.keys,
+        KeyNames { rooms: args.rooms },
         args.body_bytes,
         args.batch_size,
         args.longpoll_wait.as_millis() as u64,
@@ -211,16 +217,23 @@ pub fn run(args: &LoadArgs) -> Result<Report, LoadError> {
     };
 
     // Connect everything before the clock starts, so connection setup is not latency.
-    let subscribers = if args.sse > 0 {
-        sse::subscribe(target.addr, &target.host, args.keys, args.sse).map_err(|source| {
-            LoadError::Connect {
-                addr: target.addr,
-                source,
-            }
-        })?
-    } else {
-        Vec::new()
+    let connect_error = |source| LoadError::Connect {
+        addr: target.addr,
+        source,
     };
+    let mut subscribers = sse::subscribe(
+        target.addr,
+        &target.host,
+        requests.names(),
+        args.keys,
+        args.sse,
+    )
+    .map_err(connect_error)?;
+    let template = args.prefix_template();
+    subscribers.extend(
+        sse::subscribe_prefixes(target.addr, &target.host, &template, args.prefix_streams)
+            .map_err(connect_error)?,
+    );
     let mut streams = Vec::with_capacity(args.connections);
     for _ in 0..args.connections {
         streams.push(connect(target.addr)?);
@@ -251,7 +264,18 @@ pub fn run(args: &LoadArgs) -> Result<Report, LoadError> {
     );
     match sse_result {
         None => {}
-        Some(Ok(Ok(s))) => report.sse = Some(report::SseReport::of(&s, args.duration)),
+        Some(Ok(Ok(s))) => {
+            if args.sse > 0 {
+                report.sse = Some(report::SseReport::of(&s.keys, args.duration));
+            }
+            if args.prefix_streams > 0 {
+                report.prefix_streams = Some(report::PrefixStreamReport::of(
+                    &s.prefixes,
+                    &template,
+                    args.duration,
+                ));
+            }
+        }
         Some(Ok(Err(e))) => return Err(LoadError::Io(e)),
         Some(Err(_)) => return Err(LoadError::ThreadPanicked),
     }
@@ -291,12 +315,13 @@ fn plan(args: &LoadArgs, addr: SocketAddr, requests: Requests) -> Plan {
         end_ns: warmup_ns + args.duration.as_nanos() as u64,
         drain_ns: drain.as_nanos() as u64,
         seed: args.seed,
-        published: (args.sse > 0).then(|| std::sync::Arc::new(sse::Published::new(args.keys))),
+        published: (args.sse > 0 || args.prefix_streams > 0)
+            .then(|| std::sync::Arc::new(sse::Published::new(args.keys))),
     }
 }
 
 /// What the event-stream thread returns, when there is one.
-type SseOutcome = std::thread::Result<std::io::Result<sse::SseStats>>;
+type SseOutcome = std::thread::Result<std::io::Result<sse::StreamStats>>;
 
 /// Run the load: `threads` threads share `streams` (contiguous shares), one
 /// more reads the event streams of `subscribers`, and progress is printed
@@ -307,7 +332,7 @@ fn drive_threads(
     plan: &Plan,
     threads: usize,
     streams: Vec<std::net::TcpStream>,
-    subscribers: Vec<(u32, std::net::TcpStream)>,
+    subscribers: Vec<sse::Subscription>,
 ) -> Result<(Stats, Option<SseOutcome>), LoadError> {
     let mut shares: Vec<Vec<(usize, std::net::TcpStream)>> =
         (0..threads).map(|_| Vec::new()).collect();
@@ -323,10 +348,13 @@ fn drive_threads(
         let sse_handle = plan.published.as_ref().map(|p| {
             let end = plan.end_ns + Duration::from_millis(200).as_nanos() as u64;
             let warmup_ns = plan.warmup_ns;
+            let (names, keys) = (plan.requests.names(), plan.key_count);
+            // Only single ingests' answers carry the version their event will have.
+            let timed = plan.mix.contains(Op::Ingest);
             std::thread::Builder::new()
                 .name("load-sse".into())
                 .spawn_scoped(scope, move || {
-                    sse::drive(subscribers, p, origin, warmup_ns, end)
+                    sse::drive(subscribers, p, timed, names, keys, origin, warmup_ns, end)
                 })
         });
         let handles: Vec<_> = shares
@@ -578,5 +606,40 @@ mod tests {
         assert_eq!(parsed.key_dist, KeyDist::Zipf);
         assert_eq!(parsed.warmup, Some(Duration::from_secs(1)));
         assert_eq!(parsed.keys_per_request, 8);
+        assert_eq!((parsed.rooms, parsed.prefix_streams), (0, 0));
+        assert_eq!(parsed.prefix_template().render(3), "");
+
+        let parsed = Cli::parse_from([
+            "load",
+            "--url",
+            "http://h:1",
+            "--rooms",
+            "4",
+            "--prefix-streams",
+            "100",
+        ])
+        .load;
+        assert_eq!((parsed.rooms, parsed.prefix_streams), (4, 100));
+        assert_eq!(parsed.prefix_template().render(6), "room-2/");
+        let parsed = Cli::parse_from([
+            "load",
+            "--url",
+            "http://h:1",
+            "--rooms",
+            "4",
+            "--prefix-streams",
+            "100",
+            "--prefix",
+            "room-{i%2}/",
+        ])
+        .load;
+        assert_eq!(parsed.prefix_template().render(3), "room-1/");
+        for bad in ["room-{i}", "room-{k}/", "room-{i%0}/"] {
+            let err = Cli::try_parse_from(["load", "--url", "http://h:1", "--prefix", bad])
+                .err()
+                .expect(bad)
+                .to_string();
+            assert!(err.contains("invalid prefix template"), "{bad}: {err}");
+        }
     }
 }

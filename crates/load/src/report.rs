@@ -114,6 +114,58 @@ impl SseReport {
     }
 }
 
+/// The `prefix_streams` operation: event streams of prefixes held open while the mix
+/// ran.
+#[derive(Debug, Clone, Serialize)]
+pub struct PrefixStreamReport {
+    pub streams: usize,
+    /// `--prefix` (or the default it stood for), and the distinct prefixes it gave.
+    pub prefix: String,
+    pub prefixes: usize,
+    /// Box events after each stream's listing, received in the measured window, and
+    /// per second of it.
+    pub events: u64,
+    pub events_per_s: f64,
+    /// Box events of the listings (before `event: synced`), all of the run.
+    pub listed: u64,
+    /// `event: synced` received (one a stream, more after resets).
+    pub synced: u64,
+    /// `event: reset` received.
+    pub resets: u64,
+    /// `event: deleted` received.
+    pub deleted: u64,
+    /// Streams refused (e.g. 503 past `limits.max_prefix_streams`) or broken.
+    pub errors: u64,
+    /// Events whose publish time was not known (a newer ingest overtook them, or the
+    /// box is not one of this run's keys).
+    pub unmatched: u64,
+    /// Publish (the ingest's send) to receive, from each event's key and version.
+    pub latency_ms: Percentiles,
+}
+
+impl PrefixStreamReport {
+    pub(crate) fn of(
+        s: &crate::sse::SseStats,
+        template: &crate::rooms::PrefixTemplate,
+        window: std::time::Duration,
+    ) -> PrefixStreamReport {
+        PrefixStreamReport {
+            streams: s.subscribers,
+            prefix: template.to_string(),
+            prefixes: template.distinct(s.subscribers),
+            events: s.events,
+            events_per_s: s.events as f64 / window.as_secs_f64().max(1e-9),
+            listed: s.listed,
+            synced: s.synced,
+            resets: s.resets,
+            deleted: s.deleted,
+            errors: s.errors,
+            unmatched: s.unmatched,
+            latency_ms: Percentiles::of(&s.latency),
+        }
+    }
+}
+
 /// Everything a run measured. `--json` writes exactly this.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -164,6 +216,8 @@ pub struct Report {
     pub ops: Vec<OpReport>,
     /// The `sse` operation (`--sse N`), when asked for.
     pub sse: Option<SseReport>,
+    /// The `prefix_streams` operation (`--prefix-streams N`), when asked for.
+    pub prefix_streams: Option<PrefixStreamReport>,
     /// Answers by status code, all operations.
     pub status: BTreeMap<String, u64>,
     /// Errors by kind: connect, io, closed, protocol, status, payload, version,
@@ -314,6 +368,7 @@ impl Report {
                 .map(|_| Percentiles::of(&stats.wake_lateness)),
             ops,
             sse: None,
+            prefix_streams: None,
             status: status_map(&status_all),
             errors,
             latency_buckets_ns: buckets(&all),
@@ -510,7 +565,7 @@ fn print_setup(report: &Report, out: &mut impl Write) -> io::Result<()> {
     Ok(())
 }
 
-/// A row an operation (then `all`, and `sse` with streams): requests, rate,
+/// A row an operation (then `all`, `sse` and `prefix` with streams): requests, rate,
 /// latency percentiles and errors.
 fn print_latency_table(report: &Report, out: &mut impl Write) -> io::Result<()> {
     // As wide as the longest operation's name (`longpoll_many`), 9 at least.
@@ -565,6 +620,22 @@ fn print_latency_table(report: &Report, out: &mut impl Write) -> io::Result<()> 
             out,
             "sse: {} streams, {} deleted, {} events not matched to an ingest of this run",
             sse.subscribers, sse.deleted, sse.unmatched
+        )?;
+    }
+    if let Some(p) = &report.prefix_streams {
+        // Box events after the listings; latency from an ingest's send to the event.
+        row(
+            out,
+            "prefix",
+            p.events,
+            p.events_per_s,
+            &p.latency_ms,
+            p.errors,
+        )?;
+        writeln!(
+            out,
+            "prefix streams: {} streams on {} prefixes ({:?}), {} boxes listed, {} synced, {} resets, {} deleted, {} events not matched to an ingest of this run",
+            p.streams, p.prefixes, p.prefix, p.listed, p.synced, p.resets, p.deleted, p.unmatched
         )?;
     }
     Ok(())

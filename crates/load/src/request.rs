@@ -8,20 +8,65 @@
 //! (7 digits) and players (3 digits) have a fixed width, and keys shorter than the
 //! longest are followed by JSON whitespace, so the body length — and the
 //! `Content-Length` header — is the same for every message.
+//!
+//! With `--rooms R` each key lives in a room (a prefix, docs/http.md#rooms): key `n` is
+//! `room-<n % R>/lg-<n>` ([`KeyNames`]).
 
 use crate::keys::{KeySampler, Rng};
 
-/// Longest possible key name: `lg-` and the ten digits of a `u32`.
-pub const MAX_KEY_NAME: usize = 3 + 10;
+/// Longest possible key name: `room-`, ten digits, `/`, `lg-` and ten digits.
+pub const MAX_KEY_NAME: usize = 5 + 10 + 1 + 3 + 10;
 
-/// Writes the name of key `index` (`lg-<index>`) into `buf`, returning its length.
-#[inline]
-pub fn key_name(index: u32, buf: &mut [u8; MAX_KEY_NAME]) -> usize {
-    buf[..3].copy_from_slice(b"lg-");
-    let mut digits = itoa::Buffer::new();
-    let d = digits.format(index).as_bytes();
-    buf[3..3 + d.len()].copy_from_slice(d);
-    3 + d.len()
+/// How key indices are named: `lg-<n>`, or with rooms `room-<n % rooms>/lg-<n>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KeyNames {
+    /// 0: no rooms.
+    pub rooms: u32,
+}
+
+impl KeyNames {
+    /// Writes the name of key `index` into `buf`, returning its length.
+    #[inline]
+    pub fn write(self, index: u32, buf: &mut [u8; MAX_KEY_NAME]) -> usize {
+        let mut at = 0;
+        let mut digits = itoa::Buffer::new();
+        if self.rooms > 0 {
+            buf[..5].copy_from_slice(b"room-");
+            let d = digits.format(index % self.rooms).as_bytes();
+            buf[5..5 + d.len()].copy_from_slice(d);
+            buf[5 + d.len()] = b'/';
+            at = 6 + d.len();
+        }
+        buf[at..at + 3].copy_from_slice(b"lg-");
+        let d = digits.format(index).as_bytes();
+        buf[at + 3..at + 3 + d.len()].copy_from_slice(d);
+        at + 3 + d.len()
+    }
+
+    /// The index of the key named `name` when it is one of the `keys` this naming gives.
+    pub fn index_of(self, name: &[u8], keys: u32) -> Option<u32> {
+        let at = name.windows(3).rposition(|w| w == b"lg-")? + 3;
+        let digits = &name[at..];
+        if digits.is_empty() || digits.len() > 10 || !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let index: u32 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+        let mut again = [0u8; MAX_KEY_NAME];
+        let n = self.write(index, &mut again);
+        (index < keys && &again[..n] == name).then_some(index)
+    }
+
+    /// Length of the longest name of `keys` keys.
+    fn widest(self, keys: u32) -> usize {
+        let last = keys.saturating_sub(1);
+        let digits = |n: u32| itoa::Buffer::new().format(n).len();
+        let room = if self.rooms > 0 {
+            6 + digits(self.rooms.min(keys.max(1)) - 1)
+        } else {
+            0
+        };
+        room + 3 + digits(last)
+    }
 }
 
 /// Pre-rendered pieces of every request the generator sends.
@@ -46,6 +91,7 @@ pub struct Requests {
     message_tail: Vec<u8>,
     /// Width of the longest key name, for the whitespace that evens bodies out.
     key_width: usize,
+    names: KeyNames,
     /// Length of every message.
     message_len: usize,
     batch_size: usize,
@@ -57,20 +103,21 @@ const MESSAGE_PLAYER: &[u8] = b",\"player\":\"p-";
 const MESSAGE_CARGO: &[u8] = b"\",\"cargo\":";
 const VALUE_DIGITS: usize = 7;
 const PLAYER_DIGITS: usize = 3;
-const SPACES: &[u8; MAX_KEY_NAME] = b"             ";
+const SPACES: &[u8; MAX_KEY_NAME] = &[b' '; MAX_KEY_NAME];
 
 impl Requests {
-    /// Renders the fixed parts for a server at `host` (the `Host` header value).
+    /// Renders the fixed parts for a server at `host` (the `Host` header value), for
+    /// keys named by `names`.
     pub fn new(
         host: &str,
         keys: u32,
+        names: KeyNames,
         body_bytes: usize,
         batch_size: usize,
         longpoll_wait_ms: u64,
         token: Option<&str>,
     ) -> Requests {
-        let mut largest = [0u8; MAX_KEY_NAME];
-        let key_width = key_name(keys.saturating_sub(1), &mut largest);
+        let key_width = names.widest(keys);
 
         // Everything of a message but the cargo: key, value, player, braces.
         let bare = MESSAGE_KEY.len()
@@ -122,6 +169,7 @@ impl Requests {
             batch_head_open,
             message_tail,
             key_width,
+            names,
             message_len,
             batch_size,
         }
@@ -137,11 +185,22 @@ impl Requests {
         self.batch_size
     }
 
+    /// How keys are named.
+    pub fn names(&self) -> KeyNames {
+        self.names
+    }
+
+    /// Writes the name of key `index` into `buf`, returning its length.
+    #[inline]
+    pub fn key_name(&self, index: u32, buf: &mut [u8; MAX_KEY_NAME]) -> usize {
+        self.names.write(index, buf)
+    }
+
     /// `GET /v1/boxes/{key}`.
     #[inline]
     pub fn write_poll(&self, out: &mut Vec<u8>, key: u32) {
         let mut name = [0u8; MAX_KEY_NAME];
-        let n = key_name(key, &mut name);
+        let n = self.key_name(key, &mut name);
         out.extend_from_slice(b"GET /v1/boxes/");
         out.extend_from_slice(&name[..n]);
         out.extend_from_slice(&self.poll_tail);
@@ -151,7 +210,7 @@ impl Requests {
     #[inline]
     pub fn write_longpoll(&self, out: &mut Vec<u8>, key: u32, after: u64) {
         let mut name = [0u8; MAX_KEY_NAME];
-        let n = key_name(key, &mut name);
+        let n = self.key_name(key, &mut name);
         out.extend_from_slice(b"GET /v1/boxes/");
         out.extend_from_slice(&name[..n]);
         out.extend_from_slice(b"?after=");
@@ -182,7 +241,7 @@ impl Requests {
                 out.push(b',');
             }
             let mut name = [0u8; MAX_KEY_NAME];
-            let n = key_name(key, &mut name);
+            let n = self.key_name(key, &mut name);
             out.extend_from_slice(&name[..n]);
         }
         if wait {
@@ -201,7 +260,7 @@ impl Requests {
     #[inline]
     pub fn write_ingest(&self, out: &mut Vec<u8>, key: u32, rng: &mut Rng) {
         let mut name = [0u8; MAX_KEY_NAME];
-        let n = key_name(key, &mut name);
+        let n = self.key_name(key, &mut name);
         out.extend_from_slice(b"POST /v1/boxes/");
         out.extend_from_slice(&name[..n]);
         out.extend_from_slice(&self.ingest_tail);
@@ -218,7 +277,7 @@ impl Requests {
                 out.push(b',');
             }
             let mut name = [0u8; MAX_KEY_NAME];
-            let n = key_name(keys.sample(rng), &mut name);
+            let n = self.key_name(keys.sample(rng), &mut name);
             self.write_message(out, &name[..n], rng);
         }
         out.push(b']');
@@ -236,7 +295,7 @@ impl Requests {
                 out.push(b',');
             }
             let mut name = [0u8; MAX_KEY_NAME];
-            let n = key_name(first + i, &mut name);
+            let n = self.key_name(first + i, &mut name);
             self.write_message(out, &name[..n], rng);
         }
         out.push(b']');
@@ -346,7 +405,7 @@ mod tests {
 
     #[test]
     fn ingest_bodies_have_the_requested_size_for_every_key() {
-        let requests = Requests::new("h:1", 1000, 512, 10, 1000, None);
+        let requests = Requests::new("h:1", 1000, KeyNames::default(), 512, 10, 1000, None);
         assert_eq!(requests.message_len(), 512);
         let mut rng = Rng::new(1);
         for key in [0u32, 7, 99, 999] {
@@ -366,8 +425,50 @@ mod tests {
     }
 
     #[test]
+    fn keys_in_rooms_are_named_and_read_back() {
+        let names = KeyNames { rooms: 10 };
+        let mut buf = [0u8; MAX_KEY_NAME];
+        let n = names.write(1234, &mut buf);
+        assert_eq!(&buf[..n], b"room-4/lg-1234");
+        assert_eq!(names.index_of(b"room-4/lg-1234", 2000), Some(1234));
+        assert_eq!(
+            names.index_of(b"room-4/lg-1234", 1000),
+            None,
+            "not a key of the run"
+        );
+        assert_eq!(
+            names.index_of(b"room-5/lg-1234", 2000),
+            None,
+            "another room"
+        );
+        assert_eq!(names.index_of(b"lg-1234", 2000), None);
+        let plain = KeyNames::default();
+        let n = plain.write(u32::MAX, &mut buf);
+        assert_eq!(&buf[..n], b"lg-4294967295");
+        assert_eq!(plain.index_of(b"lg-7", 8), Some(7));
+        assert_eq!(plain.index_of(b"lg-07", 8), None);
+        assert_eq!(plain.index_of(b"lg-", 8), None);
+        let n = KeyNames { rooms: u32::MAX }.write(u32::MAX - 1, &mut buf);
+        assert_eq!(n, MAX_KEY_NAME);
+
+        // Every body has the same length whatever its key's room.
+        let requests = Requests::new("h:1", 1000, KeyNames { rooms: 7 }, 300, 1, 1000, None);
+        let mut rng = Rng::new(2);
+        for key in [0u32, 6, 7, 999] {
+            let mut out = Vec::new();
+            requests.write_ingest(&mut out, key, &mut rng);
+            let (head, body) = split_body(&out);
+            let name = format!("room-{}/lg-{key}", key % 7);
+            assert!(head.starts_with(format!("POST /v1/boxes/{name} HTTP/1.1\r\n").as_bytes()));
+            assert_eq!((content_length(head), body.len()), (300, 300));
+            let v: serde_json::Value = serde_json::from_slice(body).unwrap();
+            assert_eq!(v["key"], name);
+        }
+    }
+
+    #[test]
     fn tiny_bodies_drop_the_cargo() {
-        let requests = Requests::new("h:1", 10, 1, 1, 1000, None);
+        let requests = Requests::new("h:1", 10, KeyNames::default(), 1, 1, 1000, None);
         let mut out = Vec::new();
         requests.write_ingest(&mut out, 3, &mut Rng::new(1));
         let (head, body) = split_body(&out);
@@ -379,7 +480,7 @@ mod tests {
 
     #[test]
     fn batches_are_arrays_of_messages() {
-        let requests = Requests::new("h:1", 100, 200, 5, 1000, Some("tok"));
+        let requests = Requests::new("h:1", 100, KeyNames::default(), 200, 5, 1000, Some("tok"));
         let keys = KeySampler::new(KeyDist::Uniform, 100, 0.0);
         let mut out = Vec::new();
         requests.write_batch(&mut out, &keys, &mut Rng::new(9));
@@ -412,7 +513,7 @@ mod tests {
 
     #[test]
     fn polls_and_longpolls() {
-        let requests = Requests::new("127.0.0.1:8080", 10, 512, 1, 250, None);
+        let requests = Requests::new("127.0.0.1:8080", 10, KeyNames::default(), 512, 1, 250, None);
         let mut out = Vec::new();
         requests.write_poll(&mut out, 4);
         assert_eq!(
@@ -430,7 +531,15 @@ mod tests {
 
     #[test]
     fn polls_and_longpolls_of_many_boxes() {
-        let requests = Requests::new("127.0.0.1:8080", 1000, 512, 1, 250, Some("tok"));
+        let requests = Requests::new(
+            "127.0.0.1:8080",
+            1000,
+            KeyNames::default(),
+            512,
+            1,
+            250,
+            Some("tok"),
+        );
         let mut out = Vec::new();
         requests.write_poll_many(&mut out, &[4, 0, 999], None);
         assert_eq!(

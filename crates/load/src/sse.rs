@@ -8,6 +8,13 @@
 //! processed waits for it (a bounded list, looked at each millisecond); one whose
 //! version was overtaken by a newer ingest (or that came from another publisher) is
 //! counted as unmatched, not measured.
+//!
+//! The `prefix_streams` operation (`--prefix-streams N`) is read by the same thread:
+//! N event streams of prefixes (docs/http.md#rooms; stream `i` on the prefix
+//! `--prefix` gives for `i`, [`PrefixTemplate`]). A prefix stream first lists its room
+//! (counted as `listed`) up to `event: synced`; every box event after it counts as an
+//! event, its latency from the key and version in its payload as above; `event:
+//! reset` starts a listing again.
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -18,7 +25,8 @@ use hdrhistogram::Histogram;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 
-use crate::request::{key_name, MAX_KEY_NAME};
+use crate::request::{KeyNames, MAX_KEY_NAME};
+use crate::rooms::{encode_query_value, PrefixTemplate};
 use crate::stats::latency_histogram;
 
 /// The newest version each key's ingests made, and when the ingest that made it
@@ -71,91 +79,188 @@ impl Published {
     }
 }
 
-/// What the subscribers saw.
+/// What the subscribers of one kind (one-box streams, or prefix streams) saw.
 pub struct SseStats {
     pub subscribers: usize,
     /// Streams that answered with something other than an event stream, or broke.
     pub errors: u64,
-    /// Events received in the measured window.
+    /// Events received in the measured window (for prefix streams: box events after
+    /// the stream's listing, `event: synced`).
     pub events: u64,
     /// `event: deleted` received.
     pub deleted: u64,
     /// Events whose publish time was unknown (overtaken, or another publisher).
     pub unmatched: u64,
+    /// Prefix streams: box events of their listings (before `event: synced`).
+    pub listed: u64,
+    /// Prefix streams: `event: synced` received (once a stream unless reset).
+    pub synced: u64,
+    /// Prefix streams: `event: reset` received (the server lists the room again).
+    pub resets: u64,
     /// Publish-to-receive, ns.
     pub latency: Histogram<u64>,
 }
 
+impl SseStats {
+    fn new(subscribers: usize) -> SseStats {
+        SseStats {
+            subscribers,
+            errors: 0,
+            events: 0,
+            deleted: 0,
+            unmatched: 0,
+            listed: 0,
+            synced: 0,
+            resets: 0,
+            latency: latency_histogram(),
+        }
+    }
+}
+
+/// What a stream watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watch {
+    /// One box: `GET /v1/boxes/{key}`.
+    Key(u32),
+    /// Every box under a prefix: `GET /v1/boxes?prefix=P`.
+    Prefix,
+}
+
+/// An event stream whose request is written (its answer not yet read).
+pub struct Subscription {
+    pub watch: Watch,
+    pub stream: std::net::TcpStream,
+}
+
+/// What both kinds of streams saw.
+pub struct StreamStats {
+    pub keys: SseStats,
+    pub prefixes: SseStats,
+}
+
 struct Sub {
     stream: TcpStream,
-    key: u32,
+    watch: Watch,
     buf: Vec<u8>,
     head_done: bool,
-    /// An event whose ingest answer was not seen yet: (version, received ns).
-    waiting: Option<(u64, u64)>,
+    /// A prefix stream has sent `event: synced` (its listing is over).
+    synced: bool,
     open: bool,
 }
 
-/// Open `n` event streams on `addr` (the head is written, not yet read).
+/// An event whose ingest answer was not seen yet.
+struct Pending {
+    key: u32,
+    version: u64,
+    received: u64,
+    /// Of a prefix stream (else a one-box stream).
+    prefix: bool,
+}
+
+/// Events that wait for their ingest's answer, at most.
+const MAX_PENDING: usize = 1 << 16;
+
+/// Open `n` event streams of one box each on `addr` (the head is written, not yet
+/// read): subscriber `i` on key `i % keys`.
 pub fn subscribe(
     addr: SocketAddr,
     host: &str,
+    names: KeyNames,
     keys: u32,
     n: usize,
-) -> io::Result<Vec<(u32, std::net::TcpStream)>> {
+) -> io::Result<Vec<Subscription>> {
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
         let key = (i % keys.max(1) as usize) as u32;
         let mut name = [0u8; MAX_KEY_NAME];
-        let len = key_name(key, &mut name);
-        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-        s.set_nodelay(true)?;
-        s.write_all(b"GET /v1/boxes/")?;
-        s.write_all(&name[..len])?;
-        write!(
-            s,
-            " HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n\r\n"
-        )?;
-        s.set_nonblocking(true)?;
-        out.push((key, s));
+        let len = names.write(key, &mut name);
+        let mut head = b"GET /v1/boxes/".to_vec();
+        head.extend_from_slice(&name[..len]);
+        out.push(Subscription {
+            watch: Watch::Key(key),
+            stream: open(addr, host, &head)?,
+        });
     }
     Ok(out)
 }
 
+/// Open `n` event streams of prefixes on `addr` (the head is written, not yet read):
+/// stream `i` on the prefix `template` gives for `i`.
+pub fn subscribe_prefixes(
+    addr: SocketAddr,
+    host: &str,
+    template: &PrefixTemplate,
+    n: usize,
+) -> io::Result<Vec<Subscription>> {
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut head = b"GET /v1/boxes?prefix=".to_vec();
+        encode_query_value(&template.render(i), &mut head);
+        out.push(Subscription {
+            watch: Watch::Prefix,
+            stream: open(addr, host, &head)?,
+        });
+    }
+    Ok(out)
+}
+
+/// Connect and write `GET <path>` asking for an event stream.
+fn open(addr: SocketAddr, host: &str, path: &[u8]) -> io::Result<std::net::TcpStream> {
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    s.set_nodelay(true)?;
+    let mut head = path.to_vec();
+    write!(
+        head,
+        " HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n\r\n"
+    )?;
+    s.write_all(&head)?;
+    s.set_nonblocking(true)?;
+    Ok(s)
+}
+
 /// Read the streams until `end_ns` (ns after `origin`); events received before
-/// `warmup_ns` are not counted.
+/// `warmup_ns` are not counted. Prefix streams' events name their box: `names` and
+/// `keys` say which of the run's keys it is. Without `timed` (no single ingests in the
+/// mix, so no publish times), events are counted as unmatched at once.
+#[allow(clippy::too_many_arguments)]
 pub fn drive(
-    streams: Vec<(u32, std::net::TcpStream)>,
+    streams: Vec<Subscription>,
     published: &Published,
+    timed: bool,
+    names: KeyNames,
+    keys: u32,
     origin: Instant,
     warmup_ns: u64,
     end_ns: u64,
-) -> io::Result<SseStats> {
+) -> io::Result<StreamStats> {
     let mut poll = Poll::new()?;
     let mut subs = Vec::with_capacity(streams.len());
-    for (i, (key, s)) in streams.into_iter().enumerate() {
-        let mut stream = TcpStream::from_std(s);
+    for (i, sub) in streams.into_iter().enumerate() {
+        let mut stream = TcpStream::from_std(sub.stream);
         poll.registry()
             .register(&mut stream, Token(i), Interest::READABLE)?;
         subs.push(Sub {
             stream,
-            key,
+            watch: sub.watch,
             buf: Vec::with_capacity(4096),
             head_done: false,
-            waiting: None,
+            synced: false,
             open: true,
         });
     }
-    let mut stats = SseStats {
-        subscribers: subs.len(),
-        errors: 0,
-        events: 0,
-        deleted: 0,
-        unmatched: 0,
-        latency: latency_histogram(),
+    let prefix_subs = subs.iter().filter(|s| s.watch == Watch::Prefix).count();
+    let mut stats = StreamStats {
+        keys: SseStats::new(subs.len() - prefix_subs),
+        prefixes: SseStats::new(prefix_subs),
+    };
+    let reader = Reader {
+        published,
+        timed,
+        names,
+        keys,
     };
     let mut events = Events::with_capacity(1024);
-    let mut waiting: Vec<usize> = Vec::new();
+    let mut pending: Vec<Pending> = Vec::new();
     let now_ns = || origin.elapsed().as_nanos() as u64;
     let mut tmp = vec![0u8; 64 * 1024];
     loop {
@@ -166,9 +271,12 @@ pub fn drive(
         let timeout = Duration::from_millis(1).min(Duration::from_nanos(end_ns - now));
         poll.poll(&mut events, Some(timeout))?;
         for ev in events.iter() {
-            let i = ev.token().0;
-            let Some(sub) = subs.get_mut(i) else {
+            let Some(sub) = subs.get_mut(ev.token().0) else {
                 continue;
+            };
+            let stats = match sub.watch {
+                Watch::Key(_) => &mut stats.keys,
+                Watch::Prefix => &mut stats.prefixes,
             };
             loop {
                 match sub.stream.read(&mut tmp) {
@@ -193,29 +301,25 @@ pub fn drive(
             }
             let received = now_ns();
             let measured = received >= warmup_ns && received <= end_ns;
-            take_events(sub, published, received, measured, &mut stats);
-            if sub.waiting.is_some() {
-                waiting.push(i);
-            }
+            reader.take_events(sub, received, measured, stats, &mut pending);
         }
         // Events that came before their ingest's answer was processed.
-        waiting.retain(|&i| {
-            let sub = &mut subs[i];
-            let Some((version, received)) = sub.waiting else {
-                return false;
+        pending.retain(|p| {
+            let stats = if p.prefix {
+                &mut stats.prefixes
+            } else {
+                &mut stats.keys
             };
-            match published.sent(sub.key, version) {
+            match published.sent(p.key, p.version) {
                 Ok(None) => true,
                 Ok(Some(sent)) => {
                     stats
                         .latency
-                        .saturating_record(received.saturating_sub(sent));
-                    sub.waiting = None;
+                        .saturating_record(p.received.saturating_sub(sent));
                     false
                 }
                 Err(()) => {
                     stats.unmatched += 1;
-                    sub.waiting = None;
                     false
                 }
             }
@@ -224,62 +328,151 @@ pub fn drive(
     Ok(stats)
 }
 
-/// Take the complete head and events out of the subscriber's buffer.
-fn take_events(
-    sub: &mut Sub,
-    published: &Published,
-    received: u64,
-    measured: bool,
-    stats: &mut SseStats,
-) {
-    if !sub.head_done {
-        let Some(end) = find(&sub.buf, b"\r\n\r\n") else {
-            return;
-        };
-        if !sub.buf.starts_with(b"HTTP/1.1 200")
-            || find(&sub.buf[..end], b"text/event-stream").is_none()
-        {
-            stats.errors += 1;
-            sub.open = false;
-            sub.buf.clear();
-            return;
+/// What reading events needs besides the stream.
+struct Reader<'a> {
+    published: &'a Published,
+    /// Events can be matched to the ingests of the run.
+    timed: bool,
+    names: KeyNames,
+    keys: u32,
+}
+
+impl Reader<'_> {
+    /// Take the complete head and events out of the subscriber's buffer.
+    fn take_events(
+        &self,
+        sub: &mut Sub,
+        received: u64,
+        measured: bool,
+        stats: &mut SseStats,
+        pending: &mut Vec<Pending>,
+    ) {
+        if !sub.head_done {
+            let Some(end) = find(&sub.buf, b"\r\n\r\n") else {
+                return;
+            };
+            if !sub.buf.starts_with(b"HTTP/1.1 200")
+                || find(&sub.buf[..end], b"text/event-stream").is_none()
+            {
+                stats.errors += 1;
+                sub.open = false;
+                sub.buf.clear();
+                return;
+            }
+            sub.head_done = true;
+            sub.buf.drain(..end + 4);
         }
-        sub.head_done = true;
-        sub.buf.drain(..end + 4);
+        let mut start = 0;
+        while let Some(end) = find(&sub.buf[start..], b"\n\n") {
+            let block = &sub.buf[start..start + end];
+            start += end + 2;
+            let seen = match sub.watch {
+                Watch::Key(key) => key_event(block, key, measured, stats),
+                Watch::Prefix => self.prefix_event(block, &mut sub.synced, measured, stats),
+            };
+            let Some((key, version)) = seen else {
+                continue;
+            };
+            if !self.timed {
+                stats.unmatched += 1;
+                continue;
+            }
+            match self.published.sent(key, version) {
+                Ok(Some(sent)) => stats
+                    .latency
+                    .saturating_record(received.saturating_sub(sent)),
+                Ok(None) if pending.len() < MAX_PENDING => pending.push(Pending {
+                    key,
+                    version,
+                    received,
+                    prefix: sub.watch == Watch::Prefix,
+                }),
+                Ok(None) | Err(()) => stats.unmatched += 1,
+            }
+        }
+        sub.buf.drain(..start);
     }
-    let mut start = 0;
-    while let Some(end) = find(&sub.buf[start..], b"\n\n") {
-        let block = &sub.buf[start..start + end];
-        start += end + 2;
-        if block.starts_with(b"event: deleted") {
-            stats.deleted += 1;
-            continue;
+
+    /// One event of a prefix stream: the listing's boxes until `event: synced`, then
+    /// each box that moved, `event: deleted`, `event: reset` (listed again). Returns
+    /// the key and version of a measured box event after the listing.
+    fn prefix_event(
+        &self,
+        block: &[u8],
+        synced: &mut bool,
+        measured: bool,
+        stats: &mut SseStats,
+    ) -> Option<(u32, u64)> {
+        let mut event: &[u8] = b"";
+        let mut data = None;
+        for line in block.split(|&b| b == b'\n') {
+            if let Some(v) = line.strip_prefix(b"event: ") {
+                event = v;
+            } else if let Some(v) = line.strip_prefix(b"data: ") {
+                data = Some(v);
+            }
         }
-        let Some(id) = block
-            .split(|&b| b == b'\n')
-            .find_map(|l| l.strip_prefix(b"id: "))
-            .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u64>().ok())
-        else {
-            // `retry:`, a heartbeat.
-            continue;
-        };
-        if !measured {
-            continue;
+        match (event, data) {
+            (b"synced", _) => {
+                stats.synced += 1;
+                *synced = true;
+            }
+            (b"reset", _) => {
+                stats.resets += 1;
+                *synced = false;
+            }
+            (b"deleted", _) => stats.deleted += 1,
+            (b"", Some(_)) if !*synced => stats.listed += 1,
+            (b"", Some(payload)) if measured => {
+                stats.events += 1;
+                let seen = box_of(payload).and_then(|(name, version)| {
+                    Some((self.names.index_of(name, self.keys)?, version))
+                });
+                if seen.is_none() {
+                    stats.unmatched += 1;
+                }
+                return seen;
+            }
+            // `retry:`, heartbeats, events before the window.
+            _ => {}
         }
-        stats.events += 1;
-        // A newer event replaces one still waiting for its publish time.
-        if sub.waiting.take().is_some() {
-            stats.unmatched += 1;
-        }
-        match published.sent(sub.key, id) {
-            Ok(Some(sent)) => stats
-                .latency
-                .saturating_record(received.saturating_sub(sent)),
-            Ok(None) => sub.waiting = Some((id, received)),
-            Err(()) => stats.unmatched += 1,
-        }
+        None
     }
-    sub.buf.drain(..start);
+}
+
+/// One event of a one-box stream: returns the version of a measured box event.
+fn key_event(block: &[u8], key: u32, measured: bool, stats: &mut SseStats) -> Option<(u32, u64)> {
+    if block.starts_with(b"event: deleted") {
+        stats.deleted += 1;
+        return None;
+    }
+    // `retry:` and heartbeats have no id.
+    let id = block
+        .split(|&b| b == b'\n')
+        .find_map(|l| l.strip_prefix(b"id: "))
+        .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u64>().ok())?;
+    if !measured {
+        return None;
+    }
+    stats.events += 1;
+    Some((key, id))
+}
+
+/// The key and version of a box payload (`{"k":"KEY","ver":N,...}`), the key as it is
+/// written (the run's keys need no escapes).
+fn box_of(payload: &[u8]) -> Option<(&[u8], u64)> {
+    let k = find(payload, b"\"k\":\"")? + 5;
+    let len = payload[k..].iter().position(|&b| b == b'"')?;
+    let ver = find(payload, b"\"ver\":")? + 6;
+    let digits = payload[ver..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    let version = std::str::from_utf8(&payload[ver..ver + digits])
+        .ok()?
+        .parse()
+        .ok()?;
+    Some((&payload[k..k + len], version))
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -306,5 +499,65 @@ mod tests {
             "an older answer changes nothing"
         );
         assert_eq!(p.sent(9, 1), Err(()), "no such key");
+    }
+
+    #[test]
+    fn prefix_events_list_sync_then_count() {
+        let published = Published::new(100);
+        published.record(17, 5, 1_000);
+        let reader = Reader {
+            published: &published,
+            timed: true,
+            names: KeyNames { rooms: 10 },
+            keys: 100,
+        };
+        let mut stats = SseStats::new(1);
+        let mut synced = false;
+        let mut see = |block: &[u8], measured: bool, synced: &mut bool| {
+            reader.prefix_event(block, synced, measured, &mut stats)
+        };
+        assert_eq!(see(b"retry: 1000", true, &mut synced), None);
+        let event = br#"data: {"k":"room-7/lg-17","ver":5,"v":1}"#;
+        assert_eq!(see(event, true, &mut synced), None, "listed, not counted");
+        assert_eq!(see(b"event: synced\ndata: {}", true, &mut synced), None);
+        assert!(synced);
+        assert_eq!(see(b": heartbeat", true, &mut synced), None);
+        assert_eq!(see(event, false, &mut synced), None, "before the window");
+        assert_eq!(see(event, true, &mut synced), Some((17, 5)));
+        // An id before the data (a later server's) changes nothing.
+        let with_id = b"id: 77\ndata: {\"k\":\"room-7/lg-17\",\"ver\":6}";
+        assert_eq!(see(with_id, true, &mut synced), Some((17, 6)));
+        // A box that is not one of the run's keys: counted, unmatched.
+        assert_eq!(
+            see(br#"data: {"k":"room-7/x","ver":1}"#, true, &mut synced),
+            None
+        );
+        assert_eq!(
+            see(
+                b"event: deleted\ndata: {\"k\":\"room-7/lg-17\"}",
+                true,
+                &mut synced
+            ),
+            None
+        );
+        assert_eq!(see(b"event: reset\ndata: {}", true, &mut synced), None);
+        assert!(!synced);
+        assert_eq!(see(event, true, &mut synced), None, "listed again");
+        assert_eq!(
+            (
+                stats.listed,
+                stats.synced,
+                stats.events,
+                stats.unmatched,
+                stats.deleted,
+                stats.resets
+            ),
+            (2, 1, 3, 1, 1, 1)
+        );
+        assert_eq!(
+            box_of(br#"{"k":"a/b","ver":12,"v":1}"#),
+            Some((&b"a/b"[..], 12))
+        );
+        assert_eq!(box_of(br#"{"k":"a/b"}"#), None);
     }
 }

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Behaviour, TestServer};
-use pollbox_load::{parse_duration, run, LoadArgs, Mix};
+use pollbox_load::{parse_duration, run, LoadArgs, Mix, PrefixTemplate};
 
 fn args(server: &TestServer) -> LoadArgs {
     let mut a = LoadArgs::new(server.url());
@@ -181,6 +181,76 @@ fn messages_per_second_count_what_the_server_accepted() {
         "{table}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `--rooms` and `--prefix-streams`: keys live in rooms, each prefix stream lists its
+/// room (every pre-seeded box of it), syncs, then counts the events of the boxes that
+/// move there, with their latency; the server sent at least what it counted.
+#[test]
+fn prefix_streams_list_their_rooms_and_count_the_events_after() {
+    let server = TestServer::start(Behaviour::default());
+    let mut a = args(&server);
+    a.keys = 50;
+    a.rooms = 5;
+    a.preseed = true;
+    a.prefix_streams = 10;
+    a.rate = Some(500.0);
+    a.duration = Duration::from_secs(1);
+    a.mix = Mix::parse("ingest:3,poll:1").unwrap();
+    let report = run(&a).unwrap();
+    assert_eq!(report.errors_total, 0, "{:?}", report.errors);
+    assert!(report.sse.is_none());
+    let p = report
+        .prefix_streams
+        .as_ref()
+        .expect("a prefix_streams report");
+    assert_eq!((p.streams, p.prefixes, p.errors), (10, 5, 0), "{p:?}");
+    assert_eq!(p.prefix, "room-{i%5}/");
+    assert_eq!(server.counts.get("prefix_streams"), 10);
+    // Each room holds 10 of the 50 keys, each stream lists its room once.
+    assert_eq!(p.listed, 10 * 10);
+    assert_eq!(p.listed, server.counts.get("prefix_listed"));
+    assert_eq!((p.synced, p.resets, p.deleted), (10, 0, 0));
+    assert!(
+        server.version("room-3/lg-13") >= 1,
+        "keys are named in rooms"
+    );
+    let ingests = report.op("ingest").unwrap().requests;
+    assert!(p.events > 0 && ingests > 0, "{p:?}");
+    // Each ingest moves a box of one room, watched by 2 streams.
+    assert!(
+        p.events <= 2 * ingests + 20,
+        "{} events, {ingests} ingests",
+        p.events
+    );
+    assert!(p.events <= server.counts.get("prefix_events"));
+    assert!(p.latency_ms.max > 0.0, "{p:?}");
+    assert!(p.unmatched < p.events, "{p:?}");
+    let mut table = Vec::new();
+    pollbox_load::print_report(&report, &mut table).unwrap();
+    let table = String::from_utf8(table).unwrap();
+    println!("{table}");
+    assert!(table.lines().any(|l| l.starts_with("prefix ")), "{table}");
+    assert!(
+        table.contains("prefix streams: 10 streams on 5 prefixes (\"room-{i%5}/\"), 100 boxes listed, 10 synced"),
+        "{table}"
+    );
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["prefix_streams"]["listed"], 100);
+    assert_eq!(json["prefix_streams"]["events"], p.events);
+
+    // Prefixes nothing is under: empty listings, synced, and no events.
+    let server = TestServer::start(Behaviour::default());
+    let mut a = args(&server);
+    a.prefix_streams = 6;
+    a.prefix = Some(PrefixTemplate::parse("nobody-{i}/").unwrap());
+    a.mix = Mix::parse("ingest").unwrap();
+    a.rate = Some(200.0);
+    let report = run(&a).unwrap();
+    let p = report.prefix_streams.as_ref().unwrap();
+    assert_eq!((p.streams, p.prefixes, p.listed, p.synced), (6, 6, 0, 6));
+    assert_eq!((p.events, p.errors), (0, 0));
+    assert!(report.op("ingest").unwrap().requests > 0);
 }
 
 #[test]

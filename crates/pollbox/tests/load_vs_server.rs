@@ -124,6 +124,53 @@ fn the_sse_operation_counts_events_the_server_sent() {
     s.shutdown().unwrap();
 }
 
+/// The `prefix_streams` operation against the server's rooms: each stream lists
+/// its room, syncs, then counts box events the server sent, with their latency.
+#[test]
+fn prefix_streams_list_their_rooms_and_count_events_the_server_sent() {
+    let s = server();
+    let mut a = LoadArgs::new(format!("http://{}", s.addr()));
+    a.connections = 2;
+    a.duration = Duration::from_secs(2);
+    a.rate = Some(500.0);
+    a.mix = Mix::parse("ingest:1").unwrap();
+    a.keys = 20;
+    a.rooms = 4;
+    a.preseed = true;
+    a.prefix_streams = 8;
+    a.quiet = true;
+    let r = pollbox_load::run(&a).unwrap();
+    assert_eq!(r.errors_total, 0, "{:?} {:?}", r.errors, r.ops);
+    let p = r.prefix_streams.as_ref().expect("a prefix_streams report");
+    assert_eq!((p.streams, p.prefixes, p.errors), (8, 4, 0), "{p:?}");
+    // Each room holds 5 of the 20 keys; every stream lists its room once.
+    assert_eq!((p.listed, p.synced, p.resets), (8 * 5, 8, 0), "{p:?}");
+    let ingests = r.op("ingest").unwrap().requests;
+    assert!(p.events > 0 && ingests > 0, "{p:?}");
+    // Each ingest moves a box watched by 2 streams; coalescing may skip versions.
+    assert!(
+        p.events <= 2 * ingests + 16,
+        "{} events, {ingests} ingests",
+        p.events
+    );
+    assert!(p.latency_ms.max > 0.0, "{p:?}");
+    let text = pollbox_memcheck::scrape(&format!("http://{}", s.addr())).unwrap();
+    let sent: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("pollbox_sse_events_total "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        sent >= p.events + p.listed,
+        "server sent {sent}, generator counted {} + {} listed",
+        p.events,
+        p.listed
+    );
+    assert_eq!(requests_by_route(&s).get("prefix_stream"), Some(&8));
+    s.shutdown().unwrap();
+}
+
 /// `poll_many` and `longpoll_many` (`GET /v1/boxes?keys=...`): every request's keys
 /// are distinct (the server answers 400 otherwise), the ETag sent back gets 304s
 /// while nothing moves, and the server's counters count each request.

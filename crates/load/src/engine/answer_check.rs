@@ -10,7 +10,7 @@ use super::key_sets::{etag_id, KeySets};
 use super::versions::Versions;
 use super::Plan;
 use crate::mix::Op;
-use crate::request::{key_name, MAX_KEY_NAME};
+use crate::request::{KeyNames, MAX_KEY_NAME};
 use crate::response::{array_items, batch_counts, payload_version};
 use crate::stats::ErrorKind;
 
@@ -52,11 +52,17 @@ pub(super) fn check(
 ) -> Verdict {
     let mut name = [0u8; MAX_KEY_NAME];
     match (request.op, status) {
-        (Op::PollMany | Op::LongPollMany, 200 | 304) => {
-            check_many(versions, sets, request, status, body, etag)
-        }
+        (Op::PollMany | Op::LongPollMany, 200 | 304) => check_many(
+            plan.requests.names(),
+            versions,
+            sets,
+            request,
+            status,
+            body,
+            etag,
+        ),
         (Op::Poll, 200) | (Op::Ingest, 200) | (Op::LongPoll, 200) => {
-            let n = key_name(request.key, &mut name);
+            let n = plan.requests.key_name(request.key, &mut name);
             let Ok(version) = payload_version(body, &name[..n]) else {
                 return Verdict::error(ErrorKind::Payload);
             };
@@ -112,6 +118,7 @@ pub(super) fn check(
 /// that key's payload, in order, no version going backwards on this connection. The
 /// ETag of an answer that passes is kept for the set's next request.
 pub(super) fn check_many(
+    names: KeyNames,
     versions: &mut Versions,
     sets: &mut KeySets,
     request: &InFlight,
@@ -147,7 +154,7 @@ pub(super) fn check_many(
             missing += 1;
             continue;
         }
-        let n = key_name(key, &mut name);
+        let n = names.write(key, &mut name);
         let Ok(version) = payload_version(item, &name[..n]) else {
             return Verdict::error(ErrorKind::Payload);
         };

@@ -9,7 +9,7 @@ use super::{Plan, KEY_SETS};
 use crate::args::KeyDist;
 use crate::keys::{KeySampler, Rng};
 use crate::mix::{Mix, Op};
-use crate::request::Requests;
+use crate::request::{KeyNames, Requests};
 use crate::stats::ErrorKind;
 
 #[test]
@@ -42,7 +42,7 @@ fn key_sets_are_distinct_keys_drawn_once() {
 fn plan(per_set: usize) -> Plan {
     Plan {
         addr: "127.0.0.1:1".parse().unwrap(),
-        requests: Requests::new("h", 10, 64, 1, 100, None),
+        requests: Requests::new("h", 10, KeyNames::default(), 64, 1, 100, None),
         mix: Mix::parse("poll_many:1,longpoll_many:1").unwrap(),
         keys: KeySampler::new(KeyDist::Uniform, 10, 0.0),
         key_count: 10,

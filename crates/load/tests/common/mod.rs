@@ -1,7 +1,10 @@
 //! A small in-process pollbox stand-in for the load generator's tests: std threads,
 //! one per connection, keep-alive and pipelining, the routes of docs/http.md#routes
 //! (many boxes at once, `GET /v1/boxes?keys=...`, with an ETag and `If-None-Match`
-//! too) with a box table that counts versions, and knobs to misbehave (stall once, wrong
+//! too, and event streams of a prefix, `GET /v1/boxes?prefix=P` with `Accept:
+//! text/event-stream`: the listing in key order, `event: synced`, then each box under P
+//! that moves, looked at every millisecond) with a box table that counts versions, and
+//! knobs to misbehave (stall once, wrong
 //! status, versions going backwards, closing connections).
 
 #![allow(dead_code)]
@@ -44,6 +47,11 @@ pub struct Counts {
     /// Many-box requests that sent an `If-None-Match`, and those answered 304.
     pub if_none_match: AtomicU64,
     pub not_modified: AtomicU64,
+    /// Event streams of a prefix opened, the boxes their listings sent, and the box
+    /// events sent after the listings.
+    pub prefix_streams: AtomicU64,
+    pub prefix_listed: AtomicU64,
+    pub prefix_events: AtomicU64,
 }
 
 impl Counts {
@@ -59,6 +67,9 @@ impl Counts {
             "longpoll_many" => &self.longpoll_many,
             "if_none_match" => &self.if_none_match,
             "not_modified" => &self.not_modified,
+            "prefix_streams" => &self.prefix_streams,
+            "prefix_listed" => &self.prefix_listed,
+            "prefix_events" => &self.prefix_events,
             other => panic!("no route {other}"),
         };
         c.load(Ordering::SeqCst)
@@ -178,6 +189,18 @@ fn serve(mut stream: TcpStream, s: &Shared) {
                 .find(|h| h.name.eq_ignore_ascii_case("if-none-match"))
                 .map(|h| String::from_utf8_lossy(h.value).into_owned());
 
+            let wants_stream = req.headers.iter().any(|h| {
+                h.name.eq_ignore_ascii_case("accept")
+                    && String::from_utf8_lossy(h.value).contains("text/event-stream")
+            });
+            if let (true, Some(prefix)) = (wants_stream, path.strip_prefix("/v1/boxes?prefix=")) {
+                let prefix = percent_decode(prefix);
+                if stream.write_all(&out).is_ok() {
+                    stream_prefix(stream, s, &prefix);
+                }
+                return;
+            }
+
             let first = *s.first_request.get_or_init(Instant::now);
             if let Some((after, pause)) = s.behaviour.stall {
                 if !stalled && first.elapsed() >= after {
@@ -222,6 +245,62 @@ fn serve(mut stream: TcpStream, s: &Shared) {
             return;
         }
     }
+}
+
+/// An event stream of every box under `prefix`: the listing, `event: synced`, then
+/// each box that moved since it was last sent, until the client goes or the server
+/// stops.
+fn stream_prefix(mut stream: TcpStream, s: &Shared, prefix: &str) {
+    s.counts.prefix_streams.fetch_add(1, Ordering::SeqCst);
+    let under = || -> std::collections::BTreeMap<String, u64> {
+        let boxes = s.boxes.lock().unwrap();
+        boxes
+            .iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(k, &v)| (k.clone(), v))
+            .collect()
+    };
+    let mut out = String::from(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\r\nretry: 1000\n\n",
+    );
+    let mut sent = under();
+    for (k, &v) in &sent {
+        out.push_str(&format!("data: {}\n\n", payload(k, v)));
+    }
+    s.counts
+        .prefix_listed
+        .fetch_add(sent.len() as u64, Ordering::SeqCst);
+    out.push_str("event: synced\ndata: {}\n\n");
+    while !s.stop.load(Ordering::SeqCst) {
+        if !out.is_empty() && stream.write_all(out.as_bytes()).is_err() {
+            return;
+        }
+        out.clear();
+        thread::sleep(Duration::from_millis(1));
+        for (k, v) in under() {
+            if sent.get(&k) != Some(&v) {
+                out.push_str(&format!("data: {}\n\n", payload(&k, v)));
+                s.counts.prefix_events.fetch_add(1, Ordering::SeqCst);
+                sent.insert(k, v);
+            }
+        }
+    }
+}
+
+fn percent_decode(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            out.push(u8::from_str_radix(&text[i + 1..i + 3], 16).expect("hex"));
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).expect("UTF-8")
 }
 
 fn payload(key: &str, ver: u64) -> String {
