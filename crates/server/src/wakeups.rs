@@ -202,29 +202,41 @@ impl Waiters {
     /// and a filter load per prefix of the key (the empty one and one per
     /// separator); a mutex and a message only for a watched one.
     fn notify_prefixes(&self, key: &[u8]) {
-        for prefix in pollbox_core::boxes::prefixes_of(key) {
-            let hash = self.prefix_hash(prefix);
-            if buckets(hash)
-                .iter()
-                .any(|&b| self.filter[b].load(Ordering::Relaxed) == 0)
-            {
-                continue;
-            }
-            let Ok(m) = self.prefix_shards[(hash >> 32) as usize % SHARDS].lock() else {
+        self.notify_prefix(self.empty_prefix, key);
+        pollbox_core::boxes::each_prefix_len(key, |n| {
+            self.notify_prefix(self.prefix_hasher.hash_one(&key[..n]), key);
+        });
+    }
+
+    /// `key` moved under the prefix with `hash`: tell its workers, if the
+    /// filter says any may watch it.
+    #[inline]
+    fn notify_prefix(&self, hash: u64, key: &[u8]) {
+        if buckets(hash)
+            .iter()
+            .any(|&b| self.filter[b].load(Ordering::Relaxed) == 0)
+        {
+            return;
+        }
+        self.notify_watched_prefix(hash, key);
+    }
+
+    #[cold]
+    fn notify_watched_prefix(&self, hash: u64, key: &[u8]) {
+        let Ok(m) = self.prefix_shards[(hash >> 32) as usize % SHARDS].lock() else {
+            return;
+        };
+        let Some(list) = m.get(&hash) else {
+            return;
+        };
+        for &w in list {
+            let Some(inbox) = self.inboxes.get(w as usize) else {
                 continue;
             };
-            let Some(list) = m.get(&hash) else {
-                continue;
-            };
-            for &w in list {
-                let Some(inbox) = self.inboxes.get(w as usize) else {
-                    continue;
-                };
-                if inbox.moved_tx.try_send((hash, key.into())).is_err() {
-                    inbox.moved_overflow.store(true, Ordering::Release);
-                }
-                let _ = inbox.waker.wake();
+            if inbox.moved_tx.try_send((hash, key.into())).is_err() {
+                inbox.moved_overflow.store(true, Ordering::Release);
             }
+            let _ = inbox.waker.wake();
         }
     }
 

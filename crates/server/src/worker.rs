@@ -137,6 +137,9 @@ struct Timers {
     wheel: Wheel<ConnTimer>,
     /// Connections waiting for buffer budget, tried again at each tick.
     starved: Vec<(usize, u32)>,
+    /// Room streams with something marked past their cut, flushed again at
+    /// each tick with a new one (`Worker::list_room`).
+    rooms: Vec<(usize, u32)>,
 }
 
 /// Time spent waiting for events since `busy_since`, and the busy share
@@ -231,6 +234,7 @@ impl Worker {
             timers: Timers {
                 wheel: Wheel::new(epoch_ms, 512, 0),
                 starved: Vec::new(),
+                rooms: Vec::new(),
             },
             load: Load {
                 idle_ns: 0,

@@ -53,13 +53,22 @@ impl Connection {
         self.stream_update(cx)
     }
 
-    /// Whether a prefix stream has something waiting (to send once its queue
-    /// drains, or past the cut), or a long-poll of a prefix waits: the server
-    /// looks at it again with its next cut.
-    pub fn room_waits(&self) -> bool {
+    /// Whether a prefix stream has something to send (once its queue
+    /// drains), or a long-poll of a prefix waits: the server flushes it once
+    /// it has taken its wake-ups.
+    pub fn room_pending(&self) -> bool {
         match &self.wait {
             Wait::Parked(p) => p.park.room,
             Wait::Streaming(s) => s.room.as_ref().is_some_and(|r| r.pending()),
+            _ => false,
+        }
+    }
+
+    /// Whether a prefix stream's last look found something marked past its
+    /// cut: the server looks at it again with its next cut (the next tick).
+    pub fn room_waits(&self) -> bool {
+        match &self.wait {
+            Wait::Streaming(s) => s.room.as_ref().is_some_and(|r| r.waits_cut),
             _ => false,
         }
     }

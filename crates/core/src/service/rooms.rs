@@ -56,6 +56,9 @@ pub struct RoomWatch {
     /// `event: synced` was sent for the last listing: the listing is done
     /// and nothing it found waits for a later cut.
     pub synced: bool,
+    /// Its last look found something marked past its cut: the server looks
+    /// again with a new one (at the next tick, if no wake-up comes first).
+    pub waits_cut: bool,
 }
 
 /// Keys a prefix stream remembers as moved before it lists the room again
@@ -77,6 +80,7 @@ impl RoomWatch {
     /// A key marked past the cut: a key that moved waits in `moved`
     /// (`Some(0)`: nothing sent); a listing waits for the next cut (`None`).
     fn later(&mut self, key: &[u8], listed: Option<u64>) -> Option<usize> {
+        self.waits_cut = true;
         if listed.is_some() {
             return None;
         }
@@ -599,6 +603,7 @@ impl Service {
         host: &mut H,
     ) -> usize {
         self.room_cut(&*host);
+        room.waits_cut = false;
         let mut sent = 0;
         if room.relist {
             // The keys that moved were too many to remember: the room is

@@ -39,6 +39,8 @@ pub struct Conn {
     pub starved: bool,
     /// Its socket's `TCP_NOTSENT_LOWAT` was set (an event stream's).
     pub lowat_set: bool,
+    /// On the worker's list of rooms waiting for a new cut.
+    pub room_listed: bool,
 }
 
 impl Conn {
@@ -55,6 +57,7 @@ impl Conn {
             write_shut: false,
             starved: false,
             lowat_set: false,
+            room_listed: false,
         }
     }
 }
@@ -109,14 +112,6 @@ impl Slab {
 
     pub fn put(&mut self, slot: usize, conn: Box<Conn>) {
         self.slots[slot] = Some(conn);
-    }
-
-    /// The connection in `slot` if it is generation `gen`.
-    pub fn get_gen(&self, slot: usize, gen: u32) -> Option<&Conn> {
-        match self.slots.get(slot) {
-            Some(Some(c)) if c.gen == gen => Some(c),
-            _ => None,
-        }
     }
 
     pub fn get_mut(&mut self, slot: usize) -> Option<&mut Conn> {

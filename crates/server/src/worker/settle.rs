@@ -82,7 +82,17 @@ impl Worker {
             c.starved = true;
             self.timers.starved.push((slot, c.gen));
         }
+        self.list_room(slot, &mut c);
         self.sockets.conns.put(slot, c);
+    }
+
+    /// A room stream that has something marked past its cut goes on the
+    /// list the next tick looks at again with a new cut.
+    pub(super) fn list_room(&mut self, slot: usize, c: &mut Conn) {
+        if !c.room_listed && c.core.room_waits() {
+            c.room_listed = true;
+            self.timers.rooms.push((slot, c.gen));
+        }
     }
 
     /// Apply what the connection asked since the last time, once each.
@@ -261,13 +271,14 @@ impl Worker {
                     Some(key) => c.core.on_prefix_moved(key, cx),
                     None => c.core.on_prefix_overflow(cx),
                 });
-                if c.core.room_waits() && !woken.contains(&(slot, gen)) {
+                if c.core.room_pending() && !woken.contains(&(slot, gen)) {
                     woken.push((slot, gen));
                 }
                 if wrote || c.core.has_actions() {
                     self.settle(slot, c);
                 } else {
                     // A stream only noted the key: nothing to write yet.
+                    self.list_room(slot, &mut c);
                     self.sockets.conns.put(slot, c);
                 }
             }

@@ -112,19 +112,19 @@ impl Worker {
     /// Prefix streams with something waiting and long-polls of a prefix look
     /// again at a new cut (taken with the wake-ups, as on a wake-up).
     fn recheck_rooms(&mut self) {
+        if self.timers.rooms.is_empty() {
+            return;
+        }
         self.wake_rooms();
-        let mut all = std::mem::take(&mut self.scratch.rooms);
-        all.clear();
-        self.waiting
-            .rooms_woken(crate::wakeups::Wake::All, &mut all);
-        all.retain(|&(slot, gen)| {
-            self.sockets
-                .conns
-                .get_gen(slot, gen)
-                .is_some_and(|c| c.core.room_waits())
-        });
-        self.flush_rooms(&all);
-        self.scratch.rooms = all;
+        // Those listed as waiting for a cut: off the list, and back on it
+        // when they still wait (`Worker::list_room`).
+        let listed = std::mem::take(&mut self.timers.rooms);
+        for &(slot, gen) in &listed {
+            if let Some(c) = self.sockets.conns.get_mut(slot).filter(|c| c.gen == gen) {
+                c.room_listed = false;
+            }
+        }
+        self.flush_rooms(&listed);
     }
 
     /// This worker took a new read of the key set and static token files:

@@ -46,7 +46,8 @@ pub use changes::Walk;
 pub use expiry::{Removed, SweepBudget, Swept};
 pub use lanes::{enter_lane, lane_of, mark, past, pos_of, Lanes, MAX_LANES};
 pub use order::{
-    is_prefix, is_separator, prefixes_of, KeyOrder, MarkedKeys, ORDER_SHARDS, TOMBSTONES,
+    each_prefix_len, is_prefix, is_separator, prefixes_of, KeyOrder, MarkedKeys, ORDER_SHARDS,
+    TOMBSTONES,
 };
 pub use size::size_class;
 pub use walk::RestoreError;

@@ -60,6 +60,39 @@ pub fn prefixes_of(key: &[u8]) -> impl Iterator<Item = &[u8]> {
     )
 }
 
+/// Call `f` with the length of each non-empty prefix of `key` (up to and
+/// including each separator but a last byte), shortest first: what
+/// [`prefixes_of`] gives after the empty one, eight bytes a step (an update
+/// looks for its key's prefixes while any prefix is watched).
+#[inline]
+pub fn each_prefix_len(key: &[u8], mut f: impl FnMut(usize)) {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    // The high bit of each byte of `w` equal to `c`, exactly (no carries
+    // between bytes).
+    let eq = |w: u64, c: u8| {
+        let x = w ^ (ONES * u64::from(c));
+        !(((x & LOW7) + LOW7) | x | LOW7)
+    };
+    // The key's last byte ends no prefix (the key itself is not one).
+    let n = key.len().saturating_sub(1);
+    let mut i = 0;
+    while let Some(word) = key.get(i..n).and_then(|r| r.first_chunk::<8>()) {
+        let w = u64::from_le_bytes(*word);
+        let mut m = eq(w, b'/') | eq(w, b':') | eq(w, b'.');
+        while m != 0 {
+            f(i + m.trailing_zeros() as usize / 8 + 1);
+            m &= m - 1;
+        }
+        i += 8;
+    }
+    for (j, &b) in key.iter().enumerate().take(n).skip(i) {
+        if is_separator(b) {
+            f(j + 1);
+        }
+    }
+}
+
 /// The set a key or a non-empty prefix is in: FNV-1a of its first segment
 /// (not keyed: a cursor must mean the same on every node; keys aimed at one
 /// set only make its mutex busier).
@@ -335,6 +368,37 @@ mod tests {
             all.extend(page);
             if !more {
                 return all;
+            }
+        }
+    }
+
+    #[test]
+    fn prefix_ends_are_found_eight_bytes_a_step_as_one_by_one() {
+        let keys: [&[u8]; 8] = [
+            b"",
+            b"/",
+            b"a/b",
+            b"room-17/alice",
+            b"tenant:4:orders.eu/x",
+            b"//////////////////",
+            b"abcdefghijklmnop/q",
+            "caf\u{e9}/\u{7f}\u{80}./:x".as_bytes(),
+        ];
+        for key in keys {
+            let mut fast = Vec::new();
+            each_prefix_len(key, |n| fast.push(&key[..n]));
+            let slow: Vec<&[u8]> = prefixes_of(key).skip(1).collect();
+            assert_eq!(fast, slow, "{key:?}");
+        }
+        // Every byte value around a separator, at every offset.
+        for pos in 0..20 {
+            for b in 0..=255u8 {
+                let mut key = vec![b'x'; 21];
+                key[pos] = b;
+                let mut fast = Vec::new();
+                each_prefix_len(&key, |n| fast.push(n));
+                let slow: Vec<usize> = prefixes_of(&key).skip(1).map(<[u8]>::len).collect();
+                assert_eq!(fast, slow, "{pos} {b}");
             }
         }
     }
