@@ -75,21 +75,32 @@ pub fn each_prefix_len(key: &[u8], mut f: impl FnMut(usize)) {
         !(((x & LOW7) + LOW7) | x | LOW7)
     };
     // The key's last byte ends no prefix (the key itself is not one).
-    let n = key.len().saturating_sub(1);
+    let len = key.len();
+    let n = len.saturating_sub(1);
     let mut i = 0;
-    while let Some(word) = key.get(i..n).and_then(|r| r.first_chunk::<8>()) {
-        let w = u64::from_le_bytes(*word);
-        let mut m = eq(w, b'/') | eq(w, b':') | eq(w, b'.');
+    while i < n {
+        // Eight bytes from `i`; past the end, the key's last eight (bytes
+        // before `i` masked off); a key under eight bytes, padded with
+        // zeros (no separator).
+        let (w, base) = if let Some(c) = key.get(i..).and_then(|r| r.first_chunk::<8>()) {
+            (u64::from_le_bytes(*c), i)
+        } else if let Some(c) = key.last_chunk::<8>() {
+            (u64::from_le_bytes(*c), len - 8)
+        } else {
+            let mut b = [0u8; 8];
+            if let Some(d) = b.get_mut(..len) {
+                d.copy_from_slice(key);
+            }
+            (u64::from_le_bytes(b), 0)
+        };
+        let (lo, hi) = (i - base, (n - base).min(8));
+        let keep = (u64::MAX << (lo * 8)) & u64::MAX.checked_shr(64 - hi as u32 * 8).unwrap_or(0);
+        let mut m = (eq(w, b'/') | eq(w, b':') | eq(w, b'.')) & keep;
         while m != 0 {
-            f(i + m.trailing_zeros() as usize / 8 + 1);
+            f(base + m.trailing_zeros() as usize / 8 + 1);
             m &= m - 1;
         }
-        i += 8;
-    }
-    for (j, &b) in key.iter().enumerate().take(n).skip(i) {
-        if is_separator(b) {
-            f(j + 1);
-        }
+        i = base + 8;
     }
 }
 
