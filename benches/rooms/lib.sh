@@ -3,7 +3,9 @@
 #
 # POLLBOX_BIN=path: that binary (POLLBOX_REV=label names it); else
 # target/release/pollbox, built first unless BENCH_NO_BUILD=1. The binary is
-# copied, so a build in the tree during the run changes nothing.
+# copied, so a build in the tree during the run changes nothing. Each script writes
+# benches/rooms/results/<date>-<part><ROOMS_TAG>.txt (ROOMS_TAG=-limit-100: a variant's
+# file beside the default run's).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 ROOT=$(pwd)

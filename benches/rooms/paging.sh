@@ -21,8 +21,8 @@
 #    (so each seen once), else the script fails. ROOMS_WALK_EVERY=S: a walk
 #    starts every S seconds instead (one walk of 100 pages, then nothing).
 # Windows alternate without, beside: ROOMS_REPS (3) pairs. Poll p99 beside / without
-# per pair, and the median. The generators share CPU 1 with the walker: their own
-# send lateness is printed beside. Writes benches/rooms/results/<date>-paging.txt.
+# per pair, and the median. The generators share CPU 1 with the walker (SCHED_IDLE,
+# so that they go first): their own send lateness is printed beside. Writes benches/rooms/results/<date>-paging.txt.
 source "$(dirname "$0")/lib.sh"
 SECS=${ROOMS_SECONDS:-15}
 INGEST=${ROOMS_INGEST:-50000}
@@ -42,8 +42,9 @@ window() { # mode rep
     ip=$!
     sleep 1
     if [ "$mode" = beside ]; then
-        taskset -c 1 python3 benches/rooms/walk.py --url "$(URL)" --prefix $ROOM --limit "$LIMIT" \
-            --expect $((KEYS / ROOMS)) --seconds "$((SECS + 1))" --every "$EVERY" >"$D/walk-$rep.json" &
+        taskset -c 1 chrt --idle 0 python3 benches/rooms/walk.py --url "$(URL)" --prefix $ROOM \
+            --limit "$LIMIT" --expect $((KEYS / ROOMS)) --seconds "$((SECS + 1))" --every "$EVERY" \
+            >"$D/walk-$rep.json" &
         wp=$!
     fi
     L --rooms $ROOMS --keys $KEYS --mix poll --rate "$POLLS" -c 50 --warmup 1s --duration "${SECS}s" \
