@@ -135,6 +135,9 @@ struct Parked {
     deadline_ms: u64,
     /// When its token ends; `None`: it needed none.
     token_end_ms: Option<u64>,
+    /// A long-poll of a prefix woken by a key whose change was not yet
+    /// published: the server looks again with its next cut.
+    recheck: bool,
 }
 
 /// An ingest or a `DELETE` of a node of a log, waiting for its records to be

@@ -109,6 +109,35 @@ pub struct Waiters {
     empty_prefix: u64,
 }
 
+/// `worker` waits on `hash` (a key's or a prefix's) in `shard`; `first`
+/// runs when it is the first worker to.
+fn add_worker(shard: &Shard, hash: u64, worker: usize, first: impl FnOnce()) {
+    let Ok(mut m) = shard.lock() else {
+        return;
+    };
+    let list = m.entry(hash).or_insert_with(|| {
+        first();
+        Vec::new()
+    });
+    if !list.contains(&(worker as u16)) {
+        list.push(worker as u16);
+    }
+}
+
+/// Undo [`add_worker`]; `last` runs when no worker waits on `hash` any more.
+fn remove_worker(shard: &Shard, hash: u64, worker: usize, last: impl FnOnce()) {
+    let Ok(mut m) = shard.lock() else {
+        return;
+    };
+    if let Some(list) = m.get_mut(&hash) {
+        list.retain(|&w| w != worker as u16);
+        if list.is_empty() {
+            m.remove(&hash);
+            last();
+        }
+    }
+}
+
 /// The filter's two buckets of a prefix's hash.
 #[inline]
 fn buckets(hash: u64) -> [usize; 2] {
@@ -161,10 +190,8 @@ impl Waiters {
 
     /// Worker `worker` now has event streams of the prefix with `hash`.
     pub fn register_prefix(&self, hash: u64, worker: usize) {
-        let Ok(mut m) = self.prefix_shards[(hash >> 32) as usize % SHARDS].lock() else {
-            return;
-        };
-        let list = m.entry(hash).or_insert_with(|| {
+        let shard = &self.prefix_shards[(hash >> 32) as usize % SHARDS];
+        add_worker(shard, hash, worker, || {
             for b in buckets(hash) {
                 // Saturates rather than wraps: a saturated bucket only ever
                 // passes (more prefixes than 65,535 in one bucket).
@@ -172,30 +199,20 @@ impl Waiters {
                     .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_add(1));
             }
             self.prefixes.fetch_add(1, Ordering::AcqRel);
-            Vec::new()
         });
-        if !list.contains(&(worker as u16)) {
-            list.push(worker as u16);
-        }
     }
 
     /// Worker `worker` has no more streams of the prefix with `hash`.
     pub fn unregister_prefix(&self, hash: u64, worker: usize) {
-        let Ok(mut m) = self.prefix_shards[(hash >> 32) as usize % SHARDS].lock() else {
-            return;
-        };
-        if let Some(list) = m.get_mut(&hash) {
-            list.retain(|&w| w != worker as u16);
-            if list.is_empty() {
-                m.remove(&hash);
-                for b in buckets(hash) {
-                    let _ = self.filter[b].fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                        (n < u16::MAX).then(|| n.saturating_sub(1))
-                    });
-                }
-                self.prefixes.fetch_sub(1, Ordering::AcqRel);
+        let shard = &self.prefix_shards[(hash >> 32) as usize % SHARDS];
+        remove_worker(shard, hash, worker, || {
+            for b in buckets(hash) {
+                let _ = self.filter[b].fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < u16::MAX).then(|| n.saturating_sub(1))
+                });
             }
-        }
+            self.prefixes.fetch_sub(1, Ordering::AcqRel);
+        });
     }
 
     /// Tell the workers watching a prefix of `key` that it moved: a hash
@@ -277,30 +294,16 @@ impl Waiters {
 
     /// Worker `worker` now has polls parked on the key with `hash`.
     pub fn register(&self, hash: u64, worker: usize) {
-        let Ok(mut m) = self.shard(hash).lock() else {
-            return;
-        };
-        let list = m.entry(hash).or_insert_with(|| {
+        add_worker(self.shard(hash), hash, worker, || {
             self.keys.fetch_add(1, Ordering::AcqRel);
-            Vec::new()
         });
-        if !list.contains(&(worker as u16)) {
-            list.push(worker as u16);
-        }
     }
 
     /// Worker `worker` has no more polls parked on the key with `hash`.
     pub fn unregister(&self, hash: u64, worker: usize) {
-        let Ok(mut m) = self.shard(hash).lock() else {
-            return;
-        };
-        if let Some(list) = m.get_mut(&hash) {
-            list.retain(|&w| w != worker as u16);
-            if list.is_empty() {
-                m.remove(&hash);
-                self.keys.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
+        remove_worker(self.shard(hash), hash, worker, || {
+            self.keys.fetch_sub(1, Ordering::AcqRel);
+        });
     }
 
     /// `key` was updated: wake the workers waiting on it.

@@ -9,7 +9,7 @@
 
 mod common;
 use common::kafka::Broker;
-use common::rooms::{room, Held, Sse};
+use common::rooms::{room, writers, Held, Sse};
 use common::*;
 use pollbox_core::config::Config;
 use std::net::SocketAddr;
@@ -42,46 +42,6 @@ fn page(a: SocketAddr, query: &str) -> serde_json::Value {
     let r = get(a, &format!("/v1/boxes?{query}"));
     assert_eq!(r.status, 200, "{}", r.text());
     r.json()
-}
-
-/// Writers on both nodes: updates, creations and deletions under `room/`
-/// (and some elsewhere), until told to stop.
-fn writers(nodes: [SocketAddr; 2], stop: Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<usize>> {
-    (0..2u64)
-        .map(|w| {
-            let stop = stop.clone();
-            let a = nodes[w as usize];
-            std::thread::spawn(move || {
-                let mut x = 0x2545_f491_4f6c_dd1du64 ^ (w + 1);
-                let mut ops = 0;
-                let mut rd = Reader::new(connect(a));
-                while !stop.load(Ordering::Relaxed) {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let key = if x.is_multiple_of(10) {
-                        format!("lobby/k{}", x % 5)
-                    } else {
-                        format!("room/k{:02}", (x >> 8) % 30)
-                    };
-                    let req = if (x >> 20).is_multiple_of(6) {
-                        format!("DELETE /v1/boxes/{key} HTTP/1.1\r\nHost: t\r\n\r\n")
-                    } else {
-                        let body = format!(r#"{{"value":{}}}"#, x % 1000);
-                        format!(
-                            "POST /v1/boxes/{key} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
-                            body.len()
-                        )
-                    };
-                    rd.send(req.as_bytes());
-                    let r = rd.read(false);
-                    assert!(matches!(r.status, 200 | 204 | 404), "{}", r.text());
-                    ops += 1;
-                }
-                ops
-            })
-        })
-        .collect()
 }
 
 #[test]
@@ -134,7 +94,7 @@ fn every_node_pages_a_room_alike_and_a_stream_resumes_on_another_node() {
     // A stream on node A, then moved to node B (and back) with its id, while
     // writers on both nodes go on.
     let stop = Arc::new(AtomicBool::new(false));
-    let threads = writers(nodes, stop.clone());
+    let threads = writers(&nodes, 30, 6, stop.clone());
     let mut held = Held::default();
     let mut id: Option<String> = None;
     let mut x = 99u64;

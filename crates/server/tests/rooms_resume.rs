@@ -5,50 +5,10 @@
 //! exactly the room. Real sockets, real writers on every worker.
 
 mod common;
-use common::rooms::{room, Held, Sse};
+use common::rooms::{room, writers, Held, Sse};
 use common::*;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-
-/// Writers on their own connections: updates, creations and deletions of 40
-/// keys under `room/` and some under `other/`, until told to stop.
-fn writers(a: SocketAddr, stop: Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<usize>> {
-    (0..3u64)
-        .map(|w| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (w + 1);
-                let mut ops = 0;
-                let mut rd = Reader::new(connect(a));
-                while !stop.load(Ordering::Relaxed) {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let key = if x.is_multiple_of(10) {
-                        format!("other/k{}", x % 7)
-                    } else {
-                        format!("room/k{:02}", (x >> 8) % 40)
-                    };
-                    let req = if (x >> 20).is_multiple_of(8) {
-                        format!("DELETE /v1/boxes/{key} HTTP/1.1\r\nHost: t\r\n\r\n")
-                    } else {
-                        let body = format!(r#"{{"value":{}}}"#, x % 1000);
-                        format!(
-                            "POST /v1/boxes/{key} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
-                            body.len()
-                        )
-                    };
-                    rd.send(req.as_bytes());
-                    let r = rd.read(false);
-                    assert!(matches!(r.status, 200 | 204 | 404), "{}", r.text());
-                    ops += 1;
-                }
-                ops
-            })
-        })
-        .collect()
-}
 
 #[test]
 fn a_room_resumed_over_and_over_is_sent_exactly_what_moved() {
@@ -59,7 +19,7 @@ fn a_room_resumed_over_and_over_is_sent_exactly_what_moved() {
         assert_eq!(r.status, 200);
     }
     let stop = Arc::new(AtomicBool::new(false));
-    let threads = writers(a, stop.clone());
+    let threads = writers(&[a, a, a], 40, 8, stop.clone());
     let mut held = Held::default();
     let mut id: Option<String> = None;
     let mut reconnects = 0;

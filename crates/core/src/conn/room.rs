@@ -22,6 +22,9 @@ impl Connection {
                 let due = cx.service.park_due(&p.key, &p.park);
                 if due {
                     self.answer_parked(false, cx);
+                } else {
+                    // Its writer may not have published the change yet.
+                    p.recheck = true;
                 }
                 due
             }
@@ -40,13 +43,15 @@ impl Connection {
     /// the server's cut; a long-poll of a prefix is answered if it is due.
     /// Returns whether something was written.
     pub fn flush_room<H: Host>(&mut self, cx: &mut Ctx<'_, H>) -> bool {
-        if let Wait::Parked(p) = &self.wait {
+        if let Wait::Parked(p) = &mut self.wait {
             if !p.park.room {
                 return false;
             }
             let due = cx.service.park_due(&p.key, &p.park);
             if due {
                 self.answer_parked(false, cx);
+            } else {
+                p.recheck = false;
             }
             return due;
         }
@@ -68,6 +73,7 @@ impl Connection {
     /// cut: the server looks at it again with its next cut (the next tick).
     pub fn room_waits(&self) -> bool {
         match &self.wait {
+            Wait::Parked(p) => p.recheck,
             Wait::Streaming(s) => s.room.as_ref().is_some_and(|r| r.waits_cut),
             _ => false,
         }

@@ -154,6 +154,7 @@ impl Connection {
                                 park: p,
                                 deadline_ms: cx.now_ms + p.wait_ms,
                                 token_end_ms,
+                                recheck: false,
                             })));
                             return;
                         }

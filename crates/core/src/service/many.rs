@@ -121,15 +121,7 @@ impl Service {
             }
         }
         if frame.method == Method::Get && super::wants_event_stream(frame, buf) {
-            let resume = match (frame.field(&frame.last_event_id, buf), q.last_event_id) {
-                (Some(header), _) => Some(header.to_vec()),
-                // In a query its commas may be escaped (%2C).
-                (None, Some(raw)) => {
-                    let mut id = Vec::new();
-                    percent_decode_into(raw, &mut id).ok().map(|()| id)
-                }
-                (None, None) => None,
-            };
+            let resume = resume_id(frame, buf, q.last_event_id);
             return self.subscribe_many(x, resume.as_deref());
         }
         let Some(wait) = q.wait_ms else {
@@ -328,6 +320,23 @@ impl Service {
         };
         self.heads.write(x.out, x.host, &a, &self.body);
         x.reply()
+    }
+}
+
+/// Where a stream of many boxes or of a prefix resumes: `Last-Event-ID`, else
+/// `?last_event_id=` percent-decoded (its commas may come escaped, %2C).
+pub(super) fn resume_id(
+    frame: &crate::http::Frame,
+    buf: &[u8],
+    query: Option<&[u8]>,
+) -> Option<Vec<u8>> {
+    match (frame.field(&frame.last_event_id, buf), query) {
+        (Some(header), _) => Some(header.to_vec()),
+        (None, Some(raw)) => {
+            let mut id = Vec::new();
+            percent_decode_into(raw, &mut id).ok().map(|()| id)
+        }
+        (None, None) => None,
     }
 }
 

@@ -281,14 +281,7 @@ impl Service {
             }
         }
         if stream {
-            let id = match (frame.field(&frame.last_event_id, buf), q.last_event_id) {
-                (Some(header), _) => Some(header.to_vec()),
-                (None, Some(raw)) => {
-                    let mut id = Vec::new();
-                    percent_decode_into(raw, &mut id).ok().map(|()| id)
-                }
-                (None, None) => None,
-            };
+            let id = super::many::resume_id(frame, buf, q.last_event_id);
             return self.subscribe_prefix(x, id.as_deref());
         }
         let max = self.node.config.limits.max_page_boxes;

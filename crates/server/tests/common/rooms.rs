@@ -7,6 +7,8 @@ use super::*;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// One server-sent event.
 #[derive(Debug, Default)]
@@ -169,4 +171,51 @@ pub fn room(a: SocketAddr, prefix: &str) -> BTreeMap<String, (u64, String)> {
             None => return all,
         }
     }
+}
+
+/// A writer on each of `nodes` (its own connection), until `stop`: updates,
+/// creations and (one in `delete_one_in`) deletions of `keys` keys
+/// `room/kNN`, and one in ten elsewhere (`lobby/kN`). Returns the writes.
+pub fn writers(
+    nodes: &[SocketAddr],
+    keys: u64,
+    delete_one_in: u64,
+    stop: Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<usize>> {
+    nodes
+        .iter()
+        .enumerate()
+        .map(|(w, &a)| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (w as u64 + 1);
+                let mut ops = 0;
+                let mut rd = Reader::new(connect(a));
+                while !stop.load(Ordering::Relaxed) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let key = if x.is_multiple_of(10) {
+                        format!("lobby/k{}", x % 7)
+                    } else {
+                        format!("room/k{:02}", (x >> 8) % keys)
+                    };
+                    let req = if (x >> 20).is_multiple_of(delete_one_in) {
+                        format!("DELETE /v1/boxes/{key} HTTP/1.1\r\nHost: t\r\n\r\n")
+                    } else {
+                        let body = format!(r#"{{"value":{}}}"#, x % 1000);
+                        format!(
+                            "POST /v1/boxes/{key} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        )
+                    };
+                    rd.send(req.as_bytes());
+                    let r = rd.read(false);
+                    assert!(matches!(r.status, 200 | 204 | 404), "{}", r.text());
+                    ops += 1;
+                }
+                ops
+            })
+        })
+        .collect()
 }
