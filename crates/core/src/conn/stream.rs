@@ -34,9 +34,11 @@ impl Connection {
         if self.closing.is_some() {
             return false;
         }
-        if let Some(room) = s.room.as_mut() {
-            // A prefix: its listing goes on a step at a time, and the keys
-            // that moved are sent at their newest, once the queue is empty.
+        if s.room.is_some() || s.many.is_some() {
+            // Many boxes, or a prefix: what is marked (the boxes that moved;
+            // a prefix's listing, a step at a time) is looked at once the
+            // queue is empty, each box coalesced on its own; a box that goes
+            // is an event, and the stream goes on.
             if !s.dirty || !self.sendq.is_empty() {
                 return false;
             }
@@ -46,32 +48,14 @@ impl Connection {
                 host,
                 now_ms,
             } = cx;
-            let sent = self.sendq.append(&mut buffers.send, |out| {
-                service.stream_room(&s.key, room, out, *host)
-            });
-            s.dirty = room.pending();
-            if sent > 0 {
-                s.heartbeat_ms = *now_ms + service.node().config.http.sse_heartbeat_ms;
-            }
-            return sent > 0;
-        }
-        if let Some(watching) = s.many.as_mut() {
-            // Many boxes: those marked dirty are looked at once the queue is
-            // empty, each coalesced on its own; a box that goes is an event,
-            // and the stream goes on.
-            if !s.dirty || !self.sendq.is_empty() {
-                return false;
-            }
-            s.dirty = false;
-            let Ctx {
-                service,
-                buffers,
-                host,
-                now_ms,
-            } = cx;
-            let sent = self.sendq.append(&mut buffers.send, |out| {
-                service.stream_many(&s.key, watching, out, *host)
-            });
+            let sent =
+                self.sendq
+                    .append(&mut buffers.send, |out| match (&mut s.room, &mut s.many) {
+                        (Some(room), _) => service.stream_room(&s.key, room, out, *host),
+                        (None, Some(watching)) => service.stream_many(&s.key, watching, out, *host),
+                        (None, None) => 0,
+                    });
+            s.dirty = s.room.as_ref().is_some_and(|r| r.pending());
             if sent > 0 {
                 s.heartbeat_ms = *now_ms + service.node().config.http.sse_heartbeat_ms;
             }
