@@ -75,7 +75,7 @@ use crate::http::{
     Frame, Framer, FramerState, HttpError, Limits, Method, Progress, Version, CONTINUE,
 };
 use crate::service::{
-    parked_prefix, Event, Host, Listener, Park, Pending, Reply, Report, Request, RoomWatch,
+    parked_prefix, Event, Host, Listener, Paging, Park, Pending, Reply, Report, Request, RoomWatch,
     RouteLabel, Service, Stream, Watching, DELETED, HEARTBEAT,
 };
 
@@ -124,6 +124,15 @@ enum Wait {
     Parked(Box<Parked>),
     Logging(Box<Logging>),
     Streaming(Streaming),
+    /// A page of a prefix being built between other connections' turns.
+    Paging(Box<PagingWait>),
+}
+
+/// A page of a prefix this connection answers next ([`Wait::Paging`]).
+#[derive(Debug)]
+struct PagingWait {
+    frame: Frame,
+    paging: Box<Paging>,
 }
 
 /// A long-poll waiting on this connection.
@@ -588,6 +597,8 @@ impl Connection {
             // The stream ends with the connection: once what is queued is
             // sent. An EventSource reconnects (elsewhere) after `retry`.
             Wait::Streaming(_) => self.end_stream(cx.now_ms, cx.service),
+            // Answered at its last step, with `Connection: close`.
+            Wait::Paging(_) => {}
             Wait::None => {
                 if self.sendq.is_empty() && self.rend == self.rstart {
                     self.closing = Some(Closing::Now);
@@ -702,7 +713,7 @@ impl Connection {
         match &wait {
             Wait::Parked(_) | Wait::Streaming(_) => self.queue.push(Action::Watch(Watch::QUEUED)),
             Wait::Logging(l) => self.queue.push(Action::Await(l.pending.request)),
-            Wait::None => {}
+            Wait::Paging(_) | Wait::None => {}
         }
         self.wait = wait;
     }
@@ -719,7 +730,7 @@ impl Connection {
                 |q| matches!(q, Action::Await(_)),
                 Action::Unawait(l.pending.request),
             ),
-            Wait::None => {}
+            Wait::Paging(_) | Wait::None => {}
         }
         old
     }

@@ -375,6 +375,10 @@ impl Worker {
         let mut i = 0;
         while i < later.len() && self.clock() < self.clocks.next_tick_ms {
             self.on_event(later[i]);
+            if self.pages(later[i]) {
+                // Another step of its page, after what became ready.
+                later.push(later[i]);
+            }
             i += 1;
             if i == later.len() {
                 break;
@@ -402,7 +406,9 @@ impl Worker {
         self.scratch.later = later;
     }
 
-    /// Serve `ev` now, or add it to `later` if it is a connection that ingests.
+    /// Serve `ev` now, or add it to `later` if it is a connection that ingests
+    /// (or, once served, builds a page of a prefix: its next steps come
+    /// later, between other connections' turns).
     fn serve_or_defer(&mut self, ev: Ready, later: &mut Vec<Ready>) {
         let ingests = Token(ev.token)
             .0
@@ -413,7 +419,19 @@ impl Worker {
             later.push(ev);
         } else {
             self.on_event(ev);
+            if self.pages(ev) {
+                later.push(ev);
+            }
         }
+    }
+
+    /// Whether `ev`'s connection builds a page of a prefix.
+    fn pages(&mut self, ev: Ready) -> bool {
+        Token(ev.token)
+            .0
+            .checked_sub(FIRST_CONN)
+            .and_then(|slot| self.sockets.conns.get_mut(slot))
+            .is_some_and(|c| c.core.paging())
     }
 
     /// The ring cannot be used: write with `send` from now on.

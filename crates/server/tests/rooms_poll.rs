@@ -185,3 +185,31 @@ fn prefix_streams_and_long_polls_count_against_a_clients_streams() {
     }
     s.shutdown().unwrap();
 }
+
+#[test]
+fn a_page_built_in_steps_is_answered_in_order_with_what_is_pipelined() {
+    let s = start(config());
+    let a = s.addr();
+    for i in 0..300 {
+        put(a, &format!("room/k{i:03}"), i);
+    }
+    // A page of 300 (several steps), then a poll, on one connection.
+    let mut rd = Reader::new(connect(a));
+    rd.send(
+        b"GET /v1/boxes?prefix=room%2F&limit=300 HTTP/1.1\r\nHost: t\r\n\r\n\
+          GET /v1/boxes/room/k007 HTTP/1.1\r\nHost: t\r\n\r\n\
+          HEAD /v1/boxes?prefix=room%2F&limit=2 HTTP/1.1\r\nHost: t\r\n\r\n",
+    );
+    let page = rd.read(false);
+    assert_eq!(page.status, 200, "{}", page.text());
+    let want: Vec<String> = (0..300).map(|i| format!("room/k{i:03}")).collect();
+    assert_eq!(keys(&page.json()["boxes"]), want);
+    assert_eq!(page.json()["next"], Value::Null);
+    let poll = rd.read(false);
+    assert_eq!(poll.status, 200);
+    assert_eq!(poll.json()["k"], "room/k007");
+    let head = rd.read(true);
+    assert_eq!(head.status, 200);
+    assert!(head.body.is_empty());
+    s.shutdown().unwrap();
+}

@@ -9,6 +9,31 @@
 use super::*;
 
 impl Connection {
+    /// Whether a page of a prefix is being built here: the server gives it
+    /// a step at each of its turns ([`Connection::page_step`]).
+    pub fn paging(&self) -> bool {
+        matches!(self.wait, Wait::Paging(_)) && self.closing.is_none()
+    }
+
+    /// One step of the page being built; the last one writes the answer
+    /// and serves what was pipelined behind it. Returns whether it was
+    /// answered.
+    pub fn page_step<H: Host>(&mut self, cx: &mut Ctx<'_, H>) -> bool {
+        let Wait::Paging(p) = &mut self.wait else {
+            return false;
+        };
+        if !cx.service.page_step(&mut p.paging) {
+            return false;
+        }
+        let Wait::Paging(p) = self.take_wait(|w| matches!(w, Wait::Paging(_))) else {
+            return false;
+        };
+        self.answer_held(&p.frame, cx, |service, request, out, host| {
+            service.page_answer(request, &p.paging, out, host)
+        });
+        true
+    }
+
     /// The box of `key`, under the prefix this connection streams or
     /// long-polls, was created, updated, deleted or expired
     /// (docs/http.md#rooms). A long-poll is answered now if something under

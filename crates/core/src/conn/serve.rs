@@ -158,6 +158,14 @@ impl Connection {
                             })));
                             return;
                         }
+                        Reply::Page(paging) => {
+                            // Built a step at a time (`Connection::page_step`),
+                            // answered in order with what is pipelined behind.
+                            let frame = frame.clone();
+                            self.hold_request(cx.buffers);
+                            self.begin_wait(Wait::Paging(Box::new(PagingWait { frame, paging })));
+                            return;
+                        }
                         Reply::Log(pending) => {
                             let deadline_ms = cx.now_ms + service.node().config.log.ack_timeout_ms;
                             let frame = frame.clone();

@@ -36,7 +36,7 @@ pub use answer::{error_body, Answer, Heads, JSON, TEXT};
 pub use cors::{Cors, PREFLIGHT};
 pub use logged::Pending;
 pub use many::{ManyKeys, Watching};
-pub use rooms::{parked_prefix, RoomWatch, DEFAULT_PAGE, LIST_STEP, MOVED_CAP};
+pub use rooms::{parked_prefix, Paging, RoomWatch, DEFAULT_PAGE, LIST_STEP, MOVED_CAP};
 pub use stream::{write_event, write_expired, Event, Stream, DELETED, HEARTBEAT};
 pub use tally::{IngestResult, Removal, RouteLabel};
 
@@ -209,6 +209,9 @@ pub enum Reply {
     /// Not answered: a node of a log produced the request's records and
     /// waits for them.
     Log(Box<Pending>),
+    /// Not answered yet: a page of a prefix, built a step at a time between
+    /// other connections' turns ([`Service::page_step`]).
+    Page(Box<Paging>),
 }
 
 /// A long-poll that has to wait until the box's version passes `after`, at most

@@ -22,6 +22,11 @@ impl Worker {
     /// then close it or put it back.
     pub(super) fn settle(&mut self, slot: usize, mut c: Box<Conn>) {
         let mut close = false;
+        // A page of a prefix takes one step a settle: the worker serves other
+        // connections between two (`Worker::serve` gives it its turns).
+        if c.core.paging() {
+            self.timed(|cx| c.core.page_step(cx));
+        }
         loop {
             if c.unread && c.core.wants_read() && !self.read(&mut c) {
                 return self.close(slot, c);
