@@ -128,13 +128,6 @@ enum Wait {
     Paging(Box<PagingWait>),
 }
 
-/// A page of a prefix this connection answers next ([`Wait::Paging`]).
-#[derive(Debug)]
-struct PagingWait {
-    frame: Frame,
-    paging: Box<Paging>,
-}
-
 /// A long-poll waiting on this connection.
 #[derive(Debug)]
 struct Parked {
@@ -543,9 +536,7 @@ impl Connection {
     ) -> bool {
         if let Wait::Streaming(s) = &mut self.wait {
             if let Some(room) = s.room.as_ref() {
-                // A prefix stream learns which keys moved one by one
-                // ([`Connection::on_prefix_moved`]); here it only goes on
-                // with what it has (its listing, once registered).
+                // Its keys come one by one (`on_prefix_moved`): only go on.
                 s.dirty = room.pending();
             }
             if let Some(watching) = s.many.as_mut() {
@@ -800,6 +791,7 @@ mod actions;
 mod held;
 mod read_buffer;
 mod room;
+use room::PagingWait;
 mod serve;
 mod stream;
 use actions::Queue;

@@ -8,6 +8,13 @@
 
 use super::*;
 
+/// A page of a prefix this connection answers next ([`Wait::Paging`]).
+#[derive(Debug)]
+pub(super) struct PagingWait {
+    pub(super) frame: Frame,
+    pub(super) paging: Box<Paging>,
+}
+
 impl Connection {
     /// Whether a page of a prefix is being built here: the server gives it
     /// a step at each of its turns ([`Connection::page_step`]).

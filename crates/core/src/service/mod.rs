@@ -20,6 +20,7 @@ mod cors;
 mod ingest;
 mod logged;
 mod many;
+mod pages;
 mod poll;
 mod refusal;
 mod rooms;
@@ -36,7 +37,8 @@ pub use answer::{error_body, Answer, Heads, JSON, TEXT};
 pub use cors::{Cors, PREFLIGHT};
 pub use logged::Pending;
 pub use many::{ManyKeys, Watching};
-pub use rooms::{parked_prefix, Paging, RoomWatch, DEFAULT_PAGE, LIST_STEP, MOVED_CAP};
+pub use pages::{Paging, PAGE_STEP};
+pub use rooms::{parked_prefix, RoomWatch, DEFAULT_PAGE, LIST_STEP, MOVED_CAP};
 pub use stream::{write_event, write_expired, Event, Stream, DELETED, HEARTBEAT};
 pub use tally::{IngestResult, Removal, RouteLabel};
 

@@ -16,6 +16,7 @@
 //! its mutexes (the one bounded step a creation can wait behind), then reads
 //! each box as a poll does, locking nothing.
 
+use super::pages::Paging;
 use super::{Exchange, Park, Reply, RouteLabel, Service, Stream, Target};
 use crate::auth::Need;
 use crate::boxes::{is_prefix, past, MarkedKeys};
@@ -31,30 +32,6 @@ pub const LIST_STEP: usize = 64;
 /// Keys a long-poll of a prefix looks at under one hold of a mutex of the
 /// key order.
 const SCAN_STEP: usize = 1024;
-/// Boxes a page reads in one step (about 60 µs of a worker) before the
-/// worker serves other connections (docs/boxes.md#rooms).
-pub const PAGE_STEP: usize = 64;
-
-/// A page of a prefix being built, a step at a time: a page of 1,000 boxes
-/// is about a millisecond of a worker, which polls should not wait behind.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Paging {
-    prefix: Box<[u8]>,
-    /// The last key looked at (the next step goes on after it).
-    after: Option<Vec<u8>>,
-    /// Keys still to look at.
-    left: usize,
-    /// `{"boxes":[` and the boxes so far.
-    body: Vec<u8>,
-    first: bool,
-    /// Whether keys follow the last one looked at (known once a step ends
-    /// the page).
-    more: bool,
-    /// The watermark read before the first step.
-    cut: Vec<u64>,
-    done: bool,
-}
-
 /// What a prefix stream keeps between events (docs/http.md#rooms): where its
 /// listing stands, and the keys under the prefix that moved while its queue
 /// was not empty or past the cut (sent, each at its newest, later).
@@ -141,7 +118,7 @@ impl RoomWatch {
 }
 
 /// The hexadecimal of `bytes`.
-fn write_hex(bytes: &[u8], out: &mut Vec<u8>) {
+pub(super) fn write_hex(bytes: &[u8], out: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     for &b in bytes {
         out.push(HEX[(b >> 4) as usize]);
@@ -361,92 +338,10 @@ impl Service {
             (true, None) => self.write_page(x, after.as_deref(), limit, true),
             (false, _) => {
                 self.walk_cut();
-                let mut body = Vec::with_capacity(limit.min(PAGE_STEP) * 96);
-                body.extend_from_slice(b"{\"boxes\":[");
-                Reply::Page(Box::new(Paging {
-                    prefix: self.key.as_slice().into(),
-                    after,
-                    left: limit,
-                    body,
-                    first: true,
-                    more: false,
-                    cut: self.walk_cut.clone(),
-                    done: false,
-                }))
+                let page = Paging::new(&self.key, after, limit, &self.walk_cut);
+                Reply::Page(Box::new(page))
             }
         }
-    }
-
-    /// One step of a page: at most [`PAGE_STEP`] keys copied out of the key
-    /// order (one hold of its mutex) and their boxes read. Returns whether
-    /// the page is complete.
-    pub fn page_step(&mut self, p: &mut Paging) -> bool {
-        if p.done {
-            return true;
-        }
-        self.scratch.clear();
-        let step = p.left.min(PAGE_STEP);
-        let boxes = &self.node.boxes;
-        let (n, more) = boxes
-            .order()
-            .page(&p.prefix, p.after.as_deref(), step, &mut self.scratch);
-        let mut last = None;
-        for key in ManyKeys(&self.scratch) {
-            let mark = p.body.len();
-            if !p.first {
-                p.body.push(b',');
-            }
-            // Gone since the keys were copied: not in the page (a box that
-            // lived through the walk is never missing).
-            if boxes.poll(key, &mut p.body).is_some() {
-                p.first = false;
-            } else {
-                p.body.truncate(mark);
-            }
-            last = Some(key);
-        }
-        if let Some(k) = last {
-            p.after = Some(k.to_vec());
-        }
-        p.left -= n.min(p.left);
-        p.more = more;
-        p.done = !more || p.left == 0 || n == 0;
-        p.done
-    }
-
-    /// Answer a page built by [`Service::page_step`]:
-    /// `{"boxes":[...],"next":"..."|null,"after":"W"}`.
-    pub fn page_answer<H: Host>(
-        &mut self,
-        request: super::Request<'_>,
-        p: &Paging,
-        out: &mut Vec<u8>,
-        host: &mut H,
-    ) -> Reply {
-        let super::Request { frame, buf, .. } = request;
-        self.heads.begin(frame.field(&frame.origin, buf));
-        let creds = &mut crate::auth::Credentials::default();
-        let x = &mut Exchange::new(request, out, host, creds);
-        self.body.clear();
-        self.body.extend_from_slice(&p.body);
-        self.body.extend_from_slice(b"],\"next\":");
-        match (p.more, &p.after) {
-            (true, Some(key)) => {
-                self.body.push(b'"');
-                write_hex(key, &mut self.body);
-                self.body.push(b'"');
-            }
-            _ => self.body.extend_from_slice(b"null"),
-        }
-        self.body.extend_from_slice(b",\"after\":\"");
-        write_watermark(self.node.boxes.lanes().run(), &p.cut, &mut self.body);
-        self.body.extend_from_slice(b"\"}");
-        let a = Answer {
-            head_only: x.frame.method == Method::Head,
-            ..x.json(RouteLabel::Page, 200)
-        };
-        self.heads.write(x.out, x.host, &a, &self.body);
-        x.reply()
     }
 
     /// Answer one page: `{"boxes":[...],"next":"..."|null,"after":"W"}`
