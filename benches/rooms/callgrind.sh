@@ -117,13 +117,7 @@ PY
 log_to "$OUT"
 header "bash benches/rooms/callgrind.sh: ROOMS_STREAMS=\"$COUNTS\" ROOMS_DURATION=$DUR ROOMS_BATCH=$BATCH ROOMS_BODY=$BODY ROOMS_KEYS=$KEYS ROOMS_ROOMS=$NROOMS ROOMS_REPS=$REPS"
 echo "# the server under valgrind --tool=callgrind; per round: none, then streams-N (N prefix streams on watch-<i>/) for N in $COUNTS"
-for rep in $(seq "$REPS"); do
-    for kind in none $(for n in $COUNTS; do echo "streams-$n"; done); do
-        run_one "$kind" "$rep" >"$D/last"
-        cat "$D/last"
-        cat "$D/last" >>"$D/runs.jsonl"
-    done
-done
+rounds none $(for n in $COUNTS; do echo "streams-$n"; done)
 machine_state
 python3 - "$D/runs.jsonl" <<'PY'
 import json, statistics, sys

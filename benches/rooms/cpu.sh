@@ -69,13 +69,7 @@ PY
 log_to "$OUT"
 header "bash benches/rooms/cpu.sh: ROOMS_SUBS=$S ROOMS_RATE=$RATE ROOMS_BATCH=$BATCH ROOMS_BOXES=$BOXES ROOMS_SECONDS=$SECS ROOMS_REPS=$REPS"
 echo "# per round, a fresh server each: none (publisher only), onebox ($((S * BOXES)) streams of one box), prefix ($S streams of room-0/)"
-for rep in $(seq "$REPS"); do
-    for kind in none onebox prefix; do
-        run_one "$kind" "$rep" >"$D/last"
-        cat "$D/last"
-        cat "$D/last" >>"$D/runs.jsonl"
-    done
-done
+rounds none onebox prefix
 machine_state
 python3 - "$D/runs.jsonl" <<'PY'
 import json, statistics, sys

@@ -107,3 +107,16 @@ Lbg() {
 # log_to FILE: everything from here on to FILE and the terminal (in this shell, so
 # that the EXIT trap still stops what the script started).
 log_to() { exec > >(tee "$1") 2>&1; }
+
+# ROOMS_REPS rounds of `run_one KIND REP` for each KIND given, in order: each
+# run's JSON line printed and kept in $D/runs.jsonl.
+rounds() {
+    local rep kind
+    for rep in $(seq "$REPS"); do
+        for kind in "$@"; do
+            run_one "$kind" "$rep" >"$D/last"
+            cat "$D/last"
+            cat "$D/last" >>"$D/runs.jsonl"
+        done
+    done
+}

@@ -60,13 +60,7 @@ PY
 log_to "$OUT"
 header "bash benches/rooms/memory.sh: ROOMS_STREAMS=$N ROOMS_REPS=$REPS"
 echo "# per round, a fresh server each: distinct ($N prefix streams, room-i/), same ($N prefix streams of room-0/), onebox ($N streams of one box)"
-for rep in $(seq "$REPS"); do
-    for kind in distinct same onebox; do
-        run_one "$kind" "$rep" >"$D/last"
-        cat "$D/last"
-        cat "$D/last" >>"$D/runs.jsonl"
-    done
-done
+rounds distinct same onebox
 machine_state
 python3 - "$D/runs.jsonl" <<'PY'
 import json, statistics, sys

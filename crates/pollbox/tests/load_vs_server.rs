@@ -83,6 +83,16 @@ fn open_loop_rate_is_delivered_within_two_percent() {
     s.shutdown().unwrap();
 }
 
+/// `pollbox_sse_events_total`: the events the server sent on its streams.
+fn sse_events_sent(s: &Server) -> u64 {
+    let text = pollbox_memcheck::scrape(&format!("http://{}", s.addr())).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("pollbox_sse_events_total "))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
 /// The `sse` operation: its streams are the server's subscribers, every
 /// event it counts the server sent, and it measures publish-to-receive latency.
 #[test]
@@ -109,13 +119,7 @@ fn the_sse_operation_counts_events_the_server_sent() {
         sse.events
     );
     assert!(sse.latency_ms.max > 0.0);
-    let text = pollbox_memcheck::scrape(&format!("http://{}", s.addr())).unwrap();
-    let sent: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("pollbox_sse_events_total "))
-        .unwrap()
-        .parse()
-        .unwrap();
+    let sent = sse_events_sent(&s);
     assert!(
         sent >= sse.events,
         "server sent {sent}, generator counted {}",
@@ -154,13 +158,7 @@ fn prefix_streams_list_their_rooms_and_count_events_the_server_sent() {
         p.events
     );
     assert!(p.latency_ms.max > 0.0, "{p:?}");
-    let text = pollbox_memcheck::scrape(&format!("http://{}", s.addr())).unwrap();
-    let sent: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("pollbox_sse_events_total "))
-        .unwrap()
-        .parse()
-        .unwrap();
+    let sent = sse_events_sent(&s);
     assert!(
         sent >= p.events + p.listed,
         "server sent {sent}, generator counted {} + {} listed",
