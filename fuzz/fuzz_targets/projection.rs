@@ -136,6 +136,8 @@ fn setup(data: &[u8]) -> Option<(Setup, &[u8])> {
         max_boxes: MAX_BOXES[usize::from(b0 >> 6)],
         max_payload_bytes,
         ttl_s: 0,
+        // Both ways: the key order kept for rooms, and none.
+        rooms: b3 & 8 != 0,
         fields: Vec::new(),
     };
     for (i, fb) in field_bytes.chunks_exact(2).enumerate() {

@@ -74,6 +74,7 @@ fn plans() -> &'static [Arc<Plan>] {
                 max_payload_bytes: 256,
                 max_boxes: 1000,
                 ttl_s: 0,
+                rooms: true,
                 fields,
             })
         };
