@@ -164,7 +164,6 @@ impl Server {
                 waiters: shared.waiters().clone(),
                 lifecycle: shared.lifecycle().clone(),
                 producer: shared.producer().cloned(),
-                started: shared.started(),
             })?),
             None => None,
         };

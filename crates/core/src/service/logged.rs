@@ -14,7 +14,7 @@
 //! writes the answer.
 
 use super::ingest::refuse;
-use super::{Answer, Exchange, Host, IngestResult, Reply, Request, RouteLabel, Service};
+use super::{Answer, Exchange, Host, IngestResult, LogRecord, Reply, Request, RouteLabel, Service};
 use crate::log::Report;
 use crate::plan::MessageError;
 use crate::projection::{BodyFormat, KeySource, Shape};
@@ -215,7 +215,7 @@ impl Service {
         };
         let mut p = Pending::new(kind, route);
         p.request = x.host.log_request();
-        let mut unavailable = false;
+        let mut records = Vec::with_capacity(batch.items.len());
         for (i, item) in batch.items.iter().enumerate() {
             let m = match item {
                 Ok(m) => m,
@@ -253,16 +253,24 @@ impl Service {
                 p.single = Some(Report::Refused(e));
                 continue;
             }
-            let value = body.get(m.span.0 as usize..m.span.1 as usize);
-            if unavailable || x.host.produce(p.request, i as u32, key, value).is_err() {
-                // The log takes nothing now: the rest is not produced either.
-                unavailable = true;
-                p.failed = true;
-                p.unsent += 1;
-                continue;
-            }
-            p.records += 1;
+            records.push(LogRecord {
+                index: i as u32,
+                key,
+                value: body.get(m.span.0 as usize..m.span.1 as usize),
+            });
         }
+        // One batch: the log takes all of it, or (its client's queue full)
+        // part or none, and the rest is not produced.
+        if !records.is_empty() {
+            let taken = x.host.produce(p.request, &records).min(records.len());
+            p.records = taken as u32;
+            let unsent = records.len() - taken;
+            if unsent > 0 {
+                p.failed = true;
+                p.unsent += unsent as u64;
+            }
+        }
+        drop(records);
         drop(batch);
         if p.records == 0 {
             // Nothing to wait for: every message was refused, or the log
@@ -281,7 +289,12 @@ impl Service {
         let key = self.key.clone();
         let mut p = Pending::new(Kind::Delete { key }, RouteLabel::Delete);
         p.request = x.host.log_request();
-        if x.host.produce(p.request, 0, &self.key, None).is_err() {
+        let tombstone = LogRecord {
+            index: 0,
+            key: &self.key,
+            value: None,
+        };
+        if x.host.produce(p.request, &[tombstone]) == 0 {
             p.failed = true;
             return self.answer_pending(x, &mut p);
         }

@@ -105,9 +105,18 @@ impl Node {
     }
 }
 
-/// The log cannot take a record now ([`Host::produce`]).
+/// The log cannot take a record now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogUnavailable;
+
+/// One record a node of a log produces ([`Host::produce`]): the message at
+/// `index` of its request, under `key`; `value` `None` is a tombstone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogRecord<'a> {
+    pub index: u32,
+    pub key: &'a [u8],
+    pub value: Option<&'a [u8]>,
+}
 
 /// What the service and the connections need from the server around them.
 pub trait Host: Watchers {
@@ -128,19 +137,14 @@ pub trait Host: Watchers {
     fn log_request(&mut self) -> u64 {
         0
     }
-    /// A node of a log: produce one record for record `index` of `request`
-    /// (`value` `None`: a tombstone); its fate is reported to the waiting
-    /// connection ([`crate::conn::Connection::on_log_report`]). `Err`: the log
-    /// cannot take it now.
-    fn produce(
-        &mut self,
-        request: u64,
-        index: u32,
-        key: &[u8],
-        value: Option<&[u8]>,
-    ) -> Result<(), LogUnavailable> {
-        let _ = (request, index, key, value);
-        Err(LogUnavailable)
+    /// A node of a log: produce the `records` of `request` together (a
+    /// request's records are one batch); each one's fate is reported to the
+    /// waiting connection ([`crate::conn::Connection::on_log_report`]).
+    /// Returns how many the log took: the rest were not produced (the log
+    /// cannot take them now).
+    fn produce(&mut self, request: u64, records: &[LogRecord<'_>]) -> usize {
+        let _ = (request, records);
+        0
     }
     /// A request on a connection past `max_connections` was refused (it was
     /// not a probe).

@@ -1,7 +1,7 @@
 //! A [`Host`] that records what it is told, for unit tests of the service and
 //! the connection state machine.
 
-use super::{Host, IngestResult, LogUnavailable, Removal, RouteLabel};
+use super::{Host, IngestResult, LogRecord, Removal, RouteLabel};
 
 /// A record a node of a log produced: request, index, key, value.
 pub type Produced = (u64, u32, Vec<u8>, Option<Vec<u8>>);
@@ -63,19 +63,19 @@ impl Host for Recorder {
         self.requests += 1;
         self.requests
     }
-    fn produce(
-        &mut self,
-        request: u64,
-        index: u32,
-        key: &[u8],
-        value: Option<&[u8]>,
-    ) -> Result<(), LogUnavailable> {
+    fn produce(&mut self, request: u64, records: &[LogRecord<'_>]) -> usize {
         if self.log_down {
-            return Err(LogUnavailable);
+            return 0;
         }
-        self.produced
-            .push((request, index, key.to_vec(), value.map(<[u8]>::to_vec)));
-        Ok(())
+        for r in records {
+            self.produced.push((
+                request,
+                r.index,
+                r.key.to_vec(),
+                r.value.map(<[u8]>::to_vec),
+            ));
+        }
+        records.len()
     }
     fn ingested(&mut self, result: IngestResult, n: u64) {
         if n > 0 {

@@ -8,7 +8,7 @@
 //! reports. See the module above for what they share; [`Consuming`] is what
 //! they are handed.
 
-use super::produce::{Producer, Ticket};
+use super::produce::Producer;
 use super::reports::PassReports;
 use super::topic::{self, LogProblem};
 use super::{client_config, LogState, PartitionState, LOG_REFUSED_EXIT};
@@ -22,7 +22,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaResult;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use std::io;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -34,10 +34,6 @@ const POLL: Duration = Duration::from_millis(100);
 /// is empty, or after this many records (a replay's queue is never empty),
 /// and then the workers learn what it applied.
 const PASS_RECORDS: u32 = 256;
-/// How often the producer's delivery reports are served while records
-/// come, and how many records go between two looks at the clock for it.
-const DELIVERIES_EVERY: Duration = Duration::from_millis(1);
-const DELIVERIES_LOOK: u32 = 16;
 /// How often the log's end is read again for the lag.
 const END_EVERY: Duration = Duration::from_secs(1);
 /// Between two attempts to reach an unreachable log.
@@ -81,22 +77,27 @@ pub struct Consuming {
     /// Draining (the log's start is no longer waited for) and the workers
     /// stopped (the thread ends).
     pub lifecycle: Arc<Lifecycle>,
-    /// The node's producer: its delivery reports are served here, and its
-    /// client reads the log's end.
+    /// The node's producer: its delivery reports are served by a thread of
+    /// their own, and its client reads the log's end.
     pub producer: Option<Arc<Producer>>,
-    /// The server's clock starts here (a ticket's `sent_ns` is on it).
-    pub started: Instant,
 }
 
 /// Start the consuming thread, and beside it the one that reads the log's
 /// end every second (for the lag; a request to the broker that the consuming
-/// thread would otherwise wait for between records).
+/// thread would otherwise wait for between records) and the one that serves
+/// the producer's delivery reports (produce.rs).
 pub fn spawn(consuming: Consuming) -> io::Result<JoinHandle<()>> {
     let c = Arc::new(consuming);
     let ends = c.clone();
     std::thread::Builder::new()
         .name("pollbox-log-end".into())
         .spawn(move || watch_ends(&ends))?;
+    if let Some(p) = c.producer.clone() {
+        let acks = c.clone();
+        std::thread::Builder::new()
+            .name("pollbox-acks".into())
+            .spawn(move || p.serve_acks(&acks.log, &acks.waiters, || done(&acks)))?;
+    }
     std::thread::Builder::new()
         .name("pollbox-log".into())
         .spawn(move || run(&c))
@@ -254,30 +255,12 @@ fn apply(c: &Consuming, consumer: &BaseConsumer, starts: &[i64], share: Share) {
     if log.catch_up() {
         eprintln!("pollbox: log: caught up (nothing to replay)");
     }
-    // The first thread serves the producer's delivery reports.
-    let producer = c.producer.as_ref().filter(|_| share.k == 0);
-    let (mut since_deliveries, mut served_at) = (0u32, Instant::now());
     let mut pass = PassReports::new(c.waiters.workers());
     // A pass goes on without waiting while records are queued; it ends, and
     // the workers learn what it applied, when the queue is empty.
     let mut wait = POLL;
     while !done(c) && !log.halted() {
         let polled = consumer.poll(wait);
-        since_deliveries += 1;
-        // The delivery reports at least every DELIVERIES_EVERY_MS while
-        // records come (the clock read once in DELIVERIES_LOOK records), and
-        // at every wait that ended without one.
-        let due = polled.is_none()
-            || (since_deliveries >= DELIVERIES_LOOK && {
-                since_deliveries = 0;
-                served_at.elapsed() >= DELIVERIES_EVERY
-            });
-        if due {
-            if let Some(p) = producer {
-                p.serve_deliveries();
-            }
-            (since_deliveries, served_at) = (0, Instant::now());
-        }
         match polled {
             None => {
                 pass.hand_over(&c.waiters);
@@ -314,12 +297,6 @@ fn apply(c: &Consuming, consumer: &BaseConsumer, starts: &[i64], share: Share) {
                 } else {
                     log.count(outcome.label());
                 }
-                if let Some(t) = Ticket::of(m.headers()).filter(|t| t.node == log.node) {
-                    // A record one of this node's connections waits for.
-                    let now_ns = c.started.elapsed().as_nanos() as u64;
-                    log.ack.observe_ns(now_ns.saturating_sub(t.sent_ns));
-                    pass.add(t.worker, t.request, t.index, outcome.report());
-                }
                 match &outcome {
                     Outcome::WrongPartition { home } => {
                         misplaced.say(&log.topic, &rec, &key, *home, starts.len());
@@ -337,7 +314,14 @@ fn apply(c: &Consuming, consumer: &BaseConsumer, starts: &[i64], share: Share) {
                     .partitions()
                     .and_then(|ps| ps.get(rec.partition as usize))
                 {
-                    p.next.fetch_max(rec.offset + 1, Ordering::AcqRel);
+                    // Its outcome written down (if not "applied") before the
+                    // partition moves past it, then whoever of this node's
+                    // connections waits on it, acknowledged, is told
+                    // (acks.rs: SeqCst on both sides).
+                    p.acks.applied(rec.offset, outcome.report());
+                    let next = rec.offset + 1;
+                    p.next.fetch_max(next, Ordering::SeqCst);
+                    p.acks.moved(next, |t, r| pass.add(t.worker, t.request, t.index, r));
                 }
                 if !log.caught_up() && log.catch_up() {
                     eprintln!("pollbox: log: caught up; ready");
@@ -465,11 +449,7 @@ fn starting_offsets(
                     marks
                         .iter()
                         .zip(&starts)
-                        .map(|(&(_, high), &next)| PartitionState {
-                            next: AtomicI64::new(next),
-                            end: AtomicI64::new(high),
-                            end_at_start: AtomicI64::new(high),
-                        })
+                        .map(|(&(_, high), &next)| PartitionState::new(next, high))
                         .collect(),
                 );
                 return Some(starts);

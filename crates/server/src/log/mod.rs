@@ -9,11 +9,15 @@
 //!   wake the long-polls and event streams of the key, as an HTTP ingest
 //!   does. They never take a lock a poll needs: polls go on while they
 //!   apply.
-//! - [`produce`]: what this node's clients ingest goes to the topic, each
-//!   record with a ticket that brings its outcome back to the waiting
-//!   connection when this node applies it.
+//! - [`produce`]: what this node's clients ingest goes to the topic, a
+//!   request's records as one batch a partition; their delivery reports
+//!   (each with its record's offset and a ticket naming the waiting
+//!   connection) are served by a thread of their own.
+//! - [`acks`]: where an acknowledged record meets its apply, whichever comes
+//!   first: the connection is answered when both happened.
 //! - [`reports`]: those outcomes, gathered over one pass of the consuming
-//!   thread and handed to each worker with one wake-up.
+//!   thread (or one delivery report) and handed to each worker with one
+//!   wake-up.
 //! - [`LogState`]: where the node stands (the next offset of each partition,
 //!   the end of the log as it stood at start, caught up or not), shared with
 //!   the producer's delivery reports (the records the log did not take), the
@@ -23,6 +27,7 @@
 //! every node reads every partition and commits nothing; its position lives
 //! in its snapshot.
 
+pub mod acks;
 pub mod consume;
 pub mod produce;
 pub mod reports;
@@ -59,6 +64,21 @@ pub struct PartitionState {
     pub end: AtomicI64,
     /// The end when the node started: `/readyz` waits for it.
     pub end_at_start: AtomicI64,
+    /// This node's acknowledged records meet their apply here.
+    pub acks: acks::PartitionAcks,
+}
+
+impl PartitionState {
+    /// A partition whose next record to apply is `next`, the log's end
+    /// `end`.
+    pub fn new(next: i64, end: i64) -> PartitionState {
+        PartitionState {
+            next: AtomicI64::new(next),
+            end: AtomicI64::new(end),
+            end_at_start: AtomicI64::new(end),
+            acks: acks::PartitionAcks::default(),
+        }
+    }
 }
 
 /// Records by what they did (`pollbox_log_records_total{result}`).
@@ -105,10 +125,8 @@ pub struct LogState {
     pub consume_errors: AtomicU64,
     /// Records the log did not take (delivery failed or timed out).
     pub produce_errors: AtomicU64,
-    /// This process, in the tickets of the records it produces.
-    pub node: u64,
-    /// From producing a record to applying it here (the log's
-    /// acknowledgement, the fetch and the apply), for this node's records.
+    /// From producing a record to the log's acknowledgement (`acks=all`),
+    /// for this node's records (librdkafka's own measure of it).
     pub ack: Histogram<14>,
 }
 
@@ -131,7 +149,6 @@ impl LogState {
             records: Default::default(),
             consume_errors: AtomicU64::new(0),
             produce_errors: AtomicU64::new(0),
-            node: node_id(),
             ack: Histogram::new(&ACK_BUCKETS),
         }
     }
@@ -225,18 +242,4 @@ impl LogState {
             self.records[i].fetch_add(1, Ordering::Relaxed);
         }
     }
-}
-
-/// An id for this process that no other node (and no earlier run of this
-/// one) has: the tickets of its records name it.
-fn node_id() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.finish()
 }

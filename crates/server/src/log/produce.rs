@@ -1,84 +1,45 @@
 //! Producing what this node's clients ingest: one record per accepted message
-//! (the box key as the record key, so Kafka's default partitioner puts a key's
-//! records in one partition whoever produces them; the message's bytes as the
-//! value; a `DELETE` a tombstone), acknowledged by every in-sync replica
-//! (`acks=all`) and written once (`enable.idempotence`).
+//! (the box key as the record key, in the key's home partition, murmur2 as
+//! Kafka's default partitioner puts it whoever produces; the message's bytes
+//! as the value; a `DELETE` a tombstone), acknowledged by every in-sync
+//! replica (`acks=all`) and written once (`enable.idempotence`).
 //!
-//! Each record carries a [`TICKET`] header naming this process, the worker
-//! and the request: when this node's consuming thread applies the record it
-//! reports the outcome to that worker, whose connection then answers. A
-//! record the log does not take in time is reported `Failed` by the delivery
-//! report. Other nodes, and any other consumer, ignore the header.
+//! A request's records are produced as batches: one `rd_kafka_produce_batch`
+//! a partition, one lock of the client's queue and one wake-up of its
+//! thread, not one of each a message. Each record's delivery report brings
+//! back its partition and offset, and its [`Ticket`] (the report's opaque
+//! value: nothing is added to the record); [`Producer::serve_acks`] meets
+//! them with the apply of that offset ([`super::acks`]). A record the log
+//! does not take is reported `Failed`.
 
+use super::acks::Ticket;
+use super::reports::PassReports;
 use super::LogState;
 use crate::wakeups::{LogReport, Waiters};
 use pollbox_core::config::LogConfig;
-use pollbox_core::service::{LogUnavailable, Report};
+use pollbox_core::log::home_partition;
+use pollbox_core::service::{LogRecord, Report};
+use rdkafka::bindings as rd;
 use rdkafka::client::Client;
 use rdkafka::error::KafkaResult;
-use rdkafka::message::{DeliveryResult, Header, Headers, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer as _, ProducerContext};
+use rdkafka::message::DeliveryResult;
+use rdkafka::producer::{BaseProducer, Producer as _, ProducerContext};
 use rdkafka::ClientContext;
+use std::ffi::CString;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
-/// The header that routes a record's outcome back to its connection.
-pub const TICKET: &str = "pollbox-ticket";
+/// How long the acknowledging thread waits for a delivery report before it
+/// looks whether the node stops.
+const ACK_WAIT_MS: i32 = 250;
 
-/// Where a record's outcome goes: this process, a worker, its request and
-/// the record's place in it; and when it was produced (ns on the server's
-/// clock), for the acknowledgement latency.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ticket {
-    pub node: u64,
-    pub worker: u16,
-    pub request: u64,
-    pub index: u32,
-    pub sent_ns: u64,
-}
+/// librdkafka's `RD_KAFKA_PARTITION_UA` (a C macro the bindings lack): the
+/// configured partitioner places each record.
+const PARTITION_UA: i32 = -1;
 
-impl Ticket {
-    const LEN: usize = 8 + 2 + 8 + 4 + 8;
-
-    pub fn encode(&self) -> [u8; Ticket::LEN] {
-        let mut b = [0u8; Ticket::LEN];
-        b[..8].copy_from_slice(&self.node.to_le_bytes());
-        b[8..10].copy_from_slice(&self.worker.to_le_bytes());
-        b[10..18].copy_from_slice(&self.request.to_le_bytes());
-        b[18..22].copy_from_slice(&self.index.to_le_bytes());
-        b[22..].copy_from_slice(&self.sent_ns.to_le_bytes());
-        b
-    }
-
-    pub fn decode(b: &[u8]) -> Option<Ticket> {
-        let b: &[u8; Ticket::LEN] = b.try_into().ok()?;
-        let (node, rest) = b.split_at(8);
-        let (worker, rest) = rest.split_at(2);
-        let (request, rest) = rest.split_at(8);
-        let (index, sent_ns) = rest.split_at(4);
-        Some(Ticket {
-            node: u64::from_le_bytes(node.try_into().ok()?),
-            worker: u16::from_le_bytes(worker.try_into().ok()?),
-            request: u64::from_le_bytes(request.try_into().ok()?),
-            index: u32::from_le_bytes(index.try_into().ok()?),
-            sent_ns: u64::from_le_bytes(sent_ns.try_into().ok()?),
-        })
-    }
-
-    /// The ticket a record carries, if it has one.
-    pub fn of(headers: Option<&rdkafka::message::BorrowedHeaders>) -> Option<Ticket> {
-        let h = headers?;
-        h.iter()
-            .find(|h| h.key == TICKET)
-            .and_then(|h| h.value)
-            .and_then(Ticket::decode)
-    }
-}
-
-/// Delivery reports: a record the log did not take is counted in the log's
-/// state and reported `Failed` to the worker waiting for it, through the
-/// waiters (a taken one is reported when it is applied).
+/// Delivery reports the client serves itself, when the producer is dropped
+/// (the node stops; [`Producer::serve_acks`] serves them before): a record
+/// the log did not take is counted and reported `Failed`.
 pub struct Deliveries {
     log: Arc<LogState>,
     waiters: Arc<Waiters>,
@@ -87,15 +48,14 @@ pub struct Deliveries {
 impl ClientContext for Deliveries {}
 
 impl ProducerContext for Deliveries {
-    type DeliveryOpaque = ();
+    type DeliveryOpaque = usize;
 
-    fn delivery(&self, r: &DeliveryResult<'_>, _: ()) {
-        use rdkafka::Message;
-        let Err((_, m)) = r else {
+    fn delivery(&self, r: &DeliveryResult<'_>, opaque: usize) {
+        if r.is_ok() {
             return;
-        };
+        }
         self.log.produce_errors.fetch_add(1, Ordering::Relaxed);
-        if let Some(t) = Ticket::of(m.headers()) {
+        if let Some(t) = Ticket::decode(opaque) {
             self.waiters.report(
                 t.worker as usize,
                 LogReport {
@@ -109,46 +69,60 @@ impl ProducerContext for Deliveries {
     }
 }
 
-/// The node's producer. Its delivery reports are served by the consuming
-/// thread between two polls of the log ([`Producer::serve_deliveries`]),
-/// not by a thread of its own: rdkafka's `ThreadedProducer` polls every
-/// 100 ms and spins through the last millisecond of each wait, most of an
-/// idle node's CPU (BENCHMARKS.md, "The Kafka log").
+/// The node's producer. Its delivery reports are served by a thread of
+/// their own ([`Producer::serve_acks`]), which reads the client's queue
+/// event by event (a produce request's records at a time).
 pub struct Producer {
+    // Before `inner`: fields drop in order, and the topic's handle is
+    // released before its client.
+    topic: Topic,
     inner: BaseProducer<Deliveries>,
-    node: u64,
+}
+
+/// The client's handle of the topic (`rd_kafka_produce_batch` takes one).
+struct Topic(*mut rd::rd_kafka_topic_t);
+
+// SAFETY: librdkafka's topic handles may be used from any thread (its
+// produce calls lock what they share); this one is only read.
+unsafe impl Send for Topic {}
+// SAFETY: as above.
+unsafe impl Sync for Topic {}
+
+impl Drop for Topic {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from rd_kafka_topic_new and is released
+        // once, here, before its client (Producer declares it first).
+        unsafe { rd::rd_kafka_topic_destroy(self.0) }
+    }
 }
 
 impl Producer {
-    /// The producer of a node: `log` counts the records the log did not take
-    /// (its `node`: this process's id in tickets), `waiters` carries their
-    /// failure to the worker waiting.
+    /// The producer of a node: `log` counts the records the log did not take,
+    /// `waiters` carries their failure to the worker waiting.
     pub fn new(
         cfg: &LogConfig,
         log: Arc<LogState>,
         waiters: Arc<Waiters>,
     ) -> KafkaResult<Producer> {
-        let node = log.node;
         let mut c = super::client_config(cfg);
         // murmur2, as Kafka's Java client and most others partition keyed
         // records: a key's records land in one partition whoever produces
         // them (librdkafka's own default hashes with CRC32). Its versions come
-        // from that partition's offsets.
+        // from that partition's offsets. (A batch names its partition; this
+        // partitioner places the records produced before the topic's
+        // partition count is known.)
         c.set("acks", "all")
             .set("enable.idempotence", "true")
             .set("partitioner", "murmur2_random");
         if !cfg.client.contains_key("linger.ms") {
             // An ingest waits for its record: send at once (librdkafka's
-            // default waits 5 ms to fill batches).
+            // default waits 5 ms to fill batches). A request's records are
+            // queued together, so they go in one produce request all the same.
             c.set("linger.ms", "0");
         }
-        if !cfg.client.contains_key("delivery.report.only.error") {
-            // A taken record is reported when this node applies it: its
-            // delivery report would only be served and dropped, one event a
-            // record on the consuming thread. The client frees it on the
-            // broker's acknowledgement instead.
-            c.set("delivery.report.only.error", "true");
-        }
+        // Every delivery report is needed: it brings the record's offset
+        // (`delivery.report.only.error` would drop the taken ones').
+        c.set("delivery.report.only.error", "false");
         if !cfg.client.contains_key("message.timeout.ms") {
             // Never give up on a record: the idempotent producer that gives
             // up on one in flight bumps its epoch and may send it again under
@@ -160,50 +134,180 @@ impl Producer {
             // an ingest is 503 at once.
             c.set("message.timeout.ms", "0");
         }
-        let inner = c.create_with_context(Deliveries { log, waiters })?;
-        Ok(Producer { inner, node })
+        let inner: BaseProducer<Deliveries> =
+            c.create_with_context(Deliveries { log, waiters })?;
+        let name = CString::new(cfg.topic.as_str()).map_err(|_| {
+            rdkafka::error::KafkaError::ClientCreation("the topic's name holds a NUL".into())
+        })?;
+        // SAFETY: the client is alive; librdkafka copies the name and
+        // returns a handle (or NULL) that Topic releases.
+        let topic = unsafe {
+            rd::rd_kafka_topic_new(
+                inner.client().native_ptr(),
+                name.as_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        if topic.is_null() {
+            return Err(rdkafka::error::KafkaError::ClientCreation(
+                "the client refused a handle of the topic".into(),
+            ));
+        }
+        Ok(Producer {
+            inner,
+            topic: Topic(topic),
+        })
     }
 
-    /// Produce one record for `ticket` (its node is filled in). `Err`: the
-    /// client's queue is full (the log is away or far behind).
+    /// Produce `records` of `worker`'s `request`, each in its key's home
+    /// partition of `partitions` (unknown yet: the client's murmur2
+    /// partitioner places them). Returns how many the client took; the rest
+    /// (its queue is full: the log is away or far behind) are not produced.
     pub fn send(
         &self,
-        topic: &str,
-        mut ticket: Ticket,
-        key: &[u8],
-        value: Option<&[u8]>,
-    ) -> Result<(), LogUnavailable> {
-        ticket.node = self.node;
-        let t = ticket.encode();
-        let headers = OwnedHeaders::new_with_capacity(1).insert(Header {
-            key: TICKET,
-            value: Some(&t[..]),
-        });
-        let mut rec: BaseRecord<'_, [u8], [u8], ()> =
-            BaseRecord::to(topic).key(key).headers(headers);
-        if let Some(v) = value {
-            rec = rec.payload(v);
+        worker: u16,
+        request: u64,
+        records: &[LogRecord<'_>],
+        partitions: Option<u32>,
+    ) -> usize {
+        let message = |r: &LogRecord<'_>| {
+            // SAFETY: a plain C struct of pointers and integers, for which
+            // all zeroes is the empty message.
+            let mut m: rd::rd_kafka_message_t = unsafe { std::mem::zeroed() };
+            if let Some(v) = r.value {
+                m.payload = v.as_ptr() as *mut _;
+                m.len = v.len();
+            }
+            m.key = r.key.as_ptr() as *mut _;
+            m.key_len = r.key.len();
+            m._private = Ticket {
+                worker,
+                request,
+                index: r.index,
+            }
+            .encode() as *mut _;
+            m
+        };
+        let Some(parts) = partitions.filter(|&n| n > 0) else {
+            let mut ms: Vec<_> = records.iter().map(message).collect();
+            return self.produce(PARTITION_UA, &mut ms);
+        };
+        // By partition, each in the request's order (a key's records keep
+        // theirs): a counting sort.
+        let homes: Vec<u32> = records
+            .iter()
+            .map(|r| home_partition(r.key, parts) as u32)
+            .collect();
+        let mut starts = vec![0usize; parts as usize + 1];
+        for &h in &homes {
+            starts[h as usize + 1] += 1;
         }
-        self.inner.send(rec).map_err(|_| LogUnavailable)
+        for p in 0..parts as usize {
+            starts[p + 1] += starts[p];
+        }
+        let mut at = starts.clone();
+        // SAFETY: as in `message`: all zeroes is an empty message.
+        let mut ms: Vec<rd::rd_kafka_message_t> =
+            (0..records.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
+        for (r, &h) in records.iter().zip(&homes) {
+            ms[at[h as usize]] = message(r);
+            at[h as usize] += 1;
+        }
+        let mut taken = 0;
+        for p in 0..parts as usize {
+            let run = &mut ms[starts[p]..starts[p + 1]];
+            if !run.is_empty() {
+                taken += self.produce(p as i32, run);
+            }
+        }
+        taken
     }
 
-    /// Hand every delivery report that came in to its worker (a record the
-    /// log did not take is reported `Failed`; a taken one has none unless
-    /// `[log.client]` asks for every report, and then it only leaves the
-    /// client's queue, which counts records until their report is served:
-    /// left there, it fills and every ingest is 503). Never waits. One poll
-    /// serves one event (a produce request's records); it goes on while the
-    /// queue shrinks.
-    pub fn serve_deliveries(&self) {
-        let mut queued = self.inner.in_flight_count();
-        loop {
-            self.inner.poll(Duration::ZERO);
-            let now = self.inner.in_flight_count();
-            if now >= queued {
-                return;
+    /// One `rd_kafka_produce_batch` of `ms` to `partition`: how many it took.
+    fn produce(&self, partition: i32, ms: &mut [rd::rd_kafka_message_t]) -> usize {
+        let Ok(n) = i32::try_from(ms.len()) else {
+            return 0;
+        };
+        // SAFETY: the topic handle lives as long as self; each message points
+        // at a key and value that outlive this call, and RD_KAFKA_MSG_F_COPY
+        // has librdkafka copy them before it returns. It writes only the
+        // messages' `err`.
+        let took = unsafe {
+            rd::rd_kafka_produce_batch(
+                self.topic.0,
+                partition,
+                rd::RD_KAFKA_MSG_F_COPY,
+                ms.as_mut_ptr(),
+                n,
+            )
+        };
+        usize::try_from(took).unwrap_or(0)
+    }
+
+    /// Serve the delivery reports until `done`: a taken record meets its
+    /// apply ([`super::acks`]), one the log did not take is reported
+    /// `Failed`; the workers learn a report's outcomes with one wake-up
+    /// each. Its wait is librdkafka's (a condition variable): an idle node
+    /// spends nothing here but a look every [`ACK_WAIT_MS`].
+    pub fn serve_acks(&self, log: &LogState, waiters: &Waiters, done: impl Fn() -> bool) {
+        // SAFETY: a new reference to the client's main queue, where its
+        // delivery reports go (rdkafka sets the DR event); released below.
+        let queue = unsafe { rd::rd_kafka_queue_get_main(self.inner.client().native_ptr()) };
+        let mut pass = PassReports::new(waiters.workers());
+        let mut held: Vec<(i32, i64, Ticket)> = Vec::new();
+        let mut msgs: Vec<*const rd::rd_kafka_message_t> = Vec::new();
+        while !done() {
+            let wait = if held.is_empty() { ACK_WAIT_MS } else { 1 };
+            // SAFETY: the queue is alive; the event returned (or NULL) is
+            // destroyed below, and the messages read from it before that.
+            let ev = unsafe { rd::rd_kafka_queue_poll(queue, wait) };
+            if !ev.is_null() {
+                // SAFETY: as above.
+                unsafe {
+                    if rd::rd_kafka_event_type(ev) == rd::RD_KAFKA_EVENT_DR {
+                        let n = rd::rd_kafka_event_message_count(ev);
+                        msgs.clear();
+                        msgs.reserve(n);
+                        let got = rd::rd_kafka_event_message_array(ev, msgs.as_mut_ptr(), n);
+                        msgs.set_len(got.min(n));
+                        for &m in &msgs {
+                            let m = &*m;
+                            let Some(t) = Ticket::decode(m._private as usize) else {
+                                continue;
+                            };
+                            if m.err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                                log.produce_errors.fetch_add(1, Ordering::Relaxed);
+                                pass.add(t.worker, t.request, t.index, Report::Failed);
+                                continue;
+                            }
+                            let us = rd::rd_kafka_message_latency(m);
+                            log.ack.observe_ns(u64::try_from(us).unwrap_or(0) * 1000);
+                            held.push((m.partition, m.offset, t));
+                        }
+                    }
+                    rd::rd_kafka_event_destroy(ev);
+                }
             }
-            queued = now;
+            // Before the topic's partitions are known nothing is applied:
+            // the acknowledgements wait here until they are.
+            if let Some(parts) = log.partitions() {
+                for (p, offset, t) in held.drain(..) {
+                    let Some(part) = usize::try_from(p).ok().and_then(|p| parts.get(p)) else {
+                        pass.add(t.worker, t.request, t.index, Report::Failed);
+                        continue;
+                    };
+                    part.acks.acknowledged(
+                        offset,
+                        t,
+                        || part.next.load(Ordering::SeqCst),
+                        |t, r| pass.add(t.worker, t.request, t.index, r),
+                    );
+                }
+            }
+            pass.hand_over(waiters);
         }
+        // SAFETY: the reference taken above, released once.
+        unsafe { rd::rd_kafka_queue_destroy(queue) };
     }
 
     /// The client, for requests that are not records (the log's end, the
@@ -213,21 +317,3 @@ impl Producer {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_ticket_round_trips_and_anything_else_is_none() {
-        let t = Ticket {
-            node: 0xdead_beef_0123,
-            worker: 7,
-            request: 1 << 40,
-            index: 99,
-            sent_ns: 123_456_789,
-        };
-        assert_eq!(Ticket::decode(&t.encode()), Some(t));
-        assert_eq!(Ticket::decode(b"short"), None);
-        assert_eq!(Ticket::decode(&[0; 23]), None);
-    }
-}

@@ -4,12 +4,12 @@
 //! What it is not: the counters themselves ([`crate::stats`]) or the
 //! exposition ([`crate::metrics`]); it bumps the one and calls the other.
 
-use crate::log::produce::Ticket;
+use crate::log::acks::REQUEST_MASK;
 use crate::metrics;
 use crate::shared::Shared;
 use crate::stats::{IngestResult, Removal, RouteLabel, WorkerStats};
 use crate::wakeups::Waiters;
-use pollbox_core::service::{Host, LogUnavailable, Watchers};
+use pollbox_core::service::{Host, LogRecord, Watchers};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -23,11 +23,9 @@ pub struct WorkerHost {
     /// histogram: [`WorkerHost::finish`] observes them all with one clock
     /// read (one per read, not one per pipelined request).
     unobserved: u64,
-    /// Log requests this worker numbered (their records' tickets say which).
+    /// The last id this worker gave a log request (its records' tickets say
+    /// which); ids wrap under [`REQUEST_MASK`].
     log_requests: u64,
-    /// When the current log request began producing (ns on the server's
-    /// clock): every record of a batch carries it, read once.
-    log_sent_ns: u64,
     /// Fault injection for the tests of docs/operations.md#worker-panics, in debug
     /// builds only: `POLLBOX_TEST_PANIC_AFTER=N` panics the worker that answers
     /// its N-th request.
@@ -43,7 +41,6 @@ impl WorkerHost {
             mark: Instant::now(),
             unobserved: 0,
             log_requests: 0,
-            log_sent_ns: 0,
             #[cfg(debug_assertions)]
             panic_after: std::env::var("POLLBOX_TEST_PANIC_AFTER")
                 .ok()
@@ -102,30 +99,22 @@ impl Watchers for WorkerHost {
 
 impl Host for WorkerHost {
     fn log_request(&mut self) -> u64 {
-        self.log_requests += 1;
-        self.log_sent_ns = self.shared.started().elapsed().as_nanos() as u64;
+        self.log_requests = (self.log_requests + 1) & REQUEST_MASK;
         self.log_requests
     }
 
-    fn produce(
-        &mut self,
-        request: u64,
-        index: u32,
-        key: &[u8],
-        value: Option<&[u8]>,
-    ) -> Result<(), LogUnavailable> {
-        if self.shared.log().is_some_and(|l| !l.takes_ingest()) {
-            return Err(LogUnavailable);
-        }
-        let producer = self.shared.producer().ok_or(LogUnavailable)?;
-        let ticket = Ticket {
-            node: 0,
-            worker: self.id as u16,
-            request,
-            index,
-            sent_ns: self.log_sent_ns,
+    fn produce(&mut self, request: u64, records: &[LogRecord<'_>]) -> usize {
+        let Some(log) = self.shared.log() else {
+            return 0;
         };
-        producer.send(&self.shared.node().config.log.topic, ticket, key, value)
+        if !log.takes_ingest() {
+            return 0;
+        }
+        let Some(producer) = self.shared.producer() else {
+            return 0;
+        };
+        let partitions = log.partitions().map(|p| p.len() as u32);
+        producer.send(self.id as u16, request, records, partitions)
     }
 
     fn over_connection_cap(&mut self) {
