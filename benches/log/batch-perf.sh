@@ -71,6 +71,8 @@ for name in sorted(z, key=lambda n: -(z[n][0] - a.get(n, [0, 0])[0])):
         print(f"  {name:18s} {us(dt):6.2f} us/msg  {ds / max(msgs, 1):6.3f} switches/msg")
 PY
 
+# PERF_KEEP=FILE keeps the samples (and the binary beside them, FILE.bin) for perf annotate.
+if [ -n "${PERF_KEEP:-}" ]; then cp "$WORK/node.data" "$PERF_KEEP"; cp "$POLLBOX" "$PERF_KEEP.bin"; fi
 perf report -i "$WORK/node.data" --no-children --sort comm,dso -g none -q 2>/dev/null | sed -n 1,14p >"$WORK/dso"
 perf report -i "$WORK/node.data" --no-children --sort sym -g none -q 2>/dev/null >"$WORK/syms"
 perf report -i "$WORK/node.data" --no-children --sort comm,sym -g none -q 2>/dev/null >"$WORK/comm-syms"

@@ -4,7 +4,10 @@
 #  - standalone: a node without a log under `pollbox load --mix batch:100`;
 #  - log: the same load on a node of a log (one topic of 4 partitions);
 #  - floor: `logbench batch`, a producer and a consumer set as pollbox's in
-#    one process, batches of the same size, as many in flight as connections;
+#    one process, batches of the same size, as many in flight as connections:
+#    one rd_kafka_produce_batch a partition, a batch done when all its
+#    records are read back and acknowledged (every delivery report, served
+#    by a thread of its own), as pollbox's node does;
 #  - producer: `logbench fill`, a bare librdkafka producer (acks=all,
 #    idempotent, batched with linger 5 ms): what the broker takes.
 # Reports messages (records)/s, node (client) CPU per message, the broker's
@@ -15,7 +18,8 @@
 #   benches/log/batch.sh             # results/DATE-batch.txt
 #
 # Knobs: BATCH_SIZE (100), BATCH_CONNECTIONS (16), BATCH_DURATION (8 s),
-# BATCH_REPS (3), BATCH_FILL_RECORDS (1500000); lib.sh's LOG_* knobs.
+# BATCH_REPS (3), BATCH_FILL_RECORDS (1500000), BATCH_TAG (results/DATE-batch-TAG.txt);
+# lib.sh's LOG_* knobs.
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 . "$(dirname "$0")/lib.sh"
@@ -24,7 +28,7 @@ CONNS=${BATCH_CONNECTIONS:-16}
 DUR=${BATCH_DURATION:-8}
 REPS=${BATCH_REPS:-3}
 FILL=${BATCH_FILL_RECORDS:-1500000}
-OUT=$RESULTS/$(date -u +%F)-batch.txt
+OUT=$RESULTS/$(date -u +%F)-batch${BATCH_TAG:+-$BATCH_TAG}.txt
 build
 broker_up
 quiet
