@@ -27,6 +27,7 @@ use pollbox_core::service::Report;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
+use std::time::Instant;
 
 /// Outcomes other than "applied" a partition keeps for acknowledgements
 /// that come after their apply (a replay's, an invalid foreign record's):
@@ -97,8 +98,9 @@ pub struct PartitionAcks {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Acknowledged, not applied yet: (offset, ticket), by offset.
-    waiting: VecDeque<(i64, Ticket)>,
+    /// Acknowledged, not applied yet: (offset, ticket, when it was
+    /// produced), by offset.
+    waiting: VecDeque<(i64, Ticket, Instant)>,
     /// Applied records whose outcome was not "applied", by offset.
     other: VecDeque<(i64, Report)>,
     /// Offsets below this had outcomes that were forgotten.
@@ -132,36 +134,38 @@ impl PartitionAcks {
     }
 
     /// The consuming thread moved `next` (with `SeqCst`) to `next`: hand
-    /// every acknowledgement waiting below it to `report`.
+    /// every acknowledgement waiting below it to `report` (with when its
+    /// record was produced).
     #[inline]
-    pub fn moved(&self, next: i64, report: impl FnMut(Ticket, Report)) {
+    pub fn moved(&self, next: i64, report: impl FnMut(Ticket, Report, Instant)) {
         if self.first_waiting.load(Ordering::SeqCst) < next {
             self.take_below(next, report);
         }
     }
 
-    /// The log acknowledged the record at `offset` for `ticket`; `next` reads
-    /// the partition's next offset to apply. Reported now (to `report`) if
-    /// it is applied, else when it is.
+    /// The log acknowledged the record at `offset` for `ticket`, produced at
+    /// `produced`; `next` reads the partition's next offset to apply.
+    /// Reported now (to `report`) if it is applied, else when it is.
     pub fn acknowledged(
         &self,
         offset: i64,
         ticket: Ticket,
+        produced: Instant,
         next: impl Fn() -> i64,
-        mut report: impl FnMut(Ticket, Report),
+        mut report: impl FnMut(Ticket, Report, Instant),
     ) {
         let mut s = self.lock();
         if offset < next() {
             let r = s.outcome(offset);
             drop(s);
-            report(ticket, r);
+            report(ticket, r, produced);
             return;
         }
         // By offset (a partition's acknowledgements come in order: this is
         // the back, but an older one is put in its place all the same).
-        let at = s.waiting.partition_point(|&(o, _)| o <= offset);
-        s.waiting.insert(at, (offset, ticket));
-        let first = s.waiting.front().map_or(i64::MAX, |&(o, _)| o);
+        let at = s.waiting.partition_point(|&(o, _, _)| o <= offset);
+        s.waiting.insert(at, (offset, ticket, produced));
+        let first = s.waiting.front().map_or(i64::MAX, |&(o, _, _)| o);
         self.first_waiting.store(first, Ordering::SeqCst);
         // The consuming thread may have moved past it since `next` was read,
         // and looked at `first_waiting` before it was stored: look again.
@@ -171,7 +175,7 @@ impl PartitionAcks {
         }
     }
 
-    fn take_below(&self, next: i64, mut report: impl FnMut(Ticket, Report)) {
+    fn take_below(&self, next: i64, mut report: impl FnMut(Ticket, Report, Instant)) {
         let mut s = self.lock();
         s.take_below(next, &self.first_waiting, &mut report);
     }
@@ -206,16 +210,16 @@ impl State {
         &mut self,
         next: i64,
         first_waiting: &AtomicI64,
-        report: &mut impl FnMut(Ticket, Report),
+        report: &mut impl FnMut(Ticket, Report, Instant),
     ) {
-        while let Some(&(o, t)) = self.waiting.front() {
+        while let Some(&(o, t, at)) = self.waiting.front() {
             if o >= next {
                 break;
             }
             self.waiting.pop_front();
-            report(t, self.outcome(o));
+            report(t, self.outcome(o), at);
         }
-        let first = self.waiting.front().map_or(i64::MAX, |&(o, _)| o);
+        let first = self.waiting.front().map_or(i64::MAX, |&(o, _, _)| o);
         first_waiting.store(first, Ordering::SeqCst);
     }
 }
@@ -252,7 +256,10 @@ mod tests {
             assert_ne!(x.encode(), 0);
         }
         // Request ids wrap; an index past the bits names the last.
-        assert_eq!(Ticket::decode(t(REQUEST_MASK + 5, 1).encode()), Some(t(4, 1)));
+        assert_eq!(
+            Ticket::decode(t(REQUEST_MASK + 5, 1).encode()),
+            Some(t(4, 1))
+        );
         assert_eq!(
             Ticket::decode(t(1, u32::MAX).encode()).map(|x| x.index),
             Some(MAX_INDEX)
@@ -267,30 +274,57 @@ mod tests {
         let next = AtomicI64::new(10);
         let mut got = Vec::new();
         // Not applied yet: waits.
-        acks.acknowledged(12, t(1, 0), || next.load(Ordering::SeqCst), |t, r| got.push((t, r)));
-        acks.acknowledged(13, t(1, 1), || next.load(Ordering::SeqCst), |t, r| got.push((t, r)));
+        acks.acknowledged(
+            12,
+            t(1, 0),
+            Instant::now(),
+            || next.load(Ordering::SeqCst),
+            |t, r, _| got.push((t, r)),
+        );
+        acks.acknowledged(
+            13,
+            t(1, 1),
+            Instant::now(),
+            || next.load(Ordering::SeqCst),
+            |t, r, _| got.push((t, r)),
+        );
         assert!(got.is_empty());
         assert_eq!(acks.waiting(), 2);
         // 10, 11 (someone else's), 12 applied: 12 is reported, 13 waits.
         acks.applied(11, Report::Failed);
         next.store(13, Ordering::SeqCst);
-        acks.moved(13, |t, r| got.push((t, r)));
+        acks.moved(13, |t, r, _| got.push((t, r)));
         assert_eq!(got, vec![(t(1, 0), Report::Applied)]);
         // 13 applied, refused by the table: its refusal is what is reported.
         let refused = Report::Refused(MessageError::TooManyBoxes);
         acks.applied(13, refused);
         next.store(14, Ordering::SeqCst);
-        acks.moved(14, |t, r| got.push((t, r)));
+        acks.moved(14, |t, r, _| got.push((t, r)));
         assert_eq!(got[1], (t(1, 1), refused));
         assert_eq!(acks.waiting(), 0);
         // Applied before its acknowledgement: reported at once, with its
         // outcome.
         acks.applied(15, Report::NoBox);
         next.store(17, Ordering::SeqCst);
-        acks.moved(17, |_, _| unreachable!("nothing waits"));
-        acks.acknowledged(15, t(2, 0), || 17, |t, r| got.push((t, r)));
-        acks.acknowledged(16, t(2, 1), || 17, |t, r| got.push((t, r)));
-        assert_eq!(got[2..], [(t(2, 0), Report::NoBox), (t(2, 1), Report::Applied)]);
+        acks.moved(17, |_, _, _| unreachable!("nothing waits"));
+        acks.acknowledged(
+            15,
+            t(2, 0),
+            Instant::now(),
+            || 17,
+            |t, r, _| got.push((t, r)),
+        );
+        acks.acknowledged(
+            16,
+            t(2, 1),
+            Instant::now(),
+            || 17,
+            |t, r, _| got.push((t, r)),
+        );
+        assert_eq!(
+            got[2..],
+            [(t(2, 0), Report::NoBox), (t(2, 1), Report::Applied)]
+        );
     }
 
     #[test]
@@ -301,9 +335,14 @@ mod tests {
         }
         let mut got = Vec::new();
         let next = || KEPT as i64 + 10;
-        acks.acknowledged(3, t(1, 0), next, |t, r| got.push((t, r)));
-        acks.acknowledged(KEPT as i64 + 5, t(1, 1), next, |t, r| got.push((t, r)));
-        assert_eq!(got, vec![(t(1, 0), Report::Failed), (t(1, 1), Report::NoBox)]);
+        acks.acknowledged(3, t(1, 0), Instant::now(), next, |t, r, _| got.push((t, r)));
+        acks.acknowledged(KEPT as i64 + 5, t(1, 1), Instant::now(), next, |t, r, _| {
+            got.push((t, r))
+        });
+        assert_eq!(
+            got,
+            vec![(t(1, 0), Report::Failed), (t(1, 1), Report::NoBox)]
+        );
     }
 
     /// The consuming thread and the acknowledging thread race over 100,000
@@ -329,7 +368,7 @@ mod tests {
         };
         let check = {
             let reported = reported.clone();
-            move |t: Ticket, r: Report| {
+            move |t: Ticket, r: Report, _: Instant| {
                 let o = t.request as i64;
                 assert_eq!(r, outcome(o), "offset {o}");
                 reported[o as usize].fetch_add(1, Ordering::Relaxed);
@@ -342,7 +381,8 @@ mod tests {
             }
         };
         let consumer = {
-            let (acks, next, acked, check) = (acks.clone(), next.clone(), acked.clone(), check.clone());
+            let (acks, next, acked, check) =
+                (acks.clone(), next.clone(), acked.clone(), check.clone());
             std::thread::spawn(move || {
                 for o in 0..N {
                     wait_for(&acked, (o - 2) & !1);
@@ -363,6 +403,7 @@ mod tests {
                     request: o as u64,
                     index: 0,
                 },
+                Instant::now(),
                 move || n.load(Ordering::SeqCst),
                 &check,
             );
@@ -397,7 +438,7 @@ mod tests {
                     let (acks, next) = shared.lock().unwrap().clone().unwrap();
                     acks.applied(0, Report::Applied);
                     next.fetch_max(1, Ordering::SeqCst);
-                    acks.moved(1, |_, _| {
+                    acks.moved(1, |_, _, _| {
                         count.fetch_add(1, Ordering::Relaxed);
                     });
                     end.wait();
@@ -413,8 +454,9 @@ mod tests {
             acks.acknowledged(
                 0,
                 t(1, 0),
+                Instant::now(),
                 || next.load(Ordering::SeqCst),
-                |_, _| {
+                |_, _, _| {
                     count.fetch_add(1, Ordering::Relaxed);
                 },
             );

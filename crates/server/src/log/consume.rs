@@ -321,7 +321,10 @@ fn apply(c: &Consuming, consumer: &BaseConsumer, starts: &[i64], share: Share) {
                     p.acks.applied(rec.offset, outcome.report());
                     let next = rec.offset + 1;
                     p.next.fetch_max(next, Ordering::SeqCst);
-                    p.acks.moved(next, |t, r| pass.add(t.worker, t.request, t.index, r));
+                    p.acks.moved(next, |t, r, produced| {
+                        log.ack.observe_ns(produced.elapsed().as_nanos() as u64);
+                        pass.add(t.worker, t.request, t.index, r);
+                    });
                 }
                 if !log.caught_up() && log.catch_up() {
                     eprintln!("pollbox: log: caught up; ready");

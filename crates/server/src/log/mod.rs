@@ -125,8 +125,9 @@ pub struct LogState {
     pub consume_errors: AtomicU64,
     /// Records the log did not take (delivery failed or timed out).
     pub produce_errors: AtomicU64,
-    /// From producing a record to the log's acknowledgement (`acks=all`),
-    /// for this node's records (librdkafka's own measure of it).
+    /// From producing a record to its answer being free to go: the log's
+    /// acknowledgement (`acks=all`) and this node's apply, whichever came
+    /// last; for this node's records.
     pub ack: Histogram<14>,
 }
 

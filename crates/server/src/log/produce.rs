@@ -28,6 +28,7 @@ use rdkafka::ClientContext;
 use std::ffi::CString;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// How long the acknowledging thread waits for a delivery report before it
 /// looks whether the node stops.
@@ -134,8 +135,7 @@ impl Producer {
             // an ingest is 503 at once.
             c.set("message.timeout.ms", "0");
         }
-        let inner: BaseProducer<Deliveries> =
-            c.create_with_context(Deliveries { log, waiters })?;
+        let inner: BaseProducer<Deliveries> = c.create_with_context(Deliveries { log, waiters })?;
         let name = CString::new(cfg.topic.as_str()).map_err(|_| {
             rdkafka::error::KafkaError::ClientCreation("the topic's name holds a NUL".into())
         })?;
@@ -207,8 +207,9 @@ impl Producer {
         }
         let mut at = starts.clone();
         // SAFETY: as in `message`: all zeroes is an empty message.
-        let mut ms: Vec<rd::rd_kafka_message_t> =
-            (0..records.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
+        let mut ms: Vec<rd::rd_kafka_message_t> = (0..records.len())
+            .map(|_| unsafe { std::mem::zeroed() })
+            .collect();
         for (r, &h) in records.iter().zip(&homes) {
             ms[at[h as usize]] = message(r);
             at[h as usize] += 1;
@@ -254,7 +255,7 @@ impl Producer {
         // delivery reports go (rdkafka sets the DR event); released below.
         let queue = unsafe { rd::rd_kafka_queue_get_main(self.inner.client().native_ptr()) };
         let mut pass = PassReports::new(waiters.workers());
-        let mut held: Vec<(i32, i64, Ticket)> = Vec::new();
+        let mut held: Vec<(i32, i64, Ticket, Instant)> = Vec::new();
         let mut msgs: Vec<*const rd::rd_kafka_message_t> = Vec::new();
         while !done() {
             let wait = if held.is_empty() { ACK_WAIT_MS } else { 1 };
@@ -265,6 +266,7 @@ impl Producer {
                 // SAFETY: as above.
                 unsafe {
                     if rd::rd_kafka_event_type(ev) == rd::RD_KAFKA_EVENT_DR {
+                        let now = Instant::now();
                         let n = rd::rd_kafka_event_message_count(ev);
                         msgs.clear();
                         msgs.reserve(n);
@@ -280,9 +282,12 @@ impl Producer {
                                 pass.add(t.worker, t.request, t.index, Report::Failed);
                                 continue;
                             }
-                            let us = rd::rd_kafka_message_latency(m);
-                            log.ack.observe_ns(u64::try_from(us).unwrap_or(0) * 1000);
-                            held.push((m.partition, m.offset, t));
+                            // librdkafka's time from the produce call to
+                            // this report: when the record was produced.
+                            let us = u64::try_from(rd::rd_kafka_message_latency(m)).unwrap_or(0);
+                            let produced =
+                                now.checked_sub(Duration::from_micros(us)).unwrap_or(now);
+                            held.push((m.partition, m.offset, t, produced));
                         }
                     }
                     rd::rd_kafka_event_destroy(ev);
@@ -291,7 +296,7 @@ impl Producer {
             // Before the topic's partitions are known nothing is applied:
             // the acknowledgements wait here until they are.
             if let Some(parts) = log.partitions() {
-                for (p, offset, t) in held.drain(..) {
+                for (p, offset, t, produced) in held.drain(..) {
                     let Some(part) = usize::try_from(p).ok().and_then(|p| parts.get(p)) else {
                         pass.add(t.worker, t.request, t.index, Report::Failed);
                         continue;
@@ -299,8 +304,12 @@ impl Producer {
                     part.acks.acknowledged(
                         offset,
                         t,
+                        produced,
                         || part.next.load(Ordering::SeqCst),
-                        |t, r| pass.add(t.worker, t.request, t.index, r),
+                        |t, r, produced| {
+                            log.ack.observe_ns(produced.elapsed().as_nanos() as u64);
+                            pass.add(t.worker, t.request, t.index, r);
+                        },
                     );
                 }
             }
@@ -316,4 +325,3 @@ impl Producer {
         self.inner.client()
     }
 }
-
