@@ -16,7 +16,7 @@
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 . "$(dirname "$0")/lib.sh"
-BASE=${AB_BASE:?AB_BASE: the base build's pollbox binary}
+BASE=${AB_BASE:?AB_BASE: the pollbox binary of the base build}
 RATE=${AB_RATE:-2000}
 LOW=${AB_LOW_RATE:-500}
 CONNS=${AB_CONNECTIONS:-16}
