@@ -87,8 +87,8 @@ CPU_PER_MSG=$(sed -n 's/.*node CPU \([0-9.]*\) us\/msg.*/\1/p' "$OUT" | tail -1)
 import re, sys, collections
 cpu, path = float(sys.argv[1]), sys.argv[2]
 groups = [("HTTP and the batch's projection", r"projection|conn::|framer|http::|service::ingest|Projector"),
-          ("produce calls (producev, headers, msg_new)", r"producev|rd_kafka_msg_new|rd_kafka_msg_|header|BaseProducer|OwnedHeaders|Producer::send|produce"),
-          ("tickets, waiters, reports", r"logged|Pending|LogReport|wakeups|crossbeam_channel|on_log_report|settle|on_wake|Ticket|Waiters"),
+          ("produce calls (produce_batch, producev, headers, msg_new)", r"produce_batch|producev|rd_kafka_msg_new|rd_kafka_msg_|header|BaseProducer|OwnedHeaders|Producer::send|produce"),
+          ("tickets, acks, waiters, reports", r"logged|Pending|LogReport|wakeups|crossbeam_channel|on_log_report|settle|on_wake|Ticket|Waiters|acks|PassReports|serve_acks"),
           ("apply (replica, box table)", r"Replica|replica|boxes|crossbeam_epoch|seqlock|Record|apply"),
           ("librdkafka other (fetch, requests, queues)", r"\brd_|rdkafka|lz4|crc32|snappy|zstd"),
           ("malloc and free", r"malloc|calloc|free|unlink_chunk|realloc|_int_"),

@@ -11,7 +11,7 @@
 use super::produce::Producer;
 use super::reports::PassReports;
 use super::topic::{self, LogProblem};
-use super::{client_config, LogState, PartitionState, LOG_REFUSED_EXIT};
+use super::{client_config, LogState, PartitionState, LOG_REFUSED_EXIT, RESULTS};
 use crate::lifecycle::Lifecycle;
 use crate::wakeups::Waiters;
 use pollbox_core::config::LogConfig;
@@ -256,6 +256,7 @@ fn apply(c: &Consuming, consumer: &BaseConsumer, starts: &[i64], share: Share) {
         eprintln!("pollbox: log: caught up (nothing to replay)");
     }
     let mut pass = PassReports::new(c.waiters.workers());
+    let mut counts = Counts::default();
     // A pass goes on without waiting while records are queued; it ends, and
     // the workers learn what it applied, when the queue is empty.
     let mut wait = POLL;
@@ -264,17 +265,24 @@ fn apply(c: &Consuming, consumer: &BaseConsumer, starts: &[i64], share: Share) {
         match polled {
             None => {
                 pass.hand_over(&c.waiters);
+                counts.flush(log);
                 wait = POLL;
             }
             Some(Err(e)) => {
                 pass.hand_over(&c.waiters);
+                counts.flush(log);
                 wait = POLL;
                 log.consume_errors.fetch_add(1, Ordering::Relaxed);
                 log.connected.store(false, Ordering::Relaxed);
                 said.say(format!("consuming: {e} (retrying)"));
             }
             Some(Ok(m)) => {
-                log.connected.store(true, Ordering::Relaxed);
+                // Written only when it changes: every consuming thread
+                // reads it a record, and a store a record would bounce its
+                // cache line between them.
+                if !log.connected.load(Ordering::Relaxed) {
+                    log.connected.store(true, Ordering::Relaxed);
+                }
                 let rec = Record {
                     partition: m.partition(),
                     offset: m.offset(),
@@ -286,7 +294,7 @@ fn apply(c: &Consuming, consumer: &BaseConsumer, starts: &[i64], share: Share) {
                 let outcome = replica.apply(&c.node.boxes, &rec, &mut key, &mut &*c.waiters);
                 if outcome == Outcome::Replayed && log.caught_up() {
                     // Not a replay: after the catch-up every record is new.
-                    log.count("out_of_order");
+                    counts.add(log, "out_of_order");
                     said.say(format!(
                         "the record at {}/{} offset {} is older than its box {:?}; skipped",
                         log.topic,
@@ -295,7 +303,7 @@ fn apply(c: &Consuming, consumer: &BaseConsumer, starts: &[i64], share: Share) {
                         String::from_utf8_lossy(&key)
                     ));
                 } else {
-                    log.count(outcome.label());
+                    counts.add(log, outcome.label());
                 }
                 match &outcome {
                     Outcome::WrongPartition { home } => {
@@ -332,11 +340,44 @@ fn apply(c: &Consuming, consumer: &BaseConsumer, starts: &[i64], share: Share) {
                 if pass.records() >= PASS_RECORDS {
                     pass.hand_over(&c.waiters);
                 }
+                // A replay's queue is never empty: its counts go up every
+                // PASS_RECORDS records all the same.
+                if counts.held() >= u64::from(PASS_RECORDS) {
+                    counts.flush(log);
+                }
                 wait = Duration::ZERO;
             }
         }
     }
     pass.hand_over(&c.waiters);
+    counts.flush(log);
+}
+
+/// Records by result, counted on the thread and added to the log's counters
+/// when a pass hands over (an atomic add a record, shared by every consuming
+/// thread, would bounce its cache line between them).
+#[derive(Default)]
+struct Counts([u64; RESULTS.len()]);
+
+impl Counts {
+    fn add(&mut self, log: &LogState, result: &str) {
+        match RESULTS.iter().position(|r| *r == result) {
+            Some(i) => self.0[i] += 1,
+            None => log.count(result),
+        }
+    }
+
+    fn held(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    fn flush(&mut self, log: &LogState) {
+        for (n, total) in self.0.iter_mut().zip(&log.records) {
+            if *n > 0 {
+                total.fetch_add(std::mem::take(n), Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// Records outside their key's home partition: the first is said at once,
