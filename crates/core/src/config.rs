@@ -157,7 +157,8 @@ pub struct LogConfig {
 
 /// Client properties pollbox sets itself, because what it promises rests on
 /// them: acknowledged by every in-sync replica, written once, records of a
-/// key in one partition, every partition read by every node.
+/// key in one partition, every partition read by every node, every
+/// record's delivery report (it brings the offset an answer waits for).
 pub const RESERVED_CLIENT_KEYS: &[&str] = &[
     "bootstrap.servers",
     "acks",
@@ -168,6 +169,7 @@ pub const RESERVED_CLIENT_KEYS: &[&str] = &[
     "auto.offset.reset",
     "partitioner",
     "isolation.level",
+    "delivery.report.only.error",
 ];
 
 impl LogConfig {

@@ -122,7 +122,8 @@ impl Producer {
             c.set("linger.ms", "0");
         }
         // Every delivery report is needed: it brings the record's offset
-        // (`delivery.report.only.error` would drop the taken ones').
+        // (`delivery.report.only.error` would drop the taken ones'; it is
+        // reserved, so `[log.client]` cannot set it).
         c.set("delivery.report.only.error", "false");
         if !cfg.client.contains_key("message.timeout.ms") {
             // Never give up on a record: the idempotent producer that gives
