@@ -4,9 +4,10 @@
 //! starts the others (`log.consumers`); thread `k` of `n` owns the
 //! partitions `p` with `p % n == k` (assigned, not subscribed), with its own
 //! client and [`Replica`], so a key's records (one partition) are applied
-//! in order by one thread. The first also serves the producer's delivery
-//! reports. See the module above for what they share; [`Consuming`] is what
-//! they are handed.
+//! in order by one thread. After each record a thread hands this node's
+//! acknowledged records at that offset to their workers (`acks.rs`). See
+//! the module above for what they share; [`Consuming`] is what they are
+//! handed.
 
 use super::produce::Producer;
 use super::reports::PassReports;
