@@ -143,32 +143,38 @@ impl PartitionAcks {
         }
     }
 
-    /// The log acknowledged the record at `offset` for `ticket`, produced at
-    /// `produced`; `next` reads the partition's next offset to apply.
-    /// Reported now (to `report`) if it is applied, else when it is.
+    /// The log acknowledged `acks` of this partition: each record's offset,
+    /// ticket and when it was produced (one delivery report's run, taken
+    /// under one lock); `next` reads the partition's next offset to apply.
+    /// Each is reported now (to `report`) if it is applied, else when it is.
     pub fn acknowledged(
         &self,
-        offset: i64,
-        ticket: Ticket,
-        produced: Instant,
+        acks: impl IntoIterator<Item = (i64, Ticket, Instant)>,
         next: impl Fn() -> i64,
         mut report: impl FnMut(Ticket, Report, Instant),
     ) {
         let mut s = self.lock();
-        if offset < next() {
-            let r = s.outcome(offset);
-            drop(s);
-            report(ticket, r, produced);
+        let applied = next();
+        let mut queued = false;
+        for (offset, ticket, produced) in acks {
+            if offset < applied {
+                let r = s.outcome(offset);
+                report(ticket, r, produced);
+                continue;
+            }
+            // By offset (a partition's acknowledgements come in order: this
+            // is the back, but an older one is put in its place all the same).
+            let at = s.waiting.partition_point(|&(o, _, _)| o <= offset);
+            s.waiting.insert(at, (offset, ticket, produced));
+            queued = true;
+        }
+        if !queued {
             return;
         }
-        // By offset (a partition's acknowledgements come in order: this is
-        // the back, but an older one is put in its place all the same).
-        let at = s.waiting.partition_point(|&(o, _, _)| o <= offset);
-        s.waiting.insert(at, (offset, ticket, produced));
         let first = s.waiting.front().map_or(i64::MAX, |&(o, _, _)| o);
         self.first_waiting.store(first, Ordering::SeqCst);
-        // The consuming thread may have moved past it since `next` was read,
-        // and looked at `first_waiting` before it was stored: look again.
+        // The consuming thread may have moved past them since `next` was
+        // read, and looked at `first_waiting` before it was stored: look again.
         let now = next();
         if first < now {
             s.take_below(now, &self.first_waiting, &mut report);
@@ -275,16 +281,12 @@ mod tests {
         let mut got = Vec::new();
         // Not applied yet: waits.
         acks.acknowledged(
-            12,
-            t(1, 0),
-            Instant::now(),
+            [(12, t(1, 0), Instant::now())],
             || next.load(Ordering::SeqCst),
             |t, r, _| got.push((t, r)),
         );
         acks.acknowledged(
-            13,
-            t(1, 1),
-            Instant::now(),
+            [(13, t(1, 1), Instant::now())],
             || next.load(Ordering::SeqCst),
             |t, r, _| got.push((t, r)),
         );
@@ -308,22 +310,34 @@ mod tests {
         next.store(17, Ordering::SeqCst);
         acks.moved(17, |_, _, _| unreachable!("nothing waits"));
         acks.acknowledged(
-            15,
-            t(2, 0),
-            Instant::now(),
+            [(15, t(2, 0), Instant::now())],
             || 17,
             |t, r, _| got.push((t, r)),
         );
         acks.acknowledged(
-            16,
-            t(2, 1),
-            Instant::now(),
+            [(16, t(2, 1), Instant::now())],
             || 17,
             |t, r, _| got.push((t, r)),
         );
         assert_eq!(
             got[2..],
             [(t(2, 0), Report::NoBox), (t(2, 1), Report::Applied)]
+        );
+        // One report's run, half applied: those are reported at once, the
+        // rest when their apply comes.
+        let now = Instant::now();
+        acks.acknowledged(
+            [(16, t(3, 0), now), (17, t(3, 1), now), (18, t(3, 2), now)],
+            || next.load(Ordering::SeqCst),
+            |t, r, _| got.push((t, r)),
+        );
+        assert_eq!(got[4..], [(t(3, 0), Report::Applied)]);
+        assert_eq!(acks.waiting(), 2);
+        next.store(19, Ordering::SeqCst);
+        acks.moved(19, |t, r, _| got.push((t, r)));
+        assert_eq!(
+            got[5..],
+            [(t(3, 1), Report::Applied), (t(3, 2), Report::Applied)]
         );
     }
 
@@ -335,10 +349,14 @@ mod tests {
         }
         let mut got = Vec::new();
         let next = || KEPT as i64 + 10;
-        acks.acknowledged(3, t(1, 0), Instant::now(), next, |t, r, _| got.push((t, r)));
-        acks.acknowledged(KEPT as i64 + 5, t(1, 1), Instant::now(), next, |t, r, _| {
+        acks.acknowledged([(3, t(1, 0), Instant::now())], next, |t, r, _| {
             got.push((t, r))
         });
+        acks.acknowledged(
+            [(KEPT as i64 + 5, t(1, 1), Instant::now())],
+            next,
+            |t, r, _| got.push((t, r)),
+        );
         assert_eq!(
             got,
             vec![(t(1, 0), Report::Failed), (t(1, 1), Report::NoBox)]
@@ -396,14 +414,13 @@ mod tests {
             // Acknowledged as the consumer is about to apply it.
             wait_for(&next, o);
             let n = next.clone();
+            let ticket = Ticket {
+                worker: 0,
+                request: o as u64,
+                index: 0,
+            };
             acks.acknowledged(
-                o,
-                Ticket {
-                    worker: 0,
-                    request: o as u64,
-                    index: 0,
-                },
-                Instant::now(),
+                [(o, ticket, Instant::now())],
                 move || n.load(Ordering::SeqCst),
                 &check,
             );
@@ -452,9 +469,7 @@ mod tests {
             let before = count.load(Ordering::Relaxed);
             start.wait();
             acks.acknowledged(
-                0,
-                t(1, 0),
-                Instant::now(),
+                [(0, t(1, 0), Instant::now())],
                 || next.load(Ordering::SeqCst),
                 |_, _, _| {
                     count.fetch_add(1, Ordering::Relaxed);

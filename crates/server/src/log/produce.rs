@@ -297,22 +297,30 @@ impl Producer {
             // Before the topic's partitions are known nothing is applied:
             // the acknowledgements wait here until they are.
             if let Some(parts) = log.partitions() {
-                for (p, offset, t, produced) in held.drain(..) {
-                    let Some(part) = usize::try_from(p).ok().and_then(|p| parts.get(p)) else {
-                        pass.add(t.worker, t.request, t.index, Report::Failed);
+                // A report's records come a partition at a time: each run
+                // meets its partition's applies under one lock.
+                let now = Instant::now();
+                let mut report = |t: Ticket, r: Report, produced: Instant| {
+                    let waited = now.saturating_duration_since(produced);
+                    log.ack.observe_ns(waited.as_nanos() as u64);
+                    pass.add(t.worker, t.request, t.index, r);
+                };
+                for run in held.chunk_by(|a, b| a.0 == b.0) {
+                    let Some(part) = usize::try_from(run[0].0).ok().and_then(|p| parts.get(p))
+                    else {
+                        for &(_, _, t, produced) in run {
+                            report(t, Report::Failed, produced);
+                        }
                         continue;
                     };
                     part.acks.acknowledged(
-                        offset,
-                        t,
-                        produced,
+                        run.iter()
+                            .map(|&(_, offset, t, produced)| (offset, t, produced)),
                         || part.next.load(Ordering::SeqCst),
-                        |t, r, produced| {
-                            log.ack.observe_ns(produced.elapsed().as_nanos() as u64);
-                            pass.add(t.worker, t.request, t.index, r);
-                        },
+                        &mut report,
                     );
                 }
+                held.clear();
             }
             pass.hand_over(waiters);
         }
