@@ -5,7 +5,7 @@
 //!
 //! What it is not: the route (`rooms.rs` decides a request is a page).
 
-use super::rooms::{write_hex, write_watermark};
+use super::rooms::write_next_after;
 use super::{Answer, Exchange, Host, ManyKeys, Reply, RouteLabel, Service};
 use crate::http::Method;
 
@@ -104,18 +104,9 @@ impl Service {
         let x = &mut Exchange::new(request, out, host, creds);
         self.body.clear();
         self.body.extend_from_slice(&p.body);
-        self.body.extend_from_slice(b"],\"next\":");
-        match (p.more, &p.after) {
-            (true, Some(key)) => {
-                self.body.push(b'"');
-                write_hex(key, &mut self.body);
-                self.body.push(b'"');
-            }
-            _ => self.body.extend_from_slice(b"null"),
-        }
-        self.body.extend_from_slice(b",\"after\":\"");
-        write_watermark(self.node.boxes.lanes().run(), &p.cut, &mut self.body);
-        self.body.extend_from_slice(b"\"}");
+        let next = p.after.as_deref().filter(|_| p.more);
+        write_next_after(next, self.node.boxes.lanes().run(), &p.cut, &mut self.body);
+        self.body.push(b'}');
         let a = Answer {
             head_only: x.frame.method == Method::Head,
             ..x.json(RouteLabel::Page, 200)

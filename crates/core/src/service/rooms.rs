@@ -138,6 +138,24 @@ fn read_hex(raw: &[u8]) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// The end of a page's list and what follows it: `],"next":` the cursor
+/// (the last key, hex) or `null`, then `,"after":"W"` (the closing brace
+/// is the caller's).
+pub(super) fn write_next_after(next: Option<&[u8]>, run: u64, cut: &[u64], out: &mut Vec<u8>) {
+    out.extend_from_slice(b"],\"next\":");
+    match next {
+        Some(key) => {
+            out.push(b'"');
+            write_hex(key, out);
+            out.push(b'"');
+        }
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"after\":\"");
+    write_watermark(run, cut, out);
+    out.push(b'"');
+}
+
 /// A watermark: `<run>.<p0>,<p1>,...` in hexadecimal, the table's run and
 /// the cut (docs/boxes.md#watermarks). An event's `id:`, a page's `after`.
 pub fn write_watermark(run: u64, cut: &[u64], out: &mut Vec<u8>) {
@@ -377,18 +395,8 @@ impl Service {
             }
             last = Some(key);
         }
-        self.body.extend_from_slice(b"],\"next\":");
-        match (more, last) {
-            (true, Some(key)) => {
-                self.body.push(b'"');
-                write_hex(key, &mut self.body);
-                self.body.push(b'"');
-            }
-            _ => self.body.extend_from_slice(b"null"),
-        }
-        self.body.extend_from_slice(b",\"after\":\"");
-        write_watermark(boxes.lanes().run(), &self.walk_cut, &mut self.body);
-        self.body.push(b'"');
+        let next = last.filter(|_| more);
+        write_next_after(next, boxes.lanes().run(), &self.walk_cut, &mut self.body);
         if reset {
             self.body.extend_from_slice(b",\"reset\":true");
         }
