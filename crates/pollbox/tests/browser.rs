@@ -1273,11 +1273,7 @@ fn a_page_with_a_cookie_token_streams_its_own_box_and_comes_back_after_event_exp
     c.server.listen = "127.0.0.1:0".into();
     c.server.workers = 2;
     c.http.cors_origins = vec![format!("http://{page_addr}")];
-    c.auth.read = pollbox_core::config::ReadAccess::Token;
-    c.auth.ingest_tokens = vec![TOKEN.into()];
-    c.auth.jwt.keys_file = dir.join("jwks.json").display().to_string();
-    c.auth.jwt.issuer = "game".into();
-    c.auth.jwt.audience = "pollbox".into();
+    jwt::token_access(&mut c, &dir.join("jwks.json"), TOKEN);
     c.auth.jwt.leeway_s = 0;
     let server = Server::start(c).expect("server starts");
     let ingest = |value: i64| {

@@ -7,7 +7,7 @@
 //! is what SIGHUP calls (crates/pollbox/tests/sighup.rs sends the signal).
 
 mod common;
-use common::jwt::{claims, keys, mint, now, tempdir};
+use common::jwt::{claims, keys, mint, now, tempdir, token_access};
 use common::*;
 use pollbox_core::config::{ReadAccess, StaticTokenConfig};
 use serde_json::{json, Value};
@@ -67,11 +67,7 @@ fn signed_keys_rotate_without_a_restart() {
     )
     .remove(0);
     let mut cfg = config();
-    cfg.auth.read = ReadAccess::Token;
-    cfg.auth.ingest_tokens = vec!["ingest-secret".into()];
-    cfg.auth.jwt.keys_file = served.display().to_string();
-    cfg.auth.jwt.issuer = "game".into();
-    cfg.auth.jwt.audience = "pollbox".into();
+    token_access(&mut cfg, &served, "ingest-secret");
     let s = start(cfg);
     let a = s.addr();
     ingest(a, "ingest-secret");

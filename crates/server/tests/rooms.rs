@@ -662,8 +662,7 @@ fn past_max_prefix_streams_a_stream_is_503_until_one_closes() {
 #[test]
 #[ignore = "needs python3 with pyjwt and cryptography"]
 fn a_prefix_read_needs_a_token_covering_the_whole_prefix() {
-    use common::jwt::{claims, keys as jwt_keys, mint, now, tempdir};
-    use pollbox_core::config::ReadAccess;
+    use common::jwt::{claims, keys as jwt_keys, mint, now, tempdir, token_access};
     let dir = tempdir("rooms");
     jwt_keys(&dir);
     let t = now() + 600;
@@ -677,11 +676,7 @@ fn a_prefix_read_needs_a_token_covering_the_whole_prefix() {
     );
     let (room, every, exact) = (&tokens[0], &tokens[1], &tokens[2]);
     let mut c = config();
-    c.auth.read = ReadAccess::Token;
-    c.auth.ingest_tokens = vec!["ingest-secret".into()];
-    c.auth.jwt.keys_file = dir.join("jwks.json").display().to_string();
-    c.auth.jwt.issuer = "game".into();
-    c.auth.jwt.audience = "pollbox".into();
+    token_access(&mut c, &dir.join("jwks.json"), "ingest-secret");
     let s = start(c);
     let a = s.addr();
     for key in ["room-17/a", "room-17/a/b", "room-1/x"] {

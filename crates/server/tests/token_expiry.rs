@@ -6,20 +6,16 @@
 //! arrives, not when.
 
 mod common;
-use common::jwt::{claims, keys, mint, now, tempdir};
+use common::jwt::{claims, keys, mint, now, tempdir, token_access};
 use common::*;
-use pollbox_core::config::{Config, ReadAccess};
+use pollbox_core::config::Config;
 use serde_json::json;
 use std::net::SocketAddr;
 use std::path::Path;
 
 fn private_config(dir: &Path) -> Config {
     let mut c = config();
-    c.auth.read = ReadAccess::Token;
-    c.auth.ingest_tokens = vec!["ingest-secret".into()];
-    c.auth.jwt.keys_file = dir.join("jwks.json").display().to_string();
-    c.auth.jwt.issuer = "game".into();
-    c.auth.jwt.audience = "pollbox".into();
+    token_access(&mut c, &dir.join("jwks.json"), "ingest-secret");
     c.auth.jwt.leeway_s = 0;
     c
 }

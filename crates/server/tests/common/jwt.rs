@@ -63,6 +63,17 @@ pub fn tempdir(name: &str) -> PathBuf {
     d
 }
 
+/// `c` reads by signed token only: keys from `keys_file` (what [`keys`]
+/// wrote: `dir/jwks.json`), issuer "game" and audience "pollbox" (as
+/// [`claims`] says), and ingest with `ingest_token`.
+pub fn token_access(c: &mut pollbox_core::config::Config, keys_file: &Path, ingest_token: &str) {
+    c.auth.read = pollbox_core::config::ReadAccess::Token;
+    c.auth.ingest_tokens = vec![ingest_token.into()];
+    c.auth.jwt.keys_file = keys_file.display().to_string();
+    c.auth.jwt.issuer = "game".into();
+    c.auth.jwt.audience = "pollbox".into();
+}
+
 /// Claims issued by "game" for "pollbox" with these scopes.
 pub fn claims(exp: u64, read: &[&str], write: &[&str]) -> Value {
     json!({"iss": "game", "aud": "pollbox", "exp": exp,
