@@ -9,7 +9,7 @@
 
 mod common;
 use common::kafka::Broker;
-use common::rooms::{room, writers, Held, Sse};
+use common::rooms::{read_then_hang_up, room, writers, Held, Sse};
 use common::*;
 use pollbox_core::config::Config;
 use std::net::SocketAddr;
@@ -102,20 +102,7 @@ fn every_node_pages_a_room_alike_and_a_stream_resumes_on_another_node() {
         let a = nodes[hop % 2];
         let mut sse = Sse::open(a, "room/", id.as_deref());
         x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
-        let mut budget = 1 + (x >> 33) % 6;
-        let mut synced = false;
-        loop {
-            let e = sse.next().expect("the stream goes on");
-            held.apply(&e);
-            synced |= e.event == "synced";
-            if let Some(i) = &e.id {
-                id = Some(i.clone());
-                budget = budget.saturating_sub(1);
-                if synced && budget == 0 {
-                    break;
-                }
-            }
-        }
+        read_then_hang_up(&mut sse, &mut held, &mut id, 1 + (x >> 33) % 6);
     }
     stop.store(true, Ordering::Relaxed);
     let ops: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();

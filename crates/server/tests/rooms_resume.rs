@@ -5,7 +5,7 @@
 //! exactly the room. Real sockets, real writers on every worker.
 
 mod common;
-use common::rooms::{room, writers, Held, Sse};
+use common::rooms::{read_then_hang_up, room, writers, Held, Sse};
 use common::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -35,21 +35,7 @@ fn a_room_resumed_over_and_over_is_sent_exactly_what_moved() {
         // Read a few events (at least through the listing's `synced` on the
         // first connect), then hang up at an event that carried an id.
         x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
-        let mut budget = 1 + (x >> 33) % 12;
-        let mut synced = false;
-        loop {
-            let e = sse.next().expect("the stream goes on");
-            held.apply(&e);
-            events += 1;
-            synced |= e.event == "synced";
-            if let Some(i) = &e.id {
-                id = Some(i.clone());
-                budget = budget.saturating_sub(1);
-                if synced && budget == 0 {
-                    break;
-                }
-            }
-        }
+        events += read_then_hang_up(&mut sse, &mut held, &mut id, 1 + (x >> 33) % 12);
         reconnects += 1;
     }
     stop.store(true, Ordering::Relaxed);

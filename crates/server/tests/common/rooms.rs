@@ -153,6 +153,31 @@ impl Held {
     }
 }
 
+/// Read `sse` into `held` until it has sent `synced` and `budget` more
+/// events carried an id, then stop there (a client that hangs up at an
+/// event with an id); `id` is left at the last id. Returns the events read.
+pub fn read_then_hang_up(
+    sse: &mut Sse,
+    held: &mut Held,
+    id: &mut Option<String>,
+    mut budget: u64,
+) -> usize {
+    let (mut synced, mut events) = (false, 0);
+    loop {
+        let e = sse.next().expect("the stream goes on");
+        held.apply(&e);
+        events += 1;
+        synced |= e.event == "synced";
+        if let Some(i) = &e.id {
+            *id = Some(i.clone());
+            budget = budget.saturating_sub(1);
+            if synced && budget == 0 {
+                return events;
+            }
+        }
+    }
+}
+
 /// The room as the server has it now, page by page.
 pub fn room(a: SocketAddr, prefix: &str) -> BTreeMap<String, (u64, String)> {
     let mut all = BTreeMap::new();
