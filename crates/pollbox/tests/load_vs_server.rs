@@ -93,19 +93,26 @@ fn sse_events_sent(s: &Server) -> u64 {
         .unwrap()
 }
 
-/// The `sse` operation: its streams are the server's subscribers, every
-/// event it counts the server sent, and it measures publish-to-receive latency.
-#[test]
-fn the_sse_operation_counts_events_the_server_sent() {
-    let s = server();
+/// Single ingests at 500/s over 2 connections for 2 s on `keys` keys,
+/// quietly: the publishers of the streaming operations' tests.
+fn ingest_at_500(s: &Server, keys: u32) -> LoadArgs {
     let mut a = LoadArgs::new(format!("http://{}", s.addr()));
     a.connections = 2;
     a.duration = Duration::from_secs(2);
     a.rate = Some(500.0);
     a.mix = Mix::parse("ingest:1").unwrap();
-    a.keys = 5;
-    a.sse = 20;
+    a.keys = keys;
     a.quiet = true;
+    a
+}
+
+/// The `sse` operation: its streams are the server's subscribers, every
+/// event it counts the server sent, and it measures publish-to-receive latency.
+#[test]
+fn the_sse_operation_counts_events_the_server_sent() {
+    let s = server();
+    let mut a = ingest_at_500(&s, 5);
+    a.sse = 20;
     let r = pollbox_load::run(&a).unwrap();
     assert_eq!(r.errors_total, 0);
     let sse = r.sse.as_ref().expect("an sse report");
@@ -133,16 +140,10 @@ fn the_sse_operation_counts_events_the_server_sent() {
 #[test]
 fn prefix_streams_list_their_rooms_and_count_events_the_server_sent() {
     let s = server();
-    let mut a = LoadArgs::new(format!("http://{}", s.addr()));
-    a.connections = 2;
-    a.duration = Duration::from_secs(2);
-    a.rate = Some(500.0);
-    a.mix = Mix::parse("ingest:1").unwrap();
-    a.keys = 20;
+    let mut a = ingest_at_500(&s, 20);
     a.rooms = 4;
     a.preseed = true;
     a.prefix_streams = 8;
-    a.quiet = true;
     let r = pollbox_load::run(&a).unwrap();
     assert_eq!(r.errors_total, 0, "{:?} {:?}", r.errors, r.ops);
     let p = r.prefix_streams.as_ref().expect("a prefix_streams report");
