@@ -346,16 +346,21 @@ fn drive_threads(
     let mut sse_result = None;
     let results: Vec<std::thread::Result<std::io::Result<Stats>>> = std::thread::scope(|scope| {
         let sse_handle = plan.published.as_ref().map(|p| {
-            let end = plan.end_ns + Duration::from_millis(200).as_nanos() as u64;
-            let warmup_ns = plan.warmup_ns;
-            let (names, keys) = (plan.requests.names(), plan.key_count);
-            // Only single ingests' answers carry the version their event will have.
-            let timed = plan.mix.contains(Op::Ingest);
+            let window = sse::Window {
+                origin,
+                warmup_ns: plan.warmup_ns,
+                end_ns: plan.end_ns + Duration::from_millis(200).as_nanos() as u64,
+            };
+            let reader = sse::Reader {
+                published: p,
+                // Only single ingests' answers carry the version their event will have.
+                timed: plan.mix.contains(Op::Ingest),
+                names: plan.requests.names(),
+                keys: plan.key_count,
+            };
             std::thread::Builder::new()
                 .name("load-sse".into())
-                .spawn_scoped(scope, move || {
-                    sse::drive(subscribers, p, timed, names, keys, origin, warmup_ns, end)
-                })
+                .spawn_scoped(scope, move || sse::drive(subscribers, reader, window))
         });
         let handles: Vec<_> = shares
             .into_iter()

@@ -218,21 +218,28 @@ fn open(addr: SocketAddr, host: &str, path: &[u8]) -> io::Result<std::net::TcpSt
     Ok(s)
 }
 
-/// Read the streams until `end_ns` (ns after `origin`); events received before
-/// `warmup_ns` are not counted. Prefix streams' events name their box: `names` and
-/// `keys` say which of the run's keys it is. Without `timed` (no single ingests in the
-/// mix, so no publish times), events are counted as unmatched at once.
-#[allow(clippy::too_many_arguments)]
+/// When the streams are read: until `end_ns` (ns after `origin`), counting
+/// what is received from `warmup_ns` on.
+#[derive(Clone, Copy)]
+pub struct Window {
+    pub origin: Instant,
+    pub warmup_ns: u64,
+    pub end_ns: u64,
+}
+
+/// Read the streams through `window`. `reader` matches each event to the
+/// ingest that published it.
 pub fn drive(
     streams: Vec<Subscription>,
-    published: &Published,
-    timed: bool,
-    names: KeyNames,
-    keys: u32,
-    origin: Instant,
-    warmup_ns: u64,
-    end_ns: u64,
+    reader: Reader<'_>,
+    window: Window,
 ) -> io::Result<StreamStats> {
+    let Window {
+        origin,
+        warmup_ns,
+        end_ns,
+    } = window;
+    let published = reader.published;
     let mut poll = Poll::new()?;
     let mut subs = Vec::with_capacity(streams.len());
     for (i, sub) in streams.into_iter().enumerate() {
@@ -252,12 +259,6 @@ pub fn drive(
     let mut stats = StreamStats {
         keys: SseStats::new(subs.len() - prefix_subs),
         prefixes: SseStats::new(prefix_subs),
-    };
-    let reader = Reader {
-        published,
-        timed,
-        names,
-        keys,
     };
     let mut events = Events::with_capacity(1024);
     let mut pending: Vec<Pending> = Vec::new();
@@ -329,12 +330,16 @@ pub fn drive(
 }
 
 /// What reading events needs besides the stream.
-struct Reader<'a> {
-    published: &'a Published,
+/// How events are matched to the run's ingests. Prefix streams' events name
+/// their box: `names` and `keys` say which of the run's keys it is. Without
+/// `timed` (no single ingests in the mix, so no publish times), events are
+/// counted as unmatched at once.
+pub struct Reader<'a> {
+    pub published: &'a Published,
     /// Events can be matched to the ingests of the run.
-    timed: bool,
-    names: KeyNames,
-    keys: u32,
+    pub timed: bool,
+    pub names: KeyNames,
+    pub keys: u32,
 }
 
 impl Reader<'_> {
