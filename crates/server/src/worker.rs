@@ -140,6 +140,10 @@ struct Timers {
     /// Room streams with something marked past their cut, flushed again at
     /// each tick with a new one (`Worker::list_room`).
     rooms: Vec<(usize, u32)>,
+    /// Room streams whose listing goes on with nothing queued (its steps
+    /// found nothing to send), given their next step at the next turn
+    /// (`Worker::list_room`).
+    listing: Vec<(usize, u32)>,
 }
 
 /// Time spent waiting for events since `busy_since`, and the busy share
@@ -172,6 +176,8 @@ struct Scratch {
     woken: Vec<(usize, u32)>,
     /// Prefix streams and long-polls to look at with the cut just taken.
     rooms: Vec<(usize, u32)>,
+    /// The twin of `Timers::listing`, kept so stepping allocates nothing.
+    listing: Vec<(usize, u32)>,
     refusal: Vec<u8>,
 }
 
@@ -235,6 +241,7 @@ impl Worker {
                 wheel: Wheel::new(epoch_ms, 512, 0),
                 starved: Vec::new(),
                 rooms: Vec::new(),
+                listing: Vec::new(),
             },
             load: Load {
                 idle_ns: 0,
@@ -254,6 +261,7 @@ impl Worker {
                 fired: Vec::with_capacity(256),
                 woken: Vec::with_capacity(64),
                 rooms: Vec::with_capacity(64),
+                listing: Vec::new(),
                 refusal: Vec::with_capacity(256),
             },
         })
@@ -308,7 +316,7 @@ impl Worker {
             // node does not wake every epoch_ms.
             let sleep = self.clocks.quiet_ticks >= QUIET_TICKS_BEFORE_SLEEP && self.is_quiet();
             // Ingesting connections left from the last turn: only look.
-            let timeout = if !self.scratch.later.is_empty() {
+            let timeout = if !self.scratch.later.is_empty() || !self.timers.listing.is_empty() {
                 0
             } else if sleep {
                 QUIET_WAIT_MS
@@ -346,6 +354,7 @@ impl Worker {
             // them only bumps a counter (never held across the wait above).
             let batch = pollbox_core::boxes::read_batch();
             self.serve(&mut ready, &mut done);
+            self.step_listings();
             drop(batch);
             (self.scratch.ready, self.scratch.done) = (ready, done);
             if self.clock() >= self.clocks.next_tick_ms {

@@ -111,6 +111,16 @@ impl Connection {
         }
     }
 
+    /// Whether a prefix stream's listing goes on and nothing it queued will
+    /// bring its next step (its queue is empty: its last steps found nothing
+    /// to send): the server gives it another step at its next turn
+    /// ([`Connection::on_send_drained`]).
+    pub fn room_lists_on(&self) -> bool {
+        matches!(&self.wait, Wait::Streaming(s) if s.room.as_ref().is_some_and(|r| r.lists_on()))
+            && self.sendq.is_empty()
+            && self.closing.is_none()
+    }
+
     /// Too many wake-ups at once reached this worker (its inbox overflowed):
     /// a prefix stream lists its room again, each box at its newest (after
     /// `event: reset`); a long-poll of a prefix looks again.

@@ -11,7 +11,7 @@
 use super::{Exchange, Park, Reply, RouteLabel, Service, Stream, Target};
 use crate::http::{parse_many_query, percent_decode_into, Method};
 use crate::render::write_json_str;
-use crate::service::{Answer, Host};
+use crate::service::{Answer, Host, ManyKeys};
 
 /// Where a stream of many boxes stands with each of them, in the order of
 /// its keys: the newest version the client has (0: none), and whether the box
@@ -69,21 +69,6 @@ impl Watching {
     /// Heap bytes it holds.
     pub fn heap_bytes(&self) -> usize {
         (self.lasts.len() + self.dirty.len()) * 8
-    }
-}
-
-/// Decoded keys, each as a little-endian `u16` length and its bytes.
-pub struct ManyKeys<'a>(pub &'a [u8]);
-
-impl<'a> Iterator for ManyKeys<'a> {
-    type Item = &'a [u8];
-
-    fn next(&mut self) -> Option<&'a [u8]> {
-        let (len, rest) = self.0.split_first_chunk::<2>()?;
-        let len = u16::from_le_bytes(*len) as usize;
-        let (key, rest) = rest.split_at_checked(len)?;
-        self.0 = rest;
-        Some(key)
     }
 }
 

@@ -5,7 +5,7 @@
 //!
 //! What it is not: the route (`rooms.rs` decides a request is a page).
 
-use super::rooms::write_next_after;
+use super::cursor::write_next_after;
 use super::{Answer, Exchange, Host, ManyKeys, Reply, RouteLabel, Service};
 use crate::http::Method;
 

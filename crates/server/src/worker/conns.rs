@@ -41,6 +41,9 @@ pub struct Conn {
     pub lowat_set: bool,
     /// On the worker's list of rooms waiting for a new cut.
     pub room_listed: bool,
+    /// On the worker's list of rooms whose listing takes its next step at
+    /// the next turn.
+    pub room_stepping: bool,
 }
 
 impl Conn {
@@ -58,6 +61,7 @@ impl Conn {
             starved: false,
             lowat_set: false,
             room_listed: false,
+            room_stepping: false,
         }
     }
 }

@@ -92,12 +92,39 @@ impl Worker {
     }
 
     /// A room stream that has something marked past its cut goes on the
-    /// list the next tick looks at again with a new cut.
+    /// list the next tick looks at again with a new cut; one whose listing
+    /// goes on with nothing queued, on the list the next turn steps.
     pub(super) fn list_room(&mut self, slot: usize, c: &mut Conn) {
         if !c.room_listed && c.core.room_waits() {
             c.room_listed = true;
             self.timers.rooms.push((slot, c.gen));
         }
+        if !c.room_stepping && c.core.room_lists_on() {
+            c.room_stepping = true;
+            self.timers.listing.push((slot, c.gen));
+        }
+    }
+
+    /// Room streams whose listing goes on take their next step (a bounded
+    /// one: [`pollbox_core::service::QUIET_LIST_STEPS`]); those that still
+    /// go on with nothing queued are listed again for the next turn.
+    pub(super) fn step_listings(&mut self) {
+        if self.timers.listing.is_empty() {
+            return;
+        }
+        let mut listing = std::mem::take(&mut self.timers.listing);
+        // What this turn lists again goes to the (emptied) list's twin.
+        self.timers.listing = std::mem::take(&mut self.scratch.listing);
+        for &(slot, gen) in &listing {
+            let Some(mut c) = self.sockets.conns.take_gen(slot, gen) else {
+                continue;
+            };
+            c.room_stepping = false;
+            self.timed(|cx| c.core.on_send_drained(cx));
+            self.settle(slot, c);
+        }
+        listing.clear();
+        self.scratch.listing = listing;
     }
 
     /// Apply what the connection asked since the last time, once each.
