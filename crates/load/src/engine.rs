@@ -30,6 +30,7 @@ mod answer_check;
 mod connection;
 mod driver;
 mod event_loop;
+mod failures;
 mod key_sets;
 mod pacing;
 mod versions;

@@ -676,4 +676,6 @@ impl fmt::Debug for BoxTable {
 }
 
 #[cfg(test)]
+mod test_support;
+#[cfg(test)]
 mod tests;

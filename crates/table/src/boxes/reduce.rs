@@ -333,7 +333,7 @@ pub(super) fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{apply, assert_unchanged, f, field, i, payload, table_with};
+    use super::super::test_support::{apply, assert_unchanged, f, field, i, payload, table_with};
     use super::with_scratch;
     use crate::boxes::BoxTable;
     use crate::config::{FieldType, Reduce};

@@ -54,7 +54,6 @@
 //! - NDJSON lines are split on `\n`; a `\r` before it is whitespace. Lines are
 //!   scanned one by one, each one JSON document.
 
-mod ahead;
 mod error;
 mod paths;
 mod scan;

@@ -37,6 +37,9 @@
 //! What it is not: the choice of what to read (the configured paths,
 //! `projection::paths`) or the rules of a message (`projection`).
 
+mod ahead;
+#[cfg(test)]
+mod ahead_tests;
 mod number;
 mod scanner;
 mod skip;
@@ -53,8 +56,6 @@ pub(super) use skip::{step, Cursor};
 pub(super) use string::{member_head, string_end};
 pub(super) use token::{name_end, next};
 pub(super) use unescape::{unescape_into, unescaped_eq};
-
-use super::ahead;
 
 /// A problem at a byte offset of the scanned document.
 pub(super) type Fail = (usize, &'static str);

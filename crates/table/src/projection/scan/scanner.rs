@@ -7,12 +7,12 @@
 //! the loop of the cargo skip (`skip`), or the choice of which members to read
 //! (the configured paths, `projection::paths`).
 
+use super::ahead;
 use super::number::number_end;
 use super::skip::{walk, Cursor, Stop};
 use super::string::{string_head, string_rest};
 use super::token::{at_end_or, next, ws};
 use super::{Fail, EOF, MAX_DEPTH, UNEXPECTED};
-use crate::projection::ahead;
 
 /// What a scanned value was. Strings and numbers are byte ranges of the
 /// document; containers were validated and stepped over.
