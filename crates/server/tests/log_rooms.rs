@@ -9,7 +9,7 @@
 
 mod common;
 use common::kafka::Broker;
-use common::rooms::{read_then_hang_up, room, writers, Held, Sse};
+use common::rooms::{read_then_hang_up, resume_a_quiet_room, room, writers, Held, Sse};
 use common::*;
 use pollbox_core::config::Config;
 use std::net::SocketAddr;
@@ -158,4 +158,21 @@ fn every_node_pages_a_room_alike_and_a_stream_resumes_on_another_node() {
     assert_eq!(moved(nodes[0])[0]["k"], "room/k07");
     na.shutdown().unwrap();
     nb.shutdown().unwrap();
+}
+
+/// On a node of a log, a resumed room where little moved is sent what moved
+/// and `synced` without waiting for a heartbeat, as on a standalone node
+/// (`rooms_resume.rs`).
+#[test]
+#[ignore = "needs a Kafka broker (scripts/kafka)"]
+fn a_resumed_room_where_little_moved_is_synced_without_waiting_on_a_log_node() {
+    let broker = Broker::start();
+    broker.create_topic(TOPIC, 4);
+    let mut c = log_config(&broker);
+    c.http.sse_heartbeat_ms = 60_000;
+    let node = start(c);
+    let a = node.addr();
+    until("the node ready", || get(a, "/readyz").status == 200);
+    resume_a_quiet_room(a);
+    node.shutdown().unwrap();
 }

@@ -5,7 +5,7 @@
 //! exactly the room. Real sockets, real writers on every worker.
 
 mod common;
-use common::rooms::{read_then_hang_up, room, writers, Event, Held, Sse};
+use common::rooms::{read_then_hang_up, resume_a_quiet_room, room, writers, Held, Sse};
 use common::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -110,92 +110,12 @@ fn a_room_resumed_over_and_over_is_sent_exactly_what_moved() {
 /// nothing to send go on at once, never at the next heartbeat (which this
 /// server sends only after a minute: the stream's reads give up after 10 s,
 /// so a listing that waits for it fails here). The long-poll form answers
-/// what moved at once too.
+/// what moved at once too. (On a node of a log: `log_rooms.rs`.)
 #[test]
 fn a_resumed_room_where_little_moved_is_synced_without_waiting() {
     let mut c = config();
     c.http.sse_heartbeat_ms = 60_000;
     let s = start(c);
-    let a = s.addr();
-    let batch: Vec<String> = (0..1000)
-        .map(|i| format!(r#"{{"key":"room-a/k{i:03}","value":1}}"#))
-        .collect();
-    let r = post(a, "/v1/ingest", &format!("[{}]", batch.join(",")));
-    assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.json()["accepted"], 1000);
-
-    // The first listing: every box, then `synced` with the watermark.
-    let listed = |id: Option<&str>| -> (Vec<Event>, String, std::time::Duration) {
-        let t = std::time::Instant::now();
-        let mut sse = Sse::open(a, "room-a/", id);
-        let mut events = Vec::new();
-        loop {
-            let e = sse
-                .next()
-                .expect("the listing ends with synced, no heartbeat needed");
-            if e.event == "synced" {
-                return (
-                    events,
-                    e.id.expect("synced carries the watermark"),
-                    t.elapsed(),
-                );
-            }
-            events.push(e);
-        }
-    };
-    let (first, mut id, _) = listed(None);
-    assert_eq!(first.len(), 1000);
-
-    // Nothing moved: `synced` is the first event.
-    let (events, again, took) = listed(Some(&id));
-    assert!(events.is_empty(), "{events:?}");
-    eprintln!("nothing moved among 1,000: synced after {took:?}");
-    id = again;
-
-    // A handful moved (one deleted): exactly those, then `synced`.
-    for k in ["k150", "k500", "k999"] {
-        assert_eq!(
-            post(a, &format!("/v1/boxes/room-a/{k}"), r#"{"value":9}"#).status,
-            200
-        );
-    }
-    assert_eq!(delete(a, "/v1/boxes/room-a/k700").status, 204);
-    let (events, _, took) = listed(Some(&id));
-    let mut got: Vec<String> = events
-        .iter()
-        .map(|e| {
-            let k = serde_json::from_str::<serde_json::Value>(&e.data).unwrap()["k"]
-                .as_str()
-                .unwrap()
-                .to_string();
-            format!("{}{k}", if e.event == "deleted" { "-" } else { "" })
-        })
-        .collect();
-    got.sort();
-    assert_eq!(
-        got,
-        ["-room-a/k700", "room-a/k150", "room-a/k500", "room-a/k999"]
-    );
-    eprintln!("4 moved among 1,000: synced after {took:?}");
-
-    // The long-poll form, from the same watermark: answered at once with
-    // what moved (its deadline, a minute, is never reached).
-    let t = std::time::Instant::now();
-    let r = get(
-        a,
-        &format!("/v1/boxes?prefix=room-a%2F&after={id}&wait_ms=60000"),
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    let j = r.json();
-    let mut keys: Vec<&str> = j["boxes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| b["k"].as_str().unwrap())
-        .collect();
-    keys.sort();
-    assert_eq!(keys, ["room-a/k150", "room-a/k500", "room-a/k999"]);
-    assert_eq!(j["deleted"], serde_json::json!(["room-a/k700"]));
-    eprintln!("the long-poll form answered after {:?}", t.elapsed());
+    resume_a_quiet_room(s.addr());
     s.shutdown().unwrap();
 }

@@ -244,3 +244,92 @@ pub fn writers(
         })
         .collect()
 }
+
+/// 1,000 boxes under `room-a/` on the node at `a` (its heartbeat far off):
+/// a stream resumed from the room's watermark with nothing moved is sent
+/// `synced` first; with four moved (one deleted), exactly those, then
+/// `synced`; the long-poll form from the same watermark answers them at
+/// once. Every read gives up after 10 s: a listing that waits for a
+/// heartbeat fails.
+pub fn resume_a_quiet_room(a: SocketAddr) {
+    let batch: Vec<String> = (0..1000)
+        .map(|i| format!(r#"{{"key":"room-a/k{i:03}","value":1}}"#))
+        .collect();
+    let r = post(a, "/v1/ingest", &format!("[{}]", batch.join(",")));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["accepted"], 1000);
+
+    // The first listing: every box, then `synced` with the watermark.
+    let listed = |id: Option<&str>| -> (Vec<Event>, String, std::time::Duration) {
+        let t = std::time::Instant::now();
+        let mut sse = Sse::open(a, "room-a/", id);
+        let mut events = Vec::new();
+        loop {
+            let e = sse
+                .next()
+                .expect("the listing ends with synced, no heartbeat needed");
+            if e.event == "synced" {
+                return (
+                    events,
+                    e.id.expect("synced carries the watermark"),
+                    t.elapsed(),
+                );
+            }
+            events.push(e);
+        }
+    };
+    let (first, mut id, _) = listed(None);
+    assert_eq!(first.len(), 1000);
+
+    // Nothing moved: `synced` is the first event.
+    let (events, again, took) = listed(Some(&id));
+    assert!(events.is_empty(), "{events:?}");
+    eprintln!("nothing moved among 1,000: synced after {took:?}");
+    id = again;
+
+    // A handful moved (one deleted): exactly those, then `synced`.
+    for k in ["k150", "k500", "k999"] {
+        assert_eq!(
+            post(a, &format!("/v1/boxes/room-a/{k}"), r#"{"value":9}"#).status,
+            200
+        );
+    }
+    assert_eq!(delete(a, "/v1/boxes/room-a/k700").status, 204);
+    let (events, _, took) = listed(Some(&id));
+    let mut got: Vec<String> = events
+        .iter()
+        .map(|e| {
+            let k = serde_json::from_str::<serde_json::Value>(&e.data).unwrap()["k"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            format!("{}{k}", if e.event == "deleted" { "-" } else { "" })
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        ["-room-a/k700", "room-a/k150", "room-a/k500", "room-a/k999"]
+    );
+    eprintln!("4 moved among 1,000: synced after {took:?}");
+
+    // The long-poll form, from the same watermark: answered at once with
+    // what moved (its deadline, a minute, is never reached).
+    let t = std::time::Instant::now();
+    let r = get(
+        a,
+        &format!("/v1/boxes?prefix=room-a%2F&after={id}&wait_ms=60000"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let j = r.json();
+    let mut keys: Vec<&str> = j["boxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["k"].as_str().unwrap())
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["room-a/k150", "room-a/k500", "room-a/k999"]);
+    assert_eq!(j["deleted"], serde_json::json!(["room-a/k700"]));
+    eprintln!("the long-poll form answered after {:?}", t.elapsed());
+}
