@@ -44,6 +44,44 @@ export class Backoff {
   }
 }
 
+/**
+ * When a token function's token is replaced, and what a 401 costs. A fresh
+ * token is fetched right before the request that uses it (after any wait,
+ * never before one, so that a wait cannot outlast it). Something that flowed
+ * (a stream that opened, a long-poll answered) starts over: the backoff and
+ * the count of fresh tokens. The first 401 since then (a token that ended
+ * while the page was away, or a parked long-poll's) is mended at once and
+ * quietly; a 401 to a fresh token is a refusal: reported, and the next fresh
+ * token waits a backoff (or the server's `Retry-After`).
+ *
+ * What it is not: the sleep or the call of the token function (follow.ts).
+ */
+export class Renewal {
+  /** Fresh tokens fetched since something last flowed. */
+  private fresh = 0;
+
+  constructor(private readonly backoff: Backoff) {}
+
+  /** A connection flowed: the next refusal is mended at once. */
+  flowed(): void {
+    this.fresh = 0;
+    this.backoff.reset();
+  }
+
+  /** A fresh token was fetched (just before its request). */
+  fetched(): void {
+    this.fresh++;
+  }
+
+  /**
+   * A 401 without anything flowing: `undefined` to fetch a fresh token at
+   * once (quietly), else the wait before the next one (a refusal to report).
+   */
+  refused(retryAfterMs?: number): number | undefined {
+    return this.fresh > 0 ? (retryAfterMs ?? this.backoff.next()) : undefined;
+  }
+}
+
 /** Resolve after `ms`, or at once when `signal` aborts (never rejects). */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((done) => {

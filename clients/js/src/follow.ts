@@ -24,11 +24,16 @@
  * byte to see, an `EventSource` that does not open within `firstByteMs` is
  * taken as not flowing.
  *
+ * A token function's token is replaced right before the request that uses
+ * it, after any wait (backoff.ts `Renewal`): at once after `event: expired`
+ * on a stream that flowed, or after a first 401; a fresh token refused too is
+ * reported (`error`, 401, not fatal) and the next one waits a backoff.
+ *
  * What it is not: a reader of single polls (pollbox.ts `read`) or a writer.
  */
 
 import { Access, PollboxError, errorText, jsonBody, type ClientOptions, type Payload } from "./access";
-import { Backoff, sleep } from "./backoff";
+import { Backoff, Renewal, sleep } from "./backoff";
 import { SseParser, type SseEvent } from "./sse";
 import { Versions } from "./versions";
 
@@ -72,7 +77,8 @@ type Outcome =
   | { kind: "stalled" }
   | { kind: "no-stream" }
   | { kind: "polled" }
-  | { kind: "expired"; token: string | undefined }
+  /** The token ended: `event: expired` on a stream that flowed, or a 401 (`error`). */
+  | { kind: "expired"; token: string | undefined; error?: PollboxError }
   | { kind: "refused"; error: PollboxError };
 
 export function follow(access: Access, target: Target, h: FollowHandlers, o: FollowOptions = {}): Follow {
@@ -99,6 +105,7 @@ export function follow(access: Access, target: Target, h: FollowHandlers, o: Fol
 class Follower {
   private readonly versions = new Versions();
   private readonly backoff: Backoff;
+  private readonly renewal: Renewal;
   private readonly opts: Required<Omit<ClientOptions, "token" | "tokenIn" | "fetch" | "url" | "eventSource">>;
   private mode: Mode | undefined;
   private nextStreamAt = 0;
@@ -130,20 +137,33 @@ class Follower {
       waitMs: o.waitMs ?? 25000,
     };
     this.backoff = new Backoff(this.opts.backoffMs, this.opts.maxBackoffMs);
+    this.renewal = new Renewal(this.backoff);
     if (transport === "long-poll") this.nextStreamAt = Infinity;
   }
 
   async run(): Promise<void> {
-    let refreshes = 0;
+    // The token to replace right before the next request (after any wait).
+    let stale: [string | undefined] | undefined;
     while (!this.signal.aborted) {
+      if (stale) {
+        try {
+          await this.access.refresh(stale[0]);
+          this.renewal.fetched();
+          stale = undefined;
+        } catch (e) {
+          this.report(new PollboxError("token refresh failed: " + String(e), 401), false);
+          await sleep(this.backoff.next(), this.signal);
+          continue;
+        }
+        if (this.signal.aborted) return;
+      }
       const streaming = this.transport === "stream" || Date.now() >= this.nextStreamAt;
       const o = streaming ? await this.stream() : await this.longPoll();
       if (this.signal.aborted) return;
       let wait = 0;
       switch (o.kind) {
         case "polled":
-          refreshes = 0;
-          this.backoff.reset();
+          this.renewal.flowed();
           break;
         case "stalled":
           if (this.transport === "stream") {
@@ -157,13 +177,16 @@ class Follower {
           this.nextStreamAt = Infinity;
           break;
         case "expired":
-          // A fresh token at once; a second refusal in a row waits a backoff.
-          if (refreshes++ > 0) wait = this.backoff.next();
-          try {
-            await this.access.refresh(o.token);
-          } catch (e) {
-            this.report(new PollboxError("token refresh failed: " + String(e), 401), false);
-            wait = this.backoff.next();
+          // A fresh token, fetched after the wait: at once after a stream
+          // that flowed or a first 401; a refused fresh token waits a backoff.
+          stale = [o.token];
+          if (!o.error) this.renewal.flowed();
+          else {
+            const w = this.renewal.refused(o.error.retryAfterMs);
+            if (w !== undefined) {
+              this.report(o.error, false);
+              wait = w;
+            }
           }
           break;
         case "refused": {
@@ -175,10 +198,7 @@ class Follower {
           break;
         }
         case "ended":
-          if (o.flowed) {
-            refreshes = 0;
-            this.backoff.reset();
-          }
+          if (o.flowed) this.renewal.flowed();
           wait = this.backoff.next();
           break;
       }
@@ -463,9 +483,9 @@ class Follower {
 
   private async refused(res: Response, token: string | undefined): Promise<Outcome> {
     const body = await jsonBody(res);
-    if (res.status === 401 && this.access.refreshable) return { kind: "expired", token };
     const after = this.backoff.retryAfter(res.headers.get("Retry-After"));
-    return { kind: "refused", error: new PollboxError(errorText(body, res), res.status, after) };
+    const error = new PollboxError(errorText(body, res), res.status, after);
+    return res.status === 401 && this.access.refreshable ? { kind: "expired", token, error } : { kind: "refused", error };
   }
 }
 

@@ -1,15 +1,17 @@
 // The page's view, in headless Chromium (needs Debian's `chromium`; run with
 // `npm run test:browser`): a page on its own origin follows boxes with the
 // client through a kill -9 and a restart of the server, and through a
-// buffering proxy that forces long-polls; and a page follows a room (a
-// prefix) through a kill -9 and a restart that lost its boxes. Each time the
-// page ends with the server's exact state and never showed a version older
-// than one it showed.
+// buffering proxy that forces long-polls; a page follows a room (a prefix)
+// through a kill -9 and a restart that lost its boxes; and a page whose
+// tokens end every 1-2 s follows a box written 20 times a second through ten
+// expiries (tokens in a header: a fetch stream; in the query: EventSource).
+// Each time the page ends with the server's exact state and never showed a
+// version older than one it showed.
 // What it is not: the cluster's rolling restart (cluster.test.mjs, which
 // needs a Kafka broker and HAProxy).
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
-import { Pollbox, Proxy, freePort, sleep } from "./harness.mjs";
+import { GAP_MS, Pollbox, Proxy, Tokens, freePort, longest, sleep, writer } from "./harness.mjs";
 import { Page } from "./page.mjs";
 
 const cleanup = [];
@@ -117,3 +119,49 @@ test("a page follows a room through creates, updates, deletes, kill -9 and a res
   assert.ok(res.errors.some((e) => e.status === 0), "the page saw the outage");
   assert.deepEqual(res.modes, ["stream"]);
 });
+
+for (const [tokenIn, stream] of [["header", "a fetch stream"], ["query", "EventSource"]]) {
+  test(`a page with tokens of 1-2 s in the ${tokenIn} (${stream}) follows a box written 20 times a second through ten expiries without a stall`, async () => {
+    const port = await freePort();
+    let tokens;
+    const s = await Pollbox.start(
+      `[http]\ncors_origins = ["http://127.0.0.1:${port}"]\n[auth]\nread = "token"\n` +
+        `[auth.jwt]\nkeys_file = "$DIR/jwks.json"\nleeway_s = 0\nquery_param = true\n`,
+      { before: (dir) => (tokens = new Tokens(dir)) },
+    );
+    cleanup.push(() => s.close());
+    const auth = { Authorization: "Bearer " + tokens.mint(["*"], 600) };
+    await s.ingest("exp/a", 0, {}, auth);
+    const calls = [];
+    // The client's default backoff (backoffMs 1000, maxBackoffMs 30000).
+    const p = await Page.open(port, s.url, ["exp/a"], { tokenIn, tokenUrl: "/token" }, {
+      "/token": () => {
+        calls.push(Date.now());
+        return tokens.mint(["exp/*"], 2);
+      },
+    });
+    cleanup.push(() => p.close());
+    p.launch();
+    await p.waitFor(["seen=exp/a:0"]);
+    const w = writer(s, "exp/a", auth);
+    const end = Date.now() + 60000;
+    while (calls.length < 11 && Date.now() < end) await sleep(100);
+    await w.stop();
+    const stopped = Date.now();
+    const caught = await p.waitFor(["seen=exp/a:" + w.n], 35000).then(() => true, () => false);
+    const res = await p.finish();
+    // The pauses while the writer wrote, up to its end (a stall at the end counts too).
+    const gaps = longest([...res.times.slice(1).filter((t) => t <= stopped), stopped]);
+    assert.ok(
+      gaps[0] <= GAP_MS,
+      `no pause past one backoff step (${GAP_MS} ms): the longest were ${gaps} ms (the writer's: ${longest(w.at)} ms), ` +
+        `${calls.length} tokens at ${calls.map((t) => t - calls[0])}`,
+    );
+    assert.ok(caught, "the page got the last write");
+    assert.ok(calls.length >= 11, "ten expiries: " + calls.length + " tokens");
+    assert.deepEqual(res.last["exp/a"], await s.box("exp/a", auth), "the server's box");
+    assert.deepEqual(res.older, [], "never a version older than one shown");
+    assert.deepEqual(res.errors, [], "an expiry is not an error");
+    assert.deepEqual(res.modes, ["stream"]);
+  });
+}

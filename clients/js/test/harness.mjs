@@ -2,7 +2,8 @@
 // release build) on a port of its own, HTTP proxies in front of it (one that
 // passes bytes through and can cut every connection, one that buffers whole
 // answers as a buffering proxy does, one that drops answers), HS256 tokens,
-// and plain requests that do not go through the client.
+// a writer that moves a box 20 times a second, and plain requests that do
+// not go through the client.
 // What it is not: the client, nor a fake of pollbox: every answer the client
 // sees comes from the binary.
 import { spawn } from "node:child_process";
@@ -200,6 +201,39 @@ export class Proxy {
   }
 }
 
+/** The client's first reconnect window (its default `backoffMs`): the
+ * longest an expiry may hold the updates back, plus a margin for a busy
+ * machine. Before the fix, each expiry waited a window twice the last one's
+ * (1 s, 2 s, ... 30 s), fetching the token before the wait. */
+export const BACKOFF_MS = 1000;
+export const GAP_MS = BACKOFF_MS + 1500;
+
+/** A box written 20 times a second with a long-lived token, until `stop()`;
+ * `n` is the last value written. */
+export function writer(s, key, auth) {
+  const w = { n: 0, at: [], writing: true };
+  w.done = (async () => {
+    while (w.writing) {
+      await s.ingest(key, ++w.n, {}, auth);
+      w.at.push(Date.now());
+      await sleep(50);
+    }
+  })();
+  w.stop = async () => {
+    w.writing = false;
+    await w.done;
+  };
+  return w;
+}
+
+/** The longest pauses between consecutive times, longest first. */
+export const longest = (at) =>
+  at
+    .slice(1)
+    .map((t, i) => t - at[i])
+    .sort((a, b) => b - a)
+    .slice(0, 5);
+
 const b64 = (x) => Buffer.from(typeof x === "string" ? x : JSON.stringify(x)).toString("base64url");
 
 /** An HS256 key set for `auth.jwt.keys_file`, and tokens signed with it. */
@@ -210,11 +244,12 @@ export class Tokens {
     writeFileSync(this.file, JSON.stringify({ keys: [{ kty: "oct", kid: "k1", alg: "HS256", k: b64(this.secret) }] }));
   }
 
-  /** A token that reads and writes `scope` (e.g. `["room-1/*"]`) for `seconds`. */
-  mint(scope, seconds) {
+  /** A token that reads and writes `scope` (e.g. `["room-1/*"]`) for `seconds`
+   * (signed with `secret`: another one makes a token the server refuses). */
+  mint(scope, seconds, secret = this.secret) {
     const head = b64({ alg: "HS256", typ: "JWT", kid: "k1" });
     const claims = b64({ exp: Math.floor(Date.now() / 1000) + seconds, pollbox: { read: scope, write: scope } });
-    const sig = createHmac("sha256", this.secret).update(head + "." + claims).digest("base64url");
+    const sig = createHmac("sha256", secret).update(head + "." + claims).digest("base64url");
     return `${head}.${claims}.${sig}`;
   }
 }

@@ -15,23 +15,29 @@ import { join } from "node:path";
 const client = new URL("../dist/pollbox.js", import.meta.url);
 
 /** The page: follows `target` (keys, or a target such as `{ prefix }`) on
- * `pollbox` with `options`; records every payload, deletion, mode and error,
- * and any version older than one shown. */
-function html(pollbox, target, options) {
+ * `pollbox` with `options` (`tokenUrl`: a token function that fetches a
+ * token from that path of the page's origin); records every payload,
+ * deletion, mode and error, any version older than one shown, and when each
+ * update came (`times`, epoch ms: the test's clock, at the end). */
+function html(pollbox, target, { tokenUrl, ...options } = {}) {
   return `<!doctype html><html><head><meta charset="utf-8"><title>pollbox client</title></head>
 <body><pre id="results">pending</pre><img src="/hold" alt="">
 <script type="module">
 import { Pollbox } from "/pollbox.js";
 const results = { last: {}, shown: 0, older: [], deleted: [], modes: [], errors: [] };
+const times = [];
 const record = () => { document.getElementById("results").textContent = JSON.stringify(results); };
 const report = (what) => fetch("/report?" + encodeURIComponent(what), { cache: "no-store" }).catch(() => {});
-const pb = new Pollbox({ url: ${JSON.stringify(pollbox)}, ...${JSON.stringify(options)} });
+const options = ${JSON.stringify(options)};
+${tokenUrl ? `options.token = () => fetch(${JSON.stringify(tokenUrl)}, { cache: "no-store" }).then((r) => r.text());` : ""}
+const pb = new Pollbox({ url: ${JSON.stringify(pollbox)}, ...options });
 const f = pb.follow(${JSON.stringify(Array.isArray(target) ? { keys: target } : target)}, {
   update(p) {
     const before = results.last[p.k];
     if (before && before.ver >= p.ver) results.older.push([p.k, before.ver, p.ver]);
     results.last[p.k] = p;
     results.shown++;
+    times.push(Date.now());
     record();
     report("seen=" + p.k + ":" + p.v);
   },
@@ -39,7 +45,7 @@ const f = pb.follow(${JSON.stringify(Array.isArray(target) ? { keys: target } : 
   mode(m) { results.modes.push(m); record(); report("mode=" + m); },
   error(e, fatal) { results.errors.push({ status: e.status, fatal }); record(); },
 });
-fetch("/go", { cache: "no-store" }).then(() => { f.close(); record(); report("finished"); });
+fetch("/go", { cache: "no-store" }).then(() => { f.close(); results.times = times; record(); report("finished"); });
 record();
 </script></body></html>`;
 }
@@ -48,15 +54,16 @@ record();
 export class Page {
   /** The page on `port` (reserved before pollbox started, so that its
    * `cors_origins` can name the page's origin), following `target`: an
-   * array of keys, or `{ prefix }`. */
-  static async open(port, pollboxUrl, target, options) {
-    const p = new Page(html(pollboxUrl, target, options));
+   * array of keys, or `{ prefix }`; `routes` are more paths of its origin,
+   * each a function that gives the text of its answer (a token). */
+  static async open(port, pollboxUrl, target, options, routes = {}) {
+    const p = new Page(html(pollboxUrl, target, options), routes);
     await new Promise((ok) => p.server.listen(port, "127.0.0.1", ok));
     p.origin = `http://127.0.0.1:${p.server.address().port}`;
     return p;
   }
 
-  constructor(page) {
+  constructor(page, routes = {}) {
     this.reports = new Set();
     this.log = [];
     this.waiters = [];
@@ -69,6 +76,7 @@ export class Page {
         res.end(body);
       };
       if (url.pathname === "/pollbox.js") return send("text/javascript", readFileSync(client));
+      if (Object.hasOwn(routes, url.pathname)) return send("text/plain", routes[url.pathname]());
       if (url.pathname === "/report") {
         const what = url.search.slice(1);
         this.got(decodeURIComponent(what));

@@ -6,7 +6,7 @@
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import { Pollbox as Client } from "../dist/pollbox.js";
-import { Pollbox, Proxy, Tokens, freePort, sleep, until } from "./harness.mjs";
+import { GAP_MS, Pollbox, Proxy, Tokens, freePort, longest, sleep, until, writer } from "./harness.mjs";
 
 const cleanup = [];
 after(async () => {
@@ -268,6 +268,89 @@ test("tokens in a header: refreshed once on 401 and on event: expired (a signed 
   assert.deepEqual(r.errors.filter((e) => e.fatal), []);
   assert.deepEqual(r.older, []);
   await assert.rejects(new Client(s.url).read("room-1/a"), (e) => e.status === 401);
+});
+
+test("tokens that end every 2-3 s on a box written 20 times a second: each expiry reconnects at once with a fresh token, no stall", async () => {
+  let tokens;
+  const s = await server('[auth]\nread = "token"\n[auth.jwt]\nkeys_file = "$DIR/jwks.json"\nleeway_s = 0\n', {
+    before: (dir) => (tokens = new Tokens(dir)),
+  });
+  const auth = { Authorization: "Bearer " + tokens.mint(["*"], 600) };
+  await s.ingest("exp/a", 0, {}, auth);
+  const calls = [];
+  // The client's defaults (backoffMs 1000, maxBackoffMs 30000), as a page has them.
+  const pb = new Client({
+    url: s.url,
+    token: () => {
+      calls.push(Date.now());
+      return tokens.mint(["exp/*"], 3);
+    },
+  });
+  const r = recorder();
+  const at = [];
+  const update = r.handlers.update;
+  r.handlers.update = (p) => {
+    at.push(Date.now());
+    update(p);
+  };
+  const f = pb.follow("exp/a", r.handlers);
+  await until("the box", () => r.has("exp/a", 0));
+  const w = writer(s, "exp/a", auth);
+  // Ten expiries (eleven tokens), about 25 s; the old client stalled longer and longer.
+  const end = Date.now() + 60000;
+  while (calls.length < 11 && Date.now() < end) await sleep(100);
+  await w.stop();
+  // The pauses while the writer wrote, up to its end (a stall at the end counts too).
+  const stopped = Date.now();
+  const gaps = longest([...at.slice(1).filter((t) => t <= stopped), stopped]);
+  const caught = await until("the last write", () => r.has("exp/a", w.n), 35000).catch(() => false);
+  f.close();
+  await f.done;
+  assert.ok(
+    gaps[0] <= GAP_MS,
+    `no pause past one backoff step (${GAP_MS} ms): the longest were ${gaps} ms (the writer's: ${longest(w.at)} ms), ` +
+      `${calls.length} tokens at ${calls.map((t) => t - calls[0])}`,
+  );
+  assert.ok(caught, "the page got the last write");
+  assert.ok(calls.length >= 11, "ten expiries: " + calls.length + " tokens");
+  assert.deepEqual(r.older, []);
+  assert.deepEqual(r.errors, [], "an expiry is not an error");
+});
+
+test("a token function whose tokens are refused (another key): error 401, not fatal, retries spaced by the capped backoff", async () => {
+  let tokens;
+  const s = await server('[auth]\nread = "token"\n[auth.jwt]\nkeys_file = "$DIR/jwks.json"\nleeway_s = 0\n', {
+    before: (dir) => (tokens = new Tokens(dir)),
+  });
+  await s.ingest("bad/a", 1, {}, { Authorization: "Bearer " + tokens.mint(["*"], 600) });
+  const p = await proxy(s.port, "pass");
+  let calls = 0;
+  const pb = new Client({
+    url: p.url,
+    backoffMs: 100,
+    maxBackoffMs: 400,
+    token: () => {
+      calls++;
+      return tokens.mint(["bad/*"], 600, "not-the-key-the-server-has-32-bytes");
+    },
+  });
+  const r = recorder();
+  const f = pb.follow("bad/a", r.handlers);
+  await sleep(4000);
+  f.close();
+  await f.done;
+  const attempts = p.requests.filter((q) => q.headers.accept === "text/event-stream").map((q) => q.at);
+  assert.ok(r.errors.length >= 3, "the refusals were reported: " + JSON.stringify(r.errors));
+  for (const e of r.errors) assert.deepEqual([e.status, e.fatal], [401, false], JSON.stringify(e));
+  // The first 401 is mended at once, quietly; each later one is reported.
+  assert.ok(Math.abs(r.errors.length - (attempts.length - 1)) <= 1, `${r.errors.length} errors for ${attempts.length} attempts`);
+  assert.ok(attempts.length > 1, "kept retrying: " + attempts.length);
+  assert.ok(Math.abs(calls - attempts.length) <= 1, `a fresh token for each attempt: ${calls} for ${attempts.length}`);
+  const gaps = attempts.slice(1).map((t, i) => t - attempts[i]);
+  assert.ok(Math.max(...gaps) <= 400 + 300, "at the capped backoff: " + gaps);
+  // Full jitter: uniform in [0, 400) once capped, 200 ms on average: about 20 in 4 s.
+  assert.ok(attempts.length <= 60, "waited a backoff between tries: " + attempts.length + " in 4 s");
+  assert.deepEqual(r.updates, []);
 });
 
 test("tokens in the query (auth.jwt.query_param) and in a cookie", async () => {

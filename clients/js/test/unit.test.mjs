@@ -1,13 +1,14 @@
 // Unit tests of the client's logic that needs no server: the event-stream
 // parser, the backoff and Retry-After, the version gate and resume ids, the
-// single token refresh, and a room's resume and listings against scripted
+// single token refresh, when a follow fetches a fresh token and what a 401
+// costs, and a room's resume and listings against scripted
 // answers of the rooms contract (ids, `event: reset`, the long-poll form:
 // what the release binary does not send yet). What it is not: the tests
 // against pollbox (server.test.mjs) or in Chromium (browser.test.mjs).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { SseParser } from "../dist/internal/sse.js";
-import { Backoff } from "../dist/internal/backoff.js";
+import { Backoff, Renewal } from "../dist/internal/backoff.js";
 import { Versions } from "../dist/internal/versions.js";
 import { Access } from "../dist/internal/access.js";
 import { Pollbox } from "../dist/pollbox.js";
@@ -123,6 +124,31 @@ test("tokens: one refresh in flight; a stale caller after it gets the new token 
   assert.equal(calls, 2);
 });
 
+test("renewal: a flow starts over; a first 401 is mended at once, a refused fresh token waits the capped backoff", () => {
+  const b = new Backoff(1000, 4000, () => 0.999);
+  const r = new Renewal(b);
+  // Streams that flowed and ended with their tokens: never a wait, the backoff stays in its first window.
+  for (let i = 0; i < 10; i++) {
+    r.flowed();
+    r.fetched();
+  }
+  assert.equal(b.next(), 999, "ten expiries did not grow the backoff");
+  r.flowed();
+  assert.equal(r.refused(), undefined, "a first 401 since the flow: a fresh token at once, nothing reported");
+  const waits = [];
+  for (let i = 0; i < 5; i++) {
+    r.fetched();
+    waits.push(r.refused());
+  }
+  assert.deepEqual(waits, [999, 1998, 3996, 3996, 3996], "fresh tokens refused: a doubling, capped backoff");
+  r.fetched();
+  assert.equal(r.refused(2500), 2500, "Retry-After is obeyed");
+  r.flowed();
+  assert.equal(r.refused(), undefined, "a flow in between: at once again");
+  r.fetched();
+  assert.equal(r.refused(), 999, "and the backoff starts over");
+});
+
 test("tokens: header, query or cookie, as docs/private-boxes.md says", async () => {
   const h = await new Access({ url: "http://x", token: "s3" }).request("/v1/boxes", [["keys", "a,b"]], {});
   assert.equal(h[0], "http://x/v1/boxes?keys=a,b");
@@ -171,8 +197,8 @@ function room(fetch, transport) {
   return { r, f };
 }
 
-async function settle(urls, n) {
-  for (let i = 0; i < 200 && urls.length < n; i++) await new Promise((ok) => setTimeout(ok, 5));
+async function settle(urls, n, ms = 1000) {
+  for (let end = Date.now() + ms; Date.now() < end && urls.length < n; ) await new Promise((ok) => setTimeout(ok, 5));
   assert.ok(urls.length >= n, urls.join("\n"));
 }
 
@@ -263,4 +289,82 @@ test("rooms by long-poll: a walk of the pages, after=W of the last answer, next 
   assert.deepEqual(r.updates, ["room-17/a:1", "room-17/b:1", "room-17/c:1", "room-17/b:2", "room-17/d:1", "room-17/d:2"]);
   assert.deepEqual(r.deleted, ["room-17/a", "room-17/c", "room-17/b"]);
   assert.deepEqual(r.errors, []);
+});
+
+/** A follow of "a" (fetch streams) whose token function and requests are
+ * logged in order with their times; `answers` gives the requests' answers in
+ * order (past its end, a stream that stays open). */
+function tokened(answers, options) {
+  const log = [];
+  let n = 0;
+  const { urls, fetch } = scripted(answers);
+  const pb = new Pollbox({
+    url: "http://x",
+    eventSource: false,
+    ...options,
+    token: () => {
+      const t = "t" + ++n;
+      log.push({ what: "token", t, at: performance.now() });
+      return t;
+    },
+    fetch: (url, init) => {
+      log.push({ what: "fetch", t: init.headers.Authorization.slice("Bearer ".length), at: performance.now() });
+      return fetch(url, init);
+    },
+  });
+  const r = { updates: [], errors: [] };
+  const f = pb.follow("a", {
+    update: (p) => r.updates.push(p.ver),
+    error: (e, fatal) => r.errors.push({ status: e.status, fatal, at: performance.now() }),
+  });
+  return { log, urls, r, f };
+}
+const expired = 'event: expired\ndata: {"error":"invalid_token","error_description":"expired"}\n\n';
+const unauthorized = () =>
+  new Response('{"error":"invalid_token"}', { status: 401, headers: { "WWW-Authenticate": 'Bearer error="invalid_token"' } });
+
+test("tokens: event: expired on a stream that flowed reconnects at once, with a token fetched right before the request", async () => {
+  // A backoff of a minute: any wait would stall this test.
+  const streams = Array.from({ length: 12 }, (_, i) => sse("retry: 1000\n\n" + data("a", i + 1) + expired));
+  const { log, urls, r, f } = tokened(streams, { backoffMs: 60000, maxBackoffMs: 60000 });
+  await settle(urls, 13).finally(() => f.close());
+  await f.done;
+  assert.deepEqual(r.updates, Array.from({ length: 12 }, (_, i) => i + 1));
+  assert.deepEqual(r.errors, [], "an expiry is not an error");
+  const pairs = log.slice(0, 26);
+  for (let i = 0; i < 26; i += 2) {
+    assert.deepEqual([pairs[i].what, pairs[i + 1].what], ["token", "fetch"], "a fresh token before each request: " + i);
+    assert.equal(pairs[i + 1].t, pairs[i].t, "the request carries the token just fetched");
+  }
+});
+
+test("tokens: a fresh token refused (401) is reported, not fatal, and the next one is fetched after the backoff, right before its request", async () => {
+  const { log, urls, r, f } = tokened(Array.from({ length: 10 }, () => unauthorized), { backoffMs: 200, maxBackoffMs: 400 });
+  await settle(urls, 9, 10000).finally(() => f.close());
+  await f.done;
+  const fetches = log.filter((e) => e.what === "fetch").slice(0, 9);
+  const tokensBefore = fetches.map((e) => log[log.indexOf(e) - 1]);
+  for (const [i, t] of tokensBefore.entries()) {
+    assert.equal(t.what, "token", "a fresh token right before request " + i);
+    assert.equal(fetches[i].t, t.t);
+    assert.ok(fetches[i].at - t.at < 40, `no wait between the token and its request ${i}: ${fetches[i].at - t.at} ms`);
+  }
+  // The first 401 (the first token) is mended at once and quietly; each
+  // refused fresh token after it is reported, and retried after a backoff.
+  assert.ok(r.errors.length >= 7, JSON.stringify(r.errors));
+  for (const e of r.errors) assert.deepEqual([e.status, e.fatal], [401, false]);
+  const spent = fetches.at(-1).at - fetches[1].at;
+  assert.ok(spent > 200, "the retries waited a backoff: " + spent + " ms for 7");
+  const gaps = fetches.slice(1).map((e, i) => e.at - fetches[i].at);
+  assert.ok(Math.max(...gaps) < 400 + 150, "capped: " + gaps.map(Math.round));
+});
+
+test("tokens: a 401 after a stream that flowed and ended is mended at once, without an error", async () => {
+  const { log, urls, r, f } = tokened([sse("retry: 1000\n\n" + data("a", 1)), unauthorized], { backoffMs: 50 });
+  await settle(urls, 3).finally(() => f.close());
+  await f.done;
+  // The stream ends (a backoff), the next request's 401 is the old token's: a fresh one at once.
+  assert.deepEqual(log.map((e) => e.what + ":" + e.t), ["token:t1", "fetch:t1", "fetch:t1", "token:t2", "fetch:t2"]);
+  assert.deepEqual(r.errors, []);
+  assert.deepEqual(r.updates, [1]);
 });
