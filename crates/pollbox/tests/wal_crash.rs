@@ -237,9 +237,16 @@ fn run(name: &str, rounds: usize, envs: &[(&str, &str)]) -> (History, Vec<usize>
                 std::thread::spawn(move || client(addr, round, c, &stop, &ops))
             })
             .collect();
-        // Killed at a moment of the load's own choosing: after some answers.
+        // Killed at a moment of the load's own choosing: after some answers,
+        // and every fourth round past a snapshot (interval 1 s), so the
+        // replay starts from a snapshot's position inside the file.
         let want = 20 + (round * 37) % 200;
-        while ops.lock().unwrap().len() < want && clients.iter().any(|c| !c.is_finished()) {
+        let began = std::time::Instant::now();
+        let past_snapshot = round % 4 == 3;
+        while (ops.lock().unwrap().len() < want
+            || (past_snapshot && began.elapsed() < Duration::from_millis(1300)))
+            && clients.iter().any(|c| !c.is_finished())
+        {
             std::thread::sleep(Duration::from_millis(2));
         }
         child.kill().unwrap();
@@ -359,4 +366,42 @@ fn a_failed_sync_stops_acknowledging_and_turns_unready_with_the_reason() {
     );
     assert!(metrics.contains("pollbox_wal_failed 1"));
     child.kill().unwrap();
+}
+
+#[test]
+fn damage_in_the_middle_refuses_serve_and_check_config_with_the_file_and_offset() {
+    let dir = common::tmpdir("wal-damaged");
+    let cfg = write_config(&dir);
+    let (mut child, addr) = spawn(&cfg, &[]);
+    let mut s = TcpStream::connect(addr).unwrap();
+    for i in 0..5 {
+        let (code, _) = post(&mut s, &format!("/v1/boxes/k{i}"), r#"{"value":1}"#).unwrap();
+        assert_eq!(code, 200);
+    }
+    child.kill().unwrap();
+    let _ = child.wait();
+    let seg = std::fs::read_dir(dir.join("wal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "log"))
+        .expect("a segment");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    // The first record's checksum (the segment's magic is 8 bytes).
+    bytes[8 + 4] ^= 0xff;
+    std::fs::write(&seg, &bytes).unwrap();
+    for args in [["check-config", ""], ["serve", "--config"]] {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_pollbox"));
+        cmd.arg(args[0]);
+        if !args[1].is_empty() {
+            cmd.arg(args[1]);
+        }
+        let out = cmd.arg(&cfg).output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} must refuse: {said}");
+        assert!(
+            said.contains(&seg.display().to_string()),
+            "{args:?}: {said}"
+        );
+        assert!(said.contains("offset 8 (a checksum"), "{args:?}: {said}");
+    }
 }

@@ -226,15 +226,21 @@ pub fn read_segment(
     }
 }
 
-/// Whether a whole record past `last` starts anywhere in `buf`. Its
-/// sequence number is looked at before its checksum, so garbage costs a
-/// few compares a byte, not a checksum of the rest at each.
+/// Timestamps a record found after damage may have (2001 to 2286, in ms):
+/// only there is a checksum tried ([`resyncs`]).
+pub const PLAUSIBLE_MS: std::ops::Range<u64> = 1_000_000_000_000..10_000_000_000_000;
+
+/// Whether a whole record past `last` starts anywhere in `buf`. A place is
+/// checksummed only when its length fits and its timestamp is a plausible
+/// wall clock (2001 to 2286), so garbage costs a few compares a byte, not a
+/// checksum of the rest at each.
 pub fn resyncs(buf: &[u8], last: u64) -> bool {
     (0..buf.len().saturating_sub(RECORD_OVERHEAD - 1)).any(|at| {
         let b = &buf[at..];
         let len = u32_at(b, 0) as usize;
         let plausible = (RECORD_OVERHEAD - 4..=b.len() - 4).contains(&len)
-            && u64_at(b, 8).wrapping_sub(last).wrapping_sub(1) < 1 << 40;
+            && PLAUSIBLE_MS.contains(&u64_at(b, 16))
+            && u64_at(b, 8) > last;
         plausible && matches!(decode(b), Ok(Some((r, _))) if r.seq > last)
     })
 }

@@ -7,7 +7,7 @@ fn rec(seq: u64, key: &str, value: Option<&str>) -> WalRecord<'static> {
     let value = value.map(|v| &*Box::leak(v.to_string().into_boxed_str()));
     WalRecord {
         seq,
-        timestamp_ms: 1_764_000_000_000 + seq as i64,
+        timestamp_ms: 1_764_000_000_000 + (seq % 1000) as i64,
         key: key.as_bytes(),
         value: value.map(str::as_bytes),
     }
@@ -136,6 +136,33 @@ fn damage_before_the_end_is_not_torn_and_says_where() {
     bad[0] = b'X';
     let (_, d) = read_all(&bad);
     assert_eq!(d.unwrap().damage, Damage::BadMagic);
+}
+
+#[test]
+fn damage_is_told_from_a_tail_wherever_the_sequence_numbers_start() {
+    // Sequence numbers past the wall clock in microseconds, as a node's
+    // first records are: a damaged first record with records after it is
+    // damage, not a torn tail.
+    let base = 1_796_178_427_686_057;
+    let recs = [
+        rec(base, "a", Some("{}")),
+        rec(base + 1, "b", None),
+        rec(base + 2, "c", None),
+    ];
+    let mut bytes = segment(&recs);
+    bytes[SEGMENT_MAGIC.len() + 4] ^= 0xff;
+    let (seen, d) = read_all(&bytes);
+    assert!(seen.is_empty());
+    let d = d.unwrap();
+    assert_eq!(
+        (d.offset, d.damage, d.torn),
+        (8, Damage::BadChecksum, false)
+    );
+    // Garbage after a damaged record is a tail still.
+    let mut tail = segment(&recs[..1]);
+    tail[SEGMENT_MAGIC.len() + 4] ^= 0xff;
+    tail.extend((0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
+    assert!(read_all(&tail).1.unwrap().torn);
 }
 
 #[test]
