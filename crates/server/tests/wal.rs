@@ -370,3 +370,23 @@ fn promtool_accepts_the_write_ahead_files_metrics() {
     );
     s.shutdown().unwrap();
 }
+
+#[test]
+fn a_long_poll_is_woken_once_the_update_is_synced_and_applied() {
+    let dir = scratch("longpoll");
+    let s = Server::start(wal_config(&dir, 64 << 20, 3600)).unwrap();
+    let a = s.addr();
+    let first = post(a, "/v1/boxes/lp", r#"{"value":1}"#);
+    assert_eq!(first.status, 200);
+    let v = first.version();
+    let waiter =
+        std::thread::spawn(move || get(a, &format!("/v1/boxes/lp?after={v}&wait_ms=10000")));
+    wait_parked(a, 1);
+    let second = post(a, "/v1/boxes/lp", r#"{"value":2}"#);
+    assert_eq!(second.status, 200);
+    let woken = waiter.join().unwrap();
+    assert_eq!(woken.status, 200);
+    assert_eq!(woken.version(), second.version());
+    assert!(second.version() > v);
+    s.shutdown().unwrap();
+}
