@@ -26,6 +26,7 @@ pub struct Config {
     pub auth: AuthConfig,
     pub boxes: BoxesConfig,
     pub snapshot: SnapshotConfig,
+    pub wal: WalConfig,
     pub log: LogConfig,
 }
 
@@ -121,6 +122,40 @@ pub struct SnapshotConfig {
     /// A new base (a compaction) once the chain's deltas pass this share of
     /// the base's bytes, in percent; 0: a full snapshot every interval.
     pub compact_percent: u32,
+}
+
+/// `[wal]`: with `path` set a standalone node writes each accepted message
+/// to a write-ahead file and answers once it is synced
+/// (docs/operations.md#the-write-ahead-file); empty, snapshots alone keep
+/// the boxes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WalConfig {
+    /// The directory of the segments; "" = no write-ahead file.
+    pub path: String,
+    /// A segment is closed and a new one begun once it holds this many bytes
+    /// (a batch is never split: a segment can pass it by one write).
+    pub segment_bytes: u64,
+    /// How long an ingest waits for its records to be synced and applied
+    /// before it answers 503.
+    pub sync_timeout_ms: u64,
+}
+
+impl WalConfig {
+    /// Whether the write-ahead file is on.
+    pub fn enabled(&self) -> bool {
+        !self.path.is_empty()
+    }
+}
+
+impl Default for WalConfig {
+    fn default() -> Self {
+        Self {
+            path: String::new(),
+            segment_bytes: 64 << 20,
+            sync_timeout_ms: 5000,
+        }
+    }
 }
 
 /// `[log]`: with `brokers` set the node is a replica built from a Kafka topic
@@ -321,7 +356,49 @@ impl Config {
                 "must be 0 (a full snapshot every interval) to 100",
             ));
         }
+        self.check_wal()?;
         self.log.validate()
+    }
+
+    /// `[wal]`: its sizes, and that it goes with a snapshot and not a log.
+    fn check_wal(&self) -> Result<(), ConfigError> {
+        let w = &self.wal;
+        if !(4096..=1 << 30).contains(&w.segment_bytes) {
+            return Err(invalid("wal.segment_bytes", "must be 4096 to 1073741824"));
+        }
+        if !(1..=600_000).contains(&w.sync_timeout_ms) {
+            return Err(invalid("wal.sync_timeout_ms", "must be 1 to 600000"));
+        }
+        if w.enabled() && self.log.enabled() {
+            return Err(invalid(
+                "wal.path",
+                "a node of a log ([log] brokers) is durable in the log: set wal.path or \
+                 log.brokers, not both",
+            ));
+        }
+        if w.enabled() && self.snapshot.path.is_empty() {
+            return Err(invalid(
+                "wal.path",
+                "needs snapshot.path: snapshots bound the write-ahead file (the segments \
+                 a snapshot covers are deleted)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether HTTP ingest is written elsewhere first and answered once it
+    /// is back applied: to the Kafka log, or to the write-ahead file.
+    pub fn ingest_waits(&self) -> bool {
+        self.log.enabled() || self.wal.enabled()
+    }
+
+    /// How long a waiting ingest waits ([`Config::ingest_waits`]).
+    pub fn ingest_wait_ms(&self) -> u64 {
+        if self.wal.enabled() {
+            self.wal.sync_timeout_ms
+        } else {
+            self.log.ack_timeout_ms
+        }
     }
 
     /// `[server]`: the listen addresses, the workers, the epoch.
@@ -800,6 +877,31 @@ mod tests {
     #[test]
     fn embedded_default_equals_code_default() {
         assert_eq!(Config::embedded(), Config::default());
+    }
+
+    #[test]
+    fn the_durable_example_is_valid_and_keeps_what_it_acknowledges() {
+        let c = Config::from_toml(include_str!("../../../config/durable.toml")).unwrap();
+        assert!(c.wal.enabled() && !c.snapshot.path.is_empty());
+        assert!(c.ingest_waits());
+        assert!(!Config::embedded().wal.enabled(), "off by default");
+    }
+
+    #[test]
+    fn a_write_ahead_file_needs_a_snapshot_and_no_log() {
+        for (text, why) in [
+            ("[wal]\npath = \"w\"\n", "needs snapshot.path"),
+            (
+                "[snapshot]\npath = \"s\"\n[wal]\npath = \"w\"\n[log]\nbrokers = \"k:9092\"\n",
+                "not both",
+            ),
+            ("[wal]\nsegment_bytes = 100\n", "wal.segment_bytes"),
+            ("[wal]\nsync_timeout_ms = 0\n", "wal.sync_timeout_ms"),
+            ("[wal]\nfsync = true\n", "fsync"),
+        ] {
+            let e = Config::from_toml(text).unwrap_err().to_string();
+            assert!(e.contains(why), "{text:?}: {e}");
+        }
     }
 
     #[test]

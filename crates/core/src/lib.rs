@@ -38,6 +38,6 @@ pub mod http;
 pub mod service;
 pub mod wheel;
 
-pub use pollbox_table::{arena, boxes, log, plan, projection, render, snapshot};
+pub use pollbox_table::{arena, boxes, log, plan, projection, render, snapshot, wal};
 // The byte scanning the framer shares with the projection.
 use pollbox_table::bytes;

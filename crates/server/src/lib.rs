@@ -16,7 +16,8 @@
 //! (jemalloc's figures), [`snapshot_file`] (snapshot files: atomic save, load,
 //! the writer thread), [`log`] (the Kafka client of a node built from a log),
 //! [`auth_files`] (the key set and token files, read again on SIGHUP and when
-//! they change), [`lifecycle`] (ready, draining, the workers stopped).
+//! they change), [`lifecycle`] (ready, draining, the workers stopped),
+//! [`wal`] (the write-ahead file: append, group commit, apply, recovery).
 //!
 //! What it is not: a general HTTP server, or a place where protocol rules live.
 
@@ -37,6 +38,7 @@ mod start_error;
 pub mod stats;
 mod thread_priority;
 pub mod wakeups;
+pub mod wal;
 pub mod worker;
 mod worker_threads;
 
@@ -69,6 +71,8 @@ pub struct Server {
     snapshot_thread: Option<JoinHandle<snapshot_file::Snapshots>>,
     /// The thread consuming the log (`[log]` set).
     log_thread: Option<JoinHandle<()>>,
+    /// The write-ahead file's writing and applying threads (`[wal]` set).
+    wal_threads: Option<wal::writer::Threads>,
     /// The thread reading the auth files again when they change.
     auth_watcher: Option<auth_files::Watcher>,
     /// Keeps another pollbox off the address while this one runs.
@@ -80,7 +84,7 @@ impl Server {
     /// config, the files it names, the listen address, the snapshot and its
     /// directory) and return the effective config (`check-config`).
     pub fn check(config: Config) -> Result<Config, StartError> {
-        Preflight::run(config).map(|p| p.config)
+        Preflight::run(config, false).map(|p| p.config)
     }
 
     /// Load the snapshot (if configured), bind, and start the workers.
@@ -95,12 +99,14 @@ impl Server {
             snapshot_path,
             addr,
             started,
-        } = Preflight::run(config)?;
+            wal,
+        } = Preflight::run(config, true)?;
         if snapshot_path.is_some() {
             // Removals from now on go into the next delta.
             boxes.track_changes();
         }
         let logged = config.log.enabled();
+        let wal = wal.map(Arc::new);
         let log_state = logged.then(|| Arc::new(log::LogState::new(&config.log, position)));
         let n = config.effective_workers(available_cores());
         let (actual, listeners, claim) =
@@ -134,8 +140,25 @@ impl Server {
         let producer = start_producer(&config, log_state.as_ref(), &waiters)?;
         let node = Node::new(config, plan, boxes);
         let shared = Arc::new(Shared::new(
-            node, &wakers, waiters, started, log_state, producer, auth_files,
+            node,
+            &wakers,
+            waiters,
+            started,
+            shared::Sources {
+                log: log_state,
+                producer,
+                wal: wal.clone(),
+            },
+            auth_files,
         ));
+        let wal_threads = match &wal {
+            Some(w) => Some(wal::writer::spawn(wal::writer::Writing {
+                node: shared.node().clone(),
+                wal: w.clone(),
+                waiters: shared.waiters().clone(),
+            })?),
+            None => None,
+        };
         let threads = worker_threads::start_workers(&shared, listeners, polls, metrics_listener)?;
         let snapshot_stop = Arc::new((Mutex::new(false), Condvar::new()));
         let snapshot_thread = match &snapshot_path {
@@ -145,6 +168,7 @@ impl Server {
                 let writing = snapshot_file::Writing {
                     node: shared.node().clone(),
                     log: shared.log().cloned(),
+                    wal: shared.wal().cloned(),
                     started: shared.started(),
                     stats: shared.snapshots().clone(),
                 };
@@ -180,6 +204,7 @@ impl Server {
             snapshot_stop,
             snapshot_thread,
             log_thread,
+            wal_threads,
             auth_watcher,
             _claim: claim,
         })
@@ -266,6 +291,12 @@ impl Server {
             }
         }
         self.shared.lifecycle().stop_workers();
+        // The workers answered what they waited for: the file's threads
+        // write, sync and apply what is left, and end.
+        if let (Some(w), Some(t)) = (self.shared.wal(), self.wal_threads.take()) {
+            w.stop();
+            t.join();
+        }
         {
             let (lock, cv) = &*self.snapshot_stop;
             if let Ok(mut stop) = lock.lock() {
@@ -282,7 +313,10 @@ impl Server {
             // A thread that panicked lost its chain: the final file is a base.
             let mut snapshots =
                 snapshots.unwrap_or_else(|| snapshot_file::Snapshots::new(p.clone(), None));
-            let position = self.shared.log().and_then(|l| l.position());
+            let position = match self.shared.wal() {
+                Some(w) => Some(w.position()),
+                None => self.shared.log().and_then(|l| l.position()),
+            };
             let (boxes, now_ms) = (&self.shared.node().boxes, self.shared.table_now_ms());
             // Every worker has stopped: no version past this snapshot's was
             // served, so the next start may keep its versions (the seal names
@@ -292,6 +326,8 @@ impl Server {
                 .and_then(|saved| snapshot_file::seal(p, saved.newest_crc))
             {
                 first_err.get_or_insert(format!("final snapshot to {}: {e}", p.display()));
+            } else if let (Some(w), Some(pos)) = (self.shared.wal(), &position) {
+                w.snapshot_covers(pos);
             }
         }
         match first_err {

@@ -30,6 +30,8 @@ pub(crate) struct Preflight {
     pub(crate) snapshot_path: Option<PathBuf>,
     pub(crate) addr: SocketAddr,
     pub(crate) started: Instant,
+    /// The write-ahead file as recovery left it (`[wal]` set).
+    pub(crate) wal: Option<crate::wal::Wal>,
 }
 
 /// Read a file a config names (a token list, client properties).
@@ -43,7 +45,9 @@ fn read_named(key: &str, path: &str) -> Result<String, StartError> {
 }
 
 impl Preflight {
-    pub(crate) fn run(mut config: Config) -> Result<Preflight, StartError> {
+    /// `repair`: a start, which cuts a torn tail off the write-ahead file;
+    /// `check-config` only reports it.
+    pub(crate) fn run(mut config: Config, repair: bool) -> Result<Preflight, StartError> {
         config.validate()?;
         if !config.auth.ingest_tokens_file.is_empty() {
             let f = config.auth.ingest_tokens_file.clone();
@@ -82,9 +86,10 @@ impl Preflight {
         let plan = Arc::new(Plan::compile(&config.boxes)?);
         let snapshot_path =
             (!config.snapshot.path.is_empty()).then(|| PathBuf::from(&config.snapshot.path));
-        let logged = config.log.enabled();
-        // A node of a log takes its versions from the log; a standalone one
-        // starts new boxes past the wall clock (docs/boxes.md#versions-and-etags).
+        let logged = config.ingest_waits();
+        // A node of a log takes its versions from the log, a node with a
+        // write-ahead file from the file; a standalone one starts new boxes
+        // past the wall clock (docs/boxes.md#versions-and-etags).
         let new_table = || match logged {
             true => BoxTable::new(plan.clone()),
             false => BoxTable::with_version_clock(plan.clone(), wall_us),
@@ -99,7 +104,7 @@ impl Preflight {
                 };
                 match snapshot_file::load(new_table, now_ms, p) {
                     Ok(Some(loaded)) => {
-                        if logged {
+                        if config.log.enabled() {
                             check_position(&config, p, loaded.position.as_ref())?;
                         }
                         (loaded.table, loaded.position, loaded.chain)
@@ -117,6 +122,10 @@ impl Preflight {
             }
             None => (new_table(), None, None),
         };
+        let wal = match config.wal.enabled() {
+            true => Some(open_wal(&config, &plan, &boxes, position.as_ref(), repair)?),
+            false => None,
+        };
         Ok(Preflight {
             config,
             plan,
@@ -126,8 +135,82 @@ impl Preflight {
             snapshot_path,
             addr,
             started,
+            wal,
         })
     }
+}
+
+/// Read the write-ahead file into `boxes` (loaded from the snapshot, which
+/// holds `position`): every record past the position applied again.
+fn open_wal(
+    config: &Config,
+    plan: &Arc<Plan>,
+    boxes: &BoxTable,
+    position: Option<&pollbox_core::log::Position>,
+    repair: bool,
+) -> Result<crate::wal::Wal, StartError> {
+    use crate::wal::WAL_TOPIC;
+    let dir = PathBuf::from(&config.wal.path);
+    let refuse = |reason: String| StartError::Wal {
+        path: dir.display().to_string(),
+        reason,
+    };
+    let from = match position {
+        Some(p) if p.topic == WAL_TOPIC => p.next.get(&0).map_or(0, |&n| n.max(0) as u64),
+        Some(p) => {
+            return Err(refuse(format!(
+                "the snapshot {} was written by a node of the log topic {:?}: move it away, \
+                 or run this node on the log",
+                config.snapshot.path, p.topic
+            )))
+        }
+        None => 0,
+    };
+    // The file's one lane (docs/boxes.md#watermarks): a new run, so cuts of
+    // an earlier process are not honored (listed again).
+    let run = crate::clock::wall_us() ^ u64::from(std::process::id()).rotate_left(40);
+    boxes.lanes().for_partitions(1, run);
+    boxes.lanes().restored(0, from);
+    let snapshot_boxes = !boxes.is_empty();
+    let r = crate::wal::recover::recover(
+        &dir,
+        boxes,
+        plan,
+        config.limits.arena_limit_bytes,
+        from,
+        repair,
+    )
+    .map_err(refuse)?;
+    if position.is_none() && r.last_seq > 0 && snapshot_boxes {
+        return Err(refuse(format!(
+            "the snapshot {} holds no write-ahead position (a node without [wal] wrote \
+             it), and the directory holds records: they are older than the snapshot. Move \
+             the segments away to start from the snapshot",
+            config.snapshot.path
+        )));
+    }
+    if let (Some(torn), false) = (&r.torn, repair) {
+        eprintln!("pollbox: wal: {torn} (a start cuts it off)");
+    }
+    if r.replayed > 0 || r.torn.is_some() {
+        eprintln!(
+            "pollbox: wal: {} records replayed past the snapshot (from {from}), {} it held",
+            r.replayed, r.covered
+        );
+    }
+    // Past every version served: the file's records, the snapshot's boxes
+    // and the boxes it no longer holds, and the wall clock in microseconds
+    // (a directory and a snapshot both started afresh).
+    let mut highest = boxes.version_floor().max(r.last_seq);
+    boxes.for_each(wall_ms(), |_, v, _, _| highest = highest.max(v));
+    let next = (highest + 1).max(from).max(wall_us());
+    Ok(crate::wal::Wal::new(
+        dir,
+        config.wal.segment_bytes,
+        r.segments,
+        next,
+        next,
+    ))
 }
 
 /// On a node of a log, the snapshot must say where in which topic its boxes

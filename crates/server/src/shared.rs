@@ -17,6 +17,7 @@ use crate::placement::Placement;
 use crate::snapshot_file::SnapshotStats;
 use crate::stats::WorkerStats;
 use crate::wakeups::Waiters;
+use crate::wal::Wal;
 use pollbox_core::service::Node;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -57,6 +58,17 @@ pub(crate) struct Shared {
     /// The key set and static token files, read again while serving (the
     /// watcher thread holds them too).
     auth_files: Arc<AuthFiles>,
+    /// The write-ahead file (`[wal]` set): what ingest appends to.
+    wal: Option<Arc<Wal>>,
+}
+
+/// Where ingest goes besides the table: a Kafka log (its state and
+/// producer), or the write-ahead file; all `None` on a plain standalone
+/// node.
+pub(crate) struct Sources {
+    pub log: Option<Arc<LogState>>,
+    pub producer: Option<Arc<Producer>>,
+    pub wal: Option<Arc<Wal>>,
 }
 
 impl Shared {
@@ -67,10 +79,10 @@ impl Shared {
         wakers: &[Arc<mio::Waker>],
         waiters: Arc<Waiters>,
         started: Instant,
-        log: Option<Arc<LogState>>,
-        producer: Option<Arc<Producer>>,
+        sources: Sources,
         auth_files: AuthFiles,
     ) -> Shared {
+        let Sources { log, producer, wal } = sources;
         let n = wakers.len();
         Shared {
             node: Arc::new(node),
@@ -87,6 +99,7 @@ impl Shared {
             log,
             producer,
             auth_files: Arc::new(auth_files),
+            wal,
         }
     }
 
@@ -192,6 +205,12 @@ impl Shared {
         self.producer.as_ref()
     }
 
+    /// The write-ahead file (`[wal]` set).
+    #[inline]
+    pub(crate) fn wal(&self) -> Option<&Arc<Wal>> {
+        self.wal.as_ref()
+    }
+
     /// The key set and static token files.
     pub(crate) fn auth_files(&self) -> &Arc<AuthFiles> {
         &self.auth_files
@@ -205,6 +224,7 @@ impl Shared {
                 .log
                 .as_ref()
                 .is_none_or(|l| l.caught_up() && !l.halted())
+            && self.wal.as_ref().is_none_or(|w| w.failed().is_none())
     }
 
     /// Milliseconds since the server started (the clock of timeouts).
@@ -218,7 +238,7 @@ impl Shared {
     /// since the Unix epoch), the clock of the records' timestamps, so every
     /// node and every replay expires the same boxes.
     pub(crate) fn table_clock(&self, now_ms: u64) -> u64 {
-        table_clock(self.log.is_some(), now_ms)
+        table_clock(self.log.is_some() || self.wal.is_some(), now_ms)
     }
 
     /// [`Shared::table_clock`] now.

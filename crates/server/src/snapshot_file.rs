@@ -696,6 +696,9 @@ pub(crate) struct Writing {
     /// Where the node stands in its log (`[log]` set): the position a
     /// snapshot stores; its presence also picks the table's clock.
     pub log: Option<Arc<LogState>>,
+    /// The write-ahead file (`[wal]` set): the position a snapshot stores,
+    /// and the segments it covers, deleted once it is written.
+    pub wal: Option<Arc<crate::wal::Wal>>,
     /// The server's clock starts here.
     pub started: Instant,
     /// Shared with `/metrics`.
@@ -706,7 +709,7 @@ impl Writing {
     /// The table's clock now ([`crate::clock::table_clock`]).
     fn table_now_ms(&self) -> u64 {
         let now_ms = self.started.elapsed().as_millis() as u64;
-        crate::clock::table_clock(self.log.is_some(), now_ms)
+        crate::clock::table_clock(self.log.is_some() || self.wal.is_some(), now_ms)
     }
 }
 
@@ -745,7 +748,10 @@ pub(crate) fn writer_loop(
 /// newest checksum.
 pub(crate) fn save_counted(writing: &Writing, snapshots: &mut Snapshots) -> Option<u32> {
     // The position first: the walk then sees every record before it.
-    let position = writing.log.as_ref().and_then(|l| l.position());
+    let position = match &writing.wal {
+        Some(w) => Some(w.position()),
+        None => writing.log.as_ref().and_then(|l| l.position()),
+    };
     let began = Instant::now();
     let saved = snapshots.save(
         &writing.node.boxes,
@@ -755,6 +761,10 @@ pub(crate) fn save_counted(writing: &Writing, snapshots: &mut Snapshots) -> Opti
     match saved {
         Ok(saved) => {
             writing.stats.record_write(began.elapsed(), &saved);
+            // Durable now: the segments it covers are no longer needed.
+            if let (Some(w), Some(p)) = (&writing.wal, &position) {
+                w.snapshot_covers(p);
+            }
             Some(saved.newest_crc)
         }
         Err(e) => {

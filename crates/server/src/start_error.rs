@@ -15,6 +15,8 @@ pub enum StartError {
     Listen { addr: String, source: io::Error },
     #[error("snapshot {path}: {reason}")]
     Snapshot { path: String, reason: String },
+    #[error("write-ahead file {path}: {reason}")]
+    Wal { path: String, reason: String },
     #[error("log: {0}")]
     Log(String),
     #[error("{0}")]

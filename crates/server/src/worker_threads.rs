@@ -60,8 +60,9 @@ pub(crate) fn start_workers(
     );
     let mut threads = Vec::with_capacity(workers.len());
     // Each worker writes the table as a lane of its own (docs/boxes.md#watermarks);
-    // a node of a log's lanes are its partitions (set by the consuming threads).
-    if !shared.node().config.log.enabled() {
+    // a node of a log's lanes are its partitions (set by the consuming threads),
+    // a write-ahead file's its one (set when it is read at start).
+    if !shared.node().config.ingest_waits() {
         shared.node().boxes.lanes().for_writers(workers.len());
     }
     for (i, w) in workers.into_iter().enumerate() {

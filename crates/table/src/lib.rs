@@ -17,6 +17,8 @@
 //!   any `Read` (files are the server's).
 //! - [`log`]: what a record of the Kafka log does to the box table (a node
 //!   of a log is a replica built from it).
+//! - [`wal`]: the write-ahead file's records and segments (bytes only: the
+//!   server writes and syncs the files).
 //! - [`arena`]: the per-worker arena, reset at each epoch (tick).
 //! - [`bytes`]: the line-feed search and decimal parser that the projection
 //!   and the HTTP framer above share.
@@ -34,3 +36,4 @@ pub mod plan;
 pub mod projection;
 pub mod render;
 pub mod snapshot;
+pub mod wal;

@@ -167,7 +167,7 @@ impl Connection {
                             return;
                         }
                         Reply::Log(pending) => {
-                            let deadline_ms = cx.now_ms + service.node().config.log.ack_timeout_ms;
+                            let deadline_ms = cx.now_ms + service.node().config.ingest_wait_ms();
                             let frame = frame.clone();
                             self.hold_request(cx.buffers);
                             self.begin_wait(Wait::Logging(Box::new(Logging {

@@ -12,6 +12,12 @@
 //! or not taken by the log). Once every record is reported, or the wait runs
 //! out (`log.ack_timeout_ms`: 503 "log unavailable"), [`Service::answer_logged`]
 //! writes the answer.
+//!
+//! A standalone node with a write-ahead file takes the same path
+//! (docs/operations.md#the-write-ahead-file): the file is a local log of one
+//! partition, the host appends the records to it, and reports each once it
+//! is synced and applied (or 503 with [`Host::unavailable`]'s reason: a full
+//! disk, a failed sync).
 
 use super::ingest::refuse;
 use super::{Answer, Exchange, Host, IngestResult, LogRecord, Reply, Request, RouteLabel, Service};
@@ -157,9 +163,6 @@ impl Pending {
             }
     }
 }
-
-/// The answer when the log did not take or acknowledge a record.
-const LOG_UNAVAILABLE: &str = "log unavailable";
 
 impl Service {
     /// `POST` on a node of a log: check the body as standalone, produce each
@@ -335,7 +338,10 @@ impl Service {
             let unknown = u64::from(p.records) - p.accepted - refused + p.unsent;
             x.host.ingested(IngestResult::LogUnavailable, unknown);
             x.host.ingested(IngestResult::Accepted, p.accepted);
-            return self.error(x, route, 503, LOG_UNAVAILABLE);
+            // The host says why: the log is away, the write-ahead file's disk
+            // is full or its sync failed.
+            let why = x.host.unavailable();
+            return self.error(x, route, 503, why);
         }
         match std::mem::replace(&mut p.kind, Kind::Batch) {
             Kind::Delete { key } => match p.single {

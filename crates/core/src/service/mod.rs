@@ -150,6 +150,16 @@ pub trait Host: Watchers {
         let _ = (request, records);
         0
     }
+    /// Why records were not taken or not kept (the 503's `error`): the log
+    /// is away, or the write-ahead file's disk is full or failed.
+    fn unavailable(&self) -> &'static str {
+        "log unavailable"
+    }
+    /// Why the node is not ready, when it is not and can say more than
+    /// "not ready" (a failed sync of the write-ahead file).
+    fn unready_reason(&self) -> Option<&str> {
+        None
+    }
     /// A request on a connection past `max_connections` was refused (it was
     /// not a probe).
     fn over_connection_cap(&mut self) {}
@@ -347,7 +357,8 @@ pub struct Service {
     wall_ms: u64,
     /// Boxes the last expiry step removed, until their long-polls are woken.
     expired: Vec<Removed>,
-    /// A node of a log: ingest produces instead of applying.
+    /// A node of a log, or one with a write-ahead file: ingest produces
+    /// instead of applying, and the answer waits for the apply.
     logged: bool,
     /// The cut rooms are answered at (docs/boxes.md#watermarks): taken by
     /// the server before it takes its wake-ups ([`Service::take_cut`]);
@@ -388,7 +399,7 @@ impl Service {
             now_s: unix_s(now),
             wall_ms: unix_ms(now),
             expired: Vec::with_capacity(expiring),
-            logged: node.config.log.enabled(),
+            logged: node.config.ingest_waits(),
             cut: Vec::new(),
             next_cut: Vec::new(),
             walk_cut: Vec::new(),
@@ -613,6 +624,13 @@ impl Service {
             Route::Readyz => {
                 let (code, body): (u16, &[u8]) = if x.host.draining() {
                     (503, b"draining")
+                } else if let Some(why) = x.host.unready_reason() {
+                    self.body.clear();
+                    self.body.extend_from_slice(b"not ready: ");
+                    self.body.extend_from_slice(why.as_bytes());
+                    let a = x.plain(RouteLabel::Readyz, 503, TEXT);
+                    self.heads.write(x.out, x.host, &a, &self.body);
+                    return x.reply();
                 } else if x.host.ready() {
                     (200, b"ready")
                 } else {

@@ -52,7 +52,16 @@ where
         .unwrap();
     let stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();
-    let line = lines.next().expect("a start-up line").unwrap();
+    // What the start says before it listens (a write-ahead file's replay)
+    // comes first; the address is on the start-up line.
+    let mut before = Vec::new();
+    let line = loop {
+        let line = lines.next().expect("a start-up line").unwrap();
+        if line.contains("http://") {
+            break line;
+        }
+        before.push(line);
+    };
     let addr = line
         .split("http://")
         .nth(1)
@@ -60,7 +69,10 @@ where
         .unwrap_or_else(|| panic!("no address in {line:?}"))
         .parse()
         .unwrap();
-    let said = std::thread::spawn(move || lines.map_while(Result::ok).collect());
+    let said = std::thread::spawn(move || {
+        before.extend(lines.map_while(Result::ok));
+        before
+    });
     (Server(child), addr, said)
 }
 

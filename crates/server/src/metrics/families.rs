@@ -7,6 +7,7 @@ use crate::log::{LogState, ACK_BUCKETS, RESULTS};
 use crate::stats::{
     IngestResult, Rejected, Removal, RouteLabel, DURATION_BUCKETS, RESET_BUCKETS, TICK_BUCKETS,
 };
+use crate::wal::{Wal, FAULTS as WAL_FAULTS, SYNC_BUCKETS};
 use pollbox_core::clients::Limit;
 use pollbox_core::service::AuthRefused;
 use std::sync::atomic::Ordering::Relaxed;
@@ -486,6 +487,80 @@ pub static FAMILIES: &[Family] = &[
         |s, o| with_partitions(s, |p, st| o.labelled(&[&p], st.next.load(Relaxed))),
     )
     .only(has_partitions),
+    // The write-ahead file, on a node with one only.
+    Family::new(
+        Counter,
+        "pollbox_wal_syncs_total",
+        &[],
+        "Syncs (fdatasync) of the write-ahead file; each covers every record written since the one before (group commit).",
+        |s, o| with_wal(s, |w| o.value(w.syncs.load(Relaxed))),
+    )
+    .only(has_wal),
+    Family::histogram(
+        "pollbox_wal_sync_seconds",
+        "How long each sync of the write-ahead file took.",
+        |s, o| {
+            with_wal(s, |w| {
+                let counts: Vec<u64> = w.sync_seconds.counts().collect();
+                o.histogram(&SYNC_BUCKETS, &counts, w.sync_seconds.sum_ns());
+            })
+        },
+    )
+    .only(has_wal),
+    Family::new(
+        Counter,
+        "pollbox_wal_bytes_total",
+        &[],
+        "Bytes written to the write-ahead file and synced.",
+        |s, o| with_wal(s, |w| o.value(w.bytes.load(Relaxed))),
+    )
+    .only(has_wal),
+    Family::new(
+        Counter,
+        "pollbox_wal_records_total",
+        &[],
+        "Records (messages and deletes) written to the write-ahead file and synced.",
+        |s, o| with_wal(s, |w| o.value(w.records.load(Relaxed))),
+    )
+    .only(has_wal),
+    Family::new(
+        Counter,
+        "pollbox_wal_errors_total",
+        &["kind"],
+        "Faults of the write-ahead file: disk_full (ingest answered 503 until space returns), sync (a failed fdatasync: unready until restarted), write (another failed write).",
+        |s, o| {
+            with_wal(s, |w| {
+                for (kind, n) in WAL_FAULTS.iter().zip(&w.errors) {
+                    o.labelled(&[kind], n.load(Relaxed));
+                }
+            })
+        },
+    )
+    .only(has_wal),
+    Family::new(
+        Gauge,
+        "pollbox_wal_segments",
+        &[],
+        "Segments of the write-ahead file on disk (those a snapshot covers are deleted).",
+        |s, o| with_wal(s, |w| o.value(w.on_disk().0)),
+    )
+    .only(has_wal),
+    Family::new(
+        Gauge,
+        "pollbox_wal_disk_bytes",
+        &[],
+        "Bytes of the write-ahead file's segments on disk.",
+        |s, o| with_wal(s, |w| o.value(w.on_disk().1)),
+    )
+    .only(has_wal),
+    Family::new(
+        Gauge,
+        "pollbox_wal_failed",
+        &[],
+        "1 when the write-ahead file stopped taking records (a failed sync): unready, ingest refused.",
+        |s, o| with_wal(s, |w| o.value(u8::from(w.failed().is_some()))),
+    )
+    .only(has_wal),
     // The process, under the names Prometheus client libraries use.
     Family::new(
         Gauge,
@@ -542,6 +617,16 @@ fn requests(s: &Scrape, o: &mut Samples) {
         } else {
             o.labelled(&[&r.name(), &c], n);
         }
+    }
+}
+
+fn has_wal(s: &Scrape) -> bool {
+    s.shared.wal().is_some()
+}
+
+fn with_wal(s: &Scrape, f: impl FnOnce(&Wal)) {
+    if let Some(w) = s.shared.wal() {
+        f(w);
     }
 }
 

@@ -104,6 +104,9 @@ impl Host for WorkerHost {
     }
 
     fn produce(&mut self, request: u64, records: &[LogRecord<'_>]) -> usize {
+        if let Some(wal) = self.shared.wal() {
+            return wal.append(self.id as u16, request, records);
+        }
         let Some(log) = self.shared.log() else {
             return 0;
         };
@@ -115,6 +118,17 @@ impl Host for WorkerHost {
         };
         let partitions = log.partitions().map(|p| p.len() as u32);
         producer.send(self.id as u16, request, records, partitions)
+    }
+
+    fn unavailable(&self) -> &'static str {
+        match self.shared.wal() {
+            Some(wal) => wal.unavailable(),
+            None => "log unavailable",
+        }
+    }
+
+    fn unready_reason(&self) -> Option<&str> {
+        self.shared.wal()?.failed()
     }
 
     fn over_connection_cap(&mut self) {

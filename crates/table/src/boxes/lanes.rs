@@ -171,11 +171,13 @@ impl Lanes {
     }
 
     /// A log's lane `lane` has applied (and told the watchers of) every
-    /// record up to position `pos`.
+    /// record up to position `pos`. Kept to the bits a mark holds, as the
+    /// marks are: a write-ahead file's positions start past the versions a
+    /// standalone node served (microseconds since the epoch, past 2^48).
     #[inline]
     pub fn publish_at(&self, lane: usize, pos: u64) {
         if let Some(t) = self.through.get(lane) {
-            t.0.fetch_max(pos, Ordering::Release);
+            t.0.fetch_max(pos & POS_MASK, Ordering::Release);
         }
     }
 
@@ -203,7 +205,7 @@ impl Lanes {
     /// A tombstone of lane `lane` at `pos` is no longer kept.
     pub(super) fn forget(&self, lane: usize, pos: u64) {
         if let Some(h) = self.horizon.get(lane) {
-            h.fetch_max(pos, Ordering::AcqRel);
+            h.fetch_max(pos & POS_MASK, Ordering::AcqRel);
         }
     }
 
@@ -226,6 +228,18 @@ impl Lanes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn published_positions_compare_with_marks_past_48_bits() {
+        let lanes = Lanes::new(1);
+        lanes.for_partitions(1, 1);
+        let v = 1_764_000_000_000_000u64;
+        lanes.publish_at(0, v);
+        let mut cut = Vec::new();
+        lanes.cut(&mut cut);
+        assert!(!past(mark(0, v), &cut), "published: not past the cut");
+        assert!(past(mark(0, v + 1), &cut));
+    }
 
     #[test]
     fn marks_pack_a_lane_and_a_position() {
