@@ -32,7 +32,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// How often the watcher stats the files.
-pub const WATCH_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const WATCH_EVERY: Duration = Duration::from_secs(1);
 
 /// What a file looked like when it was last read (`None`: it could not be
 /// stat'ed).
@@ -57,7 +57,7 @@ fn stamp(path: &str) -> Option<Stamp> {
 }
 
 /// The files, the stamps of their last read, and the reads counted.
-pub struct AuthFiles {
+pub(crate) struct AuthFiles {
     /// Each file, with the config key that names it.
     files: Vec<(String, String)>,
     /// One per file, as of the last read; held while a read runs, so two
@@ -69,7 +69,7 @@ pub struct AuthFiles {
 
 impl AuthFiles {
     /// The files `config` names, as read at start.
-    pub fn new(config: &Config) -> AuthFiles {
+    pub(crate) fn new(config: &Config) -> AuthFiles {
         let mut files = Vec::new();
         if !config.auth.jwt.keys_file.is_empty() {
             files.push((
@@ -94,7 +94,7 @@ impl AuthFiles {
     }
 
     /// Whether the config names any such file.
-    pub fn any(&self) -> bool {
+    pub(crate) fn any(&self) -> bool {
         !self.files.is_empty()
     }
 
@@ -114,7 +114,7 @@ impl AuthFiles {
 /// Read every file of `files` again and install what they hold as `node`'s
 /// access (`why`: what asked, for the log line). On any failure the access in
 /// use stays. Returns the new generation, or why nothing changed.
-pub fn reload(node: &Node, files: &AuthFiles, why: &str) -> Result<u64, String> {
+pub(crate) fn reload(node: &Node, files: &AuthFiles, why: &str) -> Result<u64, String> {
     if !files.any() {
         eprintln!("pollbox: {why}: no auth file to read again (auth.jwt.keys_file, auth.token[].token_file)");
         return Err("no auth file configured".into());
@@ -172,7 +172,7 @@ fn read(config: &Config) -> Result<Access, String> {
 }
 
 /// The thread that reads the files again when they change.
-pub struct Watcher {
+pub(crate) struct Watcher {
     stop: Arc<(Mutex<bool>, Condvar)>,
     thread: JoinHandle<()>,
 }
@@ -180,7 +180,10 @@ pub struct Watcher {
 impl Watcher {
     /// Start watching `files`, if the config names any, installing what they
     /// hold as `node`'s access.
-    pub fn spawn(node: Arc<Node>, files: Arc<AuthFiles>) -> std::io::Result<Option<Watcher>> {
+    pub(crate) fn spawn(
+        node: Arc<Node>,
+        files: Arc<AuthFiles>,
+    ) -> std::io::Result<Option<Watcher>> {
         if !files.any() {
             return Ok(None);
         }
@@ -195,7 +198,7 @@ impl Watcher {
         Ok(Some(Watcher { stop, thread }))
     }
 
-    pub fn stop(self) {
+    pub(crate) fn stop(self) {
         let (lock, cv) = &*self.stop;
         if let Ok(mut stop) = lock.lock() {
             *stop = true;

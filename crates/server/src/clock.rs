@@ -18,14 +18,14 @@ pub(crate) fn table_clock(logged: bool, now_ms: u64) -> u64 {
 
 /// Microseconds since the Unix epoch: a standalone node's version clock
 /// (`pollbox_core::boxes::VersionClock`).
-pub fn wall_us() -> u64 {
+pub(crate) fn wall_us() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// Milliseconds since the Unix epoch.
-pub fn wall_ms() -> u64 {
+pub(crate) fn wall_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)

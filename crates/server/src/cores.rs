@@ -6,7 +6,7 @@
 
 /// Cores this process may run on (1 when the OS cannot say): the worker
 /// count when `server.workers` is 0, and the cores workers are pinned to.
-pub fn available_cores() -> usize {
+pub(crate) fn available_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 static POINT: OnceLock<Option<String>> = OnceLock::new();
 
 /// Read `POLLBOX_FAILPOINT` (once; later calls do nothing).
-pub fn init() {
+pub(crate) fn init() {
     POINT.get_or_init(|| {
         std::env::var("POLLBOX_FAILPOINT")
             .ok()
@@ -20,7 +20,7 @@ pub fn init() {
 
 /// Abort here if this is the step asked for: `prefix` and `step` together
 /// name it (`snapshot:` and `delta-synced`).
-pub fn hit(prefix: &str, step: &str) {
+pub(crate) fn hit(prefix: &str, step: &str) {
     init();
     if let Some(Some(p)) = POINT.get() {
         if p.strip_prefix(prefix) == Some(step) {

@@ -21,32 +21,32 @@
 //!
 //! What it is not: a general HTTP server, or a place where protocol rules live.
 
+#![warn(unreachable_pub)]
+
 pub mod alloc_stats;
-pub mod auth_files;
+mod auth_files;
 mod clock;
 mod cores;
-pub mod failpoint;
-pub mod lifecycle;
-pub mod listener;
+mod failpoint;
+mod lifecycle;
+mod listener;
 pub mod log;
 pub mod metrics;
-pub mod placement;
+mod placement;
 mod preflight;
 mod shared;
-pub mod snapshot_file;
+mod snapshot_file;
 mod start_error;
 pub mod stats;
 mod thread_priority;
-pub mod wakeups;
-pub mod wal;
-pub mod worker;
+mod wakeups;
+mod wal;
+mod worker;
 mod worker_threads;
 
-pub use clock::{wall_ms, wall_us};
-pub use cores::available_cores;
-pub use listener::resolve;
+pub(crate) use cores::available_cores;
 pub use start_error::StartError;
-pub use worker_threads::WORKER_PANIC_EXIT;
+pub use worker::STREAM_NOTSENT_LOWAT;
 
 use pollbox_core::config::Config;
 use pollbox_core::service::Node;

@@ -7,7 +7,7 @@ use std::io;
 use std::net::SocketAddr;
 
 /// Bind one non-blocking listener with `SO_REUSEPORT` on `addr`.
-pub fn bind_reuseport(addr: SocketAddr) -> io::Result<mio::net::TcpListener> {
+pub(crate) fn bind_reuseport(addr: SocketAddr) -> io::Result<mio::net::TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
     #[cfg(unix)]
@@ -22,7 +22,7 @@ pub fn bind_reuseport(addr: SocketAddr) -> io::Result<mio::net::TcpListener> {
 /// the port and the others join it, so every worker serves the same address.
 /// Fails with [`io::ErrorKind::AddrInUse`] when another process listens on
 /// `addr` (see [`claim`]); the [`Claim`] is to be held while the listeners are.
-pub fn bind_all(
+pub(crate) fn bind_all(
     addr: SocketAddr,
     n: usize,
 ) -> io::Result<(SocketAddr, Vec<mio::net::TcpListener>, Claim)> {
@@ -45,7 +45,7 @@ pub fn bind_all(
 /// Keeps `addr` this server's against another pollbox starting at the same
 /// moment (see [`claim`]); dropped when the server is.
 #[derive(Debug, Default)]
-pub struct Claim {
+pub(crate) struct Claim {
     #[cfg(target_os = "linux")]
     _name: Option<std::os::unix::net::UnixListener>,
 }
@@ -95,7 +95,7 @@ fn claim_name(addr: SocketAddr) -> io::Result<Option<std::os::unix::net::UnixLis
 
 /// The first address `a` (`ip:port` or `name:port`) resolves to, IPv4 first
 /// (a name like `localhost` may resolve to ::1 where IPv6 is off).
-pub fn resolve(a: &str) -> io::Result<SocketAddr> {
+pub(crate) fn resolve(a: &str) -> io::Result<SocketAddr> {
     use std::net::ToSocketAddrs;
     a.to_socket_addrs()?
         .min_by_key(SocketAddr::is_ipv6)
@@ -105,7 +105,7 @@ pub fn resolve(a: &str) -> io::Result<SocketAddr> {
 /// The listener of `server.metrics_listen` (none when it is empty). Worker 0
 /// serves it, with the same connection state machine as every other listener
 /// (it routes only `/metrics` there).
-pub fn bind_metrics(addr: &str) -> io::Result<Option<mio::net::TcpListener>> {
+pub(crate) fn bind_metrics(addr: &str) -> io::Result<Option<mio::net::TcpListener>> {
     if addr.is_empty() {
         return Ok(None);
     }

@@ -19,10 +19,10 @@ use std::sync::Arc;
 
 /// Workers whose busy share (per mille) is within this of the least busy one's
 /// count as equally loaded: among them, the fewest connections wins.
-pub const BUSY_SLACK: u32 = 250;
+pub(crate) const BUSY_SLACK: u32 = 250;
 
 /// Each worker's load, as the others see it, and its inbox of connections.
-pub struct Placement {
+pub(crate) struct Placement {
     workers: Vec<Slot>,
 }
 
@@ -38,7 +38,7 @@ struct Slot {
 
 impl Placement {
     /// One inbox per worker, each woken with its waker.
-    pub fn new(wakers: &[Arc<mio::Waker>]) -> Placement {
+    pub(crate) fn new(wakers: &[Arc<mio::Waker>]) -> Placement {
         Placement {
             workers: wakers
                 .iter()
@@ -61,7 +61,7 @@ impl Placement {
     /// worker's open connections. A connection placed elsewhere counts for its
     /// worker from here on (two workers accepting at the same moment do not
     /// both see that worker empty); [`Placement::hand`] must follow.
-    pub fn place(&self, me: usize, stats: &[WorkerStats]) -> usize {
+    pub(crate) fn place(&self, me: usize, stats: &[WorkerStats]) -> usize {
         if self.workers.len() < 2 {
             return me;
         }
@@ -94,7 +94,7 @@ impl Placement {
 
     /// Hand `stream` to worker `to` (which [`Placement::place`] chose) and wake
     /// it. Gives the stream back if that worker has gone (shutting down).
-    pub fn hand(&self, to: usize, stream: TcpStream) -> Result<(), TcpStream> {
+    pub(crate) fn hand(&self, to: usize, stream: TcpStream) -> Result<(), TcpStream> {
         let Some(w) = self.workers.get(to) else {
             return Err(stream);
         };
@@ -107,7 +107,7 @@ impl Placement {
     }
 
     /// The next connection handed to `worker`, if any.
-    pub fn next(&self, worker: usize) -> Option<TcpStream> {
+    pub(crate) fn next(&self, worker: usize) -> Option<TcpStream> {
         let w = self.workers.get(worker)?;
         let s = w.rx.try_recv().ok()?;
         w.pending.fetch_sub(1, Ordering::Relaxed);
@@ -115,14 +115,14 @@ impl Placement {
     }
 
     /// `worker`'s busy share now, per mille.
-    pub fn set_busy(&self, worker: usize, per_mille: u32) {
+    pub(crate) fn set_busy(&self, worker: usize, per_mille: u32) {
         if let Some(w) = self.workers.get(worker) {
             w.busy.store(per_mille, Ordering::Relaxed);
         }
     }
 
     /// `worker`'s busy share, per mille, as last published.
-    pub fn busy(&self, worker: usize) -> u32 {
+    pub(crate) fn busy(&self, worker: usize) -> u32 {
         self.workers
             .get(worker)
             .map_or(0, |w| w.busy.load(Ordering::Relaxed))

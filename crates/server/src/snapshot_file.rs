@@ -43,14 +43,14 @@ use pollbox_core::service::Node;
 /// about 1.2 times a full snapshot's load with deltas of 15 % (measured:
 /// benches/snapshot/incremental.sh), so half would cost more than the 1.2x
 /// the cost is held to; a tenth would write about as much as full snapshots.
-pub const COMPACT_PERCENT: u64 = 25;
+pub(crate) const COMPACT_PERCENT: u64 = 25;
 /// A new base is written after this many deltas whatever their size, so a
 /// restart reads a bounded number of files.
-pub const MAX_DELTAS: u32 = 256;
+pub(crate) const MAX_DELTAS: u32 = 256;
 
 /// The chain the next file extends: its base and its newest file.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Chain {
+pub(crate) struct Chain {
     /// The chain's number (in every file of it).
     pub id: u64,
     /// The newest file's number: 0 the base, then its deltas.
@@ -76,7 +76,7 @@ impl Chain {
 
 /// What [`Snapshots::save`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Saved {
+pub(crate) struct Saved {
     pub kind: Kind,
     /// Bytes written (0: a delta with nothing to say, not written).
     pub bytes: u64,
@@ -88,7 +88,7 @@ pub struct Saved {
 /// their bytes, the bases among them, and the time spent writing them. (The
 /// final snapshot of a graceful stop is not counted.)
 #[derive(Debug, Default)]
-pub struct SnapshotStats {
+pub(crate) struct SnapshotStats {
     /// Snapshots written / failed.
     ok: AtomicUsize,
     failed: AtomicUsize,
@@ -103,7 +103,7 @@ pub struct SnapshotStats {
 
 impl SnapshotStats {
     /// A snapshot written in `took`.
-    pub fn record_write(&self, took: Duration, saved: &Saved) {
+    pub(crate) fn record_write(&self, took: Duration, saved: &Saved) {
         self.add_time(took);
         self.ok.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(saved.bytes, Ordering::Relaxed);
@@ -113,7 +113,7 @@ impl SnapshotStats {
     }
 
     /// A snapshot that failed after `took`.
-    pub fn record_failure(&self, took: Duration) {
+    pub(crate) fn record_failure(&self, took: Duration) {
         self.add_time(took);
         self.failed.fetch_add(1, Ordering::Relaxed);
     }
@@ -124,34 +124,34 @@ impl SnapshotStats {
     }
 
     /// Snapshots written.
-    pub fn written(&self) -> usize {
+    pub(crate) fn written(&self) -> usize {
         self.ok.load(Ordering::Relaxed)
     }
 
     /// Snapshots that failed.
-    pub fn failed(&self) -> usize {
+    pub(crate) fn failed(&self) -> usize {
         self.failed.load(Ordering::Relaxed)
     }
 
     /// Bytes of the snapshot files written (bases and deltas).
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
     }
 
     /// Bases written (the first, and every compaction of a chain of deltas).
-    pub fn bases(&self) -> usize {
+    pub(crate) fn bases(&self) -> usize {
         self.bases.load(Ordering::Relaxed)
     }
 
     /// Seconds spent writing snapshot files (counted in microseconds).
-    pub fn write_seconds(&self) -> f64 {
+    pub(crate) fn write_seconds(&self) -> f64 {
         self.write_us.load(Ordering::Relaxed) as f64 / 1e6
     }
 }
 
 /// The snapshots at `path`: writes the next file of the chain.
 #[derive(Debug)]
-pub struct Snapshots {
+pub(crate) struct Snapshots {
     path: PathBuf,
     /// `None`: the next file is a base (no chain yet, versions re-stamped at
     /// the load, or a write failed).
@@ -163,7 +163,7 @@ pub struct Snapshots {
 impl Snapshots {
     /// The snapshots at `path`, extending `chain` (what [`load`] found), or
     /// starting with a base.
-    pub fn new(path: PathBuf, chain: Option<Chain>) -> Snapshots {
+    pub(crate) fn new(path: PathBuf, chain: Option<Chain>) -> Snapshots {
         Snapshots {
             path,
             chain,
@@ -173,16 +173,17 @@ impl Snapshots {
 
     /// Compactions once the deltas pass `percent` of the base's bytes (0: a
     /// base every time).
-    pub fn compact_at(mut self, percent: u32) -> Snapshots {
+    pub(crate) fn compact_at(mut self, percent: u32) -> Snapshots {
         self.compact_percent = percent;
         self
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
-    pub fn chain(&self) -> Option<&Chain> {
+    #[cfg(test)]
+    pub(crate) fn chain(&self) -> Option<&Chain> {
         self.chain.as_ref()
     }
 
@@ -190,7 +191,7 @@ impl Snapshots {
     /// clock), with the log `position` it reflects at least (taken before this
     /// call): a delta, or a base when none is extended or the deltas passed
     /// its share of it (`compact_at`). After an error the next file is a base.
-    pub fn save(
+    pub(crate) fn save(
         &mut self,
         table: &BoxTable,
         now_ms: u64,
@@ -402,33 +403,19 @@ fn renamed(step: &str) -> &'static str {
     }
 }
 
-/// Every failpoint of a snapshot write, in the order a chain meets them
-/// (`POLLBOX_FAILPOINT=snapshot:<step>`).
-pub const FAILPOINTS: [&str; 10] = [
-    "base-partial",
-    "base-synced",
-    "base-renamed",
-    "base-pruning",
-    "delta-partial",
-    "delta-synced",
-    "delta-renamed",
-    "seal-partial",
-    "seal-synced",
-    "seal-renamed",
-];
-
 /// `path` with `.tmp` appended (`boxes.snap` → `boxes.snap.tmp`).
-pub fn tmp_path(path: &Path) -> PathBuf {
+#[cfg(test)]
+pub(crate) fn tmp_path(path: &Path) -> PathBuf {
     suffixed(path, ".tmp")
 }
 
 /// `path` with `.sealed` appended: the seal of the snapshot at `path`.
-pub fn seal_path(path: &Path) -> PathBuf {
+pub(crate) fn seal_path(path: &Path) -> PathBuf {
     suffixed(path, ".sealed")
 }
 
 /// Delta `seq` of the chain whose base is `path` (`boxes.snap.d00000001`).
-pub fn delta_path(path: &Path, seq: u32) -> PathBuf {
+pub(crate) fn delta_path(path: &Path, seq: u32) -> PathBuf {
     suffixed(path, &format!(".d{seq:08}"))
 }
 
@@ -473,7 +460,7 @@ const SEAL_HEAD: &str = "pollbox snapshot seal, crc32 ";
 /// ([`Saved::newest_crc`]), written once every worker had stopped: nothing
 /// was served past its versions, so the next start keeps them (and the ETags
 /// clients hold stay true). Written atomically.
-pub fn seal(path: &Path, crc: u32) -> io::Result<()> {
+pub(crate) fn seal(path: &Path, crc: u32) -> io::Result<()> {
     write_atomic(
         &seal_path(path),
         "seal",
@@ -485,7 +472,7 @@ pub fn seal(path: &Path, crc: u32) -> io::Result<()> {
 
 /// Remove the seal of the snapshot at `path`, if any, durably (before
 /// anything is served: a crash from then on must find the snapshot unsealed).
-pub fn unseal(path: &Path) -> io::Result<()> {
+pub(crate) fn unseal(path: &Path) -> io::Result<()> {
     match fs::remove_file(seal_path(path)) {
         Ok(()) => File::open(parent_dir(path))?.sync_all(),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -503,13 +490,14 @@ fn sealed_crc(path: &Path) -> Option<u32> {
 
 /// A table loaded from a snapshot.
 #[derive(Debug)]
-pub struct Loaded {
+pub(crate) struct Loaded {
     pub table: BoxTable,
     /// The log position it holds (none: a standalone node's).
     pub position: Option<Position>,
     /// The chain the next snapshot extends (`None`: the next is a base).
     pub chain: Option<Chain>,
     /// Files read: the base and its deltas.
+    #[cfg(test)]
     pub files: usize,
 }
 
@@ -522,7 +510,7 @@ pub struct Loaded {
 /// otherwise they are re-stamped past the clock, and the next snapshot is a
 /// new base (docs/boxes.md#versions-and-etags). A node of a log keeps them:
 /// they are log positions.
-pub fn load(
+pub(crate) fn load(
     new_table: impl Fn() -> BoxTable,
     now_ms: u64,
     path: &Path,
@@ -600,6 +588,7 @@ pub fn load(
         table: read.table,
         position: read.position,
         chain,
+        #[cfg(test)]
         files: deltas.len() + 1,
     }))
 }

@@ -403,7 +403,7 @@ const ENTRY: usize = std::mem::size_of::<(u32, u32)>();
 /// The connections of one worker parked on each key (by key hash), as (slot,
 /// generation).
 #[derive(Default)]
-pub struct ParkedIndex {
+pub(crate) struct ParkedIndex {
     /// Hashes of prefixes (event streams of a prefix), not of keys.
     prefixes: bool,
     /// (slot, generation) of each connection waiting on a key hash.
@@ -414,7 +414,7 @@ pub struct ParkedIndex {
 
 impl ParkedIndex {
     /// An index of connections by the prefix they stream.
-    pub fn of_prefixes() -> ParkedIndex {
+    pub(crate) fn of_prefixes() -> ParkedIndex {
         ParkedIndex {
             prefixes: true,
             ..ParkedIndex::default()
@@ -423,7 +423,14 @@ impl ParkedIndex {
 
     /// Connection (slot, gen) now waits on the key with `hash`; the first one on
     /// a key tells `waiters` that this worker waits on it.
-    pub fn add(&mut self, hash: u64, slot: usize, gen: u32, waiters: &Waiters, worker: usize) {
+    pub(crate) fn add(
+        &mut self,
+        hash: u64,
+        slot: usize,
+        gen: u32,
+        waiters: &Waiters,
+        worker: usize,
+    ) {
         let entry = (slot as u32, gen);
         if let Some(list) = self.by_key.get_mut(&hash) {
             let before = list.capacity();
@@ -442,14 +449,14 @@ impl ParkedIndex {
 
     /// Heap bytes it holds: its map (at about a bucket and its control byte
     /// an entry) and the lists.
-    pub fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         self.by_key.capacity() * (std::mem::size_of::<(u64, Vec<(u32, u32)>)>() + 1)
             + self.list_bytes
     }
 
     /// Connection (slot, gen) no longer waits on the key with `hash`. Returns
     /// whether it did.
-    pub fn remove(
+    pub(crate) fn remove(
         &mut self,
         hash: u64,
         slot: usize,
@@ -477,7 +484,7 @@ impl ParkedIndex {
     }
 
     /// Append the connections a wake-up concerns to `out`.
-    pub fn woken(&self, wake: Wake, out: &mut Vec<(usize, u32)>) {
+    pub(crate) fn woken(&self, wake: Wake, out: &mut Vec<(usize, u32)>) {
         match wake {
             Wake::Key(hash) => {
                 if let Some(list) = self.by_key.get(&hash) {

@@ -37,7 +37,7 @@ use waiting::Waiting;
 /// their probes only: a server full of event streams still answers
 /// `/healthz` and `/readyz` (each other request on them is a 503 and a
 /// close, and the header timeout ends an idle one).
-pub const PROBE_RESERVE: usize = 64;
+pub(crate) const PROBE_RESERVE: usize = 64;
 
 /// Quiet ticks in a row (the busy share has decayed, a spike's arena is
 /// given back) before a worker waits [`QUIET_WAIT_MS`] instead of a tick.
@@ -47,7 +47,7 @@ const QUIET_TICKS_BEFORE_SLEEP: u32 = 16;
 const QUIET_WAIT_MS: u64 = 250;
 
 const LISTENER: Token = Token(0);
-pub const WAKER: Token = Token(1);
+pub(crate) const WAKER: Token = Token(1);
 const METRICS_LISTENER: Token = Token(2);
 const FIRST_CONN: usize = 3;
 
@@ -90,7 +90,7 @@ struct ConnTimer {
 
 /// One worker's state, grouped by job. The groups are plain fields (no
 /// box, no pointer): the loop reaches each part as directly as a flat struct.
-pub struct Worker {
+pub(crate) struct Worker {
     id: usize,
     /// The listeners, the poll and the connections.
     sockets: Sockets,
@@ -272,7 +272,7 @@ impl Worker {
     }
 
     /// Bytes this worker accounts for now (arena and buffers), before it runs.
-    pub fn accounted_bytes(&self) -> usize {
+    pub(crate) fn accounted_bytes(&self) -> usize {
         self.service.arena().capacity_bytes() + self.buffer_total()
     }
 
@@ -307,7 +307,7 @@ impl Worker {
     }
 
     /// Run until shutdown has been asked for and every connection is done.
-    pub fn run(mut self) -> io::Result<()> {
+    pub(crate) fn run(mut self) -> io::Result<()> {
         if let Err(e) = self.transmit.start() {
             self.fall_back(e);
         }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 /// Exit code of a process whose worker panicked (EX_SOFTWARE).
-pub const WORKER_PANIC_EXIT: i32 = 70;
+pub(crate) const WORKER_PANIC_EXIT: i32 = 70;
 
 /// A poll a worker, and the waker of each.
 pub(crate) fn new_polls(n: usize) -> io::Result<(Vec<mio::Poll>, Vec<Arc<mio::Waker>>)> {

@@ -406,7 +406,7 @@ fn a_paused_reader_is_queued_little_in_the_kernel_too() {
         stale_events += 1;
     }
     eprintln!("{stale} bytes ({stale_events} events) before the newest");
-    let bound = pollbox_server::worker::STREAM_NOTSENT_LOWAT as usize + 48 * 1024;
+    let bound = pollbox_server::STREAM_NOTSENT_LOWAT as usize + 48 * 1024;
     assert!(
         stale <= bound,
         "{stale} bytes ({stale_events} events) of stale versions before the newest; at most {bound}"

@@ -18,8 +18,8 @@
 //! What it is not: the record format (`pollbox_core::wal`, pure bytes), or
 //! the rules of a record (`pollbox_core::log::Replica`, the log's).
 
-pub mod recover;
-pub mod writer;
+pub(crate) mod recover;
+pub(crate) mod writer;
 
 use crate::stats::Histogram;
 use pollbox_core::log::Position;
@@ -33,13 +33,13 @@ use std::sync::{Condvar, Mutex, OnceLock};
 /// (partition 0, the next record's sequence number): not a Kafka topic name
 /// (those have no spaces or parentheses), so a node of a log refuses it and
 /// this node refuses a log's.
-pub const WAL_TOPIC: &str = "(write-ahead file)";
+pub(crate) const WAL_TOPIC: &str = "(write-ahead file)";
 
 /// Faults by kind (`pollbox_wal_errors_total{kind}`).
-pub const FAULTS: [&str; 3] = ["disk_full", "sync", "write"];
+pub(crate) const FAULTS: [&str; 3] = ["disk_full", "sync", "write"];
 
 /// Upper bounds (seconds) of the sync latency histogram.
-pub const SYNC_BUCKETS: [f64; 14] = [
+pub(crate) const SYNC_BUCKETS: [f64; 14] = [
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002, 0.005, 0.010, 0.025, 0.050, 0.100, 0.250,
     1.0, 5.0,
 ];
@@ -68,7 +68,7 @@ pub(crate) struct Queue {
 
 /// The write-ahead file as every thread sees it: what the workers append
 /// to, where it stands, its faults and counters.
-pub struct Wal {
+pub(crate) struct Wal {
     dir: PathBuf,
     segment_bytes: u64,
     queue: Mutex<Queue>,
@@ -95,7 +95,7 @@ pub struct Wal {
 impl Wal {
     /// The file in `dir` as recovery left it: its segments, the next
     /// sequence number, every record before `applied_next` applied.
-    pub fn new(
+    pub(crate) fn new(
         dir: PathBuf,
         segment_bytes: u64,
         segments: Vec<(u64, u64)>,
@@ -123,16 +123,11 @@ impl Wal {
         }
     }
 
-    /// The segments' directory.
-    pub fn dir(&self) -> &std::path::Path {
-        &self.dir
-    }
-
     /// Append a request's `records` for worker `worker`'s request
     /// `request`: each gets the next sequence number, and is reported to
     /// the worker once it is synced and applied (or failed). Returns how many
     /// were taken: all, or none when the file failed for good.
-    pub fn append(&self, worker: u16, request: u64, records: &[LogRecord<'_>]) -> usize {
+    pub(crate) fn append(&self, worker: u16, request: u64, records: &[LogRecord<'_>]) -> usize {
         if self.failed().is_some() {
             return 0;
         }
@@ -170,7 +165,7 @@ impl Wal {
     }
 
     /// Why the file stopped taking records for good, if it did.
-    pub fn failed(&self) -> Option<&str> {
+    pub(crate) fn failed(&self) -> Option<&str> {
         self.failed.get().map(String::as_str)
     }
 
@@ -181,12 +176,12 @@ impl Wal {
     }
 
     /// Whether the last write found the disk full.
-    pub fn disk_full(&self) -> bool {
+    pub(crate) fn disk_full(&self) -> bool {
         self.disk_full.load(Ordering::Relaxed)
     }
 
     /// What a refused or failed ingest is answered (503).
-    pub fn unavailable(&self) -> &'static str {
+    pub(crate) fn unavailable(&self) -> &'static str {
         if self.disk_full() {
             "disk full"
         } else if self.failed().is_some() {
@@ -198,7 +193,7 @@ impl Wal {
 
     /// The position a snapshot stores: every record before it applied.
     /// Taken before the snapshot walks the boxes.
-    pub fn position(&self) -> Position {
+    pub(crate) fn position(&self) -> Position {
         let next = self.applied_next.load(Ordering::Acquire);
         Position {
             topic: WAL_TOPIC.into(),
@@ -209,7 +204,7 @@ impl Wal {
     }
 
     /// Segments on disk and their bytes.
-    pub fn on_disk(&self) -> (usize, u64) {
+    pub(crate) fn on_disk(&self) -> (usize, u64) {
         self.segments
             .lock()
             .map(|s| (s.len(), s.iter().map(|(_, b)| b).sum()))
@@ -219,7 +214,7 @@ impl Wal {
     /// A snapshot holding every record before `position` is durable: delete
     /// the segments it covers (each whose next segment starts at or before
     /// it; the newest is never deleted). Returns how many were deleted.
-    pub fn snapshot_covers(&self, position: &Position) -> usize {
+    pub(crate) fn snapshot_covers(&self, position: &Position) -> usize {
         if position.topic != WAL_TOPIC {
             return 0;
         }

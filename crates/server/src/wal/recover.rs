@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 /// What the file held.
 #[derive(Debug, Default)]
-pub struct Recovered {
+pub(crate) struct Recovered {
     /// Segments on disk after recovery: (first sequence number, bytes).
     pub segments: Vec<(u64, u64)>,
     /// The sequence number of the last record (0: none).
@@ -35,7 +35,7 @@ pub struct Recovered {
 /// (the snapshot's position; 0: all) to `boxes`. `repair`: cut a torn tail
 /// off (a start) or only report it (`check-config`). An error is the
 /// message that refuses the start.
-pub fn recover(
+pub(crate) fn recover(
     dir: &Path,
     boxes: &BoxTable,
     plan: &Arc<pollbox_core::plan::Plan>,

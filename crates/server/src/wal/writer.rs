@@ -33,7 +33,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 /// What the threads are handed.
-pub struct Writing {
+pub(crate) struct Writing {
     pub node: Arc<Node>,
     pub wal: Arc<Wal>,
     pub waiters: Arc<Waiters>,
@@ -46,20 +46,20 @@ struct Synced {
 }
 
 /// The threads, joined by [`Threads::join`] after [`Wal::stop`].
-pub struct Threads {
+pub(crate) struct Threads {
     write: JoinHandle<()>,
     apply: JoinHandle<()>,
 }
 
 impl Threads {
-    pub fn join(self) {
+    pub(crate) fn join(self) {
         let _ = self.write.join();
         let _ = self.apply.join();
     }
 }
 
 /// Start the writing and the applying thread.
-pub fn spawn(w: Writing) -> io::Result<Threads> {
+pub(crate) fn spawn(w: Writing) -> io::Result<Threads> {
     let (tx, rx) = crossbeam_channel::bounded::<Synced>(64);
     let apply = {
         let node = w.node.clone();

@@ -13,7 +13,7 @@ use pollbox_core::wheel::TimerId;
 /// A connection's socket and state machine, with what the worker made for
 /// it when applying its actions (its timer, its registration) and what only
 /// the socket knows. Nothing here copies the state machine's state.
-pub struct Conn {
+pub(super) struct Conn {
     pub stream: TcpStream,
     pub core: Connection,
     pub gen: u32,
@@ -47,7 +47,7 @@ pub struct Conn {
 }
 
 impl Conn {
-    pub fn new(stream: TcpStream, core: Connection, gen: u32) -> Conn {
+    pub(super) fn new(stream: TcpStream, core: Connection, gen: u32) -> Conn {
         Conn {
             stream,
             core,
@@ -77,7 +77,7 @@ impl Conn {
 /// slots (19 MB) and left the 8,192 of the copy before as dirty pages: ~2 KB
 /// per stream (BENCHMARKS.md, "Memory per open event stream").
 #[derive(Default)]
-pub struct Slab {
+pub(super) struct Slab {
     slots: Vec<Option<Box<Conn>>>,
     free: Vec<usize>,
     next_gen: u32,
@@ -86,7 +86,7 @@ pub struct Slab {
 
 impl Slab {
     /// A slot and generation for a new connection (fill it with [`Slab::put`]).
-    pub fn vacant(&mut self) -> (usize, u32) {
+    pub(super) fn vacant(&mut self) -> (usize, u32) {
         let slot = self.free.pop().unwrap_or_else(|| {
             self.slots.push(None);
             self.slots.len() - 1
@@ -97,44 +97,44 @@ impl Slab {
     }
 
     /// Give back a slot that [`Slab::vacant`] handed out (the connection closed).
-    pub fn release(&mut self, slot: usize) {
+    pub(super) fn release(&mut self, slot: usize) {
         self.free.push(slot);
         self.open -= 1;
     }
 
-    pub fn take(&mut self, slot: usize) -> Option<Box<Conn>> {
+    pub(super) fn take(&mut self, slot: usize) -> Option<Box<Conn>> {
         self.slots.get_mut(slot).and_then(Option::take)
     }
 
     /// Take the connection only if it is generation `gen`.
-    pub fn take_gen(&mut self, slot: usize, gen: u32) -> Option<Box<Conn>> {
+    pub(super) fn take_gen(&mut self, slot: usize, gen: u32) -> Option<Box<Conn>> {
         match self.slots.get(slot) {
             Some(Some(c)) if c.gen == gen => self.take(slot),
             _ => None,
         }
     }
 
-    pub fn put(&mut self, slot: usize, conn: Box<Conn>) {
+    pub(super) fn put(&mut self, slot: usize, conn: Box<Conn>) {
         self.slots[slot] = Some(conn);
     }
 
-    pub fn get_mut(&mut self, slot: usize) -> Option<&mut Conn> {
+    pub(super) fn get_mut(&mut self, slot: usize) -> Option<&mut Conn> {
         self.slots.get_mut(slot).and_then(Option::as_deref_mut)
     }
 
     /// Slots that may hold a connection.
-    pub fn slots(&self) -> std::ops::Range<usize> {
+    pub(super) fn slots(&self) -> std::ops::Range<usize> {
         0..self.slots.len()
     }
 
     /// Open connections (taken out ones included).
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.open == 0
     }
 
     /// Heap bytes of the slab itself and of its open connections' boxes (at
     /// the allocator's size class).
-    pub fn heap_bytes(&self) -> usize {
+    pub(super) fn heap_bytes(&self) -> usize {
         self.slots.capacity() * std::mem::size_of::<Option<Box<Conn>>>()
             + self.open * pollbox_core::boxes::size_class(std::mem::size_of::<Conn>())
             + self.free.capacity() * std::mem::size_of::<usize>()

@@ -13,7 +13,7 @@ use pollbox_core::service::{Host, LogRecord, Watchers};
 use std::sync::Arc;
 use std::time::Instant;
 
-pub struct WorkerHost {
+pub(super) struct WorkerHost {
     shared: Arc<Shared>,
     id: usize,
     /// When the requests being answered began to be handled: the read (or
@@ -34,7 +34,7 @@ pub struct WorkerHost {
 }
 
 impl WorkerHost {
-    pub fn new(shared: Arc<Shared>, id: usize) -> WorkerHost {
+    pub(super) fn new(shared: Arc<Shared>, id: usize) -> WorkerHost {
         WorkerHost {
             shared,
             id,
@@ -51,7 +51,7 @@ impl WorkerHost {
     /// Request handling starts now (bytes arrived, a timer fired, a box moved).
     /// Call [`WorkerHost::finish`] once its answers are written.
     #[inline]
-    pub fn start(&mut self) {
+    pub(super) fn start(&mut self) {
         // Answers a caller forgot to finish are observed now rather than lost.
         self.finish();
         self.mark = Instant::now();
@@ -62,7 +62,7 @@ impl WorkerHost {
     /// request waited in the server (they are sent together, after the
     /// batch). One clock read per batch; none when nothing was answered.
     #[inline]
-    pub fn finish(&mut self) {
+    pub(super) fn finish(&mut self) {
         if self.unobserved == 0 {
             return;
         }
@@ -77,12 +77,12 @@ impl WorkerHost {
 
     /// The state every worker shares.
     #[inline]
-    pub fn shared(&self) -> &Shared {
+    pub(super) fn shared(&self) -> &Shared {
         &self.shared
     }
 
     #[inline]
-    pub fn stats(&self) -> &WorkerStats {
+    pub(super) fn stats(&self) -> &WorkerStats {
         &self.shared.stats()[self.id]
     }
 }

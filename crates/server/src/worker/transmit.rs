@@ -14,7 +14,7 @@
 //! answer says (the core renders it).
 
 use super::conns::{Conn, Slab};
-pub use super::uring::Sent;
+pub(super) use super::uring::Sent;
 use super::uring::{self, SendBatch};
 use mio::net::TcpStream;
 use mio::{Events, Poll};
@@ -28,14 +28,14 @@ const MAX_IOV: usize = 64;
 
 /// One readiness event.
 #[derive(Debug, Clone, Copy)]
-pub struct Ready {
+pub(super) struct Ready {
     pub token: usize,
     pub readable: bool,
     /// The peer shut down its side, or the socket has an error.
     pub hup: bool,
 }
 
-pub trait Transmit {
+pub(super) trait Transmit {
     /// Called once on the worker thread before the loop.
     fn start(&mut self) -> io::Result<()> {
         Ok(())
@@ -66,7 +66,7 @@ pub trait Transmit {
 }
 
 /// Write as much of `q` as the socket takes, with one `write`/`writev` per round.
-pub fn write_now(stream: &mut TcpStream, q: &mut SendQueue, pool: &mut BufferPool) -> Sent {
+pub(super) fn write_now(stream: &mut TcpStream, q: &mut SendQueue, pool: &mut BufferPool) -> Sent {
     let mut total = 0;
     while !q.is_empty() {
         let res = {
@@ -138,12 +138,12 @@ fn epoll_wait(
 }
 
 /// `send` as soon as answers are rendered; `epoll_wait`.
-pub struct SendNow {
+pub(super) struct SendNow {
     events: Events,
 }
 
 impl SendNow {
-    pub fn new() -> SendNow {
+    pub(super) fn new() -> SendNow {
         SendNow {
             events: Events::with_capacity(1024),
         }
@@ -179,7 +179,7 @@ impl Transmit for SendNow {
 }
 
 /// Answers written at the end of the turn, all in one `io_uring_enter`.
-pub struct Ring {
+pub(super) struct Ring {
     batch: Box<SendBatch>,
     /// Connections with answers noted this turn.
     noted: Vec<usize>,
@@ -193,7 +193,7 @@ pub struct Ring {
 impl Ring {
     /// A ring waiting on `poll`'s events too where the kernel can. Call
     /// [`Transmit::start`] on the thread that will use it.
-    pub fn new(poll: &Poll) -> io::Result<Ring> {
+    pub(super) fn new(poll: &Poll) -> io::Result<Ring> {
         let mut batch = SendBatch::new()?;
         batch.attach_epoll(poll.as_raw_fd());
         Ok(Ring {

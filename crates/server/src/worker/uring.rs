@@ -29,7 +29,7 @@ use std::os::fd::RawFd;
 
 /// What became of a connection's answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sent {
+pub(super) enum Sent {
     /// This many bytes went out (all, or as much as the socket took).
     Bytes(usize),
     /// The socket's buffer is full: wait for the writable edge.
@@ -41,11 +41,11 @@ pub enum Sent {
 }
 
 /// Most entries in one submission (the ring's size).
-pub const MAX_BATCH: usize = 256;
+pub(super) const MAX_BATCH: usize = 256;
 /// Most buffers of one connection in one entry.
 const MAX_IOV: usize = 16;
 /// Most readiness events one wait returns.
-pub const MAX_EVENTS: usize = 1024;
+pub(super) const MAX_EVENTS: usize = 1024;
 /// `user_data` of the EPOLL_WAIT entry and of its cancellation (sends use their
 /// index, below MAX_BATCH).
 const EPOLL_TAG: u64 = u64::MAX;
@@ -56,7 +56,7 @@ const EMPTY_IOV: libc::iovec = libc::iovec {
     iov_len: 0,
 };
 
-pub struct SendBatch {
+pub(super) struct SendBatch {
     ring: IoUring,
     /// Per entry: the iovecs a `SENDMSG` points to, and its header.
     iovs: Box<[[libc::iovec; MAX_IOV]]>,
@@ -85,7 +85,7 @@ unsafe impl Send for SendBatch {}
 impl SendBatch {
     /// A ring for one worker, or an error where the kernel refuses io_uring or
     /// lacks `SEND`/`SENDMSG` (the worker then writes with `send`).
-    pub fn new() -> io::Result<SendBatch> {
+    pub(super) fn new() -> io::Result<SendBatch> {
         // Single issuer with deferred task work: completions that need the
         // worker's task (the EPOLL_WAIT's) run when it waits in io_uring_enter,
         // with no interrupt. Created disabled, so that the worker thread that
@@ -132,7 +132,7 @@ impl SendBatch {
 
     /// Enable the ring on the thread that will use it (its single issuer). Call
     /// once, on the worker thread, before anything is submitted.
-    pub fn enable(&mut self) -> io::Result<()> {
+    pub(super) fn enable(&mut self) -> io::Result<()> {
         if self.disabled {
             self.ring.submitter().register_enable_rings()?;
             self.disabled = false;
@@ -142,7 +142,7 @@ impl SendBatch {
 
     /// Wait for `epoll_fd`'s events through the ring from now on, if the kernel
     /// can (`IORING_OP_EPOLL_WAIT`). Returns whether it will.
-    pub fn attach_epoll(&mut self, epoll_fd: RawFd) -> bool {
+    pub(super) fn attach_epoll(&mut self, epoll_fd: RawFd) -> bool {
         let mut probe = Probe::new();
         if self.ring.submitter().register_probe(&mut probe).is_err()
             || !probe.is_supported(opcode::EpollWait::CODE)
@@ -155,12 +155,12 @@ impl SendBatch {
     }
 
     /// Whether the worker waits for its events with [`SendBatch::submit_and_wait`].
-    pub fn waits_for_events(&self) -> bool {
+    pub(super) fn waits_for_events(&self) -> bool {
         self.epoll.is_some()
     }
 
     /// Heap bytes the batch holds (its ring is mapped memory outside the heap).
-    pub fn heap_bytes(&self) -> usize {
+    pub(super) fn heap_bytes(&self) -> usize {
         std::mem::size_of_val(&*self.iovs)
             + std::mem::size_of_val(&*self.msgs)
             + std::mem::size_of_val(&*self.events)
@@ -169,16 +169,16 @@ impl SendBatch {
 
     /// Entries queued for the next [`SendBatch::submit`].
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.queued
     }
 
     #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.queued == 0
     }
 
-    pub fn is_full(&self) -> bool {
+    pub(super) fn is_full(&self) -> bool {
         self.queued == MAX_BATCH
     }
 
@@ -190,7 +190,7 @@ impl SendBatch {
     /// `q` must not be changed, moved or dropped, and `fd` must stay open, until
     /// the next [`SendBatch::submit`] has returned: the entry points into `q`'s
     /// buffers.
-    pub unsafe fn push(&mut self, fd: RawFd, q: &SendQueue) -> Option<usize> {
+    pub(super) unsafe fn push(&mut self, fd: RawFd, q: &SendQueue) -> Option<usize> {
         if self.is_full() {
             return None;
         }
@@ -238,14 +238,14 @@ impl SendBatch {
     /// results are then in [`SendBatch::result`]. An error means the ring cannot
     /// be used (no send was left in flight): the caller writes those queues
     /// another way and stops using the batch.
-    pub fn submit(&mut self) -> io::Result<()> {
+    pub(super) fn submit(&mut self) -> io::Result<()> {
         self.submit_inner(None)
     }
 
     /// Like [`SendBatch::submit`], and also wait (at most `timeout`) for the next
     /// readiness events of the attached epoll instance, in the same call; take
     /// them with [`SendBatch::take_events`].
-    pub fn submit_and_wait(&mut self, timeout: std::time::Duration) -> io::Result<()> {
+    pub(super) fn submit_and_wait(&mut self, timeout: std::time::Duration) -> io::Result<()> {
         self.submit_inner(Some(timeout))
     }
 
@@ -348,7 +348,7 @@ impl SendBatch {
     }
 
     /// Append the events of the last wait to `out` as `(token, epoll flags)`.
-    pub fn take_events(&mut self, out: &mut Vec<(u64, u32)>) {
+    pub(super) fn take_events(&mut self, out: &mut Vec<(u64, u32)>) {
         let n = self.events_ready.min(self.events.len());
         for ev in &self.events[..n] {
             // Copies: the struct is packed on x86-64.
@@ -361,7 +361,7 @@ impl SendBatch {
     /// Cancel an armed EPOLL_WAIT and wait for its completion (events it had
     /// already taken are kept for [`SendBatch::take_events`]). After this the
     /// kernel holds no pointer into the batch.
-    pub fn disarm(&mut self) {
+    pub(super) fn disarm(&mut self) {
         if self.disabled {
             return;
         }
@@ -387,7 +387,7 @@ impl SendBatch {
 
     /// The result of entry `i` of the last submission: bytes written,
     /// [`Sent::WouldBlock`] or [`Sent::Failed`] (never `Deferred`).
-    pub fn result(&self, i: usize) -> Sent {
+    pub(super) fn result(&self, i: usize) -> Sent {
         match self.results.get(i).copied() {
             Some(r) if r > 0 => Sent::Bytes(r as usize),
             Some(r) if r == -libc::EAGAIN || r == -libc::EINTR => Sent::WouldBlock,

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 /// Where a watching connection is registered (made when its
 /// [`Action::Watch`](pollbox_core::conn::Action::Watch) was applied).
 #[derive(Debug)]
-pub struct Registration {
+pub(super) struct Registration {
     /// The key's hash; of many boxes, the hashes of its keys in their order
     /// (a wake-up of the `i`th concerns box `i`), and `hash` is unused.
     hash: u64,
@@ -31,7 +31,7 @@ pub struct Registration {
 impl Registration {
     /// Which of the watched keys a wake-up concerns: `moved(i)` for the
     /// `i`th of a many-box watch's keys.
-    pub fn moved(&self, wake: Wake, i: usize) -> bool {
+    pub(super) fn moved(&self, wake: Wake, i: usize) -> bool {
         if self.prefix {
             return false;
         }
@@ -43,7 +43,7 @@ impl Registration {
 }
 
 /// A worker's connections by what they wait on.
-pub struct Waiting {
+pub(super) struct Waiting {
     worker: usize,
     parked: ParkedIndex,
     /// The connections streaming each prefix (by the prefix's hash).
@@ -56,7 +56,7 @@ pub struct Waiting {
 }
 
 impl Waiting {
-    pub fn new(worker: usize) -> Waiting {
+    pub(super) fn new(worker: usize) -> Waiting {
         Waiting {
             worker,
             parked: ParkedIndex::default(),
@@ -67,7 +67,7 @@ impl Waiting {
     }
 
     /// Wake connection (slot, gen) when a box of `w`'s keys moves.
-    pub fn watch(
+    pub(super) fn watch(
         &mut self,
         w: Watch<'_>,
         (slot, gen): (usize, u32),
@@ -106,7 +106,7 @@ impl Waiting {
     }
 
     /// Undo [`Waiting::watch`].
-    pub fn unwatch(
+    pub(super) fn unwatch(
         &mut self,
         r: Registration,
         (slot, gen): (usize, u32),
@@ -136,34 +136,34 @@ impl Waiting {
     }
 
     /// Route the reports of log request `ticket` to connection (slot, gen).
-    pub fn await_reports(&mut self, ticket: u64, conn: (usize, u32)) {
+    pub(super) fn await_reports(&mut self, ticket: u64, conn: (usize, u32)) {
         self.awaiting.insert(ticket, conn);
     }
 
     /// Undo [`Waiting::await_reports`].
-    pub fn unawait(&mut self, ticket: u64) {
+    pub(super) fn unawait(&mut self, ticket: u64) {
         self.awaiting.remove(&ticket);
     }
 
     /// The connection waiting for log request `ticket`'s reports, if one
     /// still does (it may have been answered at its deadline, or closed).
-    pub fn awaiting(&self, ticket: u64) -> Option<(usize, u32)> {
+    pub(super) fn awaiting(&self, ticket: u64) -> Option<(usize, u32)> {
         self.awaiting.get(&ticket).copied()
     }
 
     /// Append the connections streaming the prefix with `hash` to `out`
     /// (every prefix stream for [`Wake::All`]).
-    pub fn rooms_woken(&self, wake: Wake, out: &mut Vec<(usize, u32)>) {
+    pub(super) fn rooms_woken(&self, wake: Wake, out: &mut Vec<(usize, u32)>) {
         self.rooms.woken(wake, out);
     }
 
     /// Append the connections a wake-up concerns to `out`.
-    pub fn woken(&self, wake: Wake, out: &mut Vec<(usize, u32)>) {
+    pub(super) fn woken(&self, wake: Wake, out: &mut Vec<(usize, u32)>) {
         self.parked.woken(wake, out);
     }
 
     /// Heap bytes of the index and the registrations' hashes.
-    pub fn heap_bytes(&self) -> usize {
+    pub(super) fn heap_bytes(&self) -> usize {
         self.parked.heap_bytes() + self.rooms.heap_bytes() + self.keys_bytes
     }
 }
