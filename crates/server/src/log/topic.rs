@@ -5,7 +5,7 @@
 //! topic exists, and that its settings can keep what was acknowledged
 //! ([`TopicSettings::unsafe_settings`], the core's rule).
 //!
-//! What it is not: the reading of records ([`super::consume`]).
+//! What it is not: the reading of records (`consume.rs`).
 
 use pollbox_core::config::LogConfig;
 use pollbox_core::log::{TopicSettings, UnsafeSetting};
@@ -43,7 +43,7 @@ pub enum LogProblem {
 impl LogProblem {
     /// Whether the node refuses to start (a setting to fix, not a broker
     /// to wait for).
-    pub fn is_fatal(&self) -> bool {
+    pub(crate) fn is_fatal(&self) -> bool {
         matches!(self, LogProblem::Unsafe { .. } | LogProblem::NoBrokers)
     }
 }
@@ -94,7 +94,7 @@ fn brokers(list: &str) -> Vec<&str> {
 
 /// Every broker name resolves and at least one broker accepts a TCP
 /// connection.
-pub fn reach(list: &str) -> Result<(), LogProblem> {
+pub(crate) fn reach(list: &str) -> Result<(), LogProblem> {
     let all = brokers(list);
     if all.is_empty() {
         return Err(LogProblem::NoBrokers);
@@ -130,7 +130,7 @@ pub struct TopicInfo {
 }
 
 /// Ask the brokers about `cfg.topic` (after [`reach`]).
-pub fn describe(cfg: &LogConfig) -> Result<TopicInfo, LogProblem> {
+pub(crate) fn describe(cfg: &LogConfig) -> Result<TopicInfo, LogProblem> {
     let admin: AdminClient<DefaultClientContext> = super::client_config(cfg)
         .create()
         .map_err(|e| LogProblem::Broker(format!("cannot create the Kafka client: {e}")))?;
