@@ -13,6 +13,7 @@
 
 use super::context::{Client, LogState, PartitionState, PassReports, RecordCounts, RecordResult};
 use super::topic::{self, LogProblem};
+use super::topic_id;
 use super::{client_config, LOG_REFUSED_EXIT};
 use crate::lifecycle::Lifecycle;
 use crate::wakeups::Waiters;
@@ -176,7 +177,8 @@ impl Share {
 struct Start {
     /// Each partition's first offset to apply, by partition id.
     offsets: Vec<i64>,
-    /// The run of the table's watermarks: the topic's ([`topic_run`]).
+    /// The run of the table's watermarks: the topic's
+    /// ([`topic_id::run`]).
     run: u64,
 }
 
@@ -350,6 +352,7 @@ impl Misplaced {
 /// the log cannot be reached.
 fn starting(c: &Consuming, consumer: &BaseConsumer, said: &mut Throttled) -> Option<Start> {
     let (log, cfg) = (&*c.log, &c.node.config.log);
+    let mut id_said = false;
     loop {
         if c.stopping() {
             return None;
@@ -377,6 +380,13 @@ fn starting(c: &Consuming, consumer: &BaseConsumer, said: &mut Throttled) -> Opt
                 }
             );
         }
+        if !id_said && info.id.is_none() {
+            eprintln!(
+                "pollbox: log: the brokers give topic {} no id (Kafka before 2.8): its watermarks are named after its name, so a topic deleted and created again under that name is taken for the same one by a client's Last-Event-ID",
+                log.topic()
+            );
+            id_said = true;
+        }
         let marks = match watermarks(consumer, log.topic()) {
             Ok(marks) => marks,
             Err(e) => {
@@ -395,8 +405,12 @@ fn starting(c: &Consuming, consumer: &BaseConsumer, said: &mut Throttled) -> Opt
             Some(l) => format!("the snapshot's offsets ({l})"),
             None => "the log's start (no snapshot)".to_string(),
         };
+        let id = info
+            .id
+            .as_ref()
+            .map_or(String::new(), |id| format!(" (id {id})"));
         eprintln!(
-            "pollbox: log: {} partitions of {}; replaying from {from} up to the end at start ({})",
+            "pollbox: log: {} partitions of {}{id}; replaying from {from} up to the end at start ({})",
             marks.len(),
             log.topic(),
             marks
@@ -415,7 +429,7 @@ fn starting(c: &Consuming, consumer: &BaseConsumer, said: &mut Throttled) -> Opt
         );
         return Some(Start {
             offsets,
-            run: topic_run(log.topic()),
+            run: topic_id::run(info.id.as_ref(), log.topic()),
         });
     }
 }
@@ -492,12 +506,4 @@ fn wall_ms() -> i64 {
 fn refuse(why: &str) -> ! {
     eprintln!("pollbox: log: {why}; refusing to start");
     std::process::exit(LOG_REFUSED_EXIT)
-}
-
-/// The run of a topic's watermarks: FNV-1a of its name, the same on every
-/// node (docs/boxes.md#watermarks).
-fn topic_run(topic: &str) -> u64 {
-    topic.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }

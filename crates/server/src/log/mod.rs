@@ -21,7 +21,7 @@
 //!   every second.
 //! - `start`: starts them, and waits for them at shutdown.
 //! - [`topic`]: what a node checks of its brokers and topic before it reads
-//!   it (also `pollbox check-config`).
+//!   it (also `pollbox check-config`); `topic_id`: the topic's identity.
 //! - `context`: what the threads share: where the node stands (`LogState`),
 //!   each partition's handshake of an acknowledgement and its apply
 //!   (`PartitionAcks`), the reports handed to the workers, the counters.
@@ -37,6 +37,7 @@ mod ends;
 mod produce;
 mod start;
 pub mod topic;
+mod topic_id;
 
 pub(crate) use context::{
     ErrorKind, LogState, PartitionState, RecordResult, ACK_BUCKETS, REQUEST_MASK,

@@ -7,6 +7,7 @@
 //!
 //! What it is not: the reading of records (`consume.rs`).
 
+use super::topic_id::{self, IdError, TopicId};
 use pollbox_core::config::LogConfig;
 use pollbox_core::log::{TopicSettings, UnsafeSetting};
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
@@ -122,11 +123,13 @@ pub(crate) fn reach(list: &str) -> Result<(), LogProblem> {
     Err(LogProblem::Unreachable(refused))
 }
 
-/// What the brokers say of `topic`: its partition count and settings.
+/// What the brokers say of `topic`: its partition count, settings and id.
 #[derive(Debug, Clone)]
 pub struct TopicInfo {
     pub partitions: usize,
     pub settings: TopicSettings,
+    /// None: the brokers give no topic ids (older than Kafka 2.8).
+    pub(crate) id: Option<TopicId>,
 }
 
 /// Ask the brokers about `cfg.topic` (after [`reach`]).
@@ -185,9 +188,21 @@ pub(crate) fn describe(cfg: &LogConfig) -> Result<TopicInfo, LogProblem> {
             .is_some_and(|v| v.eq_ignore_ascii_case("true")),
         cleanup_policy: value("cleanup.policy").unwrap_or_else(|| "delete".into()),
     };
+    let id = match topic_id::describe(&admin, &cfg.topic, REQUEST) {
+        Ok(id) => id,
+        Err(IdError::NoTopic) => {
+            return Err(LogProblem::MissingTopic {
+                topic: cfg.topic.clone(),
+            })
+        }
+        Err(IdError::Failed(why)) => {
+            return Err(LogProblem::Broker(format!("reading the topic's id: {why}")))
+        }
+    };
     Ok(TopicInfo {
         partitions: t.partitions().len(),
         settings,
+        id,
     })
 }
 
