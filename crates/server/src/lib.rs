@@ -69,8 +69,9 @@ pub struct Server {
     snapshot_stop: Arc<(Mutex<bool>, Condvar)>,
     /// The snapshot thread, which hands the chain back when it stops.
     snapshot_thread: Option<JoinHandle<snapshot_file::Snapshots>>,
-    /// The thread consuming the log (`[log]` set).
-    log_thread: Option<JoinHandle<()>>,
+    /// The threads consuming the log and serving its delivery reports
+    /// (`[log]` set).
+    log_thread: Option<log::LogThreads>,
     /// The write-ahead file's writing and applying threads (`[wal]` set).
     wal_threads: Option<wal::writer::Threads>,
     /// The thread reading the auth files again when they change.
@@ -137,7 +138,7 @@ impl Server {
         let auth_files = auth_files::AuthFiles::new(&config);
         let compact_percent = config.snapshot.compact_percent;
         let waiters = Arc::new(wakeups::Waiters::new(wakers.clone()));
-        let producer = start_producer(&config, log_state.as_ref(), &waiters)?;
+        let producer = start_producer(&config, log_state.as_ref())?;
         let node = Node::new(config, plan, boxes);
         let shared = Arc::new(Shared::new(
             node,
@@ -182,7 +183,7 @@ impl Server {
             None => None,
         };
         let log_thread = match shared.log() {
-            Some(l) => Some(log::consume::spawn(log::consume::Consuming {
+            Some(l) => Some(log::spawn(log::LogParts {
                 node: shared.node().clone(),
                 log: l.clone(),
                 waiters: shared.waiters().clone(),
@@ -305,9 +306,9 @@ impl Server {
             cv.notify_all();
         }
         let snapshots = self.snapshot_thread.take().and_then(|t| t.join().ok());
-        // The consumer sees `workers_stopped` within one wait for records.
+        // The log's threads see `workers_stopped` within one wait.
         if let Some(t) = self.log_thread.take() {
-            let _ = t.join();
+            t.join();
         }
         if let Some(p) = &self.snapshot_path {
             // A thread that panicked lost its chain: the final file is a base.
@@ -379,12 +380,11 @@ pub fn serve_until_signal(server: Server, mut signals: ShutdownSignals) -> Resul
 fn start_producer(
     config: &Config,
     log: Option<&Arc<log::LogState>>,
-    waiters: &Arc<wakeups::Waiters>,
-) -> Result<Option<Arc<log::produce::Producer>>, StartError> {
+) -> Result<Option<Arc<log::Producer>>, StartError> {
     let Some(l) = log else {
         return Ok(None);
     };
-    let p = log::produce::Producer::new(&config.log, l.clone(), waiters.clone())
+    let p = log::Producer::new(&config.log, l.clone())
         .map_err(|e| StartError::Log(format!("cannot create the Kafka producer: {e}")))?;
     Ok(Some(Arc::new(p)))
 }

@@ -11,8 +11,7 @@
 use crate::auth_files::AuthFiles;
 use crate::clock::table_clock;
 use crate::lifecycle::Lifecycle;
-use crate::log::produce::Producer;
-use crate::log::LogState;
+use crate::log::{LogState, Producer};
 use crate::placement::Placement;
 use crate::snapshot_file::SnapshotStats;
 use crate::stats::WorkerStats;
@@ -217,13 +216,10 @@ impl Shared {
     }
 
     /// Listening, the snapshot loaded, and with a log: caught up with the log
-    /// as it stood at start.
+    /// as it stood at start, still applying it, its clients working.
     pub(crate) fn is_ready(&self) -> bool {
         self.lifecycle.is_started()
-            && self
-                .log
-                .as_ref()
-                .is_none_or(|l| l.caught_up() && !l.halted())
+            && self.log.as_ref().is_none_or(|l| l.ready())
             && self.wal.as_ref().is_none_or(|w| w.failed().is_none())
     }
 

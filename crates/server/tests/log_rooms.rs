@@ -2,7 +2,8 @@
 //! docs/boxes.md#watermarks): every node answers a prefix's pages the same,
 //! and a client of a room's stream moved from one node to another resumes
 //! with its `Last-Event-ID` and is sent exactly what moved since, while
-//! writers on both nodes go on.
+//! writers on both nodes go on. An id is the topic's: one from a topic
+//! deleted and created again under the same name is a reset.
 //!
 //! Ignored in plain `cargo test` (a real broker: `scripts/kafka`):
 //! `cargo test -p pollbox-server --test log_rooms -- --ignored`.
@@ -175,4 +176,73 @@ fn a_resumed_room_where_little_moved_is_synced_without_waiting_on_a_log_node() {
     until("the node ready", || get(a, "/readyz").status == 200);
     resume_a_quiet_room(a);
     node.shutdown().unwrap();
+}
+
+/// Read a prefix stream up to `synced`: its id.
+fn synced_id(sse: &mut Sse) -> String {
+    loop {
+        let e = sse.next().expect("the stream goes on");
+        if e.event == "synced" {
+            return e.id.expect("synced carries an id");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a Kafka broker (scripts/kafka)"]
+fn an_id_from_a_topic_deleted_and_created_again_under_its_name_is_reset() {
+    const AGAIN: &str = "again";
+    let broker = Broker::start();
+    broker.create_topic(AGAIN, 2);
+    let config = || {
+        let mut c = log_config(&broker);
+        c.log.topic = AGAIN.into();
+        c
+    };
+    let ready = |a: SocketAddr| until("ready", || get(a, "/readyz").status == 200);
+    let first = start(config());
+    ready(first.addr());
+    for i in 0..6 {
+        let r = post(
+            first.addr(),
+            &format!("/v1/boxes/room/k{i}"),
+            r#"{"value":1}"#,
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let id = synced_id(&mut Sse::open(first.addr(), "room/", None));
+    let after = page(first.addr(), "prefix=room%2F")["after"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    first.shutdown().unwrap();
+
+    // The same topic, read again by another node: the id is honored
+    // (nothing moved since: straight to `synced`), and so is the watermark.
+    let same = start(config());
+    ready(same.addr());
+    let mut sse = Sse::open(same.addr(), "room/", Some(&id));
+    assert_eq!(sse.next().expect("an event").event, "synced");
+    let r = get(
+        same.addr(),
+        &format!("/v1/boxes?prefix=room%2F&after={after}&wait_ms=200"),
+    );
+    assert_eq!(r.status, 304, "{}", r.text());
+    same.shutdown().unwrap();
+
+    // Deleted and created again under the same name: another topic, whose
+    // offsets start again at 0. Its node resets the old topic's clients.
+    broker.recreate_topic(AGAIN, 2);
+    let again = start(config());
+    ready(again.addr());
+    let mut sse = Sse::open(again.addr(), "room/", Some(&id));
+    assert_eq!(sse.next().expect("an event").event, "reset");
+    assert_eq!(sse.next().expect("an event").event, "synced");
+    let r = get(
+        again.addr(),
+        &format!("/v1/boxes?prefix=room%2F&after={after}&wait_ms=1000"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["reset"], true, "{}", r.text());
+    again.shutdown().unwrap();
 }

@@ -109,10 +109,6 @@ impl Node {
     }
 }
 
-/// The log cannot take a record now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LogUnavailable;
-
 /// One record a node of a log produces ([`Host::produce`]): the message at
 /// `index` of its request, under `key`; `value` `None` is a tombstone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -25,6 +25,13 @@ impl DerefMut for Server {
     }
 }
 
+/// A child started some other way than [`serve`], killed when dropped.
+impl From<Child> for Server {
+    fn from(child: Child) -> Server {
+        Server(child)
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         if let Ok(None) = self.0.try_wait() {
@@ -52,23 +59,23 @@ where
         .unwrap();
     let stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();
-    // What the start says before it listens (a write-ahead file's replay)
-    // comes first; the address is on the start-up line.
+    // Lines before the start-up line (a log's client may say its brokers
+    // cannot be reached before the server listens) are kept with the rest.
     let mut before = Vec::new();
-    let line = loop {
-        let line = lines.next().expect("a start-up line").unwrap();
-        if line.contains("http://") {
-            break line;
+    let addr = loop {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("no start-up line in {before:?}"))
+            .unwrap();
+        if let Some(rest) = line.strip_prefix("pollbox: listening on http://") {
+            break rest
+                .split_whitespace()
+                .next()
+                .and_then(|a| a.parse().ok())
+                .unwrap_or_else(|| panic!("no address in {line:?}"));
         }
         before.push(line);
     };
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .parse()
-        .unwrap();
     let said = std::thread::spawn(move || {
         before.extend(lines.map_while(Result::ok));
         before

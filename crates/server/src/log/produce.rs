@@ -1,83 +1,65 @@
-//! Producing what this node's clients ingest: one record per accepted message
-//! (the box key as the record key, in the key's home partition, murmur2 as
-//! Kafka's default partitioner puts it whoever produces; the message's bytes
-//! as the value; a `DELETE` a tombstone), acknowledged by every in-sync
-//! replica (`acks=all`) and written once (`enable.idempotence`).
+//! Producing what this node's clients ingest, on the worker that took the
+//! request: one record per accepted message (the box key as the record key,
+//! in the key's home partition, murmur2 as Kafka's default partitioner puts
+//! it whoever produces; the message's bytes as the value; a `DELETE` a
+//! tombstone), acknowledged by every in-sync replica (`acks=all`) and
+//! written once (`enable.idempotence`).
 //!
-//! A request's records are produced as batches: one `rd_kafka_produce_batch`
-//! a partition, one lock of the client's queue and one wake-up of its
-//! thread, not one of each a message. Each record's delivery report brings
-//! back its partition and offset, and its [`Ticket`] (the report's opaque
-//! value: nothing is added to the record); [`Producer::serve_acks`] meets
-//! them with the apply of that offset ([`super::acks`]). A record the log
-//! does not take is reported `Failed`.
+//! A request's records are produced as batches ([`group_by_home`]): one
+//! `rd_kafka_produce_batch` a partition, one lock of the client's queue and
+//! one wake-up of its thread, not one of each a message. Each record carries
+//! its [`DeliveryTag`] as the delivery report's opaque value (nothing is
+//! added to the record).
+//!
+//! What it is not: the delivery reports and the client's other events
+//! (`deliveries.rs`, the `pollbox-acks` thread, polls this client's queue).
 
-use super::acks::Ticket;
-use super::reports::PassReports;
-use super::LogState;
-use crate::wakeups::{LogReport, Waiters};
+use super::context::{Client, DeliveryTag, LogState};
 use pollbox_core::config::LogConfig;
 use pollbox_core::log::home_partition;
-use pollbox_core::service::{LogRecord, Report};
+use pollbox_core::service::LogRecord;
 use rdkafka::bindings as rd;
-use rdkafka::client::Client;
-use rdkafka::error::KafkaResult;
+use rdkafka::client::Client as KafkaClient;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::DeliveryResult;
-use rdkafka::producer::{BaseProducer, Producer as _, ProducerContext};
+use rdkafka::producer::{BaseProducer, Producer as _, ProducerContext, PurgeConfig};
 use rdkafka::ClientContext;
 use std::ffi::CString;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// How long the acknowledging thread waits for a delivery report before it
-/// looks whether the node stops.
-const ACK_WAIT_MS: i32 = 250;
 
 /// librdkafka's `RD_KAFKA_PARTITION_UA` (a C macro the bindings lack): the
 /// configured partitioner places each record.
 const PARTITION_UA: i32 = -1;
 
-/// Delivery reports the client serves itself, when the producer is dropped
-/// (the node stops; [`Producer::serve_acks`] serves them before): a record
-/// the log did not take is counted and reported `Failed`.
-pub struct Deliveries {
+/// The producer client's context: what the client serves itself rather
+/// than through the `pollbox-acks` thread. That is only rdkafka's purge and
+/// flush when the producer is dropped, after the thread has served the
+/// last delivery reports (`deliveries.rs`): errors then go where the
+/// thread's go; delivery reports find no connection awaiting them.
+pub(crate) struct ProducerEvents {
     log: Arc<LogState>,
-    waiters: Arc<Waiters>,
 }
 
-impl ClientContext for Deliveries {}
-
-impl ProducerContext for Deliveries {
-    type DeliveryOpaque = usize;
-
-    fn delivery(&self, r: &DeliveryResult<'_>, opaque: usize) {
-        if r.is_ok() {
-            return;
-        }
-        self.log.produce_errors.fetch_add(1, Ordering::Relaxed);
-        if let Some(t) = Ticket::decode(opaque) {
-            self.waiters.report(
-                t.worker as usize,
-                LogReport {
-                    request: t.request,
-                    index: t.index,
-                    report: Report::Failed,
-                    count: 1,
-                },
-            );
-        }
+impl ClientContext for ProducerEvents {
+    fn error(&self, error: KafkaError, reason: &str) {
+        let code = error.rdkafka_error_code();
+        self.log.client_error(Client::Producer, code, false, reason);
     }
 }
 
-/// The node's producer. Its delivery reports are served by a thread of
-/// their own ([`Producer::serve_acks`]), which reads the client's queue
-/// event by event (a produce request's records at a time).
-pub struct Producer {
+impl ProducerContext for ProducerEvents {
+    type DeliveryOpaque = usize;
+
+    /// The workers have stopped (see the type's doc): nobody awaits it.
+    fn delivery(&self, _: &DeliveryResult<'_>, _: usize) {}
+}
+
+/// The node's producer.
+pub(crate) struct Producer {
     // Before `inner`: fields drop in order, and the topic's handle is
     // released before its client.
     topic: Topic,
-    inner: BaseProducer<Deliveries>,
+    inner: BaseProducer<ProducerEvents>,
 }
 
 /// The client's handle of the topic (`rd_kafka_produce_batch` takes one).
@@ -98,13 +80,8 @@ impl Drop for Topic {
 }
 
 impl Producer {
-    /// The producer of a node: `log` counts the records the log did not take,
-    /// `waiters` carries their failure to the worker waiting.
-    pub fn new(
-        cfg: &LogConfig,
-        log: Arc<LogState>,
-        waiters: Arc<Waiters>,
-    ) -> KafkaResult<Producer> {
+    /// The producer of a node; `log` counts its client's errors.
+    pub(crate) fn new(cfg: &LogConfig, log: Arc<LogState>) -> KafkaResult<Producer> {
         let mut c = super::client_config(cfg);
         // murmur2, as Kafka's Java client and most others partition keyed
         // records: a key's records land in one partition whoever produces
@@ -116,7 +93,7 @@ impl Producer {
             .set("enable.idempotence", "true")
             .set("partitioner", "murmur2_random");
         if !cfg.client.contains_key("linger.ms") {
-            // An ingest waits for its record: send at once (librdkafka's
+            // An ingest awaits its record: send at once (librdkafka's
             // default waits 5 ms to fill batches). A request's records are
             // queued together, so they go in one produce request all the same.
             c.set("linger.ms", "0");
@@ -136,10 +113,9 @@ impl Producer {
             // an ingest is 503 at once.
             c.set("message.timeout.ms", "0");
         }
-        let inner: BaseProducer<Deliveries> = c.create_with_context(Deliveries { log, waiters })?;
-        let name = CString::new(cfg.topic.as_str()).map_err(|_| {
-            rdkafka::error::KafkaError::ClientCreation("the topic's name holds a NUL".into())
-        })?;
+        let inner: BaseProducer<ProducerEvents> = c.create_with_context(ProducerEvents { log })?;
+        let name = CString::new(cfg.topic.as_str())
+            .map_err(|_| KafkaError::ClientCreation("the topic's name holds a NUL".into()))?;
         // SAFETY: the client is alive; librdkafka copies the name and
         // returns a handle (or NULL) that Topic releases.
         let topic = unsafe {
@@ -150,7 +126,7 @@ impl Producer {
             )
         };
         if topic.is_null() {
-            return Err(rdkafka::error::KafkaError::ClientCreation(
+            return Err(KafkaError::ClientCreation(
                 "the client refused a handle of the topic".into(),
             ));
         }
@@ -164,7 +140,7 @@ impl Producer {
     /// partition of `partitions` (unknown yet: the client's murmur2
     /// partitioner places them). Returns how many the client took; the rest
     /// (its queue is full: the log is away or far behind) are not produced.
-    pub fn send(
+    pub(crate) fn send(
         &self,
         worker: u16,
         request: u64,
@@ -181,7 +157,7 @@ impl Producer {
             }
             m.key = r.key.as_ptr() as *mut _;
             m.key_len = r.key.len();
-            m._private = Ticket {
+            m._private = DeliveryTag {
                 worker,
                 request,
                 index: r.index,
@@ -193,34 +169,16 @@ impl Producer {
             let mut ms: Vec<_> = records.iter().map(message).collect();
             return self.produce(PARTITION_UA, &mut ms);
         };
-        // By partition, each in the request's order (a key's records keep
-        // theirs): a counting sort.
         let homes: Vec<u32> = records
             .iter()
             .map(|r| home_partition(r.key, parts) as u32)
             .collect();
-        let mut starts = vec![0usize; parts as usize + 1];
-        for &h in &homes {
-            starts[h as usize + 1] += 1;
-        }
-        for p in 0..parts as usize {
-            starts[p + 1] += starts[p];
-        }
-        let mut at = starts.clone();
-        // SAFETY: as in `message`: all zeroes is an empty message.
-        let mut ms: Vec<rd::rd_kafka_message_t> = (0..records.len())
-            .map(|_| unsafe { std::mem::zeroed() })
-            .collect();
-        for (r, &h) in records.iter().zip(&homes) {
-            ms[at[h as usize]] = message(r);
-            at[h as usize] += 1;
-        }
+        let groups = group_by_home(&homes, parts as usize);
+        let mut ms: Vec<rd::rd_kafka_message_t> =
+            groups.order.iter().map(|&i| message(&records[i])).collect();
         let mut taken = 0;
-        for p in 0..parts as usize {
-            let run = &mut ms[starts[p]..starts[p + 1]];
-            if !run.is_empty() {
-                taken += self.produce(p as i32, run);
-            }
+        for (p, run) in groups.runs() {
+            taken += self.produce(p as i32, &mut ms[run]);
         }
         taken
     }
@@ -246,91 +204,113 @@ impl Producer {
         usize::try_from(took).unwrap_or(0)
     }
 
-    /// Serve the delivery reports until `done`: a taken record meets its
-    /// apply ([`super::acks`]), one the log did not take is reported
-    /// `Failed`; the workers learn a report's outcomes with one wake-up
-    /// each. Its wait is librdkafka's (a condition variable): an idle node
-    /// spends nothing here but a look every [`ACK_WAIT_MS`].
-    pub fn serve_acks(&self, log: &LogState, waiters: &Waiters, done: impl Fn() -> bool) {
-        // SAFETY: a new reference to the client's main queue, where its
-        // delivery reports go (rdkafka sets the DR event); released below.
-        let queue = unsafe { rd::rd_kafka_queue_get_main(self.inner.client().native_ptr()) };
-        let mut pass = PassReports::new(waiters.workers());
-        let mut held: Vec<(i32, i64, Ticket, Instant)> = Vec::new();
-        let mut msgs: Vec<*const rd::rd_kafka_message_t> = Vec::new();
-        while !done() {
-            let wait = if held.is_empty() { ACK_WAIT_MS } else { 1 };
-            // SAFETY: the queue is alive; the event returned (or NULL) is
-            // destroyed below, and the messages read from it before that.
-            let ev = unsafe { rd::rd_kafka_queue_poll(queue, wait) };
-            if !ev.is_null() {
-                // SAFETY: as above.
-                unsafe {
-                    if rd::rd_kafka_event_type(ev) == rd::RD_KAFKA_EVENT_DR {
-                        let now = Instant::now();
-                        let n = rd::rd_kafka_event_message_count(ev);
-                        msgs.clear();
-                        msgs.reserve(n);
-                        let got = rd::rd_kafka_event_message_array(ev, msgs.as_mut_ptr(), n);
-                        msgs.set_len(got.min(n));
-                        for &m in &msgs {
-                            let m = &*m;
-                            let Some(t) = Ticket::decode(m._private as usize) else {
-                                continue;
-                            };
-                            if m.err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-                                log.produce_errors.fetch_add(1, Ordering::Relaxed);
-                                pass.add(t.worker, t.request, t.index, Report::Failed);
-                                continue;
-                            }
-                            // librdkafka's time from the produce call to
-                            // this report: when the record was produced.
-                            let us = u64::try_from(rd::rd_kafka_message_latency(m)).unwrap_or(0);
-                            let produced =
-                                now.checked_sub(Duration::from_micros(us)).unwrap_or(now);
-                            held.push((m.partition, m.offset, t, produced));
-                        }
-                    }
-                    rd::rd_kafka_event_destroy(ev);
-                }
-            }
-            // Before the topic's partitions are known nothing is applied:
-            // the acknowledgements wait here until they are.
-            if let Some(parts) = log.partitions() {
-                // A report's records come a partition at a time: each run
-                // meets its partition's applies under one lock.
-                let now = Instant::now();
-                let mut report = |t: Ticket, r: Report, produced: Instant| {
-                    let waited = now.saturating_duration_since(produced);
-                    log.ack.observe_ns(waited.as_nanos() as u64);
-                    pass.add(t.worker, t.request, t.index, r);
-                };
-                for run in held.chunk_by(|a, b| a.0 == b.0) {
-                    let Some(part) = usize::try_from(run[0].0).ok().and_then(|p| parts.get(p))
-                    else {
-                        for &(_, _, t, produced) in run {
-                            report(t, Report::Failed, produced);
-                        }
-                        continue;
-                    };
-                    part.acks.acknowledged(
-                        run.iter()
-                            .map(|&(_, offset, t, produced)| (offset, t, produced)),
-                        || part.next.load(Ordering::SeqCst),
-                        &mut report,
-                    );
-                }
-                held.clear();
-            }
-            pass.hand_over(waiters);
-        }
-        // SAFETY: the reference taken above, released once.
-        unsafe { rd::rd_kafka_queue_destroy(queue) };
+    /// The client: its queue of events (`deliveries.rs`), and requests that
+    /// are not records (the log's end, the partition count: a consumer would
+    /// answer them behind its fetches).
+    pub(crate) fn client(&self) -> &KafkaClient<ProducerEvents> {
+        self.inner.client()
     }
 
-    /// The client, for requests that are not records (the log's end, the
-    /// partition count): a consumer would answer them behind its fetches.
-    pub fn client(&self) -> &Client<Deliveries> {
-        self.inner.client()
+    /// Fail what the client still holds, queued or in flight: their
+    /// delivery reports come at once (the node stops).
+    pub(crate) fn purge(&self) {
+        self.inner.purge(PurgeConfig::default().queue().inflight());
+    }
+
+    /// Records the client holds: queued, in flight, or their delivery
+    /// reports not served yet.
+    pub(crate) fn in_flight(&self) -> i32 {
+        self.inner.in_flight_count()
+    }
+}
+
+/// A request's records grouped by their home partition, each group in the
+/// request's order (a key's records keep theirs).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Groups {
+    /// The records' indices, partition 0's first.
+    order: Vec<usize>,
+    /// Where each partition's run starts in `order`; one more at the end.
+    starts: Vec<usize>,
+}
+
+impl Groups {
+    /// Each partition that has records, and where its run is in `order`.
+    pub(crate) fn runs(&self) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> + '_ {
+        self.starts
+            .windows(2)
+            .enumerate()
+            .filter(|(_, w)| w[0] < w[1])
+            .map(|(p, w)| (p, w[0]..w[1]))
+    }
+}
+
+/// Group records whose home partitions are `homes` (each below
+/// `partitions`) by partition: a stable counting sort.
+pub(crate) fn group_by_home(homes: &[u32], partitions: usize) -> Groups {
+    // Where each partition's run ends, then (filled from the back, so each
+    // run keeps the request's order) where it starts.
+    let mut starts = vec![0usize; partitions + 1];
+    for &h in homes {
+        starts[h as usize + 1] += 1;
+    }
+    for p in 0..partitions {
+        starts[p + 1] += starts[p];
+    }
+    let mut order = vec![0usize; homes.len()];
+    let mut at = starts[1..].to_vec();
+    for (i, &h) in homes.iter().enumerate().rev() {
+        at[h as usize] -= 1;
+        order[at[h as usize]] = i;
+    }
+    Groups { order, starts }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runs(g: &Groups) -> Vec<(usize, Vec<usize>)> {
+        g.runs().map(|(p, r)| (p, g.order[r].to_vec())).collect()
+    }
+
+    #[test]
+    fn records_are_grouped_by_home_partition_each_in_the_requests_order() {
+        let g = group_by_home(&[2, 0, 2, 1, 0, 2], 4);
+        assert_eq!(
+            runs(&g),
+            [(0, vec![1, 4]), (1, vec![3]), (2, vec![0, 2, 5])]
+        );
+        assert_eq!(g.starts, [0, 2, 3, 6, 6], "partition 3 has none");
+    }
+
+    #[test]
+    fn one_partition_or_no_records_group_trivially() {
+        assert_eq!(runs(&group_by_home(&[0, 0, 0], 1)), [(0, vec![0, 1, 2])]);
+        assert!(runs(&group_by_home(&[], 8)).is_empty());
+        assert_eq!(runs(&group_by_home(&[7], 8)), [(7, vec![0])]);
+    }
+
+    #[test]
+    fn any_homes_group_to_a_permutation_sorted_by_partition_stably() {
+        let mut x = 12345u64;
+        for n in 0..200 {
+            let parts = 1 + (n % 9);
+            let homes: Vec<u32> = (0..n)
+                .map(|_| {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    ((x >> 33) % parts as u64) as u32
+                })
+                .collect();
+            let g = group_by_home(&homes, parts);
+            let mut want: Vec<usize> = (0..homes.len()).collect();
+            want.sort_by_key(|&i| homes[i]);
+            assert_eq!(g.order, want, "{homes:?}");
+            for (p, r) in g.runs() {
+                assert!(g.order[r].iter().all(|&i| homes[i] as usize == p));
+            }
+        }
     }
 }

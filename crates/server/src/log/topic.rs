@@ -5,8 +5,9 @@
 //! topic exists, and that its settings can keep what was acknowledged
 //! ([`TopicSettings::unsafe_settings`], the core's rule).
 //!
-//! What it is not: the reading of records ([`super::consume`]).
+//! What it is not: the reading of records (`consume.rs`).
 
+use super::topic_id::{self, IdError, TopicId};
 use pollbox_core::config::LogConfig;
 use pollbox_core::log::{TopicSettings, UnsafeSetting};
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
@@ -43,7 +44,7 @@ pub enum LogProblem {
 impl LogProblem {
     /// Whether the node refuses to start (a setting to fix, not a broker
     /// to wait for).
-    pub fn is_fatal(&self) -> bool {
+    pub(crate) fn is_fatal(&self) -> bool {
         matches!(self, LogProblem::Unsafe { .. } | LogProblem::NoBrokers)
     }
 }
@@ -94,7 +95,7 @@ fn brokers(list: &str) -> Vec<&str> {
 
 /// Every broker name resolves and at least one broker accepts a TCP
 /// connection.
-pub fn reach(list: &str) -> Result<(), LogProblem> {
+pub(crate) fn reach(list: &str) -> Result<(), LogProblem> {
     let all = brokers(list);
     if all.is_empty() {
         return Err(LogProblem::NoBrokers);
@@ -122,15 +123,17 @@ pub fn reach(list: &str) -> Result<(), LogProblem> {
     Err(LogProblem::Unreachable(refused))
 }
 
-/// What the brokers say of `topic`: its partition count and settings.
+/// What the brokers say of `topic`: its partition count, settings and id.
 #[derive(Debug, Clone)]
 pub struct TopicInfo {
     pub partitions: usize,
     pub settings: TopicSettings,
+    /// None: the brokers give no topic ids (older than Kafka 2.8).
+    pub(crate) id: Option<TopicId>,
 }
 
 /// Ask the brokers about `cfg.topic` (after [`reach`]).
-pub fn describe(cfg: &LogConfig) -> Result<TopicInfo, LogProblem> {
+pub(crate) fn describe(cfg: &LogConfig) -> Result<TopicInfo, LogProblem> {
     let admin: AdminClient<DefaultClientContext> = super::client_config(cfg)
         .create()
         .map_err(|e| LogProblem::Broker(format!("cannot create the Kafka client: {e}")))?;
@@ -185,9 +188,21 @@ pub fn describe(cfg: &LogConfig) -> Result<TopicInfo, LogProblem> {
             .is_some_and(|v| v.eq_ignore_ascii_case("true")),
         cleanup_policy: value("cleanup.policy").unwrap_or_else(|| "delete".into()),
     };
+    let id = match topic_id::describe(&admin, &cfg.topic, REQUEST) {
+        Ok(id) => id,
+        Err(IdError::NoTopic) => {
+            return Err(LogProblem::MissingTopic {
+                topic: cfg.topic.clone(),
+            })
+        }
+        Err(IdError::Failed(why)) => {
+            return Err(LogProblem::Broker(format!("reading the topic's id: {why}")))
+        }
+    };
     Ok(TopicInfo {
         partitions: t.partitions().len(),
         settings,
+        id,
     })
 }
 

@@ -3,7 +3,7 @@
 
 use super::Kind::{Counter, Gauge};
 use super::{Family, Samples, Scrape};
-use crate::log::{LogState, ACK_BUCKETS, RESULTS};
+use crate::log::{ErrorKind, LogState, RecordResult, ACK_BUCKETS};
 use crate::stats::{
     IngestResult, Rejected, Removal, RouteLabel, DURATION_BUCKETS, RESET_BUCKETS, TICK_BUCKETS,
 };
@@ -400,8 +400,8 @@ pub static FAMILIES: &[Family] = &[
         "Records read from the log, by what they did (invalid: skipped, logged once).",
         |s, o| {
             with_log(s, |log| {
-                for (result, n) in RESULTS.iter().zip(&log.records) {
-                    o.labelled(&[result], n.load(Relaxed));
+                for r in RecordResult::ALL {
+                    o.labelled(&[&r.label()], log.records(r));
                 }
             })
         },
@@ -412,7 +412,21 @@ pub static FAMILIES: &[Family] = &[
         "pollbox_log_consume_errors_total",
         &[],
         "Errors the Kafka client reported while consuming (it retries).",
-        |s, o| with_log(s, |log| o.value(log.consume_errors.load(Relaxed))),
+        |s, o| with_log(s, |log| o.value(log.consume_errors())),
+    )
+    .only(has_log),
+    Family::new(
+        Counter,
+        "pollbox_log_client_errors_total",
+        &["kind"],
+        "Errors the log's Kafka clients reported, by kind (a fatal one leaves the node unready until it restarts).",
+        |s, o| {
+            with_log(s, |log| {
+                for k in ErrorKind::ALL {
+                    o.labelled(&[&k.label()], log.client_errors(k));
+                }
+            })
+        },
     )
     .only(has_log),
     Family::histogram(
@@ -420,8 +434,9 @@ pub static FAMILIES: &[Family] = &[
         "From producing an ingested message to this node applying it (the log's acknowledgement, the fetch, the apply).",
         |s, o| {
             with_log(s, |log| {
-                let counts: Vec<u64> = log.ack.counts().collect();
-                o.histogram(&ACK_BUCKETS, &counts, log.ack.sum_ns());
+                let ack = log.ack_histogram();
+                let counts: Vec<u64> = ack.counts().collect();
+                o.histogram(&ACK_BUCKETS, &counts, ack.sum_ns());
             })
         },
     )
@@ -431,7 +446,7 @@ pub static FAMILIES: &[Family] = &[
         "pollbox_log_produce_errors_total",
         &[],
         "Records produced by this node that the log did not take or acknowledge in time.",
-        |s, o| with_log(s, |log| o.value(log.produce_errors.load(Relaxed))),
+        |s, o| with_log(s, |log| o.value(log.produce_errors())),
     )
     .only(has_log),
     Family::new(
@@ -439,7 +454,7 @@ pub static FAMILIES: &[Family] = &[
         "pollbox_log_connected",
         &[],
         "1 when the last exchange with the log worked.",
-        |s, o| with_log(s, |log| o.value(u8::from(log.connected.load(Relaxed)))),
+        |s, o| with_log(s, |log| o.value(u8::from(log.connected()))),
     )
     .only(has_log),
     Family::new(
@@ -472,10 +487,7 @@ pub static FAMILIES: &[Family] = &[
         &["partition"],
         "Records in the log this node has not applied yet, by partition.",
         |s, o| {
-            with_partitions(s, |p, st| {
-                let lag = (st.end.load(Relaxed) - st.next.load(Relaxed)).max(0);
-                o.labelled(&[&p], lag);
-            })
+            with_partitions(s, |p, st| o.labelled(&[&p], st.lag()))
         },
     )
     .only(has_partitions),
@@ -484,7 +496,7 @@ pub static FAMILIES: &[Family] = &[
         "pollbox_log_next_offset",
         &["partition"],
         "The next offset this node applies, by partition.",
-        |s, o| with_partitions(s, |p, st| o.labelled(&[&p], st.next.load(Relaxed))),
+        |s, o| with_partitions(s, |p, st| o.labelled(&[&p], st.next())),
     )
     .only(has_partitions),
     // The write-ahead file, on a node with one only.

@@ -21,6 +21,7 @@
 pub(crate) mod recover;
 pub(crate) mod writer;
 
+use crate::log::DeliveryTag;
 use crate::stats::Histogram;
 use pollbox_core::log::Position;
 use pollbox_core::service::LogRecord;
@@ -44,20 +45,12 @@ pub(crate) const SYNC_BUCKETS: [f64; 14] = [
     1.0, 5.0,
 ];
 
-/// Who waits for a record: worker, its request, the record's index there.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Ticket {
-    pub worker: u16,
-    pub request: u64,
-    pub index: u32,
-}
-
 /// Records appended and not yet handed to the writing thread.
 #[derive(Default)]
 pub(crate) struct Queue {
     /// Their bytes, encoded, in sequence order.
     pub bytes: Vec<u8>,
-    pub tickets: Vec<Ticket>,
+    pub tags: Vec<DeliveryTag>,
     /// The sequence number of the first of them.
     pub first_seq: u64,
     /// The sequence number the next record gets.
@@ -138,7 +131,7 @@ impl Wal {
         if q.stopping {
             return 0;
         }
-        if q.tickets.is_empty() {
+        if q.tags.is_empty() {
             q.first_seq = q.next_seq;
         }
         for r in records {
@@ -153,7 +146,7 @@ impl Wal {
                 },
                 &mut q.bytes,
             );
-            q.tickets.push(Ticket {
+            q.tags.push(DeliveryTag {
                 worker,
                 request,
                 index: r.index,

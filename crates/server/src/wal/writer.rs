@@ -17,8 +17,9 @@
 //!
 //! What it is not: the queue the workers append to ([`super::Wal`]).
 
-use super::{Ticket, Wal, FAULTS};
-use crate::log::reports::PassReports;
+use super::{Wal, FAULTS};
+use crate::log::DeliveryTag;
+use crate::log::PassReports;
 use crate::wakeups::Waiters;
 use pollbox_core::log::{Record, Replica, Report};
 use pollbox_core::service::Node;
@@ -42,7 +43,7 @@ pub(crate) struct Writing {
 /// A synced group, for the applying thread.
 struct Synced {
     bytes: Vec<u8>,
-    tickets: Vec<Ticket>,
+    tags: Vec<DeliveryTag>,
 }
 
 /// The threads, joined by [`Threads::join`] after [`Wal::stop`].
@@ -134,28 +135,28 @@ fn write_loop(w: &Writing, tx: &crossbeam_channel::Sender<Synced>) {
     let wal = &w.wal;
     let mut segment: Option<Segment> = None;
     let mut buf = Vec::new();
-    let mut tickets = Vec::new();
+    let mut tags = Vec::new();
     loop {
         let first = {
             let Ok(mut q) = wal.queue.lock() else { return };
-            while q.tickets.is_empty() && !q.stopping {
+            while q.tags.is_empty() && !q.stopping {
                 q = match wal.queued.wait(q) {
                     Ok(q) => q,
                     Err(_) => return,
                 };
             }
-            if q.tickets.is_empty() {
+            if q.tags.is_empty() {
                 return;
             }
             std::mem::swap(&mut buf, &mut q.bytes);
-            std::mem::swap(&mut tickets, &mut q.tickets);
+            std::mem::swap(&mut tags, &mut q.tags);
             q.first_seq
         };
         if test_faults().ack_early {
             // The broken build: answered before the bytes are anywhere.
             let early = Synced {
                 bytes: buf.clone(),
-                tickets: std::mem::take(&mut tickets),
+                tags: std::mem::take(&mut tags),
             };
             if tx.send(early).is_err() {
                 return;
@@ -170,11 +171,10 @@ fn write_loop(w: &Writing, tx: &crossbeam_channel::Sender<Synced>) {
             Ok(()) => {
                 wal.disk_full.store(false, Ordering::Relaxed);
                 wal.bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
-                wal.records
-                    .fetch_add(tickets.len() as u64, Ordering::Relaxed);
+                wal.records.fetch_add(tags.len() as u64, Ordering::Relaxed);
                 let synced = Synced {
                     bytes: std::mem::take(&mut buf),
-                    tickets: std::mem::take(&mut tickets),
+                    tags: std::mem::take(&mut tags),
                 };
                 if tx.send(synced).is_err() {
                     return;
@@ -184,9 +184,9 @@ fn write_loop(w: &Writing, tx: &crossbeam_channel::Sender<Synced>) {
                 if let Some(f) = fault {
                     count_fault(wal, f);
                 }
-                fail_all(&w.waiters, &tickets);
+                fail_all(&w.waiters, &tags);
                 buf.clear();
-                tickets.clear();
+                tags.clear();
             }
         }
     }
@@ -215,10 +215,10 @@ fn count_fault(wal: &Wal, fault: Fault) {
 }
 
 /// Every record of a group that was not kept is reported failed.
-fn fail_all(waiters: &Waiters, tickets: &[Ticket]) {
+fn fail_all(waiters: &Waiters, tags: &[DeliveryTag]) {
     let mut reports = PassReports::new(waiters.workers());
-    for t in tickets {
-        reports.add(t.worker, t.request, t.index, Report::Failed);
+    for t in tags {
+        reports.add(*t, Report::Failed);
     }
     reports.hand_over(waiters);
 }
@@ -335,15 +335,15 @@ fn apply_loop(node: &Node, wal: &Wal, waiters: &Waiters, rx: &crossbeam_channel:
     let mut watchers: &Waiters = waiters;
     for group in rx {
         let mut at = 0;
-        for t in &group.tickets {
+        for t in &group.tags {
             let Ok(Some((rec, n))) = decode(&group.bytes[at..]) else {
                 // Bytes this process encoded: never expected.
-                reports.add(t.worker, t.request, t.index, Report::Failed);
+                reports.add(*t, Report::Failed);
                 continue;
             };
             at += n;
             let outcome = replica.apply(&node.boxes, &record_of(&rec), &mut key, &mut watchers);
-            reports.add(t.worker, t.request, t.index, outcome.report());
+            reports.add(*t, outcome.report());
             wal.applied_next.store(rec.seq + 1, Ordering::Release);
             if reports.records() >= 256 {
                 reports.hand_over(waiters);

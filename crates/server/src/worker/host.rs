@@ -4,7 +4,7 @@
 //! What it is not: the counters themselves ([`crate::stats`]) or the
 //! exposition ([`crate::metrics`]); it bumps the one and calls the other.
 
-use crate::log::acks::REQUEST_MASK;
+use crate::log::REQUEST_MASK;
 use crate::metrics;
 use crate::shared::Shared;
 use crate::stats::{IngestResult, Removal, RouteLabel, WorkerStats};

@@ -96,6 +96,37 @@ impl Broker {
         }
     }
 
+    /// Delete a topic, then create it again under the same name (a new topic
+    /// to Kafka: a new topic id, offsets from 0). The name is taken again once
+    /// the broker has finished deleting it: retried until then (at most 60 s).
+    pub fn recreate_topic(&self, name: &str, partitions: i32) {
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .create()
+            .expect("admin client");
+        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(20)));
+        let r =
+            futures_executor::block_on(admin.delete_topics(&[name], &opts)).expect("delete_topics");
+        for t in r {
+            t.expect("topic deleted");
+        }
+        let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let r = futures_executor::block_on(admin.create_topics([&topic], &opts))
+                .expect("create_topics");
+            match r.into_iter().next().expect("one topic") {
+                Ok(_) => return,
+                // Still being deleted.
+                Err((_, e)) if std::time::Instant::now() < deadline => {
+                    eprintln!("creating {name} again: {e:?}; retrying");
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                Err((_, e)) => panic!("cannot create {name} again: {e:?}"),
+            }
+        }
+    }
+
     /// A producer as any team's would be (acks=all, idempotent).
     pub fn producer(&self) -> Plain {
         self.producer_with(&[])

@@ -130,18 +130,6 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// Label for `pollbox_log_records_total{result=...}`.
-    pub fn label(&self) -> &'static str {
-        match self {
-            Outcome::Applied { .. } => "applied",
-            Outcome::Deleted { .. } => "deleted",
-            Outcome::NoBox => "no_box",
-            Outcome::Replayed => "replayed",
-            Outcome::WrongPartition { .. } => "wrong_partition",
-            Outcome::Invalid(_) => "invalid",
-        }
-    }
-
     /// What the connection that produced this record is told. Only a record
     /// this apply changed (or a delete that found no box) is taken: a replay
     /// or a record outside its home partition was not applied here, so its
@@ -369,7 +357,6 @@ mod tests {
             &mut (),
         );
         assert_eq!(out, Outcome::WrongPartition { home });
-        assert_eq!(out.label(), "wrong_partition");
         assert_eq!(
             out.report(),
             Report::Failed,
@@ -600,19 +587,35 @@ mod tests {
             rec(2, Some("x"), None),
             rec(3, Some("x"), Some(r#"{"value":7}"#)),
         ];
-        let labels: Vec<_> = log
+        let outcomes: Vec<_> = log
             .iter()
-            .map(|x| r.apply(&t, x, &mut key, &mut ()).label())
+            .map(|x| r.apply(&t, x, &mut key, &mut ()))
             .collect();
-        assert_eq!(labels, ["applied", "applied", "deleted", "applied"]);
+        assert_eq!(
+            outcomes,
+            [
+                Outcome::Applied { version: 1 },
+                Outcome::Applied { version: 2 },
+                Outcome::Deleted { version: 3 },
+                Outcome::Applied { version: 4 },
+            ]
+        );
         assert_eq!(payload(&t, "x"), r#"{"k":"x","ver":4,"v":7,"sum":7,"n":1}"#);
         // The whole log again (a node restarted from a snapshot taken after
         // the last record, with offsets from before the first): no change.
-        let labels: Vec<_> = log
+        let outcomes: Vec<_> = log
             .iter()
-            .map(|x| r.apply(&t, x, &mut key, &mut ()).label())
+            .map(|x| r.apply(&t, x, &mut key, &mut ()))
             .collect();
-        assert_eq!(labels, ["replayed", "replayed", "no_box", "replayed"]);
+        assert_eq!(
+            outcomes,
+            [
+                Outcome::Replayed,
+                Outcome::Replayed,
+                Outcome::NoBox,
+                Outcome::Replayed
+            ]
+        );
         assert_eq!(payload(&t, "x"), r#"{"k":"x","ver":4,"v":7,"sum":7,"n":1}"#);
     }
 

@@ -9,6 +9,7 @@
 //! the reports), or a delay: a pass ends as soon as the client's queue is
 //! empty, so a lone record is reported as soon as it is applied.
 
+use super::DeliveryTag;
 use crate::wakeups::{LogReport, Waiters};
 use pollbox_core::service::Report;
 
@@ -18,24 +19,28 @@ use pollbox_core::service::Report;
 const MERGE_WINDOW: usize = 8;
 
 /// The reports of one pass, by worker.
-pub struct PassReports {
+pub(crate) struct PassReports {
     by_worker: Vec<Vec<LogReport>>,
     records: u32,
 }
 
 impl PassReports {
     /// For a node of `workers` workers.
-    pub fn new(workers: usize) -> PassReports {
+    pub(crate) fn new(workers: usize) -> PassReports {
         PassReports {
             by_worker: (0..workers).map(|_| Vec::new()).collect(),
             records: 0,
         }
     }
 
-    /// Record `index` of `worker`'s request `request` met `report`. A
-    /// ticket naming no worker of this node (it cannot be this node's) is
-    /// ignored.
-    pub fn add(&mut self, worker: u16, request: u64, index: u32, report: Report) {
+    /// The record `tag` names met `report`. A tag naming no worker of this
+    /// node (it cannot be this node's) is ignored.
+    pub(crate) fn add(&mut self, tag: DeliveryTag, report: Report) {
+        let DeliveryTag {
+            worker,
+            request,
+            index,
+        } = tag;
         let Some(list) = self.by_worker.get_mut(worker as usize) else {
             return;
         };
@@ -61,12 +66,12 @@ impl PassReports {
     }
 
     /// Records reported since the last hand-over.
-    pub fn records(&self) -> u32 {
+    pub(crate) fn records(&self) -> u32 {
         self.records
     }
 
     /// Hand every report to its worker, each woken once.
-    pub fn hand_over(&mut self, waiters: &Waiters) {
+    pub(crate) fn hand_over(&mut self, waiters: &Waiters) {
         if self.records == 0 {
             return;
         }
@@ -85,14 +90,24 @@ mod tests {
     #[test]
     fn a_requests_applied_records_are_counted_together_and_refusals_apart() {
         let mut p = PassReports::new(2);
+        let mut add = |worker, request, index, report| {
+            p.add(
+                DeliveryTag {
+                    worker,
+                    request,
+                    index,
+                },
+                report,
+            )
+        };
         for i in 0..5 {
-            p.add(1, 7, i, Report::Applied);
+            add(1, 7, i, Report::Applied);
         }
-        p.add(1, 8, 0, Report::Applied);
-        p.add(1, 7, 5, Report::Refused(MessageError::TooManyBoxes));
-        p.add(1, 7, 6, Report::Applied);
-        p.add(0, 9, 3, Report::NoBox);
-        p.add(5, 1, 0, Report::Applied); // no such worker
+        add(1, 8, 0, Report::Applied);
+        add(1, 7, 5, Report::Refused(MessageError::TooManyBoxes));
+        add(1, 7, 6, Report::Applied);
+        add(0, 9, 3, Report::NoBox);
+        add(5, 1, 0, Report::Applied); // no such worker
         assert_eq!(p.records(), 9);
         let applied = |request, index, count| LogReport {
             request,

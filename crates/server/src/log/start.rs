@@ -1,0 +1,100 @@
+//! Starting the log's threads, and stopping them: the consuming threads
+//! (`pollbox-log`, which starts `pollbox-log-N`), the delivery thread
+//! (`pollbox-acks`, with a producer) and the log-end thread
+//! (`pollbox-log-end`), each handed its parts (each part owned by its
+//! module and shared).
+//!
+//! They stop once the workers have (`Lifecycle::workers_stopped`): an
+//! ingest in flight at a SIGTERM is answered with its record's fate.
+//! [`LogThreads::join`] waits for the consuming and delivery threads; the
+//! log-end thread, asleep for up to a second or waiting on a broker, is left
+//! to end on its own.
+
+use super::consume::{self, Consuming};
+use super::context::LogState;
+use super::deliveries::{self, Delivering};
+use super::ends::{self, Ends};
+use super::produce::Producer;
+use crate::lifecycle::Lifecycle;
+use crate::wakeups::Waiters;
+use pollbox_core::service::Node;
+use std::io;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// What the log's threads are handed, by the server.
+pub(crate) struct LogParts {
+    /// The config, the plan and the box table.
+    pub(crate) node: Arc<Node>,
+    /// Where the node stands in the log.
+    pub(crate) log: Arc<LogState>,
+    /// Who waits on a key, and the workers records are reported to.
+    pub(crate) waiters: Arc<Waiters>,
+    /// Draining, and the workers stopped.
+    pub(crate) lifecycle: Arc<Lifecycle>,
+    /// The node's producer (none: ingest is not produced).
+    pub(crate) producer: Option<Arc<Producer>>,
+}
+
+/// The log's threads that a shutdown waits for.
+pub(crate) struct LogThreads {
+    consuming: JoinHandle<()>,
+    delivering: Option<JoinHandle<()>>,
+}
+
+impl LogThreads {
+    /// Wait for the consuming threads and the delivery thread to end (the
+    /// workers have stopped: each sees it within one wait).
+    pub(crate) fn join(self) {
+        let _ = self.consuming.join();
+        if let Some(d) = self.delivering {
+            let _ = d.join();
+        }
+    }
+}
+
+/// Start the log's threads.
+pub(crate) fn spawn(parts: LogParts) -> io::Result<LogThreads> {
+    let LogParts {
+        node,
+        log,
+        waiters,
+        lifecycle,
+        producer,
+    } = parts;
+    let mut delivering = None;
+    if let Some(producer) = producer {
+        let e = Ends {
+            producer: producer.clone(),
+            log: log.clone(),
+            lifecycle: lifecycle.clone(),
+        };
+        std::thread::Builder::new()
+            .name("pollbox-log-end".into())
+            .spawn(move || ends::follow(&e))?;
+        let d = Delivering {
+            producer,
+            log: log.clone(),
+            waiters: waiters.clone(),
+            lifecycle: lifecycle.clone(),
+        };
+        delivering = Some(
+            std::thread::Builder::new()
+                .name("pollbox-acks".into())
+                .spawn(move || deliveries::serve(&d))?,
+        );
+    }
+    let c = Arc::new(Consuming {
+        node,
+        log,
+        waiters,
+        lifecycle,
+    });
+    let consuming = std::thread::Builder::new()
+        .name("pollbox-log".into())
+        .spawn(move || consume::run(&c))?;
+    Ok(LogThreads {
+        consuming,
+        delivering,
+    })
+}
