@@ -15,7 +15,7 @@
 //!   wake it, then calls [`Connection::on_box_updated`] once (an update may
 //!   have landed before the registration); `Unwatch` when it is answered or
 //!   ends;
-//! - `Await(ticket)` when an ingest or `DELETE` of a node of a log waits for
+//! - `Await(request)` when an ingest or `DELETE` of a node of a log waits for
 //!   its records: the server routes that request's reports here; `Unawait`
 //!   once it is answered;
 //! - `Arm(at)` when the deadline comes before the timer armed, or none is;
@@ -75,8 +75,8 @@ use crate::http::{
     Frame, Framer, FramerState, HttpError, Limits, Method, Progress, Version, CONTINUE,
 };
 use crate::service::{
-    parked_prefix, Event, Host, Listener, Paging, Park, Pending, Reply, Report, Request, RoomWatch,
-    RouteLabel, Service, Stream, Watching, DELETED, HEARTBEAT,
+    parked_prefix, Event, Host, Listener, ManyWatch, Paging, Park, Pending, Reply, Report, Request,
+    RoomWatch, RouteLabel, Service, Stream, DELETED, HEARTBEAT,
 };
 
 /// A connection with this many unsent bytes is not read until it drains.
@@ -159,7 +159,7 @@ struct Streaming {
     key: Box<[u8]>,
     stream: Stream,
     /// A stream of many boxes: where it stands with each, in the keys' order.
-    many: Option<Watching>,
+    many: Option<ManyWatch>,
     /// A stream of every box under a prefix (`key`): its listing, what moved.
     room: Option<Box<RoomWatch>>,
     /// The box moved while the send queue was not empty: send its newest
@@ -742,7 +742,7 @@ impl Connection {
             Wait::Parked(p) => p.key.len(),
             Wait::Streaming(s) => {
                 s.key.len()
-                    + s.many.as_ref().map_or(0, Watching::heap_bytes)
+                    + s.many.as_ref().map_or(0, ManyWatch::heap_bytes)
                     + s.room
                         .as_ref()
                         .map_or(0, |r| std::mem::size_of::<RoomWatch>() + r.heap_bytes())

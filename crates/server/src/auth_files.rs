@@ -31,7 +31,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// How often the watcher stats the files.
+/// How often the reloading thread stats the files.
 pub(crate) const WATCH_EVERY: Duration = Duration::from_secs(1);
 
 /// What a file looked like when it was last read (`None`: it could not be
@@ -172,18 +172,18 @@ fn read(config: &Config) -> Result<Access, String> {
 }
 
 /// The thread that reads the files again when they change.
-pub(crate) struct Watcher {
+pub(crate) struct Reloader {
     stop: Arc<(Mutex<bool>, Condvar)>,
     thread: JoinHandle<()>,
 }
 
-impl Watcher {
+impl Reloader {
     /// Start watching `files`, if the config names any, installing what they
     /// hold as `node`'s access.
     pub(crate) fn spawn(
         node: Arc<Node>,
         files: Arc<AuthFiles>,
-    ) -> std::io::Result<Option<Watcher>> {
+    ) -> std::io::Result<Option<Reloader>> {
         if !files.any() {
             return Ok(None);
         }
@@ -192,10 +192,10 @@ impl Watcher {
         let thread = std::thread::Builder::new()
             .name("pollbox-auth".into())
             .spawn(move || {
-                crate::thread_priority::lower_priority("auth file watcher");
+                crate::thread_priority::lower_priority("auth file reloader");
                 watch(&node, &files, &stopped);
             })?;
-        Ok(Some(Watcher { stop, thread }))
+        Ok(Some(Reloader { stop, thread }))
     }
 
     pub(crate) fn stop(self) {

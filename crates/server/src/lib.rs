@@ -75,7 +75,7 @@ pub struct Server {
     /// The write-ahead file's writing and applying threads (`[wal]` set).
     wal_threads: Option<wal::writer::Threads>,
     /// The thread reading the auth files again when they change.
-    auth_watcher: Option<auth_files::Watcher>,
+    auth_reloader: Option<auth_files::Reloader>,
     /// Keeps another pollbox off the address while this one runs.
     _claim: listener::Claim,
 }
@@ -137,13 +137,13 @@ impl Server {
         let (polls, wakers) = worker_threads::new_polls(n)?;
         let auth_files = auth_files::AuthFiles::new(&config);
         let compact_percent = config.snapshot.compact_percent;
-        let waiters = Arc::new(wakeups::Waiters::new(wakers.clone()));
+        let wakeups = Arc::new(wakeups::Wakeups::new(wakers.clone()));
         let producer = start_producer(&config, log_state.as_ref())?;
         let node = Node::new(config, plan, boxes);
         let shared = Arc::new(Shared::new(
             node,
             &wakers,
-            waiters,
+            wakeups,
             started,
             shared::Sources {
                 log: log_state,
@@ -156,7 +156,7 @@ impl Server {
             Some(w) => Some(wal::writer::spawn(wal::writer::Writing {
                 node: shared.node().clone(),
                 wal: w.clone(),
-                waiters: shared.waiters().clone(),
+                wakeups: shared.wakeups().clone(),
             })?),
             None => None,
         };
@@ -186,14 +186,14 @@ impl Server {
             Some(l) => Some(log::spawn(log::LogParts {
                 node: shared.node().clone(),
                 log: l.clone(),
-                waiters: shared.waiters().clone(),
+                wakeups: shared.wakeups().clone(),
                 lifecycle: shared.lifecycle().clone(),
                 producer: shared.producer().cloned(),
             })?),
             None => None,
         };
-        let auth_watcher =
-            auth_files::Watcher::spawn(shared.node().clone(), shared.auth_files().clone())?;
+        let auth_reloader =
+            auth_files::Reloader::spawn(shared.node().clone(), shared.auth_files().clone())?;
         shared.lifecycle().set_ready();
         Ok(Server {
             shared,
@@ -206,7 +206,7 @@ impl Server {
             snapshot_thread,
             log_thread,
             wal_threads,
-            auth_watcher,
+            auth_reloader,
             _claim: claim,
         })
     }
@@ -237,8 +237,8 @@ impl Server {
     }
 
     /// Who waits on which key (parked polls and event streams).
-    pub fn waiters(&self) -> &wakeups::Waiters {
-        self.shared.waiters()
+    pub fn wakeups(&self) -> &wakeups::Wakeups {
+        self.shared.wakeups()
     }
 
     /// Connections open now, on every worker.
@@ -272,7 +272,7 @@ impl Server {
     /// Graceful stop: stop accepting, finish requests in flight, write the
     /// snapshot. Returns the first error met.
     pub fn shutdown(mut self) -> Result<(), String> {
-        if let Some(w) = self.auth_watcher.take() {
+        if let Some(w) = self.auth_reloader.take() {
             w.stop();
         }
         self.shared.lifecycle().start_draining();

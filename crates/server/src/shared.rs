@@ -15,7 +15,7 @@ use crate::log::{LogState, Producer};
 use crate::placement::Placement;
 use crate::snapshot_file::SnapshotStats;
 use crate::stats::WorkerStats;
-use crate::wakeups::Waiters;
+use crate::wakeups::Wakeups;
 use crate::wal::Wal;
 use pollbox_core::service::Node;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -35,7 +35,7 @@ pub(crate) struct Shared {
     lifecycle: Arc<Lifecycle>,
     /// Who waits on which key, and each worker's inbox (the log's threads
     /// and the producer's delivery reports hold them too).
-    waiters: Arc<Waiters>,
+    wakeups: Arc<Wakeups>,
     /// Where accepted connections are served (by load), and the hand-over.
     placement: Placement,
     /// The server's clock starts here: every worker's `now_ms` (so box expiry
@@ -76,7 +76,7 @@ impl Shared {
     pub(crate) fn new(
         node: Node,
         wakers: &[Arc<mio::Waker>],
-        waiters: Arc<Waiters>,
+        wakeups: Arc<Wakeups>,
         started: Instant,
         sources: Sources,
         auth_files: AuthFiles,
@@ -89,7 +89,7 @@ impl Shared {
             open_connections: AtomicUsize::new(0),
             uring_workers: AtomicUsize::new(0),
             lifecycle: Arc::default(),
-            waiters,
+            wakeups,
             placement: Placement::new(wakers),
             started,
             workers: n,
@@ -155,8 +155,8 @@ impl Shared {
 
     /// Who waits on which key, and each worker's inbox.
     #[inline]
-    pub(crate) fn waiters(&self) -> &Arc<Waiters> {
-        &self.waiters
+    pub(crate) fn wakeups(&self) -> &Arc<Wakeups> {
+        &self.wakeups
     }
 
     /// Where accepted connections are served, and the hand-over.

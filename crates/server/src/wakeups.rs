@@ -1,6 +1,6 @@
 //! Wake-ups of long-polls and event streams: which connections of this
 //! worker wait on which key ([`ParkedIndex`]), and which workers wait on which
-//! key ([`Waiters`]).
+//! key ([`Wakeups`]).
 //!
 //! A worker that parks a long-poll or opens an event stream registers the key
 //! here (once per key, while it has connections waiting on it). A change of
@@ -87,7 +87,7 @@ pub enum Wake {
     All,
 }
 
-pub struct Waiters {
+pub struct Wakeups {
     hasher: RandomState,
     shards: Vec<Shard>,
     /// Keys with at least one waiting worker, over all shards.
@@ -144,11 +144,11 @@ fn buckets(hash: u64) -> [usize; 2] {
     [hash as usize % FILTER, (hash >> 32) as usize % FILTER]
 }
 
-impl Waiters {
+impl Wakeups {
     /// One inbox per worker, each woken with its waker.
-    pub fn new(wakers: Vec<Arc<mio::Waker>>) -> Waiters {
+    pub fn new(wakers: Vec<Arc<mio::Waker>>) -> Wakeups {
         let prefix_hasher = foldhash::quality::RandomState::default();
-        Waiters {
+        Wakeups {
             hasher: RandomState::new(),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             keys: AtomicUsize::new(0),
@@ -390,7 +390,7 @@ impl Waiters {
 
 /// A box moved (an ingest on any worker, a record of the log on the
 /// consuming thread): its waiters are woken.
-impl pollbox_core::service::Watchers for &Waiters {
+impl pollbox_core::service::Watchers for &Wakeups {
     #[inline]
     fn box_updated(&mut self, key: &[u8]) {
         self.notify(key);
@@ -428,7 +428,7 @@ impl ParkedIndex {
         hash: u64,
         slot: usize,
         gen: u32,
-        waiters: &Waiters,
+        wakeups: &Wakeups,
         worker: usize,
     ) {
         let entry = (slot as u32, gen);
@@ -441,9 +441,9 @@ impl ParkedIndex {
         self.by_key.insert(hash, vec![entry]);
         self.list_bytes += ENTRY;
         if self.prefixes {
-            waiters.register_prefix(hash, worker);
+            wakeups.register_prefix(hash, worker);
         } else {
-            waiters.register(hash, worker);
+            wakeups.register(hash, worker);
         }
     }
 
@@ -461,7 +461,7 @@ impl ParkedIndex {
         hash: u64,
         slot: usize,
         gen: u32,
-        waiters: &Waiters,
+        wakeups: &Wakeups,
         worker: usize,
     ) -> bool {
         let Some(list) = self.by_key.get_mut(&hash) else {
@@ -475,9 +475,9 @@ impl ParkedIndex {
             self.list_bytes -= list.capacity() * ENTRY;
             self.by_key.remove(&hash);
             if self.prefixes {
-                waiters.unregister_prefix(hash, worker);
+                wakeups.unregister_prefix(hash, worker);
             } else {
-                waiters.unregister(hash, worker);
+                wakeups.unregister(hash, worker);
             }
         }
         found.is_some()
@@ -504,52 +504,52 @@ impl ParkedIndex {
 mod tests {
     use super::*;
 
-    fn waiters(workers: usize) -> (Waiters, Vec<mio::Poll>) {
+    fn wakeups(workers: usize) -> (Wakeups, Vec<mio::Poll>) {
         let polls: Vec<mio::Poll> = (0..workers).map(|_| mio::Poll::new().unwrap()).collect();
         let wakers = polls
             .iter()
             .map(|p| Arc::new(mio::Waker::new(p.registry(), mio::Token(1)).unwrap()))
             .collect();
-        (Waiters::new(wakers), polls)
+        (Wakeups::new(wakers), polls)
     }
 
     #[test]
     fn a_worker_registers_a_key_once_while_connections_wait_on_it() {
-        let (waiters, _polls) = waiters(1);
-        let k = waiters.hash(b"k");
+        let (wakeups, _polls) = wakeups(1);
+        let k = wakeups.hash(b"k");
         let mut index = ParkedIndex::default();
-        index.add(k, 1, 7, &waiters, 0);
-        index.add(k, 2, 9, &waiters, 0);
-        assert_eq!(waiters.parked_keys(), 1);
+        index.add(k, 1, 7, &wakeups, 0);
+        index.add(k, 2, 9, &wakeups, 0);
+        assert_eq!(wakeups.parked_keys(), 1);
         let mut out = Vec::new();
         index.woken(Wake::Key(k), &mut out);
         assert_eq!(out, vec![(1, 7), (2, 9)]);
-        assert!(!index.remove(k, 1, 8, &waiters, 0), "another generation");
-        assert!(index.remove(k, 1, 7, &waiters, 0));
-        assert_eq!(waiters.parked_keys(), 1);
-        assert!(index.remove(k, 2, 9, &waiters, 0));
-        assert_eq!(waiters.parked_keys(), 0);
+        assert!(!index.remove(k, 1, 8, &wakeups, 0), "another generation");
+        assert!(index.remove(k, 1, 7, &wakeups, 0));
+        assert_eq!(wakeups.parked_keys(), 1);
+        assert!(index.remove(k, 2, 9, &wakeups, 0));
+        assert_eq!(wakeups.parked_keys(), 0);
     }
 
     #[test]
     fn only_waiting_workers_are_told_and_a_full_inbox_overflows_to_all() {
-        let (waiters, _polls) = waiters(2);
-        let k = waiters.hash(b"k");
-        waiters.notify(b"k");
-        assert_eq!(waiters.next(0), None, "nobody waits: nothing sent");
-        waiters.register(k, 1);
-        waiters.notify(b"k");
-        assert_eq!(waiters.next(0), None);
-        assert_eq!(waiters.next(1), Some(Wake::Key(k)));
-        assert_eq!(waiters.next(1), None);
+        let (wakeups, _polls) = wakeups(2);
+        let k = wakeups.hash(b"k");
+        wakeups.notify(b"k");
+        assert_eq!(wakeups.next(0), None, "nobody waits: nothing sent");
+        wakeups.register(k, 1);
+        wakeups.notify(b"k");
+        assert_eq!(wakeups.next(0), None);
+        assert_eq!(wakeups.next(1), Some(Wake::Key(k)));
+        assert_eq!(wakeups.next(1), None);
         for _ in 0..INBOX + 10 {
-            waiters.notify(b"k");
+            wakeups.notify(b"k");
         }
         assert_eq!(
-            waiters.next(1),
+            wakeups.next(1),
             Some(Wake::All),
             "bounded: the overflow says look at all"
         );
-        assert_eq!(waiters.next(1), None, "and the queue was emptied");
+        assert_eq!(wakeups.next(1), None, "and the queue was emptied");
     }
 }

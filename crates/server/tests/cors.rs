@@ -210,7 +210,7 @@ fn a_long_poll_answered_later_still_carries_cors_headers() {
         .as_bytes(),
     );
     // Requests on other connections in between (another origin, none).
-    while s.waiters().parked_keys() == 0 {
+    while s.wakeups().parked_keys() == 0 {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     assert_no_cors(&get(a, "/healthz"));

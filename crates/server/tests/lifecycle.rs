@@ -28,7 +28,7 @@ fn metric(s: &pollbox_server::Server, name: &str) -> f64 {
 /// spreads them over the workers, so the wake-up crosses workers), each
 /// followed by a pipelined `/healthz`.
 fn park(a: std::net::SocketAddr, s: &pollbox_server::Server, key: &str, after: u64) -> Vec<Reader> {
-    let before = s.waiters().parked_keys();
+    let before = s.wakeups().parked_keys();
     let readers: Vec<Reader> = (0..8)
         .map(|_| {
             let mut r = Reader::new(connect(a));
@@ -49,7 +49,7 @@ fn park(a: std::net::SocketAddr, s: &pollbox_server::Server, key: &str, after: u
             .sum::<i64>()
     };
     eventually("8 polls parked", || parked() >= 8);
-    assert!(s.waiters().parked_keys() > before);
+    assert!(s.wakeups().parked_keys() > before);
     readers
 }
 
@@ -118,7 +118,7 @@ fn parked_long_polls_of_a_deleted_box_are_answered_404() {
         assert_eq!(first.json()["error"], "no such box");
         assert_eq!(r.read(false).text(), "ok", "the pipelined request follows");
     }
-    eventually("no poll parked", || s.waiters().parked_keys() == 0);
+    eventually("no poll parked", || s.wakeups().parked_keys() == 0);
     s.shutdown().unwrap();
 }
 

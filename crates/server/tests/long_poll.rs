@@ -176,7 +176,7 @@ fn parked_polls_whose_clients_hang_up_are_dropped_before_their_deadline() {
     }
     // Long before the 600 s deadline every slot is free again.
     wait_parked(a, 0);
-    assert_eq!(s.waiters().parked_keys(), 0);
+    assert_eq!(s.wakeups().parked_keys(), 0);
     s.shutdown().unwrap();
 }
 

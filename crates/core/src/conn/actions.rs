@@ -21,10 +21,10 @@ pub enum Action<'a> {
     Watch(Watch<'a>),
     /// The watch ended (answered, ended, dropped): wake it no more.
     Unwatch,
-    /// Route the reports of the records of log request `ticket` here
+    /// Route the reports of the records of log request `request` here
     /// ([`super::Connection::on_log_report`]).
     Await(u64),
-    /// Log request `ticket` was answered (or dropped): no more reports.
+    /// Log request `request` was answered (or dropped): no more reports.
     Unawait(u64),
     /// Call [`super::Connection::on_timer`] at this time (ms on the worker
     /// clock), instead of at the time armed before. Asked when the deadline

@@ -1596,11 +1596,11 @@ fn a_logged_ingest_asks_for_its_reports_then_gives_them_up() {
     let mut r = log_rig();
     let mut c = r.conn();
     r.feed(&mut c, post("/v1/boxes/r", r#"{"value":5}"#).as_bytes());
-    let ticket = r.host.produced[0].0;
-    assert_eq!(asks(&mut c), [Asked::Await(ticket)]);
+    let request = r.host.produced[0].0;
+    assert_eq!(asks(&mut c), [Asked::Await(request)]);
     let report = consume(&mut r, 0, 8);
     assert!(c.on_log_report(0, report, &mut r.cx()));
-    assert_eq!(asks(&mut c), [Asked::Unawait(ticket)]);
+    assert_eq!(asks(&mut c), [Asked::Unawait(request)]);
     assert!(r.sent(&mut c).starts_with("HTTP/1.1 200"));
 }
 

@@ -18,14 +18,14 @@ use crate::service::{Answer, Host, ManyKeys};
 /// moved since the stream last looked (looked at once the stream's queue is
 /// empty: coalescing, box by box). 8 bytes a box and a bit.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Watching {
+pub struct ManyWatch {
     lasts: Box<[u64]>,
     dirty: Box<[u64]>,
 }
 
-impl Watching {
-    fn new(n: usize) -> Watching {
-        Watching {
+impl ManyWatch {
+    fn new(n: usize) -> ManyWatch {
+        ManyWatch {
             lasts: vec![0; n].into(),
             dirty: vec![0; n.div_ceil(64)].into(),
         }
@@ -148,7 +148,7 @@ impl Service {
         self.heads
             .write_stream_head(out, host, RouteLabel::Sse, retry_ms);
         let n = ManyKeys(&self.key).count();
-        let mut watching = Watching::new(n);
+        let mut watching = ManyWatch::new(n);
         if let Some(lasts) = resume.and_then(|r| parse_many_id(r, n)) {
             for (w, last) in watching.lasts.iter_mut().zip(lasts) {
                 *w = last;
@@ -181,7 +181,7 @@ impl Service {
     pub fn stream_many<H: Host>(
         &mut self,
         keys: &[u8],
-        watching: &mut Watching,
+        watching: &mut ManyWatch,
         out: &mut Vec<u8>,
         host: &mut H,
     ) -> usize {
@@ -410,7 +410,7 @@ mod tests {
 
     #[test]
     fn watching_marks_and_takes_each_box_once() {
-        let mut w = Watching::new(70);
+        let mut w = ManyWatch::new(70);
         assert!(!w.any());
         w.mark(3);
         w.mark(69);

@@ -40,7 +40,7 @@ pub use cors::{Cors, PREFLIGHT};
 pub use cursor::parked_prefix;
 pub use keys::ManyKeys;
 pub use logged::Pending;
-pub use many::Watching;
+pub use many::ManyWatch;
 pub use pages::{Paging, PAGE_STEP};
 pub use rooms::{RoomWatch, DEFAULT_PAGE, LIST_STEP, MOVED_CAP, QUIET_LIST_STEPS};
 pub use stream::{write_event, write_expired, Event, Stream, DELETED, HEARTBEAT};
@@ -218,7 +218,7 @@ pub enum Reply {
     Stream {
         stream: Stream,
         key: Box<[u8]>,
-        watching: Option<Watching>,
+        watching: Option<ManyWatch>,
         /// A stream of a prefix (`key`): where its listing stands, what moved.
         room: Option<Box<RoomWatch>>,
     },

@@ -16,7 +16,7 @@ use super::topic::{self, LogProblem};
 use super::topic_id;
 use super::{client_config, LOG_REFUSED_EXIT};
 use crate::lifecycle::Lifecycle;
-use crate::wakeups::Waiters;
+use crate::wakeups::Wakeups;
 use pollbox_core::config::LogConfig;
 use pollbox_core::log::{Outcome, Record, Replica};
 use pollbox_core::service::Node;
@@ -70,7 +70,7 @@ pub(crate) struct Consuming {
     pub(crate) log: Arc<LogState>,
     /// Who waits on a key, and the workers records produced here are
     /// reported to.
-    pub(crate) waiters: Arc<Waiters>,
+    pub(crate) wakeups: Arc<Wakeups>,
     /// Draining (the log's start is no longer waited for) and the workers
     /// stopped (the threads end).
     pub(crate) lifecycle: Arc<Lifecycle>,
@@ -221,7 +221,7 @@ fn apply(c: &Consuming, consumer: &BaseConsumer, start: &Start, share: Share) {
     if log.catch_up() {
         eprintln!("pollbox: log: caught up (nothing to replay)");
     }
-    let mut pass = PassReports::new(c.waiters.workers());
+    let mut pass = PassReports::new(c.wakeups.workers());
     let mut counts = RecordCounts::default();
     // A pass goes on without waiting while records are queued; it ends, and
     // the workers learn what it applied, when the queue is empty.
@@ -230,12 +230,12 @@ fn apply(c: &Consuming, consumer: &BaseConsumer, start: &Start, share: Share) {
         let polled = consumer.poll(wait);
         match polled {
             None => {
-                pass.hand_over(&c.waiters);
+                pass.hand_over(&c.wakeups);
                 counts.flush(log);
                 wait = POLL;
             }
             Some(Err(e)) => {
-                pass.hand_over(&c.waiters);
+                pass.hand_over(&c.wakeups);
                 counts.flush(log);
                 wait = POLL;
                 let fatal = matches!(e, KafkaError::MessageConsumptionFatal(_));
@@ -258,7 +258,7 @@ fn apply(c: &Consuming, consumer: &BaseConsumer, start: &Start, share: Share) {
                 };
                 let caught_up = log.caught_up();
                 // Its waiters are woken as an HTTP ingest's are.
-                let outcome = replica.apply(&c.node.boxes, &rec, &mut key, &mut &*c.waiters);
+                let outcome = replica.apply(&c.node.boxes, &rec, &mut key, &mut &*c.wakeups);
                 let result = RecordResult::of(&outcome, caught_up);
                 counts.add(result);
                 match &outcome {
@@ -297,7 +297,7 @@ fn apply(c: &Consuming, consumer: &BaseConsumer, start: &Start, share: Share) {
                     eprintln!("pollbox: log: caught up; ready");
                 }
                 if pass.records() >= PASS_RECORDS {
-                    pass.hand_over(&c.waiters);
+                    pass.hand_over(&c.wakeups);
                 }
                 // A replay's queue is never empty: its counts go up every
                 // PASS_RECORDS records all the same.
@@ -308,7 +308,7 @@ fn apply(c: &Consuming, consumer: &BaseConsumer, start: &Start, share: Share) {
             }
         }
     }
-    pass.hand_over(&c.waiters);
+    pass.hand_over(&c.wakeups);
     counts.flush(log);
 }
 

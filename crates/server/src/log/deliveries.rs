@@ -24,7 +24,7 @@
 use super::context::{Ack, Client, DeliveryTag, LogState, PassReports};
 use super::produce::Producer;
 use crate::lifecycle::Lifecycle;
-use crate::wakeups::Waiters;
+use crate::wakeups::Wakeups;
 use pollbox_core::service::Report;
 use rdkafka::bindings as rd;
 use rdkafka::error::RDKafkaErrorCode;
@@ -46,7 +46,7 @@ pub(crate) struct Delivering {
     /// Where acknowledgements meet applies, and the counters of both.
     pub(crate) log: Arc<LogState>,
     /// The workers, each told what became of its records.
-    pub(crate) waiters: Arc<Waiters>,
+    pub(crate) wakeups: Arc<Wakeups>,
     /// The workers stopped: the thread ends.
     pub(crate) lifecycle: Arc<Lifecycle>,
 }
@@ -64,7 +64,7 @@ pub(crate) fn serve(d: &Delivering) {
             served.event(&ev);
         }
         served.meet();
-        served.pass.hand_over(&d.waiters);
+        served.pass.hand_over(&d.wakeups);
     }
     d.producer.purge();
     let until = Instant::now() + DRAIN;
@@ -74,7 +74,7 @@ pub(crate) fn serve(d: &Delivering) {
         }
     }
     served.meet();
-    served.pass.hand_over(&d.waiters);
+    served.pass.hand_over(&d.wakeups);
 }
 
 /// The thread's own state between events.
@@ -94,7 +94,7 @@ impl<'a> Served<'a> {
         Served {
             d,
             unmet: Vec::new(),
-            pass: PassReports::new(d.waiters.workers()),
+            pass: PassReports::new(d.wakeups.workers()),
             msgs: Vec::new(),
         }
     }
@@ -291,7 +291,7 @@ mod tests {
         let d = Arc::new(Delivering {
             producer: Arc::new(Producer::new(&cfg, log.clone()).unwrap()),
             log: log.clone(),
-            waiters: Arc::new(Waiters::new(Vec::new())),
+            wakeups: Arc::new(Wakeups::new(Vec::new())),
             lifecycle: Arc::new(Lifecycle::default()),
         });
         let thread = {

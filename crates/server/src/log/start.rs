@@ -16,7 +16,7 @@ use super::deliveries::{self, Delivering};
 use super::ends::{self, Ends};
 use super::produce::Producer;
 use crate::lifecycle::Lifecycle;
-use crate::wakeups::Waiters;
+use crate::wakeups::Wakeups;
 use pollbox_core::service::Node;
 use std::io;
 use std::sync::Arc;
@@ -29,7 +29,7 @@ pub(crate) struct LogParts {
     /// Where the node stands in the log.
     pub(crate) log: Arc<LogState>,
     /// Who waits on a key, and the workers records are reported to.
-    pub(crate) waiters: Arc<Waiters>,
+    pub(crate) wakeups: Arc<Wakeups>,
     /// Draining, and the workers stopped.
     pub(crate) lifecycle: Arc<Lifecycle>,
     /// The node's producer (none: ingest is not produced).
@@ -58,7 +58,7 @@ pub(crate) fn spawn(parts: LogParts) -> io::Result<LogThreads> {
     let LogParts {
         node,
         log,
-        waiters,
+        wakeups,
         lifecycle,
         producer,
     } = parts;
@@ -75,7 +75,7 @@ pub(crate) fn spawn(parts: LogParts) -> io::Result<LogThreads> {
         let d = Delivering {
             producer,
             log: log.clone(),
-            waiters: waiters.clone(),
+            wakeups: wakeups.clone(),
             lifecycle: lifecycle.clone(),
         };
         delivering = Some(
@@ -87,7 +87,7 @@ pub(crate) fn spawn(parts: LogParts) -> io::Result<LogThreads> {
     let c = Arc::new(Consuming {
         node,
         log,
-        waiters,
+        wakeups,
         lifecycle,
     });
     let consuming = std::thread::Builder::new()

@@ -20,7 +20,7 @@
 use super::{Wal, FAULTS};
 use crate::log::DeliveryTag;
 use crate::log::PassReports;
-use crate::wakeups::Waiters;
+use crate::wakeups::Wakeups;
 use pollbox_core::log::{Record, Replica, Report};
 use pollbox_core::service::Node;
 use pollbox_core::wal::{decode, segment_name, SEGMENT_MAGIC};
@@ -37,7 +37,7 @@ use std::time::Instant;
 pub(crate) struct Writing {
     pub node: Arc<Node>,
     pub wal: Arc<Wal>,
-    pub waiters: Arc<Waiters>,
+    pub wakeups: Arc<Wakeups>,
 }
 
 /// A synced group, for the applying thread.
@@ -65,10 +65,10 @@ pub(crate) fn spawn(w: Writing) -> io::Result<Threads> {
     let apply = {
         let node = w.node.clone();
         let wal = w.wal.clone();
-        let waiters = w.waiters.clone();
+        let wakeups = w.wakeups.clone();
         std::thread::Builder::new()
             .name("pollbox-wal-apply".into())
-            .spawn(move || apply_loop(&node, &wal, &waiters, &rx))?
+            .spawn(move || apply_loop(&node, &wal, &wakeups, &rx))?
     };
     let write = std::thread::Builder::new()
         .name("pollbox-wal".into())
@@ -184,7 +184,7 @@ fn write_loop(w: &Writing, tx: &crossbeam_channel::Sender<Synced>) {
                 if let Some(f) = fault {
                     count_fault(wal, f);
                 }
-                fail_all(&w.waiters, &tags);
+                fail_all(&w.wakeups, &tags);
                 buf.clear();
                 tags.clear();
             }
@@ -215,12 +215,12 @@ fn count_fault(wal: &Wal, fault: Fault) {
 }
 
 /// Every record of a group that was not kept is reported failed.
-fn fail_all(waiters: &Waiters, tags: &[DeliveryTag]) {
-    let mut reports = PassReports::new(waiters.workers());
+fn fail_all(wakeups: &Wakeups, tags: &[DeliveryTag]) {
+    let mut reports = PassReports::new(wakeups.workers());
     for t in tags {
         reports.add(*t, Report::Failed);
     }
-    reports.hand_over(waiters);
+    reports.hand_over(wakeups);
 }
 
 fn is_disk_full(e: &io::Error) -> bool {
@@ -328,11 +328,11 @@ pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
 }
 
 /// Apply synced groups in order and report each record.
-fn apply_loop(node: &Node, wal: &Wal, waiters: &Waiters, rx: &crossbeam_channel::Receiver<Synced>) {
+fn apply_loop(node: &Node, wal: &Wal, wakeups: &Wakeups, rx: &crossbeam_channel::Receiver<Synced>) {
     let mut replica = Replica::new(node.plan.clone(), node.config.limits.arena_limit_bytes, 1);
-    let mut reports = PassReports::new(waiters.workers());
+    let mut reports = PassReports::new(wakeups.workers());
     let mut key = Vec::new();
-    let mut watchers: &Waiters = waiters;
+    let mut watchers: &Wakeups = wakeups;
     for group in rx {
         let mut at = 0;
         for t in &group.tags {
@@ -346,10 +346,10 @@ fn apply_loop(node: &Node, wal: &Wal, waiters: &Waiters, rx: &crossbeam_channel:
             reports.add(*t, outcome.report());
             wal.applied_next.store(rec.seq + 1, Ordering::Release);
             if reports.records() >= 256 {
-                reports.hand_over(waiters);
+                reports.hand_over(wakeups);
             }
         }
-        reports.hand_over(waiters);
+        reports.hand_over(wakeups);
     }
 }
 

@@ -8,7 +8,7 @@ use crate::log::REQUEST_MASK;
 use crate::metrics;
 use crate::shared::Shared;
 use crate::stats::{IngestResult, Removal, RouteLabel, WorkerStats};
-use crate::wakeups::Waiters;
+use crate::wakeups::Wakeups;
 use pollbox_core::service::{Host, LogRecord, Watchers};
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,7 +23,7 @@ pub(super) struct WorkerHost {
     /// histogram: [`WorkerHost::finish`] observes them all with one clock
     /// read (one per read, not one per pipelined request).
     unobserved: u64,
-    /// The last id this worker gave a log request (its records' tickets say
+    /// The last id this worker gave a log request (its records' delivery tags say
     /// which); ids wrap under [`REQUEST_MASK`].
     log_requests: u64,
     /// Fault injection for the tests of docs/operations.md#worker-panics, in debug
@@ -88,12 +88,12 @@ impl WorkerHost {
 }
 
 /// An ingest's, a `DELETE`'s, an expiry's change: told as a record of the
-/// log tells it ([`crate::wakeups::Waiters`]).
+/// log tells it ([`crate::wakeups::Wakeups`]).
 impl Watchers for WorkerHost {
     #[inline]
     fn box_updated(&mut self, key: &[u8]) {
-        let mut waiters: &Waiters = self.shared.waiters();
-        waiters.box_updated(key);
+        let mut wakeups: &Wakeups = self.shared.wakeups();
+        wakeups.box_updated(key);
     }
 }
 

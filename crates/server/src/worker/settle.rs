@@ -139,7 +139,7 @@ impl Worker {
             for a in c.core.actions() {
                 match a {
                     Action::Watch(w) => {
-                        c.watch = Some(self.waiting.watch(w, conn, shared.waiters(), stats));
+                        c.watch = Some(self.waiting.watch(w, conn, shared.wakeups(), stats));
                         if w.stream && !c.lowat_set {
                             // A reader that stops reading: the kernel takes at most
                             // this much unsent data for it (not the 4 MB a send
@@ -156,11 +156,11 @@ impl Worker {
                     }
                     Action::Unwatch => {
                         if let Some(r) = c.watch.take() {
-                            self.waiting.unwatch(r, conn, shared.waiters(), stats);
+                            self.waiting.unwatch(r, conn, shared.wakeups(), stats);
                         }
                     }
-                    Action::Await(ticket) => self.waiting.await_reports(ticket, conn),
-                    Action::Unawait(ticket) => self.waiting.unawait(ticket),
+                    Action::Await(request) => self.waiting.await_reports(request, conn),
+                    Action::Unawait(request) => self.waiting.unawait(request),
                     Action::Arm(at) => {
                         if let Some(t) = c.timer.take() {
                             self.timers.wheel.cancel(t);
@@ -283,9 +283,9 @@ impl Worker {
         // Only what was sent before the cut: a key sent after it moved in a
         // change published after it, which the next cut takes (and a stream
         // of busy writers cannot keep the worker here).
-        let waiting = self.host.shared().waiters().moved_waiting(self.id);
+        let waiting = self.host.shared().wakeups().moved_waiting(self.id);
         for _ in 0..waiting {
-            let Some(moved) = self.host.shared().waiters().next_moved(self.id) else {
+            let Some(moved) = self.host.shared().wakeups().next_moved(self.id) else {
                 break;
             };
             let (wake, key) = match &moved {
@@ -337,7 +337,7 @@ impl Worker {
         while let Some(stream) = self.host.shared().placement().next(self.id) {
             self.adopt(stream, Listener::Main);
         }
-        while let Some(r) = self.host.shared().waiters().next_report(self.id) {
+        while let Some(r) = self.host.shared().wakeups().next_report(self.id) {
             let Some((slot, gen)) = self.waiting.awaiting(r.request) else {
                 continue; // answered already (timed out) or closed
             };
@@ -348,7 +348,7 @@ impl Worker {
             self.settle(slot, c);
         }
         self.wake_rooms();
-        while let Some(wake) = self.host.shared().waiters().next(self.id) {
+        while let Some(wake) = self.host.shared().wakeups().next(self.id) {
             self.scratch.woken.clear();
             self.waiting.woken(wake, &mut self.scratch.woken);
             for i in 0..self.scratch.woken.len() {

@@ -1,6 +1,6 @@
 //! What a worker's connections wait on: the keys of parked long-polls and
 //! event streams (the [`ParkedIndex`], and through it the node's
-//! [`crate::wakeups::Waiters`]), and the log requests whose records' reports
+//! [`crate::wakeups::Wakeups`]), and the log requests whose records' reports
 //! are routed to them. Filled and emptied only by applying the connections'
 //! actions ([`pollbox_core::conn::Action`]: `Watch`, `Unwatch`, `Await`, `Unawait`): this is the
 //! worker's side of those actions, and what it made for each (a
@@ -9,7 +9,7 @@
 //! What it is not: the wake-up path between workers (`crate::wakeups`).
 
 use crate::stats::WorkerStats;
-use crate::wakeups::{ParkedIndex, Waiters, Wake};
+use crate::wakeups::{ParkedIndex, Wake, Wakeups};
 use pollbox_core::conn::Watch;
 use pollbox_core::service::ManyKeys;
 use std::collections::HashMap;
@@ -71,7 +71,7 @@ impl Waiting {
         &mut self,
         w: Watch<'_>,
         (slot, gen): (usize, u32),
-        waiters: &Waiters,
+        wakeups: &Wakeups,
         stats: &WorkerStats,
     ) -> Registration {
         let mut r = Registration {
@@ -81,21 +81,21 @@ impl Waiting {
             prefix: w.prefix,
         };
         if w.prefix {
-            r.hash = waiters.prefix_hash(w.keys);
-            self.rooms.add(r.hash, slot, gen, waiters, self.worker);
+            r.hash = wakeups.prefix_hash(w.keys);
+            self.rooms.add(r.hash, slot, gen, wakeups, self.worker);
             stats.prefix_streams.inc();
         } else if w.many {
             // A poll of many boxes: a wake-up of any of its keys concerns it.
             r.keys.reserve_exact(ManyKeys(w.keys).count());
             for key in ManyKeys(w.keys) {
-                let h = waiters.hash(key);
-                self.parked.add(h, slot, gen, waiters, self.worker);
+                let h = wakeups.hash(key);
+                self.parked.add(h, slot, gen, wakeups, self.worker);
                 r.keys.push(h);
             }
             self.keys_bytes += r.keys.capacity() * std::mem::size_of::<u64>();
         } else {
-            r.hash = waiters.hash(w.keys);
-            self.parked.add(r.hash, slot, gen, waiters, self.worker);
+            r.hash = wakeups.hash(w.keys);
+            self.parked.add(r.hash, slot, gen, wakeups, self.worker);
         }
         if r.stream {
             stats.sse_subscribers.inc();
@@ -110,20 +110,20 @@ impl Waiting {
         &mut self,
         r: Registration,
         (slot, gen): (usize, u32),
-        waiters: &Waiters,
+        wakeups: &Wakeups,
         stats: &WorkerStats,
     ) {
         let mut removed = false;
         if r.prefix {
-            removed = self.rooms.remove(r.hash, slot, gen, waiters, self.worker);
+            removed = self.rooms.remove(r.hash, slot, gen, wakeups, self.worker);
             if removed {
                 stats.prefix_streams.sub(1);
             }
         } else if r.keys.is_empty() {
-            removed = self.parked.remove(r.hash, slot, gen, waiters, self.worker);
+            removed = self.parked.remove(r.hash, slot, gen, wakeups, self.worker);
         }
         for &h in &r.keys {
-            removed |= self.parked.remove(h, slot, gen, waiters, self.worker);
+            removed |= self.parked.remove(h, slot, gen, wakeups, self.worker);
         }
         self.keys_bytes -= r.keys.capacity() * std::mem::size_of::<u64>();
         if removed {
@@ -135,20 +135,20 @@ impl Waiting {
         }
     }
 
-    /// Route the reports of log request `ticket` to connection (slot, gen).
-    pub(super) fn await_reports(&mut self, ticket: u64, conn: (usize, u32)) {
-        self.awaiting.insert(ticket, conn);
+    /// Route the reports of log request `request` to connection (slot, gen).
+    pub(super) fn await_reports(&mut self, request: u64, conn: (usize, u32)) {
+        self.awaiting.insert(request, conn);
     }
 
     /// Undo [`Waiting::await_reports`].
-    pub(super) fn unawait(&mut self, ticket: u64) {
-        self.awaiting.remove(&ticket);
+    pub(super) fn unawait(&mut self, request: u64) {
+        self.awaiting.remove(&request);
     }
 
-    /// The connection waiting for log request `ticket`'s reports, if one
+    /// The connection waiting for log request `request`'s reports, if one
     /// still does (it may have been answered at its deadline, or closed).
-    pub(super) fn awaiting(&self, ticket: u64) -> Option<(usize, u32)> {
-        self.awaiting.get(&ticket).copied()
+    pub(super) fn awaiting(&self, request: u64) -> Option<(usize, u32)> {
+        self.awaiting.get(&request).copied()
     }
 
     /// Append the connections streaming the prefix with `hash` to `out`

@@ -10,7 +10,7 @@
 //! empty, so a lone record is reported as soon as it is applied.
 
 use super::DeliveryTag;
-use crate::wakeups::{LogReport, Waiters};
+use crate::wakeups::{LogReport, Wakeups};
 use pollbox_core::service::Report;
 
 /// How far back a report looks for one of the same request to count
@@ -71,12 +71,12 @@ impl PassReports {
     }
 
     /// Hand every report to its worker, each woken once.
-    pub(crate) fn hand_over(&mut self, waiters: &Waiters) {
+    pub(crate) fn hand_over(&mut self, wakeups: &Wakeups) {
         if self.records == 0 {
             return;
         }
         for (w, list) in self.by_worker.iter_mut().enumerate() {
-            waiters.report_all(w, list);
+            wakeups.report_all(w, list);
         }
         self.records = 0;
     }
