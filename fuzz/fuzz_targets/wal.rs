@@ -61,6 +61,11 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
+    if !bytes.starts_with(SEGMENT_MAGIC) {
+        // Not a segment: refused at offset 0, and nothing was read.
+        assert!(records.is_empty() && damage.is_some_and(|d| d.offset == 0));
+        return;
+    }
     for &end in &ends {
         let mut n = 0;
         let (_, d) = read_segment(&bytes[..end], 0, |_| n += 1);
