@@ -14,7 +14,7 @@ mod kafka;
 use kafka::Broker;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -128,9 +128,11 @@ fn kill_9_under_ingest(how: Ingest) {
 
     // Clients ingest `{"value":1}` into a box each, counting what A answered 200.
     let stop = Arc::new(AtomicBool::new(false));
+    let counts: Arc<Vec<AtomicU64>> = Arc::new((0..CLIENTS).map(|_| AtomicU64::new(0)).collect());
     let clients: Vec<_> = (0..CLIENTS)
         .map(|c| {
             let stop = stop.clone();
+            let counts = counts.clone();
             std::thread::spawn(move || {
                 let mut acked = 0u64;
                 let mut s = TcpStream::connect(addr_a).unwrap();
@@ -155,7 +157,8 @@ fn kill_9_under_ingest(how: Ingest) {
                                 // Every message of the batch applied.
                                 assert_eq!(field(&b, "accepted"), how.batch as u64, "{b}");
                             }
-                            acked += 1
+                            acked += 1;
+                            counts[c].store(acked, Ordering::Relaxed);
                         }
                         Some((code, b)) => panic!("{code} {b}"),
                         None => break, // A was killed
@@ -165,8 +168,14 @@ fn kill_9_under_ingest(how: Ingest) {
             })
         })
         .collect();
-    // Long enough for a snapshot (every second) and records after it.
-    std::thread::sleep(Duration::from_millis(2500));
+    // Until every client had answers and a snapshot (every second) was
+    // written, then records after it: the kill lands past both, however
+    // slow the machine.
+    until(
+        "every client answered more than 10 times, and a snapshot",
+        || counts.iter().all(|n| n.load(Ordering::Relaxed) > 10) && dir.join("a.snap").exists(),
+    );
+    std::thread::sleep(Duration::from_millis(500));
     a.kill().unwrap(); // SIGKILL
     a.wait().unwrap();
     stop.store(true, Ordering::Relaxed);

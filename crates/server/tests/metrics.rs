@@ -214,24 +214,7 @@ fn promtool_accepts_the_exposition() {
     }
     assert_eq!(s.node().boxes.len(), 0);
     let text = scrape(a);
-    let mut child = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool on PATH");
-    std::io::Write::write_all(child.stdin.as_mut().unwrap(), text.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success() && said.trim().is_empty(),
-        "promtool: {said}"
-    );
+    promtool_check(&text);
     for name in [
         "pollbox_boxes_expired_total 1",
         "pollbox_boxes_deleted_total 1",

@@ -325,3 +325,26 @@ pub fn get_with(conn: &mut Reader, path: &str, token: &str) -> Resp {
     );
     conn.read(false)
 }
+
+/// `promtool check metrics` accepts `text` with nothing to say (it must be
+/// on PATH: the tests that call this are ignored without it).
+pub fn promtool_check(text: &str) {
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool on PATH");
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool: {said}"
+    );
+}
