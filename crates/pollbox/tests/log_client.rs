@@ -6,11 +6,12 @@
 //! without a broker; `.ci/run` runs it).
 
 mod common;
+use common::get;
 #[path = "../../server/tests/common/kafka.rs"]
 mod kafka;
 
 use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
@@ -75,16 +76,6 @@ fn said(lines: &Receiver<String>, what: &str) -> String {
             Err(_) => panic!("no line with {what:?} in:\n{}", seen.join("\n")),
         }
     }
-}
-
-fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    common::request(
-        &mut s,
-        format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes(),
-    )
-    .expect("an answer")
 }
 
 /// Each kind's count in `/metrics`.

@@ -8,6 +8,7 @@
 //! `.ci/run`.
 
 mod common;
+use common::get;
 #[path = "../../server/tests/common/kafka.rs"]
 mod kafka;
 
@@ -59,16 +60,6 @@ fn spawn(cfg: &Path) -> (common::Server, SocketAddr) {
         &[],
     );
     (child, addr)
-}
-
-fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    common::request(
-        &mut s,
-        format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes(),
-    )
-    .expect("answer")
 }
 
 fn until(what: &str, mut f: impl FnMut() -> bool) {

@@ -83,6 +83,19 @@ where
     (Server(child), addr, said)
 }
 
+/// `GET path` on a connection of its own: the status and the body.
+#[allow(dead_code)] // each test binary uses what it needs
+pub fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    request(
+        &mut s,
+        format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes(),
+    )
+    .expect("an answer")
+}
+
 /// Send `req` on `s` and read one response: its status and body. `None` if
 /// the connection failed (the server died or closed it).
 #[allow(dead_code)] // each test binary uses what it needs
