@@ -45,12 +45,8 @@ fn serve(file: &Path) -> (common::Server, SocketAddr, Receiver<String>) {
     // The producer may say its first errors before the start-up line.
     let addr = loop {
         let line = lines.next().expect("a start-up line").unwrap();
-        if let Some(rest) = line.strip_prefix("pollbox: listening on http://") {
-            break rest
-                .split_whitespace()
-                .next()
-                .and_then(|a| a.parse().ok())
-                .unwrap_or_else(|| panic!("no address in {line:?}"));
+        if let Some(addr) = common::listening_on(&line) {
+            break addr;
         }
         let _ = tx.send(line);
     };

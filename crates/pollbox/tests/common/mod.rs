@@ -67,12 +67,8 @@ where
             .next()
             .unwrap_or_else(|| panic!("no start-up line in {before:?}"))
             .unwrap();
-        if let Some(rest) = line.strip_prefix("pollbox: listening on http://") {
-            break rest
-                .split_whitespace()
-                .next()
-                .and_then(|a| a.parse().ok())
-                .unwrap_or_else(|| panic!("no address in {line:?}"));
+        if let Some(addr) = listening_on(&line) {
+            break addr;
         }
         before.push(line);
     };
@@ -81,6 +77,19 @@ where
         before
     });
     (Server(child), addr, said)
+}
+
+/// The address in the server's start-up line (`pollbox: listening on
+/// http://ADDR ...`), or `None` for any other line.
+#[allow(dead_code)] // each test binary uses what it needs
+pub fn listening_on(line: &str) -> Option<SocketAddr> {
+    let rest = line.strip_prefix("pollbox: listening on http://")?;
+    Some(
+        rest.split_whitespace()
+            .next()
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("no address in {line:?}")),
+    )
 }
 
 /// `GET path` on a connection of its own: the status and the body.

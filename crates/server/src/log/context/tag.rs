@@ -56,17 +56,19 @@ impl DeliveryTag {
     }
 }
 
+/// The tests' tag: worker 3, `request`, `index`.
+#[cfg(test)]
+pub(crate) fn t(request: u64, index: u32) -> DeliveryTag {
+    DeliveryTag {
+        worker: 3,
+        request,
+        index,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn t(request: u64, index: u32) -> DeliveryTag {
-        DeliveryTag {
-            worker: 3,
-            request,
-            index,
-        }
-    }
 
     #[test]
     fn a_tag_round_trips_through_its_opaque_value_and_anything_else_is_none() {

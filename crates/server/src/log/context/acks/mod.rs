@@ -266,17 +266,10 @@ fn lock_step() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::log::context::tag::t;
     use pollbox_core::plan::MessageError;
     use std::sync::atomic::AtomicU64;
     use std::sync::Arc;
-
-    fn t(request: u64, index: u32) -> DeliveryTag {
-        DeliveryTag {
-            worker: 3,
-            request,
-            index,
-        }
-    }
 
     #[test]
     fn an_acknowledgement_is_held_for_its_apply_and_one_after_it_is_reported_at_once() {
