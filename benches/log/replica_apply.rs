@@ -26,6 +26,7 @@ fn measured(replica: &mut Replica, table: &BoxTable, records: &[(String, i32, Ve
             timestamp_ms: 1_764_000_000_000,
             key: Some(k.as_bytes()),
             value: Some(value),
+            headers: Default::default(),
         };
         // Nobody watches: the wake-up is the server's (`Waiters::notify`).
         black_box(replica.apply(table, &rec, &mut key, &mut ()));

@@ -77,6 +77,18 @@ enum Cmd {
         #[arg(long)]
         file_only: bool,
     },
+    /// Move a stopped standalone node with a write-ahead file into a Kafka
+    /// topic (new and empty) without losing a box or a version, and write
+    /// the snapshot the cluster's nodes start from (docs/operations.md).
+    Migrate {
+        /// The standalone node's config (`[wal]` and `[snapshot]`).
+        #[arg(long)]
+        from: PathBuf,
+        /// The cluster's config (`[log]`, and `[snapshot] path`, where the
+        /// snapshot is written).
+        #[arg(long)]
+        to: PathBuf,
+    },
 }
 
 fn load_config(path: Option<&PathBuf>) -> Result<(Config, String), String> {
@@ -186,6 +198,25 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 file.display()
             );
             print!("{}", cfg.redacted().to_toml());
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Migrate { from, to } => {
+            let (from_cfg, _) = load_config(Some(&from))?;
+            let (to_cfg, _) = load_config(Some(&to))?;
+            // The files the cluster's config names (its client properties).
+            let to_cfg = pollbox_server::Server::check(to_cfg)
+                .map_err(|e| format!("{}: {e}", to.display()))?;
+            let m = pollbox_server::migrate(&from_cfg, &to_cfg)?;
+            eprintln!(
+                "pollbox: migrate: {} boxes and {} records of the write-ahead file into {} ({} partitions); versions go on past {}; wrote {} ({}): start every node of the cluster from a copy of it",
+                m.boxes,
+                m.records,
+                to_cfg.log.topic,
+                m.partitions,
+                m.next_version,
+                m.snapshot.display(),
+                m.position
+            );
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -32,6 +32,7 @@ mod lifecycle;
 mod listener;
 pub mod log;
 pub mod metrics;
+mod migrate;
 mod placement;
 mod preflight;
 mod shared;
@@ -45,6 +46,7 @@ mod worker;
 mod worker_threads;
 
 pub(crate) use cores::available_cores;
+pub use migrate::{migrate, Migrated};
 pub use start_error::StartError;
 pub use worker::STREAM_NOTSENT_LOWAT;
 

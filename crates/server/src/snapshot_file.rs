@@ -853,6 +853,7 @@ mod tests {
         let position = |o| Position {
             topic: "t".into(),
             next: [(0, o)].into_iter().collect(),
+            base: Default::default(),
         };
         let t = sample(200);
         t.track_changes();
@@ -1024,6 +1025,7 @@ mod tests {
         let position = Position {
             topic: "t".into(),
             next: [(0, 3)].into_iter().collect(),
+            base: Default::default(),
         };
         let mut f = BufWriter::new(File::create(&path).expect("create"));
         pollbox_core::snapshot::write_snapshot_at(&t, 0, Some(&position), &mut f).expect("writes");

@@ -9,7 +9,7 @@ mod common;
 use common::*;
 use serde_json::{json, Value};
 use std::collections::{BTreeSet, HashSet};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -467,7 +467,7 @@ impl Sub {
 
     fn fill(&mut self) -> bool {
         let mut tmp = [0u8; 65536];
-        match self.stream.read(&mut tmp) {
+        match read_some(&mut self.stream, &mut tmp) {
             Ok(0) => false,
             Ok(n) => {
                 self.buf.extend_from_slice(&tmp[..n]);

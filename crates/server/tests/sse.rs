@@ -7,7 +7,7 @@
 
 mod common;
 use common::*;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -80,7 +80,7 @@ impl Sub {
 
     fn fill(&mut self) -> bool {
         let mut tmp = [0u8; 65536];
-        match self.stream.read(&mut tmp) {
+        match read_some(&mut self.stream, &mut tmp) {
             Ok(0) => false,
             Ok(n) => {
                 self.buf.extend_from_slice(&tmp[..n]);

@@ -1016,6 +1016,7 @@ fn consume(r: &mut Rig, i: usize, version: u64) -> Report {
         timestamp_ms: 0,
         key: Some(key.as_bytes()),
         value: Some(&value),
+        headers: Default::default(),
     };
     match replica.apply(boxes, &rec, &mut Vec::new(), &mut r.host) {
         crate::log::Outcome::Invalid(crate::log::Invalid::Message(e)) => Report::Refused(e),

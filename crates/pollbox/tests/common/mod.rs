@@ -113,7 +113,11 @@ pub fn request(s: &mut TcpStream, req: &[u8]) -> Option<(u16, String)> {
     let mut buf = Vec::new();
     let mut tmp = [0u8; 4096];
     loop {
-        let n = s.read(&mut tmp).ok()?;
+        let n = match s.read(&mut tmp) {
+            // EINTR after a stop and continue of this process: read again.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => r.ok()?,
+        };
         if n == 0 {
             return None;
         }

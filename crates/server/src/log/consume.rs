@@ -18,11 +18,13 @@ use super::{client_config, LOG_REFUSED_EXIT};
 use crate::lifecycle::Lifecycle;
 use crate::wakeups::Wakeups;
 use pollbox_core::config::LogConfig;
-use pollbox_core::log::{Outcome, Record, Replica};
+use pollbox_core::log::{Headers, Outcome, Position, Record, Replica};
 use pollbox_core::service::Node;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::message::{BorrowedMessage, Headers as _};
 use rdkafka::{Message, Offset, TopicPartitionList};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -209,13 +211,15 @@ fn apply(c: &Consuming, consumer: &BaseConsumer, start: &Start, share: Share) {
         c.node.plan.clone(),
         c.node.config.limits.arena_limit_bytes,
         parts as u32,
-    );
+    )
+    .with_bases(log.loaded().map_or(&BTreeMap::new(), |l| &l.base));
     // The table's lanes are the topic's partitions: a watermark means the
     // same on every node of the log (docs/boxes.md#watermarks).
     let lanes = c.node.boxes.lanes();
     lanes.for_partitions(parts, start.run);
     for (p, &next) in owned() {
-        lanes.restored(p, u64::try_from(next).unwrap_or(0));
+        let at = u64::try_from(next).unwrap_or(0);
+        lanes.restored(p, at.saturating_add(base_of(log.loaded(), p)));
     }
     let mut key = Vec::with_capacity(256);
     if log.catch_up() {
@@ -255,6 +259,7 @@ fn apply(c: &Consuming, consumer: &BaseConsumer, start: &Start, share: Share) {
                     timestamp_ms: m.timestamp().to_millis().unwrap_or_else(wall_ms),
                     key: m.key(),
                     value: m.payload(),
+                    headers: headers_of(&m),
                 };
                 let caught_up = log.caught_up();
                 // Its waiters are woken as an HTTP ingest's are.
@@ -274,6 +279,15 @@ fn apply(c: &Consuming, consumer: &BaseConsumer, start: &Start, share: Share) {
                     Outcome::WrongPartition { home } => {
                         misplaced.say(log.topic(), &rec, &key, *home, parts);
                     }
+                    Outcome::Begin => {
+                        log.halt(format!(
+                            "partition {} of {} begins at offset {} with a standalone node's boxes (pollbox migrate), which are in the snapshot the migration wrote, not in the log: start this node from that snapshot (copy it to snapshot.path)",
+                            rec.partition,
+                            log.topic(),
+                            rec.offset
+                        ));
+                        continue;
+                    }
                     Outcome::Invalid(why) => eprintln!(
                         "pollbox: log: skipped the record at {}/{} offset {}: {}",
                         log.topic(),
@@ -287,11 +301,19 @@ fn apply(c: &Consuming, consumer: &BaseConsumer, start: &Start, share: Share) {
                     // The partition moves past the record, and whoever of
                     // this node's connections awaits it, acknowledged, is
                     // told.
-                    p.acks()
-                        .applied(rec.offset, outcome.report(), |tag, r, produced| {
-                            log.observe_ack(produced.elapsed().as_nanos() as u64);
-                            pass.add(tag, r);
-                        });
+                    let mut advance = || {
+                        p.acks()
+                            .applied(rec.offset, outcome.report(), |tag, r, produced| {
+                                log.observe_ack(produced.elapsed().as_nanos() as u64);
+                                pass.add(tag, r);
+                            })
+                    };
+                    if rec.headers.version.is_some() {
+                        // A migration's record may have raised the base.
+                        p.raised(replica.base(rec.partition), advance);
+                    } else {
+                        advance();
+                    }
                 }
                 if !caught_up && log.catch_up() {
                     eprintln!("pollbox: log: caught up; ready");
@@ -310,6 +332,24 @@ fn apply(c: &Consuming, consumer: &BaseConsumer, start: &Start, share: Share) {
     }
     pass.hand_over(&c.wakeups);
     counts.flush(log);
+}
+
+/// The pollbox headers of `m` ([`Headers`]): none on almost every record.
+#[inline]
+fn headers_of(m: &BorrowedMessage<'_>) -> Headers {
+    let mut h = Headers::default();
+    if let Some(all) = m.headers() {
+        for one in all.iter() {
+            h.read(one.key, one.value);
+        }
+    }
+    h
+}
+
+/// Partition `p`'s version base in the snapshot `loaded` (0 without one).
+fn base_of(loaded: Option<&Position>, p: usize) -> u64 {
+    let p = i32::try_from(p).unwrap_or(i32::MAX);
+    loaded.and_then(|l| l.base.get(&p)).copied().unwrap_or(0)
 }
 
 /// Partition `p` of the log, once known.
@@ -424,7 +464,10 @@ fn starting(c: &Consuming, consumer: &BaseConsumer, said: &mut Throttled) -> Opt
             marks
                 .iter()
                 .zip(&offsets)
-                .map(|(&(_, high), &next)| PartitionState::new(next, high))
+                .enumerate()
+                .map(|(p, (&(_, high), &next))| {
+                    PartitionState::new(next, high, base_of(log.loaded(), p))
+                })
                 .collect(),
         );
         return Some(Start {

@@ -193,6 +193,7 @@ impl Wal {
             next: [(0, i64::try_from(next).unwrap_or(i64::MAX))]
                 .into_iter()
                 .collect(),
+            base: Default::default(),
         }
     }
 

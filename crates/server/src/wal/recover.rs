@@ -12,7 +12,7 @@
 use super::writer::{record_of, sync_dir};
 use pollbox_core::boxes::BoxTable;
 use pollbox_core::log::Replica;
-use pollbox_core::wal::{parse_segment_name, read_segment};
+use pollbox_core::wal::{parse_segment_name, read_segment, WalRecord};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -43,6 +43,33 @@ pub(crate) fn recover(
     from: u64,
     repair: bool,
 ) -> Result<Recovered, String> {
+    let mut replica = Replica::new(plan.clone(), arena_limit_bytes, 1);
+    let mut key = Vec::new();
+    read_records(dir, from, repair, |path, rec| {
+        let outcome = replica.apply(boxes, &record_of(rec), &mut key, &mut ());
+        if let pollbox_core::log::Outcome::Invalid(e) = &outcome {
+            // Checked as an ingest before it was written: a record the
+            // rules refuse now was written under another [boxes]
+            // config. Skipped as the log skips an invalid record.
+            eprintln!(
+                "pollbox: wal: {} record {}: skipped ({})",
+                path.display(),
+                rec.seq,
+                e.describe(boxes.plan())
+            );
+        }
+    })
+}
+
+/// Read the segments in `dir` and hand every record at or past `from` to
+/// `each`, in file order, with its segment's path; the torn tail and damage
+/// as [`recover`] says. `pollbox migrate` reads the file this way too.
+pub(crate) fn read_records(
+    dir: &Path,
+    from: u64,
+    repair: bool,
+    mut each: impl FnMut(&Path, &WalRecord<'_>),
+) -> Result<Recovered, String> {
     let mut out = Recovered::default();
     let mut names = match std::fs::read_dir(dir) {
         Ok(entries) => entries
@@ -62,8 +89,6 @@ pub(crate) fn recover(
         Err(e) => return Err(format!("cannot read {}: {e}", dir.display())),
     };
     names.sort();
-    let mut replica = Replica::new(plan.clone(), arena_limit_bytes, 1);
-    let mut key = Vec::new();
     let count = names.len();
     for (i, (first, path)) in names.into_iter().enumerate() {
         let bytes =
@@ -73,18 +98,7 @@ pub(crate) fn recover(
                 out.covered += 1;
                 return;
             }
-            let outcome = replica.apply(boxes, &record_of(rec), &mut key, &mut ());
-            if let pollbox_core::log::Outcome::Invalid(e) = &outcome {
-                // Checked as an ingest before it was written: a record the
-                // rules refuse now was written under another [boxes]
-                // config. Skipped as the log skips an invalid record.
-                eprintln!(
-                    "pollbox: wal: {} record {}: skipped ({})",
-                    path.display(),
-                    rec.seq,
-                    e.describe(boxes.plan())
-                );
-            }
+            each(&path, rec);
             out.replayed += 1;
         });
         out.last_seq = last;

@@ -362,5 +362,6 @@ pub(crate) fn record_of<'a>(rec: &pollbox_core::wal::WalRecord<'a>) -> Record<'a
         timestamp_ms: rec.timestamp_ms,
         key: Some(rec.key),
         value: rec.value,
+        headers: Default::default(),
     }
 }

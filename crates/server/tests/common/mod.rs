@@ -33,6 +33,18 @@ pub fn url(s: &Server, path: &str) -> String {
     format!("http://{}{}", s.addr(), path)
 }
 
+/// One `read`, tried again when a signal interrupts it: with a read timeout
+/// set, Linux answers EINTR when the process is stopped and continued (a
+/// loaded or checkpointed CI machine does that), with no handler installed.
+pub fn read_some(stream: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match stream.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => return r,
+        }
+    }
+}
+
 pub fn connect(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -123,7 +135,7 @@ impl Reader {
                 return Some(resp);
             }
             let mut tmp = [0u8; 65536];
-            match self.stream.read(&mut tmp) {
+            match read_some(&mut self.stream, &mut tmp) {
                 Ok(0) => return None,
                 Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
                 Err(e) => panic!(
@@ -144,7 +156,7 @@ impl Reader {
                 return text;
             }
             let mut tmp = [0u8; 65536];
-            match self.stream.read(&mut tmp) {
+            match read_some(&mut self.stream, &mut tmp) {
                 Ok(0) => panic!("EOF before {needle:?} (have {text:?})"),
                 Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
                 Err(e) => panic!("read failed: {e} (have {text:?})"),
@@ -165,7 +177,7 @@ impl Reader {
                 return String::from_utf8_lossy(&through).into_owned();
             }
             let mut tmp = [0u8; 65536];
-            match self.stream.read(&mut tmp) {
+            match read_some(&mut self.stream, &mut tmp) {
                 Ok(0) => panic!("EOF before {needle:?}"),
                 Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
                 Err(e) => panic!("read failed: {e}"),
@@ -179,7 +191,7 @@ impl Reader {
             return false;
         }
         let mut tmp = [0u8; 1024];
-        matches!(self.stream.read(&mut tmp), Ok(0) | Err(_))
+        matches!(read_some(&mut self.stream, &mut tmp), Ok(0) | Err(_))
     }
 }
 

@@ -5,7 +5,7 @@
 
 use super::*;
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -56,7 +56,7 @@ impl Sse {
                 return Some(block);
             }
             let mut chunk = [0u8; 16384];
-            match self.stream.read(&mut chunk) {
+            match super::read_some(&mut self.stream, &mut chunk) {
                 Ok(0) | Err(_) => return None,
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
             }

@@ -51,9 +51,11 @@ pub enum Report {
 
 mod partition;
 mod topic;
+mod versions;
 
 pub use partition::{home_partition, murmur2};
 pub use topic::{TopicSettings, UnsafeSetting};
+pub use versions::{parse_version, Bases, Headers, BEGIN_HEADER, VERSION_HEADER};
 
 /// One record of the topic, as the client read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +68,8 @@ pub struct Record<'a> {
     pub key: Option<&'a [u8]>,
     /// `None`: a tombstone (delete the box).
     pub value: Option<&'a [u8]>,
+    /// What its pollbox headers say (a migration's records only: [`Bases`]).
+    pub headers: Headers,
 }
 
 /// The version a box gets from the record at `offset`: `offset + 1`, so
@@ -127,6 +131,12 @@ pub enum Outcome {
     WrongPartition { home: i32 },
     /// Not a valid message: counted, logged and skipped.
     Invalid(Invalid),
+    /// A marker (no key, no value, a named version): the partition's
+    /// versions go on past `version` ([`Bases`]).
+    Marker { version: u64 },
+    /// The record a migrated topic begins with: the boxes before it are in
+    /// the migration's snapshot, which this node did not start from.
+    Begin,
 }
 
 impl Outcome {
@@ -139,9 +149,11 @@ impl Outcome {
             Outcome::Applied { .. } | Outcome::Deleted { .. } => Report::Applied,
             Outcome::NoBox => Report::NoBox,
             Outcome::Invalid(Invalid::Message(e)) => Report::Refused(*e),
-            Outcome::Replayed | Outcome::WrongPartition { .. } | Outcome::Invalid(_) => {
-                Report::Failed
-            }
+            Outcome::Replayed
+            | Outcome::WrongPartition { .. }
+            | Outcome::Invalid(_)
+            | Outcome::Marker { .. }
+            | Outcome::Begin => Report::Failed,
         }
     }
 
@@ -172,6 +184,7 @@ pub struct Replica {
     projector: Projector,
     arena: Arena,
     partitions: u32,
+    bases: Bases,
 }
 
 impl Replica {
@@ -180,7 +193,19 @@ impl Replica {
             projector: Projector::new(plan),
             arena: Arena::new(RECORD_ARENA_BYTES.min(arena_limit_bytes), arena_limit_bytes),
             partitions: partitions.max(1),
+            bases: Bases::default(),
         }
+    }
+
+    /// Start from the partitions' bases a snapshot holds ([`Position::base`]).
+    pub fn with_bases(mut self, bases: &BTreeMap<i32, u64>) -> Replica {
+        self.bases = Bases::from_map(bases);
+        self
+    }
+
+    /// Partition `p`'s base now: what its versions are past its offsets.
+    pub fn base(&self, p: i32) -> u64 {
+        self.bases.get(p)
     }
 
     /// Apply `rec` to `boxes`, and tell `watchers` when the box changed,
@@ -194,25 +219,35 @@ impl Replica {
         key: &mut Vec<u8>,
         watchers: &mut impl Watchers,
     ) -> Outcome {
-        let outcome = self.apply_record(boxes, rec, key);
+        key.clear();
+        if rec.offset < 0 {
+            return Outcome::Invalid(Invalid::BadOffset);
+        }
+        let version = self
+            .bases
+            .version(rec.partition, rec.offset, rec.headers.version);
+        let outcome = self.apply_record(boxes, rec, version, key);
         if outcome.changed_box() {
             watchers.box_updated(key);
         }
         // Told: the partition's lane is applied through this record
         // (docs/boxes.md#watermarks).
-        if rec.offset >= 0 {
-            let lane = lane_of_partition(rec.partition);
-            boxes.lanes().publish_at(lane, version_of(rec.offset));
-        }
+        boxes
+            .lanes()
+            .publish_at(lane_of_partition(rec.partition), version);
         outcome
     }
 
-    fn apply_record(&mut self, boxes: &BoxTable, rec: &Record<'_>, key: &mut Vec<u8>) -> Outcome {
-        key.clear();
-        if rec.offset < 0 {
-            return Outcome::Invalid(Invalid::BadOffset);
+    fn apply_record(
+        &mut self,
+        boxes: &BoxTable,
+        rec: &Record<'_>,
+        version: u64,
+        key: &mut Vec<u8>,
+    ) -> Outcome {
+        if rec.headers.begin {
+            return Outcome::Begin;
         }
-        let version = version_of(rec.offset);
         if let Some(k) = rec.key {
             if std::str::from_utf8(k).is_err() {
                 return Outcome::Invalid(Invalid::KeyNotUtf8);
@@ -221,6 +256,9 @@ impl Replica {
         }
         let Some(value) = rec.value else {
             if rec.key.is_none() {
+                if rec.headers.version.is_some() {
+                    return Outcome::Marker { version };
+                }
                 return Outcome::Invalid(Invalid::TombstoneWithoutKey);
             }
             if let Some(wrong) = misplaced(self.partitions, rec, key) {
@@ -286,6 +324,9 @@ pub struct Position {
     pub topic: String,
     /// Partition → the next offset to read.
     pub next: BTreeMap<i32, i64>,
+    /// Partition → its versions' base at that offset, where not 0 (a
+    /// migrated topic's: [`Bases`]).
+    pub base: BTreeMap<i32, u64>,
 }
 
 impl fmt::Display for Position {
@@ -294,6 +335,9 @@ impl fmt::Display for Position {
         let mut sep = " ";
         for (p, o) in &self.next {
             write!(f, "{sep}{p}@{o}")?;
+            if let Some(b) = self.base.get(p) {
+                write!(f, "+{b}")?;
+            }
             sep = ", ";
         }
         Ok(())
@@ -448,6 +492,7 @@ mod tests {
             timestamp_ms: 1_764_000_000_000,
             key: key.map(str::as_bytes),
             value: value.map(str::as_bytes),
+            headers: Headers::default(),
         }
     }
 
@@ -624,7 +669,8 @@ mod tests {
         let p = Position {
             topic: "t".into(),
             next: [(0, 5), (1, 0)].into_iter().collect(),
+            base: [(0, 9)].into_iter().collect(),
         };
-        assert_eq!(p.to_string(), "t 0@5, 1@0");
+        assert_eq!(p.to_string(), "t 0@5+9, 1@0");
     }
 }

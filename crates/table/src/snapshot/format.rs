@@ -22,6 +22,10 @@ pub const FORMAT_VERSION: u32 = 5;
 pub(super) const FORMAT_WITHOUT_CHAIN: u32 = 4;
 pub(super) const FORMAT_WITHOUT_POSITION: u32 = 3;
 pub(super) const FORMAT_WITHOUT_LIFECYCLE: u32 = 2;
+/// Set on a log position's partition number when the partition's version
+/// base follows its next offset (a migrated topic's, `log::Bases`): older
+/// builds refuse such a position as damaged rather than serve other versions.
+pub(super) const BASE_FLAG: u32 = 1 << 31;
 /// Bounds that keep a corrupted count from asking for gigabytes.
 pub(super) const MAX_PARTITIONS: u32 = 1 << 20;
 /// Bounds that keep a corrupted length from asking for gigabytes.

@@ -12,6 +12,7 @@
 //! per removal: 2u8 | key_len u16, key                                   (deltas only)
 //! end:         0u8 | box count u64 | removal count u64 | version floor u64
 //!              | topic_len u16, topic | partition count u32 | per partition: partition i32, next offset i64
+//!                [, version base u64 when the partition's high bit is set]
 //!              | CRC-32 (IEEE) u32 of every byte before it
 //! ```
 //!
@@ -36,6 +37,9 @@
 //! during the walk are read again at a restart and skipped by their version
 //! (`BoxTable::apply_logged`), so none is applied twice. A delta holds the
 //! position of the state it completes, so the newest file's is the chain's.
+//! A partition of a migrated topic whose versions run past its offsets
+//! (`log::Bases`) has the high bit of its number set and its base after the
+//! offset; other positions are written as before.
 //!
 //! `state` holds one entry per field in the box table's own field-state encoding
 //! (`boxes/codec.rs`: a tag, then a varint, 8 bytes or a string), so records and

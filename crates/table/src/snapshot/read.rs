@@ -13,7 +13,7 @@ use super::chain::{Kind, Link, Newer};
 use super::crc::{read_some, CrcReader};
 use super::error::SnapshotError;
 use super::format::{
-    describe, layout, BOX_MARKER, END_MARKER, FORMAT_VERSION, FORMAT_WITHOUT_CHAIN,
+    describe, layout, BASE_FLAG, BOX_MARKER, END_MARKER, FORMAT_VERSION, FORMAT_WITHOUT_CHAIN,
     FORMAT_WITHOUT_LIFECYCLE, FORMAT_WITHOUT_POSITION, MAGIC, MAX_FIELDS, MAX_PARTITIONS,
     MAX_STATE, REMOVED_MARKER,
 };
@@ -431,13 +431,18 @@ fn read_position<R: Read>(r: &mut CrcReader<'_, R>) -> Result<Option<Position>, 
         return Err(r.corrupt_at(at, "partition count out of range"));
     }
     let mut next = std::collections::BTreeMap::new();
+    let mut base = std::collections::BTreeMap::new();
     for _ in 0..n {
         let at = r.offset;
-        let partition = r.u32()? as i32;
+        let flagged = r.u32()?;
+        let partition = (flagged & !BASE_FLAG) as i32;
         let offset = r.u64()? as i64;
+        if flagged & BASE_FLAG != 0 {
+            base.insert(partition, r.u64()?);
+        }
         if partition < 0 || offset < 0 || next.insert(partition, offset).is_some() {
             return Err(r.corrupt_at(at, "bad log position"));
         }
     }
-    Ok(Some(Position { topic, next }))
+    Ok(Some(Position { topic, next, base }))
 }

@@ -180,6 +180,8 @@ fn the_log_position_survives_a_round_trip() {
         next: [(0, 17), (1, 0), (7, 123_456_789_012)]
             .into_iter()
             .collect(),
+        // A migrated topic's partitions run past their offsets.
+        base: [(1, 1_764_000_000_000_000), (7, 3)].into_iter().collect(),
     };
     let mut bytes = Vec::new();
     write_snapshot_at(&t, 0, Some(&position), &mut bytes).expect("writes");
@@ -215,6 +217,7 @@ fn a_damaged_log_position_is_refused() {
     let position = Position {
         topic: "t".into(),
         next: [(0, 1)].into_iter().collect(),
+        base: Default::default(),
     };
     let mut bytes = Vec::new();
     write_snapshot_at(&t, 0, Some(&position), &mut bytes).expect("writes");

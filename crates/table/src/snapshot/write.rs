@@ -11,7 +11,8 @@ use std::io::{self, Write};
 use super::chain::{Kind, Link};
 use super::crc::CrcWriter;
 use super::format::{
-    layout, BOX_MARKER, END_MARKER, FORMAT_VERSION, FORMAT_WITHOUT_CHAIN, MAGIC, REMOVED_MARKER,
+    layout, BASE_FLAG, BOX_MARKER, END_MARKER, FORMAT_VERSION, FORMAT_WITHOUT_CHAIN, MAGIC,
+    REMOVED_MARKER,
 };
 use crate::boxes::codec;
 use crate::boxes::{BoxTable, Walk};
@@ -171,8 +172,15 @@ fn encode_position(position: Option<&Position>, log: &mut Vec<u8>) -> io::Result
             log.extend_from_slice(p.topic.as_bytes());
             log.extend_from_slice(&len_u32(p.next.len())?.to_le_bytes());
             for (partition, next) in &p.next {
-                log.extend_from_slice(&partition.to_le_bytes());
+                // A partition with a base (a migrated topic's) has the high
+                // bit set and its base after the offset.
+                let base = p.base.get(partition).copied().filter(|&b| b > 0);
+                let flag = if base.is_some() { BASE_FLAG } else { 0 };
+                log.extend_from_slice(&(*partition as u32 | flag).to_le_bytes());
                 log.extend_from_slice(&next.to_le_bytes());
+                if let Some(b) = base {
+                    log.extend_from_slice(&b.to_le_bytes());
+                }
             }
         }
     }

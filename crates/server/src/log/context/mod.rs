@@ -28,7 +28,7 @@ use pollbox_core::config::LogConfig;
 use pollbox_core::log::Position;
 use rdkafka::error::RDKafkaErrorCode;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
 /// One partition as this node sees it. Aligned to 128 bytes: each is
@@ -44,17 +44,37 @@ pub(crate) struct PartitionState {
     end: AtomicI64,
     /// The end when the node started: `/readyz` waits for it.
     end_at_start: i64,
+    /// What the partition's versions are past its offsets (0 but on a
+    /// migrated topic: `pollbox_core::log::Bases`). Moved with `next`
+    /// under this lock, so a snapshot's position never pairs a next offset
+    /// with a base from a record past it.
+    base: Mutex<u64>,
 }
 
 impl PartitionState {
     /// A partition whose next record to apply is `next`, the log's end
     /// `end`.
-    pub(crate) fn new(next: i64, end: i64) -> PartitionState {
+    pub(crate) fn new(next: i64, end: i64, base: u64) -> PartitionState {
         PartitionState {
             acks: PartitionAcks::new(next),
             end: AtomicI64::new(end),
             end_at_start: end,
+            base: Mutex::new(base),
         }
+    }
+
+    /// A record raised the partition's base to `base`: `advance` (which
+    /// moves `next` past the record) runs under the base's lock.
+    pub(crate) fn raised(&self, base: u64, advance: impl FnOnce()) {
+        let mut b = self.base.lock().unwrap_or_else(PoisonError::into_inner);
+        *b = base;
+        advance();
+    }
+
+    /// The next offset to apply and the base at it, as one.
+    pub(crate) fn next_and_base(&self) -> (i64, u64) {
+        let b = self.base.lock().unwrap_or_else(PoisonError::into_inner);
+        (self.next(), *b)
     }
 
     /// Where an acknowledgement meets its apply (and `next` lives).
@@ -274,16 +294,22 @@ impl LogState {
             // Nothing read yet: the snapshot's position, or the log's start.
             None => Some(self.loaded.clone().unwrap_or_else(|| Position {
                 topic: self.topic.clone(),
-                next: Default::default(),
+                ..Position::default()
             })),
-            Some(parts) => Some(Position {
-                topic: self.topic.clone(),
-                next: parts
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| (i as i32, p.next()))
-                    .collect(),
-            }),
+            Some(parts) => {
+                let mut at = Position {
+                    topic: self.topic.clone(),
+                    ..Position::default()
+                };
+                for (i, p) in parts.iter().enumerate() {
+                    let (next, base) = p.next_and_base();
+                    at.next.insert(i as i32, next);
+                    if base > 0 {
+                        at.base.insert(i as i32, base);
+                    }
+                }
+                Some(at)
+            }
         }
     }
 
@@ -367,7 +393,7 @@ mod tests {
     #[test]
     fn a_fatal_client_error_makes_the_node_unready_and_refuse_ingest() {
         let log = state();
-        log.set_partitions(vec![PartitionState::new(0, 0)].into_boxed_slice());
+        log.set_partitions(vec![PartitionState::new(0, 0, 0)].into_boxed_slice());
         assert!(log.catch_up());
         assert!(log.ready() && log.takes_ingest());
         // Errors that are not fatal change neither.
@@ -409,7 +435,7 @@ mod tests {
         assert!(!log.connected());
         log.start_failed();
         assert!(!log.connected() && !log.takes_ingest());
-        log.set_partitions(vec![PartitionState::new(0, 5)].into_boxed_slice());
+        log.set_partitions(vec![PartitionState::new(0, 5, 0)].into_boxed_slice());
         assert!(log.connected() && log.takes_ingest());
         log.exchanged(false);
         assert!(!log.connected());

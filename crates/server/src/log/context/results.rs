@@ -25,10 +25,13 @@ pub(crate) enum RecordResult {
     /// Older than its box, read after the node caught up, so not a replay
     /// (never expected: a key's records are in one partition).
     OutOfOrder,
+    /// A migration's marker (`pollbox migrate`): no box touched; the
+    /// partition's versions go on past it.
+    Marker,
 }
 
 impl RecordResult {
-    pub(crate) const COUNT: usize = 7;
+    pub(crate) const COUNT: usize = 8;
     pub(crate) const ALL: [RecordResult; RecordResult::COUNT] = [
         RecordResult::Applied,
         RecordResult::Deleted,
@@ -37,6 +40,7 @@ impl RecordResult {
         RecordResult::Invalid,
         RecordResult::WrongPartition,
         RecordResult::OutOfOrder,
+        RecordResult::Marker,
     ];
 
     /// What a record whose apply had `outcome` did; `caught_up`: the node
@@ -52,6 +56,7 @@ impl RecordResult {
             Outcome::Replayed => RecordResult::Replayed,
             Outcome::WrongPartition { .. } => RecordResult::WrongPartition,
             Outcome::Invalid(_) => RecordResult::Invalid,
+            Outcome::Marker { .. } | Outcome::Begin => RecordResult::Marker,
         }
     }
 
@@ -65,6 +70,7 @@ impl RecordResult {
             RecordResult::Invalid => "invalid",
             RecordResult::WrongPartition => "wrong_partition",
             RecordResult::OutOfOrder => "out_of_order",
+            RecordResult::Marker => "marker",
         }
     }
 }
@@ -113,6 +119,8 @@ mod tests {
                 RecordResult::WrongPartition,
             ),
             (Outcome::Invalid(Invalid::KeyNotUtf8), RecordResult::Invalid),
+            (Outcome::Marker { version: 9 }, RecordResult::Marker),
+            (Outcome::Begin, RecordResult::Marker),
         ];
         for (outcome, want) in cases {
             assert_eq!(RecordResult::of(&outcome, false), want, "{outcome:?}");
@@ -137,7 +145,8 @@ mod tests {
                 "replayed",
                 "invalid",
                 "wrong_partition",
-                "out_of_order"
+                "out_of_order",
+                "marker"
             ]
         );
         for (i, r) in RecordResult::ALL.iter().enumerate() {
