@@ -9,6 +9,7 @@
 #   crates/faults/ci.sh                                  # seed 7, 75 s of faults
 #   FAULTS_SEED=3 FAULTS_DURATION=300 crates/faults/ci.sh
 #   FAULTS_ALLOW="at-most-once" crates/faults/ci.sh       # a known bug: reported, not failing
+#   FAULTS_LOG_CLIENT='"fetch.wait.max.ms" = "500"' crates/faults/ci.sh   # [log.client] lines for the nodes
 #
 # Exit status: 0 valid; 1 a promise was broken (the report is printed; the
 # history is in $FAULTS_OUT/history.jsonl, the cluster's logs in

@@ -78,8 +78,14 @@ impl Node {
                  trusted_proxies = [\"{proxy}/32\"]\n\n\
                  [http]\nsse_heartbeat_ms = 1000\n\n\
                  [snapshot]\npath = \"{snap}\"\ninterval_s = 1\n\n\
-                 [log]\nbrokers = \"{bootstrap}\"\ntopic = \"{topic}\"\nack_timeout_ms = 5000\n",
+                 [log]\nbrokers = \"{bootstrap}\"\ntopic = \"{topic}\"\nack_timeout_ms = 5000\n\
+                 {client}",
                 snap = dir.join("boxes.snap").display(),
+                // A client setting to judge under faults (e.g. a consumer's
+                // fetch wait), as `[log.client]` lines.
+                client = std::env::var("FAULTS_LOG_CLIENT")
+                    .map(|c| format!("\n[log.client]\n{c}\n"))
+                    .unwrap_or_default(),
                 // HAProxy (deploy/'s replicas config) runs in the root
                 // namespace and sends a PROXY v2 header.
                 proxy = net.root_addr(Lan::Http),
