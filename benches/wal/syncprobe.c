@@ -3,7 +3,10 @@
  * benches/wal/speed.sh. Appends BYTES (default 4096) to a new file in DIR and calls
  * fdatasync, again and again for SECONDS, each sync timed apart; prints one line:
  *
- *   syncs N mean_ms M p50_ms A p90_ms B p99_ms C max_ms D syncs_per_s S
+ *   syncs N mean_ms M p50_ms A p90_ms B p99_ms C max_ms D syncs_per_s S cpu_us_per_sync U
+ *
+ * (U: this process's user + system time over the loop, per sync: what a sync costs the
+ * CPU, the kernel's side of it included.)
  *
  *   cc -O2 -o syncprobe syncprobe.c && ./syncprobe DIR SECONDS [BYTES]
  *
@@ -15,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,6 +48,8 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < bytes; i++) buf[i] = (char)(i * 131 + 7);
     size_t cap = 1 << 20, n = 0;
     double *lat = malloc(cap * sizeof *lat), sum = 0;
+    struct rusage u0, u1;
+    getrusage(RUSAGE_SELF, &u0);
     double end = now_ms() + seconds * 1e3, t0 = now_ms();
     while (now_ms() < end && n < cap) {
         double a = now_ms();
@@ -53,11 +59,14 @@ int main(int argc, char **argv) {
         sum += lat[n++];
     }
     double wall = now_ms() - t0;
+    getrusage(RUSAGE_SELF, &u1);
+#define US(t) ((t).tv_sec * 1e6 + (t).tv_usec)
+    double cpu_us = US(u1.ru_utime) - US(u0.ru_utime) + US(u1.ru_stime) - US(u0.ru_stime);
     close(fd);
     unlink(path);
     qsort(lat, n, sizeof *lat, cmp);
 #define P(q) lat[(size_t)((q) * (n - 1))]
-    printf("syncs %zu mean_ms %.4f p50_ms %.4f p90_ms %.4f p99_ms %.4f max_ms %.4f syncs_per_s %.1f\n",
-           n, sum / n, P(0.5), P(0.9), P(0.99), lat[n - 1], n / (wall / 1e3));
+    printf("syncs %zu mean_ms %.4f p50_ms %.4f p90_ms %.4f p99_ms %.4f max_ms %.4f syncs_per_s %.1f cpu_us_per_sync %.1f\n",
+           n, sum / n, P(0.5), P(0.9), P(0.99), lat[n - 1], n / (wall / 1e3), cpu_us / n);
     return 0;
 }
