@@ -55,6 +55,13 @@ build() {
 
 # utime + stime of a process in clock ticks.
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# "NAME TICKS" for each thread of a process (its name as the kernel keeps it, 15 bytes).
+thread_ticks() {
+  local t
+  for t in /proc/"$1"/task/*; do
+    echo "$(tr ' ' _ <"$t/comm") $(awk '{print $14 + $15}' "$t/stat" 2>/dev/null || echo 0)"
+  done
+}
 now() { date +%s.%N; }
 
 # What else runs: compilers and the busiest processes (the machine is shared).

@@ -5,7 +5,7 @@
 #  - probe:        syncprobe, 4 KiB write + fdatasync in a loop on the same folder
 #                  (the floor: what one sync costs this disk);
 #  - batch-snap / batch-wal: POST /v1/ingest, 100 x 512 B a request, BATCH_CONNECTIONS
-#                  connections;
+#                  connections x BATCH_PIPELINE;
 #  - single1-wal:  POST /v1/boxes/{key} over one connection, one at a time (one sync
 #                  a message: the baseline of many connections);
 #  - single-snap / single-wal: single 512 B messages open-loop at SINGLE_RATE/s over
@@ -13,13 +13,15 @@
 #  - many-snap / many-wal: 1,000 connections each posting single messages, closed loop.
 # Each line: messages/s, answer p50/p99, errors, server CPU per message (utime +
 # stime of the node from /proc/PID/stat over the run, warm-up included, divided by
-# pollbox_ingest_messages_total over the same span), records per sync. Then the
+# pollbox_ingest_messages_total over the same span), records per sync, the node's
+# own syncs' p99, the CPU per message by thread (/proc/PID/task/*/stat). Then the
 # medians and the ratios of the goals (BENCHMARKS.md, "The write-ahead file").
 #
 #   benches/wal/speed.sh            # results/DATE-speed.txt
 #
 # Knobs: SPEED_REPS (3), SPEED_DURATION (8 s), SPEED_PROBE_S (5), SINGLE_RATE (1000),
-# BATCH_CONNECTIONS (16), MANY_CONNECTIONS (1000), SPEED_KINDS ("batch single many": the
+# BATCH_CONNECTIONS (16), BATCH_PIPELINE (1: requests in flight a connection),
+# MANY_CONNECTIONS (1000), SPEED_KINDS ("batch single many": the
 # probe runs always), WAL_TAG; lib.sh's WAL_* knobs.
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
@@ -30,10 +32,11 @@ PROBE_S=${SPEED_PROBE_S:-5}
 RATE=${SINGLE_RATE:-1000}
 MANY=${MANY_CONNECTIONS:-1000}
 BCONNS=${BATCH_CONNECTIONS:-16}
+BDEPTH=${BATCH_PIPELINE:-1}
 KINDS=${SPEED_KINDS:-batch single many}
 OUT=$RESULTS/$(date -u +%F)-speed${WAL_TAG:+-$WAL_TAG}.txt
 build
-header "$OUT" "SPEED_REPS=$REPS SPEED_DURATION=$DUR SPEED_PROBE_S=$PROBE_S SINGLE_RATE=$RATE MANY_CONNECTIONS=$MANY BATCH_CONNECTIONS=$BCONNS SPEED_KINDS='$KINDS' benches/wal/speed.sh"
+header "$OUT" "SPEED_REPS=$REPS SPEED_DURATION=$DUR SPEED_PROBE_S=$PROBE_S SINGLE_RATE=$RATE MANY_CONNECTIONS=$MANY BATCH_CONNECTIONS=$BCONNS BATCH_PIPELINE=$BDEPTH SPEED_KINDS='$KINDS' benches/wal/speed.sh"
 
 node_up snap 19311 snap
 declare -A PID_OF=([snap]=$NODE_PID) PORT_OF=([snap]=19311)
@@ -43,7 +46,7 @@ wait_ready 19311 snap 60
 wait_ready 19312 wal 60
 
 COMMON=(--body-bytes 512 --keys 10000 --warmup 1s -d "${DUR}s" -q --max-error-rate 1)
-BATCH=(--mix batch:100 --batch-size 100 -c "$BCONNS" "${COMMON[@]}")
+BATCH=(--mix batch:100 --batch-size 100 -c "$BCONNS" --pipeline "$BDEPTH" "${COMMON[@]}")
 SINGLE1=(--mix ingest:100 -c 1 "${COMMON[@]}")
 SINGLE=(--mix ingest:100 -c 16 -R "$RATE" "${COMMON[@]}")
 MANYC=(--mix ingest:100 -c "$MANY" "${COMMON[@]}")
@@ -64,14 +67,16 @@ run() {
   t0=$(ticks "$pid"); m0=$(metric "$port" pollbox_ingest_messages_total)
   r0=$(metric "$port" pollbox_wal_records_total); s0=$(metric "$port" pollbox_wal_syncs_total)
   sync_hist "$port" >"$WORK/h0"
+  thread_ticks "$pid" >"$WORK/t0"
   taskset -c "$LOAD_CPU" "$POLLBOX" load --url "http://127.0.0.1:$port" "$@" --json "$json" \
     >"$WORK/load.txt" 2>&1 || { echo "# load failed:"; sed 's/^/#   /' "$WORK/load.txt"; }
   t1=$(ticks "$pid"); m1=$(metric "$port" pollbox_ingest_messages_total)
   r1=$(metric "$port" pollbox_wal_records_total); s1=$(metric "$port" pollbox_wal_syncs_total)
   sync_hist "$port" >"$WORK/h1"
-  python3 - "$json" "$name" "$rep" "$((t1 - t0))" "$HZ" "$m0" "$m1" "$r0" "$r1" "$s0" "$s1" "$WORK/h0" "$WORK/h1" <<'PY'
+  thread_ticks "$pid" >"$WORK/t1"
+  python3 - "$json" "$name" "$rep" "$((t1 - t0))" "$HZ" "$m0" "$m1" "$r0" "$r1" "$s0" "$s1" "$WORK/h0" "$WORK/h1" "$WORK/t0" "$WORK/t1" <<'PY'
 import json, sys
-path, name, rep, t, hz, m0, m1, r0, r1, s0, s1, h0, h1 = sys.argv[1:]
+path, name, rep, t, hz, m0, m1, r0, r1, s0, s1, h0, h1, tt0, tt1 = sys.argv[1:]
 def hist(f):
     return [(float(le), float(c)) for le, c in (l.split() for l in open(f))]
 # The node's own syncs over the run (pollbox_wal_sync_seconds): p99 as its bucket's upper bound.
@@ -84,8 +89,18 @@ msgs = float(m1) - float(m0)
 cpu = int(t) / int(hz) * 1e6 / max(msgs, 1)
 syncs = float(s1) - float(s0)
 rps = f"{(float(r1) - float(r0)) / syncs:.1f}" if syncs > 0 else "-"
+# By thread (the kernel's names): µs a message.
+def threads(f):
+    d = {}
+    for l in open(f):
+        n, v = l.split()
+        n = n if n.startswith("pollbox") else "other"
+        d[n] = d.get(n, 0) + int(v)
+    return d
+a, b = threads(tt0), threads(tt1)
+by = " ".join(f"{n}={(b[n] - a.get(n, 0)) / int(hz) * 1e6 / max(msgs, 1):.2f}" for n in sorted(b) if b[n] - a.get(n, 0) > 0)
 print(f"{name:12s} rep {rep}  {r['messages_per_s']:10,.0f} msg/s  p50 {l['p50']:.3f}  p99 {l['p99']:.3f} ms  "
-      f"errors {r['errors_total']}  server CPU {cpu:.2f} us/msg ({int(t) / int(hz):.2f} s over {msgs:,.0f} msgs)  records/sync {rps}  sync p99 {sp99}")
+      f"errors {r['errors_total']}  server CPU {cpu:.2f} us/msg ({int(t) / int(hz):.2f} s over {msgs:,.0f} msgs)  records/sync {rps}  sync p99 {sp99}  by thread us/msg: {by or '-'}")
 PY
 }
 
