@@ -67,7 +67,7 @@ now() { date +%s.%N; }
 # What else runs: compilers and the busiest processes (the machine is shared).
 contention() {
   echo "# uptime: $(uptime)"
-  echo "# compilers running: $(pgrep -c -x 'rustc|cc1|cc1plus|compile|ld|cargo' || true)"
+  echo "# compilers running: $(ps -eo comm= | grep -cE '^(rustc|cc1|cc1plus|compile|ld|cargo)$' || true)"
   ps -eo pcpu,comm --sort=-pcpu | sed -n '2,5p' | awk '{printf "#   %s%% %s\n", $1, $2}'
 }
 
