@@ -260,6 +260,7 @@ impl Service {
                 index: i as u32,
                 key,
                 value: body.get(m.span.0 as usize..m.span.1 as usize),
+                values: m.values,
             });
         }
         // One batch: the log takes all of it, or (its client's queue full)
@@ -296,6 +297,7 @@ impl Service {
             index: 0,
             key: &self.key,
             value: None,
+            values: &[],
         };
         if x.host.produce(p.request, &[tombstone]) == 0 {
             p.failed = true;

@@ -111,11 +111,14 @@ impl Node {
 
 /// One record a node of a log produces ([`Host::produce`]): the message at
 /// `index` of its request, under `key`; `value` `None` is a tombstone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `values`: the message as the projection gave it (empty for a tombstone),
+/// which a write-ahead file applies without parsing `value` again.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LogRecord<'a> {
     pub index: u32,
     pub key: &'a [u8],
     pub value: Option<&'a [u8]>,
+    pub values: &'a [Option<crate::plan::Value<'a>>],
 }
 
 /// What the service and the connections need from the server around them.

@@ -25,7 +25,7 @@ use crate::log::DeliveryTag;
 use crate::stats::Histogram;
 use pollbox_core::log::Position;
 use pollbox_core::service::LogRecord;
-use pollbox_core::wal::{encode, WalRecord};
+use pollbox_core::wal::{encode, encode_values, WalRecord};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
@@ -51,6 +51,10 @@ pub(crate) struct Queue {
     /// Their bytes, encoded, in sequence order.
     pub bytes: Vec<u8>,
     pub tags: Vec<DeliveryTag>,
+    /// Each record's message as the worker projected it (a field count u16,
+    /// then `pollbox_core::wal::encode_values`), in the same order: the
+    /// apply does not parse it again. Never written to the file.
+    pub values: Vec<u8>,
     /// The sequence number of the first of them.
     pub first_seq: u64,
     /// The sequence number the next record gets.
@@ -146,6 +150,9 @@ impl Wal {
                 },
                 &mut q.bytes,
             );
+            q.values
+                .extend_from_slice(&(r.values.len() as u16).to_le_bytes());
+            encode_values(r.values, &mut q.values);
             q.tags.push(DeliveryTag {
                 worker,
                 request,

@@ -23,7 +23,7 @@ use crate::log::PassReports;
 use crate::wakeups::Wakeups;
 use pollbox_core::log::{Record, Replica, Report};
 use pollbox_core::service::Node;
-use pollbox_core::wal::{decode, segment_name, SEGMENT_MAGIC};
+use pollbox_core::wal::{decode, decode_values, segment_name, SEGMENT_MAGIC};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
@@ -44,6 +44,8 @@ pub(crate) struct Writing {
 struct Synced {
     bytes: Vec<u8>,
     tags: Vec<DeliveryTag>,
+    /// The records' projected messages ([`super::Queue::values`]).
+    values: Vec<u8>,
 }
 
 /// The threads, joined by [`Threads::join`] after [`Wal::stop`].
@@ -136,6 +138,7 @@ fn write_loop(w: &Writing, tx: &crossbeam_channel::Sender<Synced>) {
     let mut segment: Option<Segment> = None;
     let mut buf = Vec::new();
     let mut tags = Vec::new();
+    let mut values = Vec::new();
     loop {
         let first = {
             let Ok(mut q) = wal.queue.lock() else { return };
@@ -150,6 +153,7 @@ fn write_loop(w: &Writing, tx: &crossbeam_channel::Sender<Synced>) {
             }
             std::mem::swap(&mut buf, &mut q.bytes);
             std::mem::swap(&mut tags, &mut q.tags);
+            std::mem::swap(&mut values, &mut q.values);
             q.first_seq
         };
         if test_faults().ack_early {
@@ -157,6 +161,7 @@ fn write_loop(w: &Writing, tx: &crossbeam_channel::Sender<Synced>) {
             let early = Synced {
                 bytes: buf.clone(),
                 tags: std::mem::take(&mut tags),
+                values: std::mem::take(&mut values),
             };
             if tx.send(early).is_err() {
                 return;
@@ -175,6 +180,7 @@ fn write_loop(w: &Writing, tx: &crossbeam_channel::Sender<Synced>) {
                 let synced = Synced {
                     bytes: std::mem::take(&mut buf),
                     tags: std::mem::take(&mut tags),
+                    values: std::mem::take(&mut values),
                 };
                 if tx.send(synced).is_err() {
                     return;
@@ -187,6 +193,7 @@ fn write_loop(w: &Writing, tx: &crossbeam_channel::Sender<Synced>) {
                 fail_all(&w.wakeups, &tags);
                 buf.clear();
                 tags.clear();
+                values.clear();
             }
         }
     }
@@ -334,7 +341,8 @@ fn apply_loop(node: &Node, wal: &Wal, wakeups: &Wakeups, rx: &crossbeam_channel:
     let mut key = Vec::new();
     let mut watchers: &Wakeups = wakeups;
     for group in rx {
-        let mut at = 0;
+        let (mut at, mut v_at) = (0, 0);
+        let mut values = Vec::new();
         for t in &group.tags {
             let Ok(Some((rec, n))) = decode(&group.bytes[at..]) else {
                 // Bytes this process encoded: never expected.
@@ -342,9 +350,26 @@ fn apply_loop(node: &Node, wal: &Wal, wakeups: &Wakeups, rx: &crossbeam_channel:
                 continue;
             };
             at += n;
-            let outcome = replica.apply(&node.boxes, &record_of(&rec), &mut key, &mut watchers);
+            // The message as the worker projected it, when it came with it.
+            let projected = group
+                .values
+                .get(v_at..v_at + 2)
+                .map(|c| usize::from(u16::from_le_bytes([c[0], c[1]])))
+                .and_then(|fields| {
+                    let used = decode_values(&group.values[v_at + 2..], fields, &mut values)?;
+                    v_at += 2 + used;
+                    Some(fields)
+                });
+            let seq = rec.seq;
+            let rec = record_of(&rec);
+            let outcome = match projected {
+                Some(fields) if fields > 0 => {
+                    replica.apply_projected(&node.boxes, &rec, &values, &mut key, &mut watchers)
+                }
+                _ => replica.apply(&node.boxes, &rec, &mut key, &mut watchers),
+            };
             reports.add(*t, outcome.report());
-            wal.applied_next.store(rec.seq + 1, Ordering::Release);
+            wal.applied_next.store(seq + 1, Ordering::Release);
             if reports.records() >= 256 {
                 reports.hand_over(wakeups);
             }

@@ -20,6 +20,10 @@
 //! reads and cuts the files); this module encodes and decodes bytes, and
 //! says where a segment is damaged and whether the damage is a torn tail.
 
+mod projected;
+
+pub use projected::{decode_values, encode_values};
+
 /// The first bytes of every segment (format 1).
 pub const SEGMENT_MAGIC: &[u8; 8] = b"PBWAL1\n\0";
 
