@@ -27,7 +27,9 @@
 # ROLLING_LB_DRAIN=1 (before a node's SIGTERM, set it to drain in HAProxy and
 # wait until it has no request in flight; ready again once it is), ROLLING_KEEP=1
 # (keep the work folder), POLLBOX_BIN (else cargo build --release -p pollbox; a
-# copy is run), ROLLING_BUILD (what the header says of the build, else from git).
+# copy is run), ROLLING_BUILD (what the header says of the build, else from git),
+# ROLLING_LOG_CLIENT (`[log.client]` lines for the nodes, e.g.
+# '"fetch.wait.max.ms" = "500"'; the results file's name gets -log-client).
 # Needs java (scripts/kafka/install-deps.sh), haproxy, python3; ~1.5 GB.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -41,7 +43,7 @@ KEYS=${ROLLING_KEYS:-1000}
 PY="$ROOT/benches/log/rolling.py"
 K="$ROOT/scripts/kafka"
 RESULTS="$ROOT/benches/log/results"
-suffix="${ROLLING_LB_DRAIN:+-lb-drain}$([[ "$RATE" == 2000 ]] || echo "-${RATE}rps")"
+suffix="${ROLLING_LB_DRAIN:+-lb-drain}${ROLLING_LOG_CLIENT:+-log-client}$([[ "$RATE" == 2000 ]] || echo "-${RATE}rps")"
 OUT="$RESULTS/$(date +%F)-rolling$suffix.txt"
 LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 WORK="$(mktemp -d /tmp/pollbox-rolling.XXXXXX)"
@@ -128,6 +130,9 @@ interval_s = 10
 [log]
 brokers = "$BOOTSTRAP"
 topic = "pollbox"
+${ROLLING_LOG_CLIENT:+
+[log.client]
+$ROLLING_LOG_CLIENT}
 EOF
   start_node "$i"
 done
@@ -254,6 +259,7 @@ RSS_END=$(broker_rss)
     "checker: $CHECK_RATE ingests/s on 100 keys of its own; ${SETTLE} s steady between restarts;" \
     "nodes: ${ROLLING_LB_DRAIN:+drained in HAProxy, then }SIGTERM"
   echo "# load average at start: $LOAD_START; at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "# log.client: ${ROLLING_LOG_CLIENT:-none: the defaults}"
   echo
   echo "== the busiest processes in the first steady window (top, over 2 s) =="
   cat "$WORK/ps-steady.txt"
