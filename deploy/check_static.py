@@ -87,6 +87,7 @@ EXPORTED_METRICS = {
 LOG_METRICS = {
     "pollbox_log_records_total",
     "pollbox_log_consume_errors_total",
+    "pollbox_log_client_errors_total",
     "pollbox_log_produce_errors_total",
     "pollbox_log_connected",
     "pollbox_log_caught_up",
@@ -572,6 +573,9 @@ def check_replicas(prod, max_wait_s):
     # The production config, then a [log] section: nothing else may drift.
     base, _, log = rep[rep.index("[server]"):].partition("\n[log]\n")
     base, jwt = split_jwt(base)
+    # A replica keeps no write-ahead file (the log is what keeps its messages):
+    # the production config's [wal] section is left out of the comparison.
+    prod = re.sub(r"\n\[wal\]\n.*?(?=\n\[|\Z)", "\n", prod, flags=re.S)
     if base.rstrip() != prod[prod.index("[server]"):].rstrip():
         errors.append(f"{rel}: everything before [auth.jwt] must equal deploy/systemd/pollbox.toml from [server] on")
     cm = configmap_toml(read("deploy/k8s/configmap.yaml")) or ""
@@ -774,6 +778,7 @@ def k8s_local(out, metrics_port):
     subs = [
         (r'^metrics_listen = "[^"]*"', f'metrics_listen = "127.0.0.1:{metrics_port}"'),
         (r'^path = "/var/lib/pollbox/boxes.snapshot"', f'path = "{out}/boxes.snapshot"'),
+        (r'^path = "/var/lib/pollbox/wal"', f'path = "{out}/wal"'),
         (r'^keys_file = "[^"]*"', f'keys_file = "{jwks}/jwks.json"'),
     ]
     for pattern, repl in subs:
