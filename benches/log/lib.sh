@@ -48,18 +48,14 @@ quiet() {
   if pgrep -x rustc >/dev/null; then QUIET_DESC+=", then went on with one running"; fi
 }
 
+# shellcheck source=../lib/procs.sh
+. "$ROOT/benches/lib/procs.sh"
+
 MAIN_PID=$BASHPID
 cleanup() {
   # Only the script itself cleans up, not a subshell that inherited the trap.
   [[ $BASHPID == "$MAIN_PID" ]] || return 0
-  local p
-  for p in "${STARTED_PIDS[@]+"${STARTED_PIDS[@]}"}"; do
-    kill -TERM "$p" 2>/dev/null || true
-  done
-  for p in "${STARTED_PIDS[@]+"${STARTED_PIDS[@]}"}"; do
-    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$p" 2>/dev/null || true
-  done
+  stop_pids "${STARTED_PIDS[@]+"${STARTED_PIDS[@]}"}"
   if [[ -n "$OWN_BROKER_DIR" ]]; then scripts/kafka/stop.sh "$OWN_BROKER_DIR" >/dev/null 2>&1 || true; fi
   rm -rf "$WORK"
 }

@@ -51,15 +51,6 @@ fi
 # The bare consumer once, unmeasured: the segments into the page cache.
 taskset -c "$NODE_CPU" "$LOGBENCH" consume --brokers "$BOOTSTRAP" --topic "$TOPIC" >/dev/null
 
-# ready PORT: /readyz answers 200 (bash's /dev/tcp: no process forked per try).
-ready() {
-  local line=""
-  { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
-  printf 'GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' >&3
-  read -r line <&3 || true
-  exec 3<&- 3>&-
-  [[ "$line" == *" 200 "* ]]
-}
 
 port=19100
 run_one() { # VARIANT REP

@@ -20,18 +20,14 @@ STARTED_PIDS=()
 mkdir -p "$RESULTS" "$WORK/bin"
 HZ=$(getconf CLK_TCK)
 
+# shellcheck source=../lib/procs.sh
+. "$ROOT/benches/lib/procs.sh"
+
 MAIN_PID=$BASHPID
 cleanup() {
   # Only the script itself cleans up, not a subshell that inherited the trap.
   [[ $BASHPID == "$MAIN_PID" ]] || return 0
-  local p
-  for p in "${STARTED_PIDS[@]+"${STARTED_PIDS[@]}"}"; do
-    kill -TERM "$p" 2>/dev/null || true
-  done
-  for p in "${STARTED_PIDS[@]+"${STARTED_PIDS[@]}"}"; do
-    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$p" 2>/dev/null || true
-  done
+  stop_pids "${STARTED_PIDS[@]+"${STARTED_PIDS[@]}"}"
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -100,15 +96,6 @@ node_up() {
   STARTED_PIDS+=("$NODE_PID")
 }
 
-# ready PORT: /readyz answers 200 (bash's /dev/tcp: no process forked per try).
-ready() {
-  local line=""
-  { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
-  printf 'GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' >&3
-  read -r line <&3 || true
-  exec 3<&- 3>&-
-  [[ "$line" == *" 200 "* ]]
-}
 
 wait_ready() { # PORT NAME [TIMEOUT_S]
   local deadline=$((SECONDS + ${3:-600}))

@@ -227,15 +227,7 @@ impl Replica {
             .bases
             .version(rec.partition, rec.offset, rec.headers.version);
         let outcome = self.apply_record(boxes, rec, version, key);
-        if outcome.changed_box() {
-            watchers.box_updated(key);
-        }
-        // Told: the partition's lane is applied through this record
-        // (docs/boxes.md#watermarks).
-        boxes
-            .lanes()
-            .publish_at(lane_of_partition(rec.partition), version);
-        outcome
+        told(boxes, rec.partition, version, key, watchers, outcome)
     }
 
     fn apply_record(
@@ -330,14 +322,28 @@ impl Replica {
             (Ok(_), Some(wrong)) => wrong,
             (Ok(k), None) => apply_values(boxes, k, values, version, rec),
         };
-        if outcome.changed_box() {
-            watchers.box_updated(key);
-        }
-        boxes
-            .lanes()
-            .publish_at(lane_of_partition(rec.partition), version);
-        outcome
+        told(boxes, rec.partition, version, key, watchers, outcome)
     }
+}
+
+/// After a record of `partition` at `version`: the box's waiters woken if it
+/// changed, and the partition's lane applied through the record
+/// (docs/boxes.md#watermarks).
+fn told(
+    boxes: &BoxTable,
+    partition: i32,
+    version: u64,
+    key: &[u8],
+    watchers: &mut impl Watchers,
+    outcome: Outcome,
+) -> Outcome {
+    if outcome.changed_box() {
+        watchers.box_updated(key);
+    }
+    boxes
+        .lanes()
+        .publish_at(lane_of_partition(partition), version);
+    outcome
 }
 
 /// Apply a message's projected `values` to box `k` at `version`, with the
