@@ -19,7 +19,9 @@
 //! - `shard.rs`: the shards, their writer mutex and sequence, and the
 //!   structural changes made under it (insert, remove, grow, shrink);
 //! - `expiry.rs`: expiry stamps and the bounded sweep;
-//! - `order.rs`: every key in order, for pages of a prefix;
+//! - `order.rs`: every key in order, for pages of a prefix: sets of box
+//!   ids in sorted blocks (`blocks.rs`), whose keys are read from the
+//!   records (`keys.rs`);
 //! - `walk.rs`: the snapshot walk ([`BoxTable::for_each`]) and
 //!   [`BoxTable::restore`];
 //! - `reduce.rs` (one message applied to a box's state), `record.rs` (a
@@ -27,9 +29,11 @@
 //!   `codec.rs` (the field state encoding), `size.rs` (allocator size
 //!   classes, for the accounting).
 
+mod blocks;
 mod changes;
 pub(crate) mod codec;
 mod expiry;
+mod keys;
 mod lanes;
 mod map;
 mod order;
@@ -44,10 +48,11 @@ mod watchers;
 
 pub use changes::Walk;
 pub use expiry::{Removed, SweepBudget, Swept};
+pub use keys::Order;
 pub use lanes::{enter_lane, lane_of, mark, past, pos_of, Lanes, MAX_LANES};
 pub use order::{
-    each_prefix_len, is_prefix, is_separator, prefixes_of, KeyOrder, MarkedKeys, ORDER_SHARDS,
-    TOMBSTONES,
+    box_id, each_prefix_len, is_prefix, is_separator, prefixes_of, split_id, Held, KeyOrder,
+    KeySource, MarkedKeys, BLOCK, ORDER_SHARDS, TOMBSTONES, TOMBSTONE_BYTES,
 };
 pub use size::size_class;
 pub use walk::RestoreError;
@@ -497,11 +502,6 @@ impl BoxTable {
                 .iter()
                 .map(|s| s.write.bytes.load(Ordering::Relaxed))
                 .sum::<usize>()
-    }
-
-    /// Every key in order: pages of a prefix walk it (docs/boxes.md#rooms).
-    pub fn order(&self) -> &KeyOrder {
-        &self.order
     }
 
     /// Heap bytes of the tombstones the key order keeps (a bounded number:
