@@ -18,6 +18,7 @@
 //! while the mutex is held (`order.rs` says how removals keep that).
 
 use super::size_class;
+use std::cmp::Ordering;
 
 /// Ids a block holds at most: 1 KiB, a size class of its own.
 pub const BLOCK: usize = 256;
@@ -29,25 +30,33 @@ pub trait KeySource {
     /// Replace `out` by the key of box `id`; false (and `out` empty) if no
     /// box has that id.
     fn key_into(&self, id: u32, out: &mut Vec<u8>) -> bool;
-}
 
-/// `keys`, but box `id`'s key is `key` without reading it (its record may be
-/// claimed by the caller, which is removing it).
-pub(super) struct Known<'a, K: ?Sized> {
-    pub(super) keys: &'a K,
-    pub(super) id: u32,
-    pub(super) key: &'a [u8],
-}
-
-impl<K: KeySource + ?Sized> KeySource for Known<'_, K> {
-    fn key_into(&self, id: u32, out: &mut Vec<u8>) -> bool {
-        if id == self.id {
-            out.clear();
-            out.extend_from_slice(self.key);
-            return true;
-        }
-        self.keys.key_into(id, out)
+    /// How box `id`'s key compares with `key`; `None` if no box has that id.
+    /// (A source that can compare in place, as the table's does, skips the
+    /// copy this one makes.)
+    fn cmp_key(&self, id: u32, key: &[u8]) -> Option<Ordering> {
+        let mut own = Vec::new();
+        self.key_into(id, &mut own).then(|| own.as_slice().cmp(key))
     }
+}
+
+/// Whether `a` sorts at or below `b`: eight bytes a compare, inline (a
+/// separator and a key are short; `memcmp` is a call).
+#[inline]
+fn at_or_below(a: &[u8], b: &[u8]) -> bool {
+    let (mut x, mut y) = (a, b);
+    while let (Some(p), Some(q)) = (x.first_chunk::<8>(), y.first_chunk::<8>()) {
+        if p != q {
+            return u64::from_be_bytes(*p) < u64::from_be_bytes(*q);
+        }
+        (x, y) = (&x[8..], &y[8..]);
+    }
+    for (p, q) in x.iter().zip(y) {
+        if p != q {
+            return p < q;
+        }
+    }
+    a.len() <= b.len()
 }
 
 struct Block {
@@ -110,26 +119,16 @@ impl Blocks {
     /// The block whose separator range holds `target`, and the first id in
     /// it whose key is at or above `target` (`strict`: above): possibly
     /// one past the block's last id. `None` without blocks.
-    fn find(
-        &self,
-        keys: &(impl KeySource + ?Sized),
-        buf: &mut Vec<u8>,
-        target: &[u8],
-        strict: bool,
-    ) -> Option<At> {
-        let b = self
-            .blocks
-            .partition_point(|blk| blk.sep.as_slice() <= target)
-            .saturating_sub(1);
+    fn find(&self, keys: &(impl KeySource + ?Sized), target: &[u8], strict: bool) -> Option<At> {
+        let b = self.block_of(target);
         let blk = self.blocks.get(b)?;
         let i = blk.ids.partition_point(|&id| {
             // An id without a box reads as the empty key: never, while the
             // set's mutex is held (see the module doc).
-            keys.key_into(id, buf);
-            if strict {
-                buf.as_slice() <= target
-            } else {
-                buf.as_slice() < target
+            match keys.cmp_key(id, target) {
+                Some(Ordering::Greater) => false,
+                Some(Ordering::Equal) => strict,
+                _ => true,
             }
         });
         Some((b, i))
@@ -137,14 +136,8 @@ impl Blocks {
 
     /// The first id whose key is at or above `target` (`strict`: above), or
     /// the end.
-    pub(super) fn seek(
-        &self,
-        keys: &(impl KeySource + ?Sized),
-        buf: &mut Vec<u8>,
-        target: &[u8],
-        strict: bool,
-    ) -> At {
-        match self.find(keys, buf, target, strict) {
+    pub(super) fn seek(&self, keys: &(impl KeySource + ?Sized), target: &[u8], strict: bool) -> At {
+        match self.find(keys, target, strict) {
             Some((b, i)) if i >= self.blocks[b].ids.len() => (b + 1, 0),
             Some(at) => at,
             None => (0, 0),
@@ -165,7 +158,7 @@ impl Blocks {
         key: &[u8],
         id: u32,
     ) {
-        let Some((b, i)) = self.find(keys, buf, key, false) else {
+        let Some((b, i)) = self.find(keys, key, false) else {
             let mut blk = Block::new(&[]);
             blk.ids.push(id);
             self.heap += blk.bytes();
@@ -173,7 +166,7 @@ impl Blocks {
             return;
         };
         if let Some(same) = self.blocks[b].ids.get_mut(i) {
-            if keys.key_into(*same, buf) && buf.as_slice() == key {
+            if keys.cmp_key(*same, key) == Some(Ordering::Equal) {
                 *same = id;
                 return;
             }
@@ -240,27 +233,34 @@ impl Blocks {
         self.heap = self.heap + size_class(blk.sep.capacity()) - was;
     }
 
-    /// The position of `id`, whose key is `key`, if it is here.
-    pub(super) fn position(
-        &self,
-        keys: &(impl KeySource + ?Sized),
-        buf: &mut Vec<u8>,
-        key: &[u8],
-        id: u32,
-    ) -> Option<At> {
-        let at = self.find(keys, buf, key, false)?;
-        (self.blocks[at.0].ids.get(at.1) == Some(&id)).then_some(at)
+    /// The block whose separator range holds `key` (0 without blocks): by
+    /// the separators alone.
+    fn block_of(&self, key: &[u8]) -> usize {
+        self.blocks
+            .partition_point(|blk| at_or_below(&blk.sep, key))
+            .saturating_sub(1)
+    }
+
+    /// The position of `id`, whose key is `key`, if it is here: its block
+    /// by the separators, then a scan of the block's ids (no key read).
+    pub(super) fn position(&self, key: &[u8], id: u32) -> Option<At> {
+        let b = self.block_of(key);
+        let ids = &self.blocks.get(b)?.ids;
+        // Sixteen ids a step, compared without a branch each.
+        let mut base = 0;
+        for chunk in ids.chunks(16) {
+            if chunk.iter().fold(false, |hit, &x| hit | (x == id)) {
+                let i = chunk.iter().position(|&x| x == id)?;
+                return Some((b, base + i));
+            }
+            base += chunk.len();
+        }
+        None
     }
 
     /// Take `id`, whose key is `key`, out; false if it was not here.
-    pub(super) fn remove(
-        &mut self,
-        keys: &(impl KeySource + ?Sized),
-        buf: &mut Vec<u8>,
-        key: &[u8],
-        id: u32,
-    ) -> bool {
-        let Some((b, i)) = self.position(keys, buf, key, id) else {
+    pub(super) fn remove(&mut self, key: &[u8], id: u32) -> bool {
+        let Some((b, i)) = self.position(key, id) else {
             return false;
         };
         self.blocks[b].ids.remove(i);
@@ -307,14 +307,8 @@ impl Blocks {
 
     /// Box `from`, whose key is `key`, is box `to` now; false if `from` was
     /// not here.
-    pub(super) fn rename(
-        &mut self,
-        keys: &(impl KeySource + ?Sized),
-        buf: &mut Vec<u8>,
-        key: &[u8],
-        (from, to): (u32, u32),
-    ) -> bool {
-        let Some((b, i)) = self.position(keys, buf, key, from) else {
+    pub(super) fn rename(&mut self, key: &[u8], (from, to): (u32, u32)) -> bool {
+        let Some((b, i)) = self.position(key, from) else {
             return false;
         };
         self.blocks[b].ids[i] = to;

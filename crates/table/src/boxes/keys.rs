@@ -3,7 +3,10 @@
 //! the table to read its keys from, as [`BoxTable::order`] gives it.
 
 use super::order::{box_id, split_id, KeySource};
+use super::slot::Read;
 use super::*;
+use crate::bytes::short_le;
+use std::cmp::Ordering as KeyOrdering;
 
 /// The table's boxes by id, for the key order: keys read with seqlock
 /// reads of their slots, while `guard` is pinned.
@@ -15,30 +18,102 @@ pub(super) struct TableKeys<'a> {
 impl KeySource for TableKeys<'_> {
     fn key_into(&self, id: u32, out: &mut Vec<u8>) -> bool {
         out.clear();
-        let (s, n) = split_id(id);
-        let Some(place) = self
-            .table
-            .shards
-            .get(s)
-            .and_then(|shard| shard.map(self.guard))
-            .and_then(|map| map.place(n, self.guard))
-        else {
+        let Some(place) = self.place(id) else {
             return false;
         };
+        self.read(place, |r, start, len| {
+            out.clear();
+            out.reserve(len + 8);
+            for at in (0..len).step_by(8) {
+                out.extend_from_slice(&eight_at(r, start + at).to_le_bytes());
+            }
+            out.truncate(len);
+        })
+        .is_some()
+    }
+
+    fn cmp_key(&self, id: u32, key: &[u8]) -> Option<KeyOrdering> {
+        let place = self.place(id)?;
+        self.read(place, |r, start, len| cmp_at(r, start, len, key))
+    }
+}
+
+impl<'a> TableKeys<'a> {
+    /// The slot of box `id`.
+    fn place(&self, id: u32) -> Option<Place<'a>> {
+        let (s, n) = split_id(id);
+        let map = self.table.shards.get(s)?.map(self.guard)?;
+        map.place(n, self.guard)
+    }
+
+    /// `f(read, key start, key length)` on a whole read of the record in
+    /// `place` (again, should a writer store meanwhile); `None` for an empty
+    /// slot.
+    #[inline]
+    fn read<R>(
+        &self,
+        place: Place<'_>,
+        mut f: impl FnMut(&Read<'_>, usize, usize) -> R,
+    ) -> Option<R> {
         loop {
             let r = place.slot.begin(self.guard);
-            let head = r.head();
-            let ok =
-                !r.is_empty() && r.copy_to(record::key_start(&head), record::key_len(&head), out);
+            let (start, len) = record::key_span(r.word(1));
+            let seen = (!r.is_empty() && start + len <= r.bytes()).then(|| f(&r, start, len));
             if r.valid() {
-                if !ok {
-                    out.clear();
-                }
-                return ok;
+                return seen;
             }
-            out.clear();
         }
     }
+}
+
+/// The eight bytes of the record from byte `at`, as a little-endian `u64`,
+/// racy (two word loads and shifts, no copy); zeros past its end.
+#[inline]
+fn eight_at(r: &Read<'_>, at: usize) -> u64 {
+    let (i, shift) = (at / 8, (at % 8) as u32 * 8);
+    let lo = r.word(i);
+    if shift == 0 {
+        lo
+    } else {
+        (lo >> shift) | (r.word(i + 1) << (64 - shift))
+    }
+}
+
+/// How the `len` bytes of the record from `start` compare with `key`, racy:
+/// eight bytes at a time (one word load each), byte-swapped so that
+/// comparing the numbers compares the bytes in order.
+#[inline]
+fn cmp_at(r: &Read<'_>, start: usize, len: usize, key: &[u8]) -> KeyOrdering {
+    let n = len.min(key.len());
+    let shift = (start % 8) as u32 * 8;
+    let mut i = start / 8;
+    let mut lo = r.word(i);
+    let mut rest = key.get(..n).unwrap_or_default();
+    while !rest.is_empty() {
+        let hi = r.word(i + 1);
+        let mine = if shift == 0 {
+            lo
+        } else {
+            (lo >> shift) | (hi << (64 - shift))
+        };
+        let (theirs, mine) = match rest.split_first_chunk::<8>() {
+            Some((c, tail)) => {
+                rest = tail;
+                (u64::from_le_bytes(*c), mine)
+            }
+            None => {
+                let mask = u64::MAX >> (64 - 8 * rest.len() as u32);
+                let last = short_le(rest);
+                rest = &[];
+                (last, mine & mask)
+            }
+        };
+        if mine != theirs {
+            return mine.swap_bytes().cmp(&theirs.swap_bytes());
+        }
+        (i, lo) = (i + 1, hi);
+    }
+    len.cmp(&key.len())
 }
 
 impl BoxTable {
@@ -199,6 +274,57 @@ mod tests {
         }
         assert_eq!(t.order().bytes(), 0);
         assert!(!t.order().any_under(b""));
+    }
+
+    #[test]
+    fn keys_compare_and_copy_in_place_as_bytes_do() {
+        let t = table();
+        let mut keys: Vec<String> = (1..40).map(|n| "k".repeat(n)).collect();
+        keys.extend(
+            [
+                "a",
+                "ab",
+                "b",
+                "a\"q",
+                "a\\",
+                "\u{7f}\u{80}x",
+                "zz/é",
+                "a\tb/c",
+            ]
+            .map(String::from),
+        );
+        keys.extend((0..20).map(|i| format!("room-{i}/lg-{}", i * 37)));
+        for k in &keys {
+            apply(&t, k, &[i(1)]).expect("ok");
+        }
+        let guard = epoch::pin();
+        let source = TableKeys {
+            table: &t,
+            guard: &guard,
+        };
+        let mut ids = Vec::new();
+        for (s, shard) in t.shards.iter().enumerate() {
+            for n in 0..shard.write.len.load(Ordering::Relaxed) {
+                ids.push(box_id(s, n).expect("an id"));
+            }
+        }
+        assert_eq!(ids.len(), keys.len());
+        let mut buf = Vec::new();
+        for &id in &ids {
+            assert!(source.key_into(id, &mut buf));
+            assert!(keys.iter().any(|k| k.as_bytes() == buf.as_slice()));
+            for other in &keys {
+                let other = other.as_bytes();
+                assert_eq!(source.cmp_key(id, other), Some(buf.as_slice().cmp(other)));
+                for cut in 0..other.len() {
+                    let other = &other[..cut];
+                    assert_eq!(source.cmp_key(id, other), Some(buf.as_slice().cmp(other)));
+                }
+            }
+        }
+        let gone = box_id(0, 1 << 20).expect("an id");
+        assert!(!source.key_into(gone, &mut buf) && buf.is_empty());
+        assert_eq!(source.cmp_key(gone, b"a"), None);
     }
 
     /// Writers create and remove boxes (moving others between slots) in

@@ -33,15 +33,16 @@
 //! a tombstone takes its place); a tombstone let go raises its lane's
 //! horizon, below which a client's cut is no longer honored.
 
-use super::blocks::{At, Blocks, Known};
+use super::blocks::{At, Blocks};
 pub use super::blocks::{KeySource, BLOCK};
 use super::lanes::{lane_of, pos_of, Lanes};
 use super::size_class;
 use std::cell::RefCell;
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Sets the keys are spread over by their first segment.
 pub const ORDER_SHARDS: usize = 16;
@@ -183,20 +184,27 @@ fn with_key<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
 }
 
 /// One set: its boxes' ids in order, and its tombstones (each key with its
-/// mark, and the same in the order they were made).
+/// mark, and the same in the order they were made: one copy of the key,
+/// shared).
 #[derive(Default)]
 pub struct KeySet {
     live: Blocks,
-    dead: BTreeMap<Box<[u8]>, u64>,
-    buried: VecDeque<(Box<[u8]>, u64)>,
+    dead: BTreeMap<Arc<[u8]>, u64>,
+    buried: VecDeque<(Arc<[u8]>, u64)>,
     /// Accounted bytes of the tombstones in `buried` ([`tombstone_bytes`]
     /// each), held under [`TOMBSTONE_BYTES`].
     queued: usize,
 }
 
-/// Accounted bytes of a tombstone of `key` (its two copies, its entries).
+/// Accounted bytes of the shared copy of a tombstone's key (an `Arc`'s
+/// two counters and the bytes).
+fn key_bytes(key: &[u8]) -> usize {
+    size_class(16 + key.len())
+}
+
+/// Accounted bytes of a tombstone of `key` (its key, its two entries).
 fn tombstone_bytes(key: &[u8]) -> usize {
-    2 * size_class(key.len()) + MAP_SHARE + QUEUE_SHARE
+    key_bytes(key) + MAP_SHARE + QUEUE_SHARE
 }
 
 impl KeySet {
@@ -211,8 +219,8 @@ impl KeySet {
         mut f: impl FnMut(&[u8], u64) -> bool,
     ) {
         let mut at: At = match from {
-            Bound::Included(k) => self.live.seek(keys, buf, k, false),
-            Bound::Excluded(k) => self.live.seek(keys, buf, k, true),
+            Bound::Included(k) => self.live.seek(keys, k, false),
+            Bound::Excluded(k) => self.live.seek(keys, k, true),
             Bound::Unbounded => self.live.first(),
         };
         let mut dead = self
@@ -311,11 +319,9 @@ impl Held<'_> {
     pub fn insert(&mut self, keys: &(impl KeySource + ?Sized), key: &[u8], id: u32) {
         let order = self.order;
         self.change(key, |set| {
-            if set.dead.remove(key).is_some() {
-                // Its place in the queue stays, and goes with it.
-                order
-                    .buried_bytes
-                    .fetch_sub(size_class(key.len()) + MAP_SHARE, Ordering::Relaxed);
+            if !set.dead.is_empty() && set.dead.remove(key).is_some() {
+                // Its place in the queue (and the key) stays, and goes with it.
+                order.buried_bytes.fetch_sub(MAP_SHARE, Ordering::Relaxed);
             }
             with_key(|buf| set.live.insert(keys, buf, key, id));
         });
@@ -323,24 +329,19 @@ impl Held<'_> {
 
     /// Box `id` of `key` was removed by a change marked `mark`: it leaves a
     /// tombstone; the set's oldest ones go past [`TOMBSTONES`] or
-    /// [`TOMBSTONE_BYTES`], and their lanes' horizons rise in `lanes`. The
-    /// box's own record is not read (the caller may hold its claim).
-    pub fn bury(
-        &mut self,
-        keys: &(impl KeySource + ?Sized),
-        (key, id): (&[u8], u32),
-        mark: u64,
-        lanes: &Lanes,
-    ) {
+    /// [`TOMBSTONE_BYTES`], and their lanes' horizons rise in `lanes`. No
+    /// record is read (the caller may hold the box's claim): the id is
+    /// found in the block the separators give.
+    pub fn bury(&mut self, (key, id): (&[u8], u32), mark: u64, lanes: &Lanes) {
         let order = self.order;
         self.change(key, |set| {
-            let keys = Known { keys, id, key };
-            if !with_key(|buf| set.live.remove(&keys, buf, key, id)) {
+            if !set.live.remove(key, id) {
                 return;
             }
             let mark = mark.max(1);
-            set.dead.insert(key.into(), mark);
-            set.buried.push_back((key.into(), mark));
+            let copy: Arc<[u8]> = key.into();
+            set.dead.insert(Arc::clone(&copy), mark);
+            set.buried.push_back((copy, mark));
             order
                 .buried_bytes
                 .fetch_add(tombstone_bytes(key), Ordering::Relaxed);
@@ -351,13 +352,16 @@ impl Held<'_> {
                 };
                 set.queued -= tombstone_bytes(&old);
                 lanes.forget(lane_of(mark), pos_of(mark));
-                // Its queue entry and its copy there.
-                let mut freed = size_class(old.len()) + QUEUE_SHARE;
+                // Its queue entry and its key (the map's entry, if any, is
+                // this same copy, or another tombstone's).
+                let mut freed = key_bytes(&old) + QUEUE_SHARE;
                 // Still that tombstone (not a box created again, nor buried
                 // again).
-                if set.dead.get(&old[..]) == Some(&mark) {
-                    set.dead.remove(&old[..]);
-                    freed += size_class(old.len()) + MAP_SHARE;
+                if let Entry::Occupied(e) = set.dead.entry(old) {
+                    if *e.get() == mark {
+                        e.remove();
+                        freed += MAP_SHARE;
+                    }
                 }
                 order.buried_bytes.fetch_sub(freed, Ordering::Relaxed);
             }
@@ -365,22 +369,10 @@ impl Held<'_> {
     }
 
     /// Box `from` of `key` is box `to` now (it moved to another slot); false
-    /// if the set did not hold it. Its record is not read.
-    pub fn rename(
-        &mut self,
-        keys: &(impl KeySource + ?Sized),
-        key: &[u8],
-        (from, to): (u32, u32),
-    ) -> bool {
-        self.change(key, |set| {
-            let keys = Known {
-                keys,
-                id: from,
-                key,
-            };
-            with_key(|buf| set.live.rename(&keys, buf, key, (from, to)))
-        })
-        .unwrap_or(false)
+    /// if the set did not hold it. No record is read.
+    pub fn rename(&mut self, key: &[u8], (from, to): (u32, u32)) -> bool {
+        self.change(key, |set| set.live.rename(key, (from, to)))
+            .unwrap_or(false)
     }
 }
 
@@ -422,25 +414,15 @@ impl KeyOrder {
         self.hold_key(key).insert(keys, key, id);
     }
 
-    /// Box `id` of `key` was removed (see [`Held::bury`]).
-    pub fn bury(&self, keys: &(impl KeySource + ?Sized), key: &[u8], id: u32, lanes: &Lanes) {
-        self.bury_marked(keys, (key, id), 1, lanes);
-    }
-
-    /// Box `id` of `key` was removed by a change marked `mark`.
-    pub fn bury_marked(
-        &self,
-        keys: &(impl KeySource + ?Sized),
-        (key, id): (&[u8], u32),
-        mark: u64,
-        lanes: &Lanes,
-    ) {
-        self.hold_key(key).bury(keys, (key, id), mark, lanes);
+    /// Box `id` of `key` was removed by a change marked `mark` (see
+    /// [`Held::bury`]).
+    pub fn bury(&self, (key, id): (&[u8], u32), mark: u64, lanes: &Lanes) {
+        self.hold_key(key).bury((key, id), mark, lanes);
     }
 
     /// Box `from` of `key` is box `to` now (see [`Held::rename`]).
-    pub fn rename(&self, keys: &(impl KeySource + ?Sized), key: &[u8], ids: (u32, u32)) -> bool {
-        self.hold_key(key).rename(keys, key, ids)
+    pub fn rename(&self, key: &[u8], ids: (u32, u32)) -> bool {
+        self.hold_key(key).rename(key, ids)
     }
 
     /// The mark of `key`'s tombstone, if the key order keeps one.
@@ -614,7 +596,7 @@ mod tests {
             let Some(id) = self.0.borrow().iter().position(|k| k == key.as_bytes()) else {
                 return;
             };
-            o.bury_marked(self, (key.as_bytes(), id as u32), mark, lanes);
+            o.bury((key.as_bytes(), id as u32), mark, lanes);
             self.0.borrow_mut()[id].clear();
         }
     }
@@ -708,8 +690,8 @@ mod tests {
         assert_eq!(walk(&o, &ids, "room-3/", 10), Vec::<String>::new());
         let lanes = Lanes::new(1);
         let x = ids.id(b"room-10/x");
-        o.bury_marked(&ids, (b"room-10/x", x), 5, &lanes);
-        o.bury_marked(&ids, (b"room-10/x", x), 6, &lanes); // not buried again
+        o.bury((b"room-10/x", x), 5, &lanes);
+        o.bury((b"room-10/x", x), 6, &lanes); // not buried again
         ids.0.borrow_mut()[x as usize].clear();
         assert!(!o.any_under(&ids, b"room-10/"));
         let mut buf = Vec::new();
@@ -774,7 +756,8 @@ mod tests {
         let lanes = Lanes::new(1);
         ids.bury(&o, "a/b", 3, &lanes);
         assert_eq!(o.bytes(), 0, "the block's bytes are back");
-        assert_eq!(o.tombstone_bytes(), 2 * 8 + MAP_SHARE + QUEUE_SHARE);
+        assert_eq!(o.tombstone_bytes(), tombstone_bytes(b"a/b"));
+        assert_eq!(tombstone_bytes(b"a/b"), 32 + MAP_SHARE + QUEUE_SHARE);
         ids.insert(&o, "a/b");
         assert!(
             o.any_under(&ids, b"a/"),
@@ -783,7 +766,7 @@ mod tests {
         assert_eq!(o.bytes(), one);
         assert_eq!(
             o.tombstone_bytes(),
-            8 + QUEUE_SHARE,
+            32 + QUEUE_SHARE,
             "its place in the queue"
         );
         assert_eq!(o.mark_of(b"a/b"), None);
@@ -884,7 +867,7 @@ mod tests {
                     if model.contains(key.as_bytes()) {
                         let from = ids.id(key.as_bytes());
                         let to = ids.0.borrow().len() as u32;
-                        assert!(o.rename(&ids, key.as_bytes(), (from, to)));
+                        assert!(o.rename(key.as_bytes(), (from, to)));
                         let mut v = ids.0.borrow_mut();
                         let k = std::mem::take(&mut v[from as usize]);
                         v.push(k);

@@ -296,7 +296,7 @@ impl BoxTable {
         let buried =
             mark.unwrap_or_else(|| self.lanes.removal_mark(hole.mark.load(Ordering::Relaxed)));
         if let Some((held, gone, _)) = held.as_mut() {
-            held.bury(&keys, (record::key(&record), *gone), buried, &self.lanes);
+            held.bury((record::key(&record), *gone), buried, &self.lanes);
         }
         let gone = entry(fingerprint(self.hasher.hash_one(record::key(&record))), n);
         let mut freed = claim.bytes();
@@ -313,7 +313,7 @@ impl BoxTable {
                         // Under the set's mutex, held since before the
                         // claims: no one reads the box between its two
                         // slots.
-                        held.rename(&keys, key, (*from, *gone));
+                        held.rename(key, (*from, *gone));
                     }
                     fingerprint(self.hasher.hash_one(key))
                 });
