@@ -4,7 +4,9 @@
 //! 100,000 boxes in 100 rooms, keyed as `pollbox load --rooms 100` keys them
 //! (`room-<n % 100>/lg-<n>`). Modes: `create` (N new boxes), `remove` (N
 //! boxes created beforehand, outside the count), `update` (N lazy updates
-//! of existing boxes, spread over them).
+//! of existing boxes, spread over them), `walk` (N boxes walked room by
+//! room, as a page of a prefix walks them: 64 keys out of the key order a
+//! step, then a poll of each).
 //!
 //!   valgrind --tool=callgrind --toggle-collect='box_churn::measured' \
 //!     target/release/examples/box_churn create 100000
@@ -27,8 +29,42 @@ fn message(v: i64) -> [Option<Value<'static>>; 4] {
     ]
 }
 
+/// Walk `n` boxes, room after room, in steps of 64 keys each followed by
+/// a poll of every key (as `Service::page_step` does).
+fn walk(t: &BoxTable, n: usize) -> u64 {
+    let (mut acc, mut walked, mut room) = (0u64, 0, 0);
+    let (mut keys, mut body) = (Vec::new(), Vec::new());
+    while walked < n {
+        let prefix = format!("room-{}/", room % 100);
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            keys.clear();
+            let (got, more) = t
+                .order()
+                .page(prefix.as_bytes(), after.as_deref(), 64, &mut keys);
+            let mut rest = &keys[..];
+            while let Some((len, r)) = rest.split_first_chunk::<2>() {
+                let (key, r) = r.split_at(u16::from_le_bytes(*len) as usize);
+                body.clear();
+                acc += t.poll(key, &mut body).unwrap_or(0);
+                after = Some(key.to_vec());
+                rest = r;
+            }
+            walked += got;
+            if !more || walked >= n {
+                break;
+            }
+        }
+        room += 1;
+    }
+    acc
+}
+
 #[inline(never)]
 fn measured(t: &BoxTable, mode: &str, keys: &[String]) -> u64 {
+    if mode == "walk" {
+        return walk(t, keys.len());
+    }
     let mut acc = 0u64;
     for (i, key) in keys.iter().enumerate() {
         acc += match mode {
@@ -61,5 +97,9 @@ fn main() {
         }
     }
     let acc = black_box(measured(&t, mode, &keys));
-    println!("{mode} {n}: {acc} ({} boxes)", t.len());
+    println!(
+        "{mode} {n}: {acc} ({} boxes; key order {:.2} B a box)",
+        t.len(),
+        t.order().bytes() as f64 / t.len().max(1) as f64
+    );
 }
