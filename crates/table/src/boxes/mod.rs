@@ -21,7 +21,7 @@
 //! - `expiry.rs`: expiry stamps and the bounded sweep;
 //! - `order.rs`: every key in order, for pages of a prefix: sets of box
 //!   ids in sorted blocks (`blocks.rs`), whose keys are read from the
-//!   records (`keys.rs`);
+//!   records (`keys.rs`); `prefix.rs`: what a prefix is;
 //! - `walk.rs`: the snapshot walk ([`BoxTable::for_each`]) and
 //!   [`BoxTable::restore`];
 //! - `reduce.rs` (one message applied to a box's state), `record.rs` (a
@@ -37,6 +37,7 @@ mod keys;
 mod lanes;
 mod map;
 mod order;
+mod prefix;
 mod record;
 mod reduce;
 mod shard;
@@ -51,9 +52,10 @@ pub use expiry::{Removed, SweepBudget, Swept};
 pub use keys::Order;
 pub use lanes::{enter_lane, lane_of, mark, past, pos_of, Lanes, MAX_LANES};
 pub use order::{
-    box_id, each_prefix_len, is_prefix, is_separator, prefixes_of, split_id, Held, KeyOrder,
-    KeySource, MarkedKeys, BLOCK, ORDER_SHARDS, TOMBSTONES, TOMBSTONE_BYTES,
+    box_id, split_id, Held, KeyOrder, KeySource, MarkedKeys, BLOCK, ORDER_SHARDS, TOMBSTONES,
+    TOMBSTONE_BYTES,
 };
+pub use prefix::{each_prefix_len, is_prefix, is_separator, prefixes_of};
 pub use size::size_class;
 pub use walk::RestoreError;
 pub use watchers::Watchers;
@@ -505,7 +507,8 @@ impl BoxTable {
     }
 
     /// Heap bytes of the tombstones the key order keeps (a bounded number:
-    /// [`TOMBSTONES`] a set), accounted apart from the boxes.
+    /// [`TOMBSTONES`] and [`TOMBSTONE_BYTES`] a set), accounted apart from
+    /// the boxes.
     pub fn tombstone_bytes(&self) -> usize {
         self.order.tombstone_bytes()
     }
