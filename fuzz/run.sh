@@ -19,7 +19,7 @@ toolchain="${FUZZ_TOOLCHAIN:-nightly}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-targets="${FUZZ_TARGETS:-framing projection projection_diff auth wal}"
+targets="${FUZZ_TARGETS:-framing projection projection_diff auth wal order}"
 logdir="fuzz/target/logs"   # git-ignored with the build
 mkdir -p "$logdir"
 

@@ -87,7 +87,8 @@ pub struct Lanes {
 }
 
 impl Lanes {
-    pub(super) fn new(run: u64) -> Lanes {
+    /// The lanes of a table of run `run` (one lane until told more).
+    pub fn new(run: u64) -> Lanes {
         Lanes {
             run: AtomicU64::new(run),
             count: AtomicUsize::new(1),

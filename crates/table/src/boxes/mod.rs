@@ -19,7 +19,9 @@
 //! - `shard.rs`: the shards, their writer mutex and sequence, and the
 //!   structural changes made under it (insert, remove, grow, shrink);
 //! - `expiry.rs`: expiry stamps and the bounded sweep;
-//! - `order.rs`: every key in order, for pages of a prefix;
+//! - `order.rs`: every key in order, for pages of a prefix: sets of box
+//!   ids in sorted blocks (`blocks.rs`), whose keys are read from the
+//!   records (`keys.rs`); `prefix.rs`: what a prefix is;
 //! - `walk.rs`: the snapshot walk ([`BoxTable::for_each`]) and
 //!   [`BoxTable::restore`];
 //! - `reduce.rs` (one message applied to a box's state), `record.rs` (a
@@ -27,12 +29,15 @@
 //!   `codec.rs` (the field state encoding), `size.rs` (allocator size
 //!   classes, for the accounting).
 
+mod blocks;
 mod changes;
 pub(crate) mod codec;
 mod expiry;
+mod keys;
 mod lanes;
 mod map;
 mod order;
+mod prefix;
 mod record;
 mod reduce;
 mod shard;
@@ -44,11 +49,13 @@ mod watchers;
 
 pub use changes::Walk;
 pub use expiry::{Removed, SweepBudget, Swept};
+pub use keys::Order;
 pub use lanes::{enter_lane, lane_of, mark, past, pos_of, Lanes, MAX_LANES};
 pub use order::{
-    each_prefix_len, is_prefix, is_separator, prefixes_of, KeyOrder, MarkedKeys, ORDER_SHARDS,
-    TOMBSTONES,
+    box_id, split_id, Held, KeyOrder, KeySource, MarkedKeys, BLOCK, ORDER_SHARDS, TOMBSTONES,
+    TOMBSTONE_BYTES,
 };
+pub use prefix::{each_prefix_len, is_prefix, is_separator, prefixes_of};
 pub use size::size_class;
 pub use walk::RestoreError;
 pub use watchers::Watchers;
@@ -499,13 +506,9 @@ impl BoxTable {
                 .sum::<usize>()
     }
 
-    /// Every key in order: pages of a prefix walk it (docs/boxes.md#rooms).
-    pub fn order(&self) -> &KeyOrder {
-        &self.order
-    }
-
     /// Heap bytes of the tombstones the key order keeps (a bounded number:
-    /// [`TOMBSTONES`] a set), accounted apart from the boxes.
+    /// [`TOMBSTONES`] and [`TOMBSTONE_BYTES`] a set), accounted apart from
+    /// the boxes.
     pub fn tombstone_bytes(&self) -> usize {
         self.order.tombstone_bytes()
     }

@@ -68,6 +68,20 @@ pub(super) fn key_start(head: &[u8]) -> usize {
     }
 }
 
+/// Where the key starts and its length, from the record's second word
+/// (bytes 8..16: the key's and the payload's stored lengths).
+#[inline]
+pub(super) fn key_span(word1: u64) -> (usize, usize) {
+    let stored = word1 as u16;
+    let len = (stored & !APART) as usize;
+    if stored & APART != 0 {
+        let payload = ((word1 >> 16) as u32 & !STALE) as usize;
+        (HEADER + payload, len)
+    } else {
+        (KEY_IN_PAYLOAD, len)
+    }
+}
+
 /// Where the state starts.
 #[inline]
 fn state_start(r: &[u8]) -> usize {

@@ -4,6 +4,7 @@
 //! inserting a box, removing one (moving the last slot into the hole),
 //! growing and shrinking the map, retiring what was replaced.
 
+use super::keys::TableKeys;
 use super::slot::Words;
 use super::*;
 
@@ -142,7 +143,7 @@ impl Drop for Shard {
 impl BoxTable {
     /// Put a counted, new box in the shard's next slot and index it (the
     /// shard's mutex held): the slot is filled first, then the entry stored,
-    /// so a reader that finds the entry finds the box.
+    /// so a reader that finds the entry finds the box. Returns its slot.
     pub(super) fn insert(
         &self,
         shard: &Shard,
@@ -151,24 +152,20 @@ impl BoxTable {
         (gen, mark): (u16, u64),
         expires: u32,
         guard: &Guard,
-    ) {
+    ) -> Option<usize> {
         // Shards hold far fewer than 2^32 boxes: max_boxes is a usize, but the
         // index spreads boxes over 256 shards and 2^32 records would not fit
         // in memory anyway.
         let n = shard.write.len.load(Ordering::Relaxed);
         let mut added = words.bytes();
         let map = self.map_with_room(shard, n + 1, guard);
-        let Some(dir) = map.chunks.get(n / CHUNK) else {
-            return;
-        };
+        let dir = map.chunks.get(n / CHUNK)?;
         if dir.load(Ordering::Relaxed).is_null() {
             // Release: a reader that loads the pointer sees the chunk built.
             dir.store(Box::into_raw(Chunk::new()), Ordering::Release);
             added += chunk_bytes();
         }
-        let Some(place) = map.place(n, guard) else {
-            return;
-        };
+        let place = map.place(n, guard)?;
         {
             let mut claim = place.slot.claim_now(guard);
             debug_assert!(claim.is_empty());
@@ -181,6 +178,7 @@ impl BoxTable {
         map.insert_entry(entry(fingerprint(hash), n));
         shard.write.len.store(n + 1, Ordering::Release);
         shard.write.bytes.fetch_add(added, Ordering::Relaxed);
+        Some(n)
     }
 
     /// The shard's map, replaced by a bigger one first if it has no room for
@@ -265,6 +263,21 @@ impl BoxTable {
         let map = shard.map(guard)?;
         let hole = map.place(n, guard)?;
         let from = map.place(last, guard)?;
+        // The key order's sets of this box and of the one that moves into
+        // its slot, held before either slot is claimed (`order.rs`).
+        let keys = TableKeys { table: self, guard };
+        let mut held = None;
+        if self.plan.rooms {
+            let (Some(gone), Some(moved)) = (self.box_id(shard, n), self.box_id(shard, last))
+            else {
+                return None;
+            };
+            let set = self.order.set_of_id(&keys, gone)?;
+            let other = (n != last)
+                .then(|| self.order.set_of_id(&keys, moved))
+                .flatten();
+            held = Some((self.order.hold(set, other), gone, moved));
+        }
         let mut claim = hole.slot.claim_now(guard);
         if claim.is_empty() || due.is_some_and(|now| hole.stamp.load(Ordering::Relaxed) > now) {
             return None;
@@ -282,8 +295,8 @@ impl BoxTable {
         }
         let buried =
             mark.unwrap_or_else(|| self.lanes.removal_mark(hole.mark.load(Ordering::Relaxed)));
-        if self.plan.rooms {
-            self.order.bury(record::key(&record), buried, &self.lanes);
+        if let Some((held, gone, _)) = held.as_mut() {
+            held.bury((record::key(&record), *gone), buried, &self.lanes);
         }
         let gone = entry(fingerprint(self.hasher.hash_one(record::key(&record))), n);
         let mut freed = claim.bytes();
@@ -295,7 +308,14 @@ impl BoxTable {
                 let mut moved = from.slot.claim_now(guard);
                 let fp = with_scratch(|s| {
                     moved.load(&mut s.image);
-                    fingerprint(self.hasher.hash_one(record::key(&s.image)))
+                    let key = record::key(&s.image);
+                    if let Some((held, gone, from)) = held.as_mut() {
+                        // Under the set's mutex, held since before the
+                        // claims: no one reads the box between its two
+                        // slots.
+                        held.rename(key, (*from, *gone));
+                    }
+                    fingerprint(self.hasher.hash_one(key))
                 });
                 claim.move_from(&mut moved);
                 hole.stamp

@@ -385,6 +385,12 @@ impl<'g> Read<'g> {
         self.slot.seq.load(Ordering::Relaxed) == self.seq
     }
 
+    /// Word `i` of the record (its bytes `8 * i..`), racy; 0 past its end.
+    #[inline]
+    pub(super) fn word(&self, i: usize) -> u64 {
+        self.words.get(i).map_or(0, |w| w.load(Ordering::Relaxed))
+    }
+
     /// The first 16 bytes (the header and the start of the key), racy.
     #[inline]
     pub(super) fn head(&self) -> [u8; 16] {

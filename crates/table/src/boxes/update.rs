@@ -207,6 +207,9 @@ impl BoxTable {
         if now != floor && stamp == Stamp::Next {
             (version, len, words) = build(now)?;
         }
+        if !self.has_id_room(shard) {
+            return Err(MessageError::TooManyBoxes);
+        }
         self.reserve_box()?;
         if let Some(out) = out {
             // Rendered into the record, which no one else sees yet.
@@ -215,9 +218,8 @@ impl BoxTable {
         // Under the shard's mutex: a walk that has begun this shard moved the
         // generation on before it (`changes.rs`).
         let stamps = (self.generation_now(), change.mark);
-        self.insert(shard, hash, words, stamps, expires, guard);
-        if self.plan.rooms {
-            self.order.insert(key.as_bytes());
+        if let Some(n) = self.insert(shard, hash, words, stamps, expires, guard) {
+            self.order_insert(shard, n, key.as_bytes(), guard);
         }
         Ok(Some(version))
     }

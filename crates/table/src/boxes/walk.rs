@@ -128,15 +128,19 @@ impl BoxTable {
             NEVER => NEVER,
             fresh => fresh.saturating_sub(idle_s).max(second(now_ms)),
         };
+        if !self.has_id_room(shard) {
+            return Err(RestoreError::TooManyBoxes {
+                max: self.plan.max_boxes,
+            });
+        }
         self.reserve_box().map_err(|_| RestoreError::TooManyBoxes {
             max: self.plan.max_boxes,
         })?;
         // Generation 0: in the chain already, in no delta until written again.
         // Mark 0: at or below every cut (a client of a room from before a
         // restart is listed again: `Lanes::honors`).
-        self.insert(shard, hash, words, (0, 0), expires, &guard);
-        if self.plan.rooms {
-            self.order.insert(key.as_bytes());
+        if let Some(n) = self.insert(shard, hash, words, (0, 0), expires, &guard) {
+            self.order_insert(shard, n, key.as_bytes(), &guard);
         }
         Ok(())
     }
