@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Shared by the benches' lib.sh files (sourced): stopping what a script
-# started, and asking a node whether it is ready.
+# started, and asking a node whether it is ready and what its metrics say.
 
 # stop_pids PID...: SIGTERM each, wait up to 5 s for each to end, then SIGKILL.
 stop_pids() {
@@ -22,4 +22,9 @@ ready() {
   read -r line <&3 || true
   exec 3<&- 3>&-
   [[ "$line" == *" 200 "* ]]
+}
+
+# metric PORT NAME: the sum of every series of NAME on /metrics.
+metric() {
+  curl -sf "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n || index($1, n "{") == 1 { s += $2 } END { printf "%.10g\n", s }'
 }

@@ -136,11 +136,6 @@ wait_ready() { # PORT [TIMEOUT_S]
   done
 }
 
-# metric PORT NAME: the sum of every series of NAME on /metrics.
-metric() {
-  curl -sf "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n || index($1, n "{") == 1 { s += $2 } END { printf "%.10g\n", s }'
-}
-
 # header OUT COMMAND: the results file's first lines.
 header() {
   local out=$1; shift

@@ -112,11 +112,6 @@ node_down() { # PID [SIGNAL]
   wait "$1" 2>/dev/null || true
 }
 
-# metric PORT NAME: the sum of every series of NAME on /metrics.
-metric() {
-  curl -sf "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n || index($1, n "{") == 1 { s += $2 } END { printf "%.10g\n", s }'
-}
-
 # header OUT COMMAND: the results file's first lines.
 header() {
   local out=$1; shift
