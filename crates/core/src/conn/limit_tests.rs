@@ -91,13 +91,15 @@ fn by_default_no_client_is_tracked() {
     assert_eq!(c.client(), None);
     assert!(r.clients().is_empty());
     assert!(r.host.limit_refused.is_empty());
-    // And a PROXY header from anyone is a bad request, not a header.
+    // And a PROXY header from anyone is a bad request, not a header, and
+    // the answer names the setting.
     let mut c = r.from("127.0.0.1");
     let mut bytes = proxy_v2(1, Some(ip("203.0.113.7")));
     bytes.extend_from_slice(POLL);
     r.feed(&mut c, &bytes);
     let out = r.sent(&mut c);
     assert!(out.starts_with("HTTP/1.1 400"), "{out}");
+    assert!(out.contains("not in server.trusted_proxies"), "{out}");
 }
 
 #[test]

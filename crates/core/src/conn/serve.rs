@@ -62,6 +62,15 @@ pub(super) fn host_error(frame: &Frame) -> Option<HttpError> {
     }
 }
 
+/// A request that could not be framed, which starts as a PROXY v2 header
+/// does: a proxy the node does not trust (its operator forgot
+/// `server.trusted_proxies`) is told so, not "bare LF".
+#[cold]
+fn untrusted_proxy_header(buf: &[u8]) -> Option<HttpError> {
+    buf.starts_with(&crate::clients::proxy::SIGNATURE)
+        .then_some(HttpError::UntrustedProxyHeader)
+}
+
 impl Connection {
     /// Frame and answer every complete request in the buffer, in order, until
     /// one parks or the connection closes.
@@ -204,6 +213,7 @@ impl Connection {
                     self.next_request(frame.consumed);
                 }
                 &Err(e) => {
+                    let e = untrusted_proxy_header(&self.rbuf[self.rstart..self.rend]).unwrap_or(e);
                     self.sendq
                         .append(&mut buffers.send, |out| service.refuse(e, out, *host));
                     self.linger(cx.now_ms);

@@ -267,6 +267,9 @@ http_errors! {
     BareLf => (400, "bare_lf", "bare LF; lines must end with CRLF"),
     /// A CR not followed by LF.
     BareCr => (400, "bare_cr", "CR not followed by LF"),
+    /// A PROXY v2 header from a peer that is not a trusted proxy: its bytes
+    /// are no request (the connection's framer would call them a bare LF).
+    UntrustedProxyHeader => (400, "proxy_untrusted", "a PROXY protocol header from a peer not in server.trusted_proxies"),
     /// More than `max_header_bytes` without the end of the head.
     HeadTooLarge => (431, "head_too_large", "request head over max_header_bytes"),
     /// More than `max_headers` header lines.
