@@ -140,6 +140,9 @@ struct Parked {
     /// A long-poll of a prefix woken by a key whose change was not yet
     /// published: the server looks again with its next cut.
     recheck: bool,
+    /// A presence connection's hold on its member (docs/presence.md),
+    /// let go when the long-poll is answered.
+    presence: Option<crate::presence::Membership>,
 }
 
 /// An ingest or a `DELETE` of a node of a log, waiting for its records to be
@@ -169,6 +172,9 @@ struct Streaming {
     heartbeat_ms: u64,
     /// When its token ends; `None`: it needed none.
     token_end_ms: Option<u64>,
+    /// A presence connection's hold on its member (docs/presence.md),
+    /// let go when the stream ends.
+    presence: Option<Box<crate::presence::Membership>>,
 }
 
 pub struct Connection {
@@ -736,12 +742,17 @@ impl Connection {
     }
 
     /// Heap bytes of what a parked poll or an event stream keeps: its key (or
-    /// keys) and, for many boxes, where the stream stands with each.
+    /// keys) and, for many boxes, where the stream stands with each; a
+    /// presence connection's hold on its member.
     pub fn watch_bytes(&self) -> usize {
+        let held = |m: &crate::presence::Membership| {
+            std::mem::size_of::<crate::presence::Membership>() + m.heap_bytes()
+        };
         match &self.wait {
-            Wait::Parked(p) => p.key.len(),
+            Wait::Parked(p) => p.key.len() + p.presence.as_ref().map_or(0, held),
             Wait::Streaming(s) => {
                 s.key.len()
+                    + s.presence.as_deref().map_or(0, held)
                     + s.many.as_ref().map_or(0, ManyWatch::heap_bytes)
                     + s.room
                         .as_ref()

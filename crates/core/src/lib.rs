@@ -19,6 +19,7 @@
 //! - [`auth`]: who may read and write which box: tokens and their scopes.
 //! - [`clients`]: who a connection's requests come from (the peer, a PROXY
 //!   v2 header, `X-Forwarded-For`) and the per-client limits.
+//! - [`presence`]: who is in each room, served as the box `<room>~presence`.
 //! - [`service`]: what every request is answered.
 //! - [`conn`]: each connection's state machine (framing, keep-alive, timeouts,
 //!   parking, streams, the close).
@@ -35,6 +36,7 @@ pub mod clients;
 pub mod config;
 pub mod conn;
 pub mod http;
+pub mod presence;
 pub mod service;
 pub mod wheel;
 

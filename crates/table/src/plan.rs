@@ -3,6 +3,16 @@
 
 use crate::config::{parse_pointer, BoxesConfig, ConfigError, FieldType, Reduce};
 
+/// How the key of a room's presence ends (docs/presence.md): `room-17/~presence`
+/// is who is in `room-17/`. No message may write such a key.
+pub const PRESENCE_SUFFIX: &[u8] = b"~presence";
+
+/// Whether `key` is reserved for a room's presence ([`PRESENCE_SUFFIX`]).
+#[inline]
+pub fn reserved_key(key: &[u8]) -> bool {
+    key.ends_with(PRESENCE_SUFFIX)
+}
+
 /// One configured field, compiled.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FieldPlan {
@@ -120,6 +130,9 @@ pub enum MessageError {
     KeyTooLong,
     /// The key is not valid UTF-8 (path keys after percent-decoding).
     KeyNotUtf8,
+    /// The key ends with [`PRESENCE_SUFFIX`]: it names a room's presence
+    /// (docs/presence.md), which no message writes.
+    ReservedKey,
     /// The field's value has another JSON type than configured.
     WrongType {
         field: u16,
@@ -158,7 +171,8 @@ impl MessageError {
             | MessageError::KeyNotString
             | MessageError::EmptyKey
             | MessageError::KeyTooLong
-            | MessageError::KeyNotUtf8 => "bad_key",
+            | MessageError::KeyNotUtf8
+            | MessageError::ReservedKey => "bad_key",
             MessageError::WrongType { .. } => "wrong_type",
             MessageError::StringTooLong { .. } => "string_too_long",
             MessageError::SumOverflow { .. } => "overflow",
@@ -196,6 +210,9 @@ impl MessageError {
                 out.extend_from_slice(b" bytes");
             }
             MessageError::KeyNotUtf8 => out.extend_from_slice(b"key is not valid UTF-8"),
+            MessageError::ReservedKey => out.extend_from_slice(
+                b"key ends with ~presence, which names a room's presence: no message writes it",
+            ),
             MessageError::WrongType { field: i } => {
                 if let Some(f) = field(i) {
                     out.extend_from_slice(b"field ");

@@ -260,6 +260,7 @@ impl Access {
                 scopes: writes,
                 end_s: u64::MAX,
                 source: Source::Ingest,
+                member: None,
             }));
         }
         if let Some(scopes) = self.static_scopes(token) {
@@ -267,6 +268,7 @@ impl Access {
                 scopes: scopes.clone(),
                 end_s: u64::MAX,
                 source: Source::Static,
+                member: None,
             }));
         }
         let Some(v) = &self.verifier else {
@@ -277,6 +279,7 @@ impl Access {
                 scopes: t.scopes,
                 end_s: t.exp_s,
                 source: Source::Signed(t.key),
+                member: t.sub.map(|sub| (sub, t.info)),
             })),
             Err(Refusal::NotYetValid) => None,
             Err(r) => Some(Err(r)),
@@ -346,6 +349,8 @@ struct Grant {
     /// When it ends: `exp` plus leeway, `u64::MAX` for a static or ingest token.
     end_s: u64,
     source: Source,
+    /// A signed token's `sub` and `pollbox.info` (docs/presence.md).
+    member: Option<(Box<str>, Option<Box<[u8]>>)>,
 }
 
 /// Where a granted token was found: what a re-read of the files must still
@@ -374,6 +379,18 @@ pub struct Credentials {
 }
 
 impl Credentials {
+    /// The member the last granted token names (its `sub`) and its info
+    /// (docs/presence.md); `None`: no token, or one that names no one.
+    pub fn member(&self) -> Option<(&str, Option<&[u8]>)> {
+        match &self.outcome {
+            Some(Ok(g)) => g
+                .member
+                .as_ref()
+                .map(|(sub, info)| (&**sub, info.as_deref())),
+            _ => None,
+        }
+    }
+
     /// Heap bytes it holds.
     pub fn heap_bytes(&self) -> usize {
         self.token.capacity()

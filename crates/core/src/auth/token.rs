@@ -113,6 +113,11 @@ pub struct Verified {
     pub exp_s: u64,
     /// The key that verified it ([`super::jwks::Key::identity`]).
     pub key: u64,
+    /// Who it names (`sub`, a string): the member it is present as
+    /// (docs/presence.md).
+    pub sub: Option<Box<str>>,
+    /// `pollbox.info` (a JSON object, written compact): the member's info.
+    pub info: Option<Box<[u8]>>,
 }
 
 /// The claims pollbox reads; the others are ignored. `iss` and `aud` are
@@ -125,6 +130,7 @@ struct Claims {
     nbf: Option<f64>,
     iss: Option<serde_json::Value>,
     aud: Option<serde_json::Value>,
+    sub: Option<serde_json::Value>,
     #[serde(default)]
     pollbox: ScopeClaim,
 }
@@ -135,6 +141,7 @@ struct ScopeClaim {
     read: Vec<String>,
     #[serde(default)]
     write: Vec<String>,
+    info: Option<serde_json::Value>,
 }
 
 /// The key set and the claim rules of `[auth.jwt]`.
@@ -250,10 +257,18 @@ impl Verifier {
             c.pollbox.read.iter().map(String::as_str),
             c.pollbox.write.iter().map(String::as_str),
         );
+        let info = c
+            .pollbox
+            .info
+            .filter(serde_json::Value::is_object)
+            .and_then(|v| serde_json::to_vec(&v).ok())
+            .map(Vec::into_boxed_slice);
         Ok(Verified {
             scopes,
             exp_s: exp.saturating_add(self.leeway_s),
             key: key.identity,
+            sub: c.sub.as_ref().and_then(|s| s.as_str()).map(Into::into),
+            info,
         })
     }
 }

@@ -146,6 +146,9 @@ impl Connection {
                         };
                         service.answer(listener, request, out, *host, creds)
                     });
+                    // A presence connection's hold: kept by a long-poll that
+                    // waits or a stream, let go by anything answered at once.
+                    let presence = service.take_joined();
                     if held && !matches!(r, Reply::Park { .. } | Reply::Stream { .. }) {
                         // Not held after all (answered at once): give it back.
                         self.client.unhold();
@@ -164,6 +167,7 @@ impl Connection {
                                 deadline_ms: cx.now_ms + p.wait_ms,
                                 token_end_ms,
                                 recheck: false,
+                                presence,
                             })));
                             return;
                         }
@@ -206,6 +210,7 @@ impl Connection {
                                 dirty: false,
                                 heartbeat_ms,
                                 token_end_ms,
+                                presence: presence.map(Box::new),
                             }));
                             return;
                         }

@@ -242,6 +242,8 @@ impl Service {
                 Some(MessageError::EmptyKey)
             } else if key.len() > plan.max_key_bytes {
                 Some(MessageError::KeyTooLong)
+            } else if crate::plan::reserved_key(key) {
+                Some(MessageError::ReservedKey)
             } else if boxes.len() >= plan.max_boxes && boxes.version(key).is_none() {
                 Some(MessageError::TooManyBoxes)
             } else {

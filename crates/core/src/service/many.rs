@@ -194,7 +194,7 @@ impl Service {
                 break;
             };
             self.body.clear();
-            match self.node.boxes.poll(key, &mut self.body) {
+            match super::presence::read_box(&self.node, key, &mut self.body) {
                 Some(version) if version > *last => {
                     // Versions between two events of a box were coalesced; a
                     // first event (or a new incarnation) skips nothing.
@@ -284,7 +284,7 @@ impl Service {
             if i > 0 {
                 self.body.push(b',');
             }
-            let v = match self.node.boxes.poll(key, &mut self.body) {
+            let v = match super::presence::read_box(&self.node, key, &mut self.body) {
                 Some(v) => v,
                 None => {
                     self.body.extend_from_slice(b"null");

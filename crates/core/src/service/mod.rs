@@ -24,6 +24,8 @@ mod logged;
 mod many;
 mod pages;
 mod poll;
+mod presence;
+pub use presence::{parse_presence_query, PresenceQuery};
 mod refusal;
 mod rooms;
 // The ETag of one box, which a many-box read matches too.
@@ -85,6 +87,8 @@ pub struct Node {
     /// Every client's connections, held requests and request bucket (the
     /// per-client limits).
     pub clients: ClientTable,
+    /// Who is in each room (docs/presence.md).
+    pub presence: Arc<crate::presence::Presence>,
 }
 
 impl Node {
@@ -97,6 +101,7 @@ impl Node {
         let clients =
             ClientTable::new(config.limits.client_limits(), config.limits.max_connections);
         Node {
+            presence: Arc::new(crate::presence::Presence::new(config.presence.clone())),
             access: LiveAccess::new(access),
             trusted,
             clients,
@@ -369,6 +374,9 @@ pub struct Service {
     next_cut: Vec<u64>,
     /// The cut a page or a long-poll of a prefix stands at (read for each).
     walk_cut: Vec<u64>,
+    /// The presence connection the request being answered opened
+    /// ([`Service::take_joined`]).
+    joined: Option<crate::presence::Membership>,
 }
 
 impl Service {
@@ -402,6 +410,7 @@ impl Service {
             cut: Vec::new(),
             next_cut: Vec::new(),
             walk_cut: Vec::new(),
+            joined: None,
             node,
         }
     }
@@ -440,6 +449,10 @@ impl Service {
         for gone in self.expired.drain(..) {
             host.box_updated(gone.key());
         }
+        // Members whose grace ran out leave; count wake-ups that waited.
+        self.node.presence.tick(self.now_ms, |room| {
+            host.box_updated(&crate::presence::presence_key(room))
+        });
         // Every removal's watchers told: the worker's lane is through them
         // (docs/boxes.md#watermarks).
         self.node.boxes.lanes().publish();
@@ -520,7 +533,10 @@ impl Service {
 
     /// The box's version, 0 if there is no such box.
     pub fn version(&self, key: &[u8]) -> u64 {
-        self.node.boxes.version(key).unwrap_or(0)
+        match crate::presence::room_of(key) {
+            Some(room) if !self.node.config.log.enabled() => self.node.presence.version(room),
+            _ => self.node.boxes.version(key).unwrap_or(0),
+        }
     }
 
     /// Whether the long-poll `park` of `key` (its keys, for many boxes) is

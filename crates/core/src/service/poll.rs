@@ -41,7 +41,15 @@ impl Service {
                 return r;
             }
         }
-        if frame.method == Method::Get && wants_event_stream(frame, buf) {
+        let stream = frame.method == Method::Get && wants_event_stream(frame, buf);
+        if let Some(room) = presence::presence_room(&self.key) {
+            let room = room.to_vec();
+            let held = stream || (q.after.is_some() && q.wait_ms.is_some_and(|w| w > 0));
+            if let Err(r) = self.presence_request(x, &room, held) {
+                return r;
+            }
+        }
+        if stream {
             return self.subscribe(x, q.last_event_id);
         }
         let (label, not_modified) = match (q.after, q.wait_ms) {
@@ -109,6 +117,14 @@ impl Service {
         if let Err(what) = self.decode_key(raw_key) {
             return self.error(x, route, 400, what);
         }
+        if crate::presence::reserved_key(&self.key) {
+            return self.error(
+                x,
+                route,
+                400,
+                "a room's presence is not deleted: its members leave when their connections end",
+            );
+        }
         if let Err(r) = self.check_access(x, route, Need::Write, Target::One) {
             return r;
         }
@@ -140,7 +156,7 @@ impl Service {
         self.body.clear();
         let frame = x.frame;
         let head = frame.method == Method::Head;
-        let Some(version) = self.node.boxes.poll(&self.key, &mut self.body) else {
+        let Some(version) = super::presence::read_box(&self.node, &self.key, &mut self.body) else {
             if not_modified {
                 // Nothing was ever ingested for this key while we waited.
                 let a = Answer {

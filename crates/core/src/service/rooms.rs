@@ -212,6 +212,19 @@ impl Service {
                 return r;
             }
         }
+        // `member=`: a stream or long-poll of the room that is a presence
+        // connection (docs/presence.md).
+        let pq = match super::parse_presence_query(&buf[frame.query.clone()]) {
+            Ok(pq) => pq,
+            Err(what) => return self.error(x, route, 400, what),
+        };
+        if pq.member.is_some() || pq.info.is_some() {
+            let held = stream || (q.after.is_some() && q.wait_ms.is_some_and(|w| w > 0));
+            let room = self.key.clone();
+            if let Err(r) = self.join_presence(x, route, &room, &pq, held) {
+                return r;
+            }
+        }
         if stream {
             let id = super::many::resume_id(frame, buf, q.last_event_id);
             return self.subscribe_prefix(x, id.as_deref());

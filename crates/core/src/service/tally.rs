@@ -125,9 +125,12 @@ impl IngestResult {
         use crate::plan::MessageError as E;
         match e {
             E::NotAnObject => IngestResult::NotObject,
-            E::MissingKey | E::KeyNotString | E::EmptyKey | E::KeyTooLong | E::KeyNotUtf8 => {
-                IngestResult::BadKey
-            }
+            E::MissingKey
+            | E::KeyNotString
+            | E::EmptyKey
+            | E::KeyTooLong
+            | E::KeyNotUtf8
+            | E::ReservedKey => IngestResult::BadKey,
             E::WrongType { .. } => IngestResult::WrongType,
             E::StringTooLong { .. } => IngestResult::StringTooLong,
             E::SumOverflow { .. } => IngestResult::Overflow,
@@ -172,6 +175,7 @@ mod tests {
             MessageError::NotAnObject,
             MessageError::MissingKey,
             MessageError::KeyNotUtf8,
+            MessageError::ReservedKey,
             MessageError::WrongType { field: 0 },
             MessageError::StringTooLong { field: 0 },
             MessageError::SumOverflow { field: 0 },

@@ -9,6 +9,7 @@ use crate::stats::{
 };
 use crate::wal::{Wal, FAULTS as WAL_FAULTS, SYNC_BUCKETS};
 use pollbox_core::clients::Limit;
+use pollbox_core::presence::JoinError;
 use pollbox_core::service::AuthRefused;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -166,6 +167,52 @@ pub static FAMILIES: &[Family] = &[
         &[],
         "Event streams of a prefix open now (docs/http.md#rooms; also in pollbox_sse_subscribers).",
         |s, o| o.value(s.sum(|w| w.prefix_streams.get())),
+    ),
+    // Presence (docs/presence.md).
+    Family::new(
+        Gauge,
+        "pollbox_presence_rooms",
+        &[],
+        "Rooms with at least one member present (docs/presence.md).",
+        |s, o| o.value(s.shared.node().presence.stats().rooms),
+    ),
+    Family::new(
+        Gauge,
+        "pollbox_presence_members",
+        &[],
+        "Members present in all rooms (a member in two rooms counts twice; in its leave grace, still present).",
+        |s, o| o.value(s.shared.node().presence.stats().members),
+    ),
+    Family::new(
+        Gauge,
+        "pollbox_presence_connections",
+        &[],
+        "Presence connections open now (streams and long-polls that name a member).",
+        |s, o| o.value(s.shared.node().presence.stats().connections),
+    ),
+    Family::new(
+        Counter,
+        "pollbox_presence_joins_total",
+        &[],
+        "Members that joined a room (a member's further connections are no join).",
+        |s, o| o.value(s.shared.node().presence.stats().joins),
+    ),
+    Family::new(
+        Counter,
+        "pollbox_presence_leaves_total",
+        &[],
+        "Members that left a room (their last connection ended, and the grace ran out).",
+        |s, o| o.value(s.shared.node().presence.stats().leaves),
+    ),
+    Family::new(
+        Counter,
+        "pollbox_presence_refused_total",
+        &["limit"],
+        "Presence connections refused, by the setting that bounds them.",
+        |s, o| {
+            let refused = s.shared.node().presence.stats().refused;
+            o.each(&JoinError::ALL, JoinError::limit, |e| refused[e as usize]);
+        },
     ),
     Family::new(
         Counter,

@@ -158,6 +158,7 @@ impl Worker {
             && self.timers.starved.is_empty()
             && arena.capacity_bytes() <= arena.working_size().saturating_mul(4)
             && (shared.node().config.boxes.ttl_s == 0 || shared.node().boxes.is_empty())
+            && shared.node().presence.idle()
             && !shared.lifecycle().is_draining_relaxed()
     }
 

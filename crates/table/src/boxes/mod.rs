@@ -567,6 +567,8 @@ impl BoxTable {
             Err(MessageError::EmptyKey)
         } else if key.len() > self.plan.max_key_bytes || key.len() > record::MAX_KEY {
             Err(MessageError::KeyTooLong)
+        } else if crate::plan::reserved_key(key.as_bytes()) {
+            Err(MessageError::ReservedKey)
         } else {
             Ok(())
         }

@@ -457,6 +457,8 @@ impl Projector {
                     Err(MessageError::EmptyKey.into())
                 } else if key.len() > self.plan.max_key_bytes {
                     Err(MessageError::KeyTooLong.into())
+                } else if crate::plan::reserved_key(key.as_bytes()) {
+                    Err(MessageError::ReservedKey.into())
                 } else {
                     Ok(key)
                 }
