@@ -232,11 +232,23 @@ pub fn check_member(id: &[u8]) -> Result<(), &'static str> {
 }
 
 impl Presence {
-    pub fn new(cfg: PresenceConfig) -> Presence {
+    /// `start`: the version clock now (µs since the epoch, or 0): an empty
+    /// room reads at it (at least 1: a version 0 is no box), so versions a
+    /// node served before a restart are never served again for other
+    /// members.
+    pub fn new(cfg: PresenceConfig, start: u64) -> Presence {
+        let floor = start.max(1);
         Presence {
             cfg,
             hasher: Default::default(),
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| {
+                    Mutex::new(Shard {
+                        floor,
+                        ..Shard::default()
+                    })
+                })
+                .collect(),
             due_ms: AtomicU64::new(u64::MAX),
             now_ms: AtomicU64::new(0),
             connections: AtomicUsize::new(0),

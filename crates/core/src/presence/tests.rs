@@ -34,16 +34,16 @@ fn a_key_names_a_rooms_presence_only_after_a_prefix() {
 
 #[test]
 fn an_empty_room_reads_as_no_one_at_its_floor() {
-    let p = Arc::new(Presence::new(cfg()));
+    let p = Arc::new(Presence::new(cfg(), 0));
     assert_eq!(
         read(&p, "r/"),
-        (0, r#"{"k":"r/~presence","ver":0,"count":0,"members":[]}"#.into())
+        (1, r#"{"k":"r/~presence","ver":1,"count":0,"members":[]}"#.into())
     );
 }
 
 #[test]
 fn a_member_on_two_connections_joins_once_and_leaves_after_the_last_plus_the_grace() {
-    let p = Arc::new(Presence::new(cfg()));
+    let p = Arc::new(Presence::new(cfg(), 0));
     let (a1, changed) = p.join(b"r/", b"alice", None, 0, 1000).unwrap();
     assert!(changed);
     let (v1, body) = read(&p, "r/");
@@ -74,7 +74,7 @@ fn a_member_on_two_connections_joins_once_and_leaves_after_the_last_plus_the_gra
 
 #[test]
 fn coming_back_within_the_grace_is_no_leave_and_no_join() {
-    let p = Arc::new(Presence::new(cfg()));
+    let p = Arc::new(Presence::new(cfg(), 0));
     let (a, _) = p.join(b"r/", b"alice", None, 0, 10).unwrap();
     drop(a);
     let (b, changed) = p.join(b"r/", b"alice", None, 50, 10).unwrap();
@@ -86,7 +86,7 @@ fn coming_back_within_the_grace_is_no_leave_and_no_join() {
 
 #[test]
 fn a_room_that_empties_and_starts_again_goes_on_past_its_versions() {
-    let p = Arc::new(Presence::new(cfg()));
+    let p = Arc::new(Presence::new(cfg(), 0));
     let (a, _) = p.join(b"r/", b"alice", None, 0, 10).unwrap();
     drop(a);
     ticked(&p, 1000);
@@ -98,7 +98,7 @@ fn a_room_that_empties_and_starts_again_goes_on_past_its_versions() {
 
 #[test]
 fn info_rides_with_the_member_and_new_info_is_a_change() {
-    let p = Arc::new(Presence::new(cfg()));
+    let p = Arc::new(Presence::new(cfg(), 0));
     let (_a, _) = p
         .join(b"r/", b"alice", Some(br#"{"n":"A"}"#), 0, 10)
         .unwrap();
@@ -118,7 +118,7 @@ fn info_rides_with_the_member_and_new_info_is_a_change() {
 
 #[test]
 fn each_bound_refuses_with_its_own_error_and_changes_nothing() {
-    let p = Arc::new(Presence::new(cfg()));
+    let p = Arc::new(Presence::new(cfg(), 0));
     let mut held = Vec::new();
     for m in ["a", "b", "c", "d", "e"] {
         held.push(p.join(b"r/", m.as_bytes(), None, 0, 10).unwrap().0);
@@ -147,7 +147,7 @@ fn each_bound_refuses_with_its_own_error_and_changes_nothing() {
 
 #[test]
 fn past_max_listed_watchers_are_woken_at_most_once_an_interval() {
-    let p = Arc::new(Presence::new(cfg()));
+    let p = Arc::new(Presence::new(cfg(), 0));
     let mut held = Vec::new();
     let mut woken_at_once = 0;
     for (i, m) in ["a", "b", "c", "d", "e"].iter().enumerate() {
@@ -169,7 +169,7 @@ fn pages_list_members_by_id_past_a_cursor() {
         max_members: 100,
         max_connections: 100,
         ..cfg()
-    }));
+    }, 0));
     let _held: Vec<_> = ["d", "b", "a", "c", "e"]
         .iter()
         .map(|m| p.join(b"r/", m.as_bytes(), None, 0, 10).unwrap().0)

@@ -101,7 +101,10 @@ impl Node {
         let clients =
             ClientTable::new(config.limits.client_limits(), config.limits.max_connections);
         Node {
-            presence: Arc::new(crate::presence::Presence::new(config.presence.clone())),
+            presence: Arc::new(crate::presence::Presence::new(
+                config.presence.clone(),
+                boxes.version_clock(),
+            )),
             access: LiveAccess::new(access),
             trusted,
             clients,
@@ -449,10 +452,6 @@ impl Service {
         for gone in self.expired.drain(..) {
             host.box_updated(gone.key());
         }
-        // Members whose grace ran out leave; count wake-ups that waited.
-        self.node.presence.tick(self.now_ms, |room| {
-            host.box_updated(&crate::presence::presence_key(room))
-        });
         // Every removal's watchers told: the worker's lane is through them
         // (docs/boxes.md#watermarks).
         self.node.boxes.lanes().publish();
@@ -460,6 +459,15 @@ impl Service {
             host.boxes_removed(Removal::Expired, swept.removed as u64);
         }
         swept
+    }
+
+    /// Each worker's tick of presence at `now_ms` (the server's clock, ms
+    /// since it started): members whose grace ran out leave, wake-ups that
+    /// waited for the count interval are sent (docs/presence.md).
+    pub fn presence_tick<H: Host>(&mut self, now_ms: u64, host: &mut H) {
+        self.node.presence.tick(now_ms, |room| {
+            host.box_updated(&crate::presence::presence_key(room))
+        });
     }
 
     pub fn node(&self) -> &Node {

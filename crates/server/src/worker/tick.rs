@@ -84,6 +84,9 @@ impl Worker {
         // long-polls are woken through the same path as an ingest's.
         let table_ms = self.host.shared().table_clock(self.clocks.now_ms);
         self.service.expire(table_ms, &mut self.host);
+        // Members whose grace ran out leave (docs/presence.md).
+        self.service
+            .presence_tick(self.clocks.now_ms, &mut self.host);
         // Clients gone whose request bucket has refilled are forgotten, a
         // shard a tick (docs/private-boxes.md#per-client-limits).
         let clients = &self.host.shared().node().clients;
