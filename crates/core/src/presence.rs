@@ -205,8 +205,7 @@ pub fn presence_key(room: &[u8]) -> Vec<u8> {
 /// Check `info=` (or a token's `info` claim): a JSON object, at most
 /// [`MAX_INFO_BYTES`] once compact. Returns it compact.
 pub fn check_info(raw: &[u8]) -> Result<Vec<u8>, &'static str> {
-    let v: serde_json::Value =
-        serde_json::from_slice(raw).map_err(|_| "info is not valid JSON")?;
+    let v: serde_json::Value = serde_json::from_slice(raw).map_err(|_| "info is not valid JSON")?;
     if !v.is_object() {
         return Err("info is not a JSON object");
     }
@@ -411,7 +410,9 @@ impl Presence {
         m.conns = m.conns.saturating_sub(1);
         if m.conns == 0 {
             m.leave_ms = at;
-            shard.leaving.push(Reverse((at, room.into(), member.into())));
+            shard
+                .leaving
+                .push(Reverse((at, room.into(), member.into())));
             self.due_ms.fetch_min(at, Relaxed);
         }
     }

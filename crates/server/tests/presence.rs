@@ -96,8 +96,10 @@ fn members_join_once_and_leave_after_the_grace_however_their_connection_ends() {
     assert_eq!(polled.version(), both["ver"].as_u64().unwrap());
     let same = raw(
         a,
-        format!("GET /v1/boxes/room-1/~presence HTTP/1.1\r\nHost: t\r\nIf-None-Match: {etag}\r\n\r\n")
-            .as_bytes(),
+        format!(
+            "GET /v1/boxes/room-1/~presence HTTP/1.1\r\nHost: t\r\nIf-None-Match: {etag}\r\n\r\n"
+        )
+        .as_bytes(),
     )
     .0;
     assert_eq!(same.status, 304);
@@ -175,14 +177,23 @@ fn each_bound_and_each_bad_parameter_has_its_own_answer() {
             "/v1/boxes/r/~presence?member=x&info=%5B1%5D",
             "info is not a JSON object",
         ),
-        ("/v1/boxes/r/~presence?info=%7B%7D", "info goes with member="),
+        (
+            "/v1/boxes/r/~presence?info=%7B%7D",
+            "info goes with member=",
+        ),
     ] {
         let r = get_sse(a, path);
-        assert_eq!((r.status, r.json()["error"].clone()), (400, json!(why)), "{path}");
+        assert_eq!(
+            (r.status, r.json()["error"].clone()),
+            (400, json!(why)),
+            "{path}"
+        );
     }
     let plain = get(a, "/v1/boxes/r/~presence?member=x");
     assert_eq!(plain.status, 400);
-    assert!(plain.text().contains("needs an event stream or a long-poll"));
+    assert!(plain
+        .text()
+        .contains("needs an event stream or a long-poll"));
     let ingest = post(a, "/v1/ingest", r#"{"key":"r/~presence","value":1}"#);
     assert_eq!(ingest.status, 422, "{}", ingest.text());
     assert!(ingest.text().contains("names a room's presence"));

@@ -37,7 +37,10 @@ fn an_empty_room_reads_as_no_one_at_its_floor() {
     let p = Arc::new(Presence::new(cfg(), 0));
     assert_eq!(
         read(&p, "r/"),
-        (1, r#"{"k":"r/~presence","ver":1,"count":0,"members":[]}"#.into())
+        (
+            1,
+            r#"{"k":"r/~presence","ver":1,"count":0,"members":[]}"#.into()
+        )
     );
 }
 
@@ -69,7 +72,10 @@ fn a_member_on_two_connections_joins_once_and_leaves_after_the_last_plus_the_gra
         r#"{"k":"r/~presence","ver":1001,"count":0,"members":[]}"#
     );
     let s = p.stats();
-    assert_eq!((s.rooms, s.members, s.connections, s.joins, s.leaves), (0, 0, 0, 1, 1));
+    assert_eq!(
+        (s.rooms, s.members, s.connections, s.joins, s.leaves),
+        (0, 0, 0, 1, 1)
+    );
 }
 
 #[test]
@@ -141,7 +147,11 @@ fn each_bound_refuses_with_its_own_error_and_changes_nothing() {
     let s = p.stats();
     assert_eq!(s.refused, [1, 1, 1]);
     assert_eq!((s.rooms, s.members, s.connections), (2, 7, 8));
-    assert_eq!(read(&p, "r/").1.matches("\"id\"").count(), 0, "past max_listed: the count");
+    assert_eq!(
+        read(&p, "r/").1.matches("\"id\"").count(),
+        0,
+        "past max_listed: the count"
+    );
     assert!(read(&p, "r/").1.contains("\"count\":5"));
 }
 
@@ -165,11 +175,14 @@ fn past_max_listed_watchers_are_woken_at_most_once_an_interval() {
 
 #[test]
 fn pages_list_members_by_id_past_a_cursor() {
-    let p = Arc::new(Presence::new(PresenceConfig {
-        max_members: 100,
-        max_connections: 100,
-        ..cfg()
-    }, 0));
+    let p = Arc::new(Presence::new(
+        PresenceConfig {
+            max_members: 100,
+            max_connections: 100,
+            ..cfg()
+        },
+        0,
+    ));
     let _held: Vec<_> = ["d", "b", "a", "c", "e"]
         .iter()
         .map(|m| p.join(b"r/", m.as_bytes(), None, 0, 10).unwrap().0)
@@ -198,11 +211,17 @@ fn pages_list_members_by_id_past_a_cursor() {
 
 #[test]
 fn info_and_ids_are_checked() {
-    assert_eq!(check_info(br#"{ "a" : [1, 2] }"#).unwrap(), br#"{"a":[1,2]}"#);
+    assert_eq!(
+        check_info(br#"{ "a" : [1, 2] }"#).unwrap(),
+        br#"{"a":[1,2]}"#
+    );
     assert_eq!(check_info(b"[1]"), Err("info is not a JSON object"));
     assert_eq!(check_info(b"{"), Err("info is not valid JSON"));
     let long = format!(r#"{{"a":"{}"}}"#, "x".repeat(400));
-    assert_eq!(check_info(long.as_bytes()), Err("info is longer than 400 bytes"));
+    assert_eq!(
+        check_info(long.as_bytes()),
+        Err("info is longer than 400 bytes")
+    );
     assert!(check_member(b"alice").is_ok());
     assert!(check_member(b"").is_err());
     assert!(check_member(&[b'a'; 129]).is_err());

@@ -94,7 +94,12 @@ impl Service {
         };
         if q.limit.is_some() || q.cursor.is_some() {
             if q.member.is_some() {
-                return Err(self.error(x, route, 400, "member= goes on a stream or a long-poll, not a page"));
+                return Err(self.error(
+                    x,
+                    route,
+                    400,
+                    "member= goes on a stream or a long-poll, not a page",
+                ));
             }
             return Err(self.presence_page(x, room, &q));
         }
@@ -244,7 +249,10 @@ impl Service {
             None => None,
             Some(raw) => {
                 let mut v = Vec::new();
-                match percent_decode_into(raw, &mut v).ok().and_then(|()| read_hex(&v)) {
+                match percent_decode_into(raw, &mut v)
+                    .ok()
+                    .and_then(|()| read_hex(&v))
+                {
                     Some(id) => Some(id),
                     None => return self.error(x, route, 400, "cursor is not one a page gave"),
                 }
