@@ -152,6 +152,9 @@ struct Room {
     woke_ms: u64,
     /// A wake-up waits for the count interval (the room is in `waking`).
     wake_waits: bool,
+    /// The first page as last rendered: (version, limit, body); a read of
+    /// the same page at the same version copies it.
+    first_page: Option<Box<(u64, usize, Vec<u8>)>>,
 }
 
 struct Member {
@@ -303,6 +306,7 @@ impl Presence {
                         payload: Vec::new(),
                         woke_ms: 0,
                         wake_waits: false,
+                        first_page: None,
                     },
                 );
             }
@@ -547,42 +551,31 @@ impl Presence {
         out: &mut Vec<u8>,
         write_next: impl FnOnce(Option<&[u8]>, &mut Vec<u8>),
     ) -> u64 {
-        let shard = self.shard(room);
-        let (version, count) = match shard.rooms.get(room) {
-            Some(r) => (r.version, r.members.len()),
-            None => (shard.floor, 0),
+        let mut shard = self.shard(room);
+        let floor = shard.floor;
+        let Some(r) = shard.rooms.get_mut(room) else {
+            render_head(room, floor, 0, out);
+            out.extend_from_slice(b",\"members\":[],\"next\":");
+            write_next(None, out);
+            out.push(b'}');
+            return floor;
         };
-        render_head(room, version, count, out);
-        out.extend_from_slice(b",\"members\":[");
-        let mut last: Option<&[u8]> = None;
-        let mut more = false;
-        if let Some(r) = shard.rooms.get(room) {
-            let lower = match after {
-                Some(a) => Bound::Excluded(a),
-                None => Bound::Unbounded,
-            };
-            let mut it = r
-                .members
-                .range::<[u8], _>((lower, Bound::Unbounded))
-                .peekable();
-            let mut n = 0;
-            while n < limit {
-                let Some((id, m)) = it.next() else {
-                    break;
-                };
-                if n > 0 {
-                    out.push(b',');
+        if after.is_none() {
+            // The first page, what most readers ask: rendered once a version.
+            if let Some(cached) = r.first_page.as_deref() {
+                if cached.0 == r.version && cached.1 == limit {
+                    out.extend_from_slice(&cached.2);
+                    return r.version;
                 }
-                render_member(id, m, out);
-                last = Some(id);
-                n += 1;
             }
-            more = it.peek().is_some();
+            let start = out.len();
+            r.render_page(room, None, limit, out, write_next);
+            let body = out[start..].to_vec();
+            r.first_page = Some(Box::new((r.version, limit, body)));
+            return r.version;
         }
-        out.extend_from_slice(b"],\"next\":");
-        write_next(last.filter(|_| more), out);
-        out.push(b'}');
-        version
+        r.render_page(room, after, limit, out, write_next);
+        r.version
     }
 
     /// Whether no leave and no deferred wake-up waits for a tick (a worker
@@ -605,9 +598,49 @@ impl Presence {
 }
 
 impl Room {
+    /// A page of its members after `after`, at most `limit` (see
+    /// [`Presence::page`]).
+    fn render_page(
+        &self,
+        room: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+        out: &mut Vec<u8>,
+        write_next: impl FnOnce(Option<&[u8]>, &mut Vec<u8>),
+    ) {
+        render_head(room, self.version, self.members.len(), out);
+        out.extend_from_slice(b",\"members\":[");
+        let lower = match after {
+            Some(a) => Bound::Excluded(a),
+            None => Bound::Unbounded,
+        };
+        let mut it = self
+            .members
+            .range::<[u8], _>((lower, Bound::Unbounded))
+            .peekable();
+        let mut last: Option<&[u8]> = None;
+        let mut n = 0;
+        while n < limit {
+            let Some((id, m)) = it.next() else {
+                break;
+            };
+            if n > 0 {
+                out.push(b',');
+            }
+            render_member(id, m, out);
+            last = Some(id);
+            n += 1;
+        }
+        let more = it.peek().is_some();
+        out.extend_from_slice(b"],\"next\":");
+        write_next(last.filter(|_| more), out);
+        out.push(b'}');
+    }
+
     /// Render the payload: every member while at most `max_listed`, else the
     /// count alone.
     fn render(&mut self, room: &[u8], max_listed: usize) {
+        self.first_page = None;
         let mut out = std::mem::take(&mut self.payload);
         out.clear();
         render_head(room, self.version, self.members.len(), &mut out);

@@ -189,6 +189,16 @@ fn each_bound_and_each_bad_parameter_has_its_own_answer() {
             "{path}"
         );
     }
+    for path in [
+        "/v1/boxes/r/scores?member=x",
+        "/v1/boxes?keys=r/~presence&member=x",
+    ] {
+        let r = get_sse(a, path);
+        assert_eq!(r.status, 400, "{path}");
+        assert!(r
+            .text()
+            .contains("member= goes on a stream or long-poll of a room"));
+    }
     let plain = get(a, "/v1/boxes/r/~presence?member=x");
     assert_eq!(plain.status, 400);
     assert!(plain
@@ -242,6 +252,11 @@ fn pages_list_every_member_by_id_past_max_listed() {
     assert_eq!(listed(&p2), ["c"]);
     assert_eq!(p2["next"], Value::Null);
     assert_eq!(p2["count"], 3);
+    // In a poll of many boxes, beside a box of the room, as any box.
+    post(a, "/v1/boxes/p/scores", r#"{"value":7}"#);
+    let many = get(a, "/v1/boxes?keys=p/~presence,p/scores").json();
+    assert_eq!(many[0]["count"], 3);
+    assert_eq!(many[1]["v"], 7);
     s.shutdown().unwrap();
 }
 

@@ -198,14 +198,25 @@ fn pages_list_members_by_id_past_a_cursor() {
     let mut out = Vec::new();
     p.page(b"r/", None, 2, &mut out, next);
     assert_eq!(
-        String::from_utf8(out).unwrap(),
+        String::from_utf8(out.clone()).unwrap(),
         r#"{"k":"r/~presence","ver":14,"count":5,"members":[{"id":"a"},{"id":"b"}],"next":"b"}"#
+    );
+    // The first page is kept: read again, the same; after a join, the new one.
+    let mut again = Vec::new();
+    p.page(b"r/", None, 2, &mut again, next);
+    assert_eq!(again, out);
+    let (_aa, _) = p.join(b"r/", b"0", None, 0, 10).unwrap();
+    let mut after_join = Vec::new();
+    p.page(b"r/", None, 2, &mut after_join, next);
+    assert_eq!(
+        String::from_utf8(after_join).unwrap(),
+        r#"{"k":"r/~presence","ver":15,"count":6,"members":[{"id":"0"},{"id":"a"}],"next":"a"}"#
     );
     let mut out = Vec::new();
     p.page(b"r/", Some(b"d"), 2, &mut out, next);
     assert_eq!(
         String::from_utf8(out).unwrap(),
-        r#"{"k":"r/~presence","ver":14,"count":5,"members":[{"id":"e"}],"next":null}"#
+        r#"{"k":"r/~presence","ver":15,"count":6,"members":[{"id":"e"}],"next":null}"#
     );
 }
 

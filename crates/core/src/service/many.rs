@@ -96,6 +96,9 @@ impl Service {
         if let Some(prefix) = q.prefix {
             return self.poll_prefix(x, &q, prefix);
         }
+        if super::presence::names_member(&buf[frame.query.clone()]) {
+            return self.error(x, RouteLabel::Poll, 400, super::presence::MEMBER_WHERE);
+        }
         if let Err(what) = self.decode_keys(q.keys) {
             return self.error(x, RouteLabel::Poll, 400, &what);
         }

@@ -48,6 +48,8 @@ impl Service {
             if let Err(r) = self.presence_request(x, &room, held) {
                 return r;
             }
+        } else if !frame.query.is_empty() && presence::names_member(&buf[frame.query.clone()]) {
+            return self.error(x, RouteLabel::Poll, 400, presence::MEMBER_WHERE);
         }
         if stream {
             return self.subscribe(x, q.last_event_id);

@@ -58,6 +58,18 @@ pub fn parse_presence_query(q: &[u8]) -> Result<PresenceQuery<'_>, &'static str>
     Ok(p)
 }
 
+/// What `member=` on a request that cannot be a presence connection is
+/// told (a box that is no room's presence, many boxes).
+pub(super) const MEMBER_WHERE: &str =
+    "member= goes on a stream or long-poll of a room (?prefix=P) or of its presence (<room>~presence)";
+
+/// Whether a query names a member (`member=`), to refuse it where it would
+/// be ignored.
+pub(super) fn names_member(q: &[u8]) -> bool {
+    q.split(|&b| b == b'&')
+        .any(|p| p.starts_with(b"member=") || p == b"member")
+}
+
 /// The payload and version of the box `key`: a room's presence
 /// (`<room>~presence`), else the table's box.
 #[inline]
