@@ -64,8 +64,13 @@ export function diffMembers(before: readonly Member[], after: readonly Member[])
   return d;
 }
 
-/** The box of a room's presence: `room-17/` gives `room-17/~presence`. */
-export const presenceKey = (room: string): string => room + "~presence";
+/** The box of a room's presence: `room-17/` gives `room-17/~presence`. A
+ * room is a prefix: empty, or ending with `/`, `:` or `.` (else a `TypeError`:
+ * `room-17~presence` would be an ordinary key, followed in vain). */
+export function presenceKey(room: string): string {
+  if (!/^$|[/:.]$/.test(room)) throw new TypeError("a room is empty or ends with /, : or .: " + room);
+  return room + "~presence";
+}
 
 /** Follow `room`'s presence (as a member with `o.member`). */
 export function presence(access: Access, room: string, h: PresenceHandlers, o?: FollowOptions): Follow {
