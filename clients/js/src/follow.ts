@@ -125,7 +125,7 @@ export function follow(access: Access, target: Target, h: FollowHandlers, o: Fol
  * A member needs a room or a room's presence key: a stream of many boxes, or
  * of another box, would ignore it, and the page would never be present.
  */
-export function presenceQuery(groups: readonly (readonly string[] | string)[], o: FollowOptions): [string, string][] {
+function presenceQuery(groups: readonly (readonly string[] | string)[], o: FollowOptions): [string, string][] {
   if (o.member === undefined) {
     if (o.info !== undefined) throw new TypeError("info goes with member");
     return [];
@@ -311,17 +311,17 @@ class Follower {
     return ["keys", keys.map(encodeURIComponent).join(",")];
   }
 
-  /** The path and query of a stream. */
-  private streamQuery(): [string, [string, string][]] {
+  /** The path and query of a stream (with `present`: `member=`, `info=`). */
+  private streamQuery(present = this.present): [string, [string, string][]] {
     if (this.one !== undefined) {
       // One box resumes from the version the page has, in decimal.
       const v = this.versions.version(this.one);
-      return [boxPath(this.one), [...(v ? [["last_event_id", String(v)] as [string, string]] : []), ...this.present]];
+      return [boxPath(this.one), [...(v ? [["last_event_id", String(v)] as [string, string]] : []), ...present]];
     }
     if (typeof this.what === "string") {
       const q: [string, string][] = [["prefix", encodeURIComponent(this.what)]];
       if (this.lastId) q.push(["last_event_id", encodeURIComponent(this.lastId)]);
-      return ["/v1/boxes", [...q, ...this.present]];
+      return ["/v1/boxes", [...q, ...present]];
     }
     const q = [this.keysParam(this.what)];
     const id = this.versions.resumeId(this.what);
@@ -369,9 +369,11 @@ class Follower {
       es.onerror = () => finish(opened ? { kind: "ended", flowed: true } : undefined);
     });
     if (outcome || this.signal.aborted) return outcome ?? { kind: "ended", flowed: false };
-    // Refused, or no connection: a plain poll of the same URL says which.
+    // Refused, or no connection: a plain poll of the same boxes says which
+    // (without `member=`, which a plain poll may not carry: 400).
     try {
-      const res = await this.access.fetch(url, { ...init, signal: this.signal });
+      const probe = this.present.length ? (await this.access.request(...this.streamQuery([]), {}))[0] : url;
+      const res = await this.access.fetch(probe, { ...init, signal: this.signal });
       if (res.status !== 200) return await this.refused(res, token);
       await res.body?.cancel();
     } catch (e) {

@@ -749,3 +749,25 @@ test("presence pages and count-only states past max_listed", async () => {
   await Promise.all([watch.done, ...members.map((f) => f.done)]);
   assert.deepEqual(w.errors, []);
 });
+
+test("presence with tokens: the member is the token's sub, its info the token's pollbox.info; another member= is 403 and ends the follow", async () => {
+  let tokens;
+  const s = await server(GRACE + '[auth]\nread = "token"\n[auth.jwt]\nkeys_file = "$DIR/jwks.json"\n', {
+    before: (dir) => (tokens = new Tokens(dir)),
+  });
+  const w = watcher();
+  const watch = new Client({ url: s.url, token: tokens.mint(["room-17/*"], 600) }).presence("room-17/", w.handlers);
+  await until("the empty room", () => w.now() === "");
+  const alice = new Client({ url: s.url, token: () => tokens.mint(["room-17/*"], 600, undefined, { sub: "alice", info: { name: "A" } }) });
+  const a = alice.follow({ prefix: "room-17/" }, { update() {} }, { member: "alice" });
+  await until("alice joined", () => w.now() === "alice");
+  assert.deepEqual(w.joins, [{ id: "alice", info: { name: "A" } }]);
+  const m = recorder();
+  await alice.presence("room-17/", m.handlers, { member: "mallory" }).done;
+  assert.deepEqual(m.errors.map((e) => [e.status, e.message, e.fatal]), [[403, "member is not the token's sub", true]]);
+  a.close();
+  await until("alice left", () => w.now() === "");
+  watch.close();
+  await Promise.all([watch.done, a.done]);
+  assert.deepEqual(w.errors, []);
+});

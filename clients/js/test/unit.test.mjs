@@ -498,6 +498,29 @@ test("a room followed as a member: member= on its streams and its waiting long-p
   ]);
 });
 
+test("presence in an EventSource: member= on the stream, not on the plain poll that asks why it failed", async () => {
+  const opened = [];
+  globalThis.EventSource = class {
+    constructor(url) {
+      opened.push(decodeURIComponent(url.replace(/^http:\/\/x/, "")));
+      setTimeout(() => this.onerror?.(), 1);
+    }
+    addEventListener() {}
+    close() {}
+  };
+  try {
+    const { urls, fetch } = scripted([json({ boxes: [], next: null }), () => new Response('{"error":"forbidden"}', { status: 403 })]);
+    const errors = [];
+    const pb = new Pollbox({ url: "http://x", fetch, backoffMs: 1, token: "t", tokenIn: "query" });
+    await pb.follow({ prefix: "room-17/" }, { update() {}, error: (e, fatal) => errors.push([e.status, fatal]) }, { member: "bob" }).done;
+    assert.deepEqual(opened, ["/v1/boxes?prefix=room-17/&member=bob&access_token=t", "/v1/boxes?prefix=room-17/&member=bob&access_token=t"]);
+    assert.deepEqual(urls, ["/v1/boxes?prefix=room-17/&access_token=t", "/v1/boxes?prefix=room-17/&access_token=t"]);
+    assert.deepEqual(errors, [[403, true]]);
+  } finally {
+    delete globalThis.EventSource;
+  }
+});
+
 test("member needs a room or a room's presence key; info needs member", () => {
   const pb = new Pollbox({ url: "http://x", fetch: async () => new Response(null, { status: 400 }) });
   const h = { update() {} };
