@@ -22,7 +22,7 @@ await build({
 });
 // The modules the unit tests reach into, apart (not in the package).
 await build({
-  entryPoints: ["sse", "backoff", "versions", "access"].map((m) => here + "src/" + m + ".ts"),
+  entryPoints: ["sse", "backoff", "versions", "access", "presence"].map((m) => here + "src/" + m + ".ts"),
   outdir: here + "dist/internal",
   bundle: true,
   format: "esm",

@@ -29,10 +29,18 @@
  * on a stream that flowed, or after a first 401; a fresh token refused too is
  * reported (`error`, 401, not fatal) and the next one waits a backoff.
  *
+ * With `member` (docs/presence.md), the follow is also a presence connection:
+ * every stream and every long-poll that waits carries `member=` (and
+ * `info=`), so the member is in the room while the follow runs and leaves the
+ * server's grace after it stops. Only a room (a prefix) and a room's presence
+ * box can carry it; the presence box is then followed as one box
+ * (`/v1/boxes/<room>~presence`, resumed with `last_event_id=V` or
+ * `after=V`), since a stream of many boxes does not read `member=`.
+ *
  * What it is not: a reader of single polls (pollbox.ts `read`) or a writer.
  */
 
-import { Access, PollboxError, errorText, jsonBody, type ClientOptions, type Payload } from "./access";
+import { Access, PollboxError, boxPath, errorText, jsonBody, type ClientOptions, type Payload } from "./access";
 import { Backoff, Renewal, sleep } from "./backoff";
 import { SseParser, type SseEvent } from "./sse";
 import { Versions } from "./versions";
@@ -59,6 +67,15 @@ export interface FollowOptions {
   signal?: AbortSignal;
   /** `"auto"` (default): streams, long-polls where they do not flow. */
   transport?: "auto" | "stream" | "long-poll";
+  /**
+   * Be present in the room as this member while following (docs/presence.md):
+   * for a `{ prefix }` or the key `<room>~presence` only (else a `TypeError`).
+   * On a node whose reads need a token, it must be the token's `sub`.
+   */
+  member?: string;
+  /** The member's info (a JSON object of at most 400 bytes), on a public node
+   * only: with tokens it comes from the token's `pollbox.info` claim. */
+  info?: object;
 }
 
 export interface Follow {
@@ -94,12 +111,32 @@ export function follow(access: Access, target: Target, h: FollowHandlers, o: Fol
     groups = [];
     for (let i = 0; i < keys.length; i += KEYS_PER_STREAM) groups.push(keys.slice(i, i + KEYS_PER_STREAM));
   } else groups = [target.prefix];
+  const present = presenceQuery(groups, o);
   const transport = o.transport ?? "auto";
-  const runs = groups.map((g) => new Follower(access, g, h, transport, ctl.signal).run());
+  const runs = groups.map((g) => new Follower(access, g, h, transport, ctl.signal, present).run());
   const done = Promise.all(runs).then(() => {
     o.signal?.removeEventListener("abort", stop);
   });
   return { close: stop, done };
+}
+
+/**
+ * `member=` and `info=` (percent-encoded) of a follow as a member, or none.
+ * A member needs a room or a room's presence key: a stream of many boxes, or
+ * of another box, would ignore it, and the page would never be present.
+ */
+function presenceQuery(groups: readonly (readonly string[] | string)[], o: FollowOptions): [string, string][] {
+  if (o.member === undefined) {
+    if (o.info !== undefined) throw new TypeError("info goes with member");
+    return [];
+  }
+  const g = groups[0];
+  if (groups.length !== 1 || (typeof g !== "string" && (g.length !== 1 || !g[0].endsWith("~presence")))) {
+    throw new TypeError("member needs a { prefix } or a room's presence key (<room>~presence)");
+  }
+  const q: [string, string][] = [["member", encodeURIComponent(o.member)]];
+  if (o.info !== undefined) q.push(["info", encodeURIComponent(JSON.stringify(o.info))]);
+  return q;
 }
 
 class Follower {
@@ -118,6 +155,8 @@ class Follower {
   /** The keys a room's listing named so far, while one runs. */
   private listed: Set<string> | undefined;
   private expired = false;
+  /** A presence key followed as a member: one box, by its own path. */
+  private readonly one: string | undefined;
 
   constructor(
     private readonly access: Access,
@@ -126,6 +165,8 @@ class Follower {
     private readonly h: FollowHandlers,
     private readonly transport: "auto" | "stream" | "long-poll",
     private readonly signal: AbortSignal,
+    /** `member=` and `info=`, on every stream and waiting long-poll. */
+    private readonly present: [string, string][] = [],
   ) {
     const o = access.options;
     this.opts = {
@@ -139,6 +180,7 @@ class Follower {
     this.backoff = new Backoff(this.opts.backoffMs, this.opts.maxBackoffMs);
     this.renewal = new Renewal(this.backoff);
     if (transport === "long-poll") this.nextStreamAt = Infinity;
+    this.one = present.length && typeof what !== "string" ? what[0] : undefined;
   }
 
   async run(): Promise<void> {
@@ -269,16 +311,22 @@ class Follower {
     return ["keys", keys.map(encodeURIComponent).join(",")];
   }
 
-  private streamQuery(): [string, string][] {
+  /** The path and query of a stream (with `present`: `member=`, `info=`). */
+  private streamQuery(present = this.present): [string, [string, string][]] {
+    if (this.one !== undefined) {
+      // One box resumes from the version the page has, in decimal.
+      const v = this.versions.version(this.one);
+      return [boxPath(this.one), [...(v ? [["last_event_id", String(v)] as [string, string]] : []), ...present]];
+    }
     if (typeof this.what === "string") {
       const q: [string, string][] = [["prefix", encodeURIComponent(this.what)]];
       if (this.lastId) q.push(["last_event_id", encodeURIComponent(this.lastId)]);
-      return q;
+      return ["/v1/boxes", [...q, ...present]];
     }
     const q = [this.keysParam(this.what)];
     const id = this.versions.resumeId(this.what);
     if (id) q.push(["last_event_id", id]);
-    return q;
+    return ["/v1/boxes", q];
   }
 
   /** One event stream, read until it ends, stalls or the signal aborts. */
@@ -295,7 +343,7 @@ class Follower {
    * reconnects, resuming boxes from the page's versions, a room from the
    * last id its events carried). */
   private async eventSource(): Promise<Outcome> {
-    const [url, init, token] = await this.access.request("/v1/boxes", this.streamQuery(), {});
+    const [url, init, token] = await this.access.request(...this.streamQuery(), {});
     this.expired = false;
     const outcome = await new Promise<Outcome | undefined>((done) => {
       const es = new EventSource(url, { withCredentials: init.credentials === "include" });
@@ -321,9 +369,11 @@ class Follower {
       es.onerror = () => finish(opened ? { kind: "ended", flowed: true } : undefined);
     });
     if (outcome || this.signal.aborted) return outcome ?? { kind: "ended", flowed: false };
-    // Refused, or no connection: a plain poll of the same URL says which.
+    // Refused, or no connection: a plain poll of the same boxes says which
+    // (without `member=`, which a plain poll may not carry: 400).
     try {
-      const res = await this.access.fetch(url, { ...init, signal: this.signal });
+      const probe = this.present.length ? (await this.access.request(...this.streamQuery([]), {}))[0] : url;
+      const res = await this.access.fetch(probe, { ...init, signal: this.signal });
       if (res.status !== 200) return await this.refused(res, token);
       await res.body?.cancel();
     } catch (e) {
@@ -355,7 +405,7 @@ class Follower {
     let reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
     this.expired = false;
     try {
-      const [url, init, t] = await this.access.request("/v1/boxes", this.streamQuery(), {
+      const [url, init, t] = await this.access.request(...this.streamQuery(), {
         headers: { Accept: "text/event-stream" },
         signal: ctl.signal,
       });
@@ -416,6 +466,17 @@ class Follower {
       if (typeof what === "string") {
         const o = await this.roomPoll(what, wait, ctl.signal);
         if (o) return o;
+      } else if (this.one !== undefined) {
+        // The first one (after=0) is answered at once with the box.
+        const after: [string, string] = ["after", String(this.versions.version(this.one) ?? 0)];
+        const [url, init, token] = await this.access.request(boxPath(this.one), [after, wait, ...this.present], { signal: ctl.signal });
+        const res = await this.access.fetch(url, init);
+        if (res.status === 200) this.deliver(await res.json());
+        else if (res.status !== 304 && res.status !== 404) return await this.refused(res, token);
+        else {
+          await res.body?.cancel();
+          if (res.status === 404) this.gone(this.one);
+        }
       } else {
         const headers: Record<string, string> = this.etag ? { "If-None-Match": this.etag } : {};
         const [url, init, token] = await this.access.request("/v1/boxes", [this.keysParam(what), wait], { headers, signal: ctl.signal });
@@ -453,7 +514,9 @@ class Follower {
   private async roomPoll(prefix: string, wait: [string, string], signal: AbortSignal): Promise<Outcome | undefined> {
     const w = this.after;
     const q: [string, string][] = [["prefix", encodeURIComponent(prefix)], ["limit", "1000"]];
-    if (w !== undefined) q.push(["after", encodeURIComponent(w)], wait);
+    // Only a long-poll that may wait is a presence connection (a page with
+    // `member=` is refused): the member is away during a first walk.
+    if (w !== undefined) q.push(["after", encodeURIComponent(w)], wait, ...this.present);
     this.listed = new Set();
     let reset = w === undefined;
     let next: unknown;

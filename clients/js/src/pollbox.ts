@@ -1,6 +1,7 @@
 /**
  * The pollbox client: read a box with its ETag, follow boxes (one, many, a
- * prefix) as they change, and post messages and batches. An ES module with
+ * prefix) as they change, follow who is in a room (presence) and be there,
+ * and post messages and batches. An ES module with
  * no runtime dependencies for browsers, Node 20+, Deno and Bun; everything
  * goes through `fetch`. docs/clients.md shows each feature.
  *
@@ -10,10 +11,12 @@
 
 import { Access, PollboxError, boxPath, errorText, jsonBody, type ClientOptions, type Payload } from "./access";
 import { follow, type Follow, type FollowHandlers, type FollowOptions, type Target } from "./follow";
+import { presence, presenceKey, type Member, type PresenceHandlers } from "./presence";
 import { post, postBatch, type BatchResult, type PostOptions, type PostResult } from "./write";
 
 export type { ClientOptions, Payload, TokenOption, TokenPlacement } from "./access";
 export type { Follow, FollowHandlers, FollowOptions, Mode, Target } from "./follow";
+export type { Member, MemberDiff, PresenceHandlers } from "./presence";
 export type { BatchResult, PostFailure, PostOptions, PostResult } from "./write";
 export { PollboxError };
 
@@ -25,6 +28,22 @@ export type ReadResult =
 
 /** A read of many boxes: their payloads in the order asked (`null`: none). */
 export type ReadManyResult = { status: 200; etag: string; payloads: (Payload | null)[] } | { status: 304; etag: string };
+
+/** A page of a room's members, by id: `next` goes on (`null`: the last page). */
+export interface PresencePage {
+  ver: number;
+  count: number;
+  members: Member[];
+  next: string | null;
+}
+
+export interface PresencePageOptions {
+  /** At most this many members (default 1000; the server caps it at `limits.max_page_boxes`). */
+  limit?: number;
+  /** The previous page's `next`. */
+  cursor?: string;
+  signal?: AbortSignal;
+}
 
 export interface ReadOptions {
   /** The ETag of the state the caller holds: 304 when it is still current. */
@@ -59,6 +78,24 @@ export class Pollbox {
   /** Follow boxes as they change, until `close()` or the signal. */
   follow(target: Target, handlers: FollowHandlers, o?: FollowOptions): Follow {
     return follow(this.access, target, handlers, o);
+  }
+
+  /**
+   * Follow who is in `room` (a prefix: `room-17/`): its members, their joins
+   * and leaves (docs/presence.md). With `{ member, info }` the page is also
+   * present in the room while it follows.
+   */
+  presence(room: string, handlers: PresenceHandlers, o?: FollowOptions): Follow {
+    return presence(this.access, room, handlers, o);
+  }
+
+  /** One page of `room`'s members by id, past the count a presence state lists. */
+  async presencePage(room: string, o: PresencePageOptions = {}): Promise<PresencePage> {
+    const q: [string, string][] = [["limit", String(o.limit ?? 1000)]];
+    if (o.cursor !== undefined) q.push(["cursor", encodeURIComponent(o.cursor)]);
+    // No ETag is sent: the answer is a 200 (or throws).
+    const r = await this.tagged(await this.get(boxPath(presenceKey(room)), q, { signal: o.signal }));
+    return (r as { payload: PresencePage }).payload;
   }
 
   /** Post one message into the box `key`. */

@@ -31,6 +31,11 @@ export class Versions {
     return this.present.delete(key);
   }
 
+  /** The newest version of `key` handed over, while the page has the box. */
+  version(key: string): number | undefined {
+    return this.present.has(key) ? this.newest.get(key) : undefined;
+  }
+
   has(key: string): boolean {
     return this.present.has(key);
   }

@@ -245,10 +245,11 @@ export class Tokens {
   }
 
   /** A token that reads and writes `scope` (e.g. `["room-1/*"]`) for `seconds`
-   * (signed with `secret`: another one makes a token the server refuses). */
-  mint(scope, seconds, secret = this.secret) {
+   * (signed with `secret`: another one makes a token the server refuses),
+   * with `sub` and `pollbox.info` if given (a presence member). */
+  mint(scope, seconds, secret = this.secret, { sub, info } = {}) {
     const head = b64({ alg: "HS256", typ: "JWT", kid: "k1" });
-    const claims = b64({ exp: Math.floor(Date.now() / 1000) + seconds, pollbox: { read: scope, write: scope } });
+    const claims = b64({ exp: Math.floor(Date.now() / 1000) + seconds, sub, pollbox: { read: scope, write: scope, info } });
     const sig = createHmac("sha256", secret).update(head + "." + claims).digest("base64url");
     return `${head}.${claims}.${sig}`;
   }

@@ -634,3 +634,140 @@ test("a room's reads need a token covering the whole prefix: 403 ends the follow
   }
   await f.done;
 });
+
+/** What client.presence handed over: each state, joins, leaves (with when),
+ * info updates, count-only states, errors. */
+function watcher() {
+  const w = { states: [], joins: [], leaves: [], updates: [], counts: [], errors: [], modes: [] };
+  w.handlers = {
+    members: (list, count, ver) => w.states.push({ ids: list.map((m) => m.id), list, count, ver }),
+    join: (m) => w.joins.push(m),
+    leave: (m) => w.leaves.push({ id: m.id, at: Date.now() }),
+    update: (m, b) => w.updates.push([m, b]),
+    count: (n) => w.counts.push(n),
+    mode: (m) => w.modes.push(m),
+    error: (e, fatal) => w.errors.push({ status: e.status, message: e.message, fatal }),
+  };
+  w.now = () => w.states.at(-1)?.ids.join(",");
+  return w;
+}
+
+const GRACE = '[presence]\nleave_grace_ms = 200\n';
+
+test("presence: two members join (the presence box's stream, the room's stream), a watcher sees both; one closes and leaves after the grace", async () => {
+  const s = await server(GRACE);
+  const pb = new Client({ url: s.url, backoffMs: 100 });
+  const w = watcher();
+  const watch = pb.presence("room-17/", w.handlers);
+  await until("the empty room", () => w.now() === "");
+  const alice = pb.presence("room-17/", {}, { member: "alice", info: { name: "Alice & co" } });
+  const bob = pb.follow({ prefix: "room-17/" }, { update() {} }, { member: "bob" });
+  await until("both joined", () => w.now() === "alice,bob");
+  assert.deepEqual(w.joins.map((m) => m.id).sort(), ["alice", "bob"]);
+  assert.deepEqual(w.joins.find((m) => m.id === "alice").info, { name: "Alice & co" });
+  const read = await pb.read("room-17/~presence");
+  assert.deepEqual(read.payload.members, [{ id: "alice", info: { name: "Alice & co" } }, { id: "bob" }]);
+  // Other rooms see no one.
+  assert.deepEqual((await pb.read("room-18/~presence")).payload.members, []);
+
+  const closed = Date.now();
+  bob.close();
+  await bob.done;
+  await until("bob left", () => w.leaves.length === 1);
+  assert.equal(w.leaves[0].id, "bob");
+  const after = w.leaves[0].at - closed;
+  assert.ok(after >= 150 && after < 3000, "bob left " + after + " ms after closing (grace 200 ms)");
+  assert.equal(w.now(), "alice");
+
+  alice.close();
+  await alice.done;
+  await until("alice left", () => w.now() === "");
+  watch.close();
+  await watch.done;
+  assert.deepEqual(w.leaves.map((l) => l.id), ["bob", "alice"]);
+  assert.deepEqual(w.updates, []);
+  assert.deepEqual(w.errors, []);
+  assert.deepEqual(w.modes, ["stream"]);
+});
+
+test("presence by long-poll: members stay present across their long-polls, a watcher by long-poll sees joins and leaves; two tabs are one member", async () => {
+  const s = await server(GRACE);
+  const pb = new Client({ url: s.url, backoffMs: 100, waitMs: 300 });
+  const lp = { transport: "long-poll" };
+  const w = watcher();
+  const watch = pb.presence("room-17/", w.handlers, lp);
+  await until("the empty room", () => w.now() === "");
+  const carol = pb.presence("room-17/", {}, { ...lp, member: "carol" });
+  const dave = pb.follow({ prefix: "room-17/" }, { update() {} }, { ...lp, member: "dave" });
+  const tab1 = pb.follow("room-17/~presence", { update() {} }, { member: "erin", info: { tab: 1 } });
+  await until("three joined", () => w.now() === "carol,dave,erin");
+  const tab2 = pb.follow("room-17/~presence", { update() {} }, { member: "erin", info: { tab: 2 } });
+  await until("erin's newer info", () => w.updates.length === 1);
+  assert.deepEqual(w.updates[0].map((m) => m.info), [{ tab: 2 }, { tab: 1 }]);
+  // Several long-polls of 300 ms each, past the grace of 200 ms: no leave.
+  await sleep(1500);
+  tab1.close();
+  await sleep(600);
+  assert.deepEqual(w.leaves, [], "no leave while following, nor for a member with another tab open");
+  assert.equal(w.now(), "carol,dave,erin");
+  for (const f of [carol, dave, tab2]) f.close();
+  await until("all left", () => w.now() === "");
+  watch.close();
+  await Promise.all([watch.done, carol.done, dave.done, tab1.done, tab2.done]);
+  assert.deepEqual(w.leaves.map((l) => l.id).sort(), ["carol", "dave", "erin"]);
+  assert.deepEqual(w.joins.map((m) => m.id).sort(), ["carol", "dave", "erin"]);
+  assert.deepEqual(w.errors, []);
+  assert.deepEqual(w.modes, ["long-poll"]);
+});
+
+test("presence pages and count-only states past max_listed", async () => {
+  const s = await server(GRACE + "max_listed = 2\ncount_interval_ms = 100\n");
+  const pb = new Client({ url: s.url, backoffMs: 100 });
+  const w = watcher();
+  const watch = pb.presence("room-17/", w.handlers);
+  const ids = ["m1", "m2", "m3", "m4", "m5"];
+  const members = [];
+  for (const id of ids.slice(0, 2)) members.push(pb.presence("room-17/", {}, { member: id }));
+  await until("two listed", () => w.now() === "m1,m2");
+  const joined = w.joins.length;
+  for (const id of ids.slice(2)) members.push(pb.presence("room-17/", {}, { member: id }));
+  await until("the count alone", () => w.counts.at(-1) === 5);
+  const pages = [];
+  for (let cursor; ; ) {
+    const p = await pb.presencePage("room-17/", { limit: 2, cursor });
+    assert.equal(p.count, 5);
+    pages.push(p.members.map((m) => m.id));
+    if (p.next === null) break;
+    cursor = p.next;
+  }
+  assert.deepEqual(pages, [["m1", "m2"], ["m3", "m4"], ["m5"]]);
+  for (const f of members.slice(1, 4)) f.close();
+  await until("listed again", () => w.now() === "m1,m5");
+  assert.deepEqual(w.leaves.map((l) => l.id).sort(), ["m2"], "compared with the last listed state");
+  assert.deepEqual(w.joins.slice(joined).map((m) => m.id), ["m5"]);
+  for (const f of [watch, members[0], members[4]]) f.close();
+  await Promise.all([watch.done, ...members.map((f) => f.done)]);
+  assert.deepEqual(w.errors, []);
+});
+
+test("presence with tokens: the member is the token's sub, its info the token's pollbox.info; another member= is 403 and ends the follow", async () => {
+  let tokens;
+  const s = await server(GRACE + '[auth]\nread = "token"\n[auth.jwt]\nkeys_file = "$DIR/jwks.json"\n', {
+    before: (dir) => (tokens = new Tokens(dir)),
+  });
+  const w = watcher();
+  const watch = new Client({ url: s.url, token: tokens.mint(["room-17/*"], 600) }).presence("room-17/", w.handlers);
+  await until("the empty room", () => w.now() === "");
+  const alice = new Client({ url: s.url, token: () => tokens.mint(["room-17/*"], 600, undefined, { sub: "alice", info: { name: "A" } }) });
+  const a = alice.follow({ prefix: "room-17/" }, { update() {} }, { member: "alice" });
+  await until("alice joined", () => w.now() === "alice");
+  assert.deepEqual(w.joins, [{ id: "alice", info: { name: "A" } }]);
+  const m = recorder();
+  await alice.presence("room-17/", m.handlers, { member: "mallory" }).done;
+  assert.deepEqual(m.errors.map((e) => [e.status, e.message, e.fatal]), [[403, "member is not the token's sub", true]]);
+  a.close();
+  await until("alice left", () => w.now() === "");
+  watch.close();
+  await Promise.all([watch.done, a.done]);
+  assert.deepEqual(w.errors, []);
+});

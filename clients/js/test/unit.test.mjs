@@ -3,7 +3,9 @@
 // single token refresh, when a follow fetches a fresh token and what a 401
 // costs, and a room's resume and listings against scripted
 // answers of the rooms contract (ids, `event: reset`, the long-poll form:
-// what the release binary does not send yet). What it is not: the tests
+// what the release binary does not send yet), and presence: the diffing of
+// member lists, what each handler gets, and the URLs of a follow as a member
+// (member= and info= on streams and waiting long-polls). What it is not: the tests
 // against pollbox (server.test.mjs) or in Chromium (browser.test.mjs).
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -11,6 +13,7 @@ import { SseParser } from "../dist/internal/sse.js";
 import { Backoff, Renewal } from "../dist/internal/backoff.js";
 import { Versions } from "../dist/internal/versions.js";
 import { Access } from "../dist/internal/access.js";
+import { diffMembers } from "../dist/internal/presence.js";
 import { Pollbox } from "../dist/pollbox.js";
 
 function parse(chunks) {
@@ -367,4 +370,178 @@ test("tokens: a 401 after a stream that flowed and ended is mended at once, with
   assert.deepEqual(log.map((e) => e.what + ":" + e.t), ["token:t1", "fetch:t1", "fetch:t1", "token:t2", "fetch:t2"]);
   assert.deepEqual(r.errors, []);
   assert.deepEqual(r.updates, [1]);
+});
+
+test("presence: member lists compared by id: joined, left, info changed", () => {
+  const a = { id: "alice", info: { n: "A" } };
+  const b = { id: "bob" };
+  const c = { id: "carol" };
+  assert.deepEqual(diffMembers([], [a, b]), { joined: [a, b], left: [], updated: [] });
+  assert.deepEqual(diffMembers([a, b], [b, c]), { joined: [c], left: [a], updated: [] });
+  const a2 = { id: "alice", info: { n: "A2" } };
+  assert.deepEqual(diffMembers([a, b], [a2, b]), { joined: [], left: [], updated: [[a2, a]] });
+  assert.deepEqual(diffMembers([b], [{ id: "bob", info: { x: 1 } }]).updated.length, 1, "info given where there was none");
+  assert.deepEqual(diffMembers([a, b], [{ id: "alice", info: { n: "A" } }, { id: "bob" }]), { joined: [], left: [], updated: [] });
+  assert.deepEqual(diffMembers([a, b, c], []), { joined: [], left: [a, b, c], updated: [] });
+});
+
+const pres = (ver, members, count = members?.length) =>
+  JSON.stringify(members ? { k: "room-17/~presence", ver, count, members } : { k: "room-17/~presence", ver, count });
+
+/** client.presence over scripted answers, every handler logged in order. */
+function watch(fetch, o) {
+  const log = [];
+  const pb = new Pollbox({ url: "http://x", fetch, eventSource: false, backoffMs: 1, waitMs: 50 });
+  const f = pb.presence("room-17/", {
+    members: (list, count, ver) => log.push(`members ${list.map((m) => m.id).join(",")} ${count} ${ver}`),
+    join: (m) => log.push("join " + m.id),
+    leave: (m) => log.push("leave " + m.id),
+    update: (m, b) => log.push(`update ${m.id} ${JSON.stringify(b.info)}->${JSON.stringify(m.info)}`),
+    count: (n, ver) => log.push(`count ${n} ${ver}`),
+    error: (e) => log.push("error " + e.status + " " + e.message),
+  }, o);
+  return { log, f };
+}
+
+test("presence over a stream: the first state is the baseline; then joins, leaves, info updates, count-only states", async () => {
+  const ev = (ver, members, count) => `id: ${ver}\ndata: ${pres(ver, members, count)}\n\n`;
+  const { urls, fetch } = scripted([
+    sse("retry: 1000\n\n" + ev(10, [{ id: "alice" }, { id: "bob" }]) + ev(11, [{ id: "alice" }, { id: "bob" }, { id: "carol" }]) +
+      ev(12, [{ id: "bob", info: { n: 1 } }, { id: "carol" }])),
+    // A reconnect: the same state again is dropped, the diff goes on from the last.
+    sse("retry: 1000\n\n" + ev(12, [{ id: "bob", info: { n: 1 } }, { id: "carol" }]) + ev(13, null, 150) + ev(14, null, 151) +
+      ev(15, [{ id: "carol" }, { id: "dave" }])),
+  ]);
+  const { log, f } = watch(fetch);
+  await settle(urls, 3);
+  f.close();
+  await f.done;
+  assert.deepEqual(urls.slice(0, 3), [
+    "/v1/boxes?keys=room-17/~presence",
+    "/v1/boxes?keys=room-17/~presence&last_event_id=c",
+    "/v1/boxes?keys=room-17/~presence&last_event_id=f",
+  ]);
+  assert.deepEqual(log, [
+    "members alice,bob 2 10",
+    "join carol",
+    "members alice,bob,carol 3 11",
+    "leave alice",
+    "update bob undefined->{\"n\":1}",
+    "members bob,carol 2 12",
+    "count 150 13",
+    "count 151 14",
+    "leave bob",
+    "join dave",
+    "members carol,dave 2 15",
+  ]);
+});
+
+test("presence as a member: member= and info= on the presence box's own stream and long-polls", async () => {
+  const info = { name: "Alice & co", n: 1 };
+  const q = "member=al ice&info=" + JSON.stringify(info);
+  const one = scripted([sse("retry: 1000\n\n" + `id: 7\ndata: ${pres(7, [{ id: "al ice", info }])}\n\n`)]);
+  const s = watch(one.fetch, { member: "al ice", info });
+  await settle(one.urls, 2);
+  s.f.close();
+  await s.f.done;
+  assert.deepEqual(one.urls.slice(0, 2), ["/v1/boxes/room-17/~presence?" + q, "/v1/boxes/room-17/~presence?last_event_id=7&" + q]);
+  assert.deepEqual(s.log, ["members al ice 1 7"]);
+
+  const none = () => new Response(null, { status: 304 });
+  const lp = scripted([json(JSON.parse(pres(7, [{ id: "al ice" }]))), none, json(JSON.parse(pres(9, [])))]);
+  const l = watch(lp.fetch, { member: "al ice", info, transport: "long-poll" });
+  await settle(lp.urls, 4);
+  l.f.close();
+  await l.f.done;
+  const p = "/v1/boxes/room-17/~presence?";
+  assert.deepEqual(lp.urls.slice(0, 4), [
+    p + "after=0&wait_ms=50&" + q,
+    p + "after=7&wait_ms=50&" + q,
+    p + "after=7&wait_ms=50&" + q,
+    p + "after=9&wait_ms=50&" + q,
+  ]);
+  assert.deepEqual(l.log, ["members al ice 1 7", "leave al ice", "members  0 9"]);
+  // The raw URL: every parameter percent-encoded.
+  const raw = [];
+  const pb = new Pollbox({ url: "http://x", eventSource: false, fetch: async (url) => (raw.push(url), new Response(null, { status: 400 })) });
+  await pb.presence("room-17/", {}, { member: "al ice", info }).done;
+  assert.equal(raw[0], "http://x/v1/boxes/room-17%2F~presence?member=al%20ice&info=%7B%22name%22%3A%22Alice%20%26%20co%22%2C%22n%22%3A1%7D");
+});
+
+test("a room followed as a member: member= on its streams and its waiting long-polls, not on the pages of a first walk", async () => {
+  const s = scripted([sse("retry: 1000\n\nid: w1\nevent: synced\ndata: {}\n\n")]);
+  const pb = new Pollbox({ url: "http://x", fetch: s.fetch, eventSource: false, backoffMs: 1, waitMs: 50 });
+  const f = pb.follow({ prefix: "room-17/" }, { update() {} }, { member: "bob" });
+  await settle(s.urls, 2);
+  f.close();
+  await f.done;
+  assert.deepEqual(s.urls.slice(0, 2), ["/v1/boxes?prefix=room-17/&member=bob", "/v1/boxes?prefix=room-17/&last_event_id=w1&member=bob"]);
+
+  const l = scripted([
+    json({ boxes: [box("room-17/a", 1)], next: "c1", after: "W1" }),
+    json({ boxes: [], next: null, after: "W1" }),
+    json({ boxes: [box("room-17/b", 1)], next: "c2", after: "W2" }),
+    json({ boxes: [], next: null, after: "W2" }),
+  ]);
+  const g = new Pollbox({ url: "http://x", fetch: l.fetch, eventSource: false, backoffMs: 1, waitMs: 50 })
+    .follow({ prefix: "room-17/" }, { update() {} }, { member: "bob", transport: "long-poll" });
+  await settle(l.urls, 5);
+  g.close();
+  await g.done;
+  const lp = "/v1/boxes?prefix=room-17/&limit=1000";
+  assert.deepEqual(l.urls.slice(0, 5), [
+    lp,
+    lp + "&cursor=c1",
+    lp + "&after=W1&wait_ms=50&member=bob",
+    lp + "&after=W1&wait_ms=50&member=bob&cursor=c2",
+    lp + "&after=W2&wait_ms=50&member=bob",
+  ]);
+});
+
+test("presence in an EventSource: member= on the stream, not on the plain poll that asks why it failed", async () => {
+  const opened = [];
+  globalThis.EventSource = class {
+    constructor(url) {
+      opened.push(decodeURIComponent(url.replace(/^http:\/\/x/, "")));
+      setTimeout(() => this.onerror?.(), 1);
+    }
+    addEventListener() {}
+    close() {}
+  };
+  try {
+    const { urls, fetch } = scripted([json({ boxes: [], next: null }), () => new Response('{"error":"forbidden"}', { status: 403 })]);
+    const errors = [];
+    const pb = new Pollbox({ url: "http://x", fetch, backoffMs: 1, token: "t", tokenIn: "query" });
+    await pb.follow({ prefix: "room-17/" }, { update() {}, error: (e, fatal) => errors.push([e.status, fatal]) }, { member: "bob" }).done;
+    assert.deepEqual(opened, ["/v1/boxes?prefix=room-17/&member=bob&access_token=t", "/v1/boxes?prefix=room-17/&member=bob&access_token=t"]);
+    assert.deepEqual(urls, ["/v1/boxes?prefix=room-17/&access_token=t", "/v1/boxes?prefix=room-17/&access_token=t"]);
+    assert.deepEqual(errors, [[403, true]]);
+  } finally {
+    delete globalThis.EventSource;
+  }
+});
+
+test("member needs a room or a room's presence key; info needs member", () => {
+  const pb = new Pollbox({ url: "http://x", fetch: async () => new Response(null, { status: 400 }) });
+  const h = { update() {} };
+  assert.throws(() => pb.follow("scores", h, { member: "a" }), TypeError);
+  assert.throws(() => pb.follow({ keys: ["room-17/~presence", "room-17/scores"] }, h, { member: "a" }), TypeError);
+  assert.throws(() => pb.follow({ prefix: "room-17/" }, h, { info: { n: 1 } }), TypeError);
+  assert.throws(() => pb.presence("room-17", {}), TypeError, "a room ends with a separator");
+  pb.presence("tenant:4:", {}).close();
+  pb.follow("room-17/~presence", h, { member: "a" }).close();
+  pb.follow({ key: "~presence" }, h, { member: "a" }).close();
+});
+
+test("presence pages: limit and cursor on the presence box", async () => {
+  const { urls, fetch } = scripted([
+    json({ k: "room-17/~presence", ver: 5, count: 3, members: [{ id: "a" }, { id: "b" }], next: "62" }),
+    json({ k: "room-17/~presence", ver: 5, count: 3, members: [{ id: "c" }], next: null }),
+  ]);
+  const pb = new Pollbox({ url: "http://x", fetch });
+  const p1 = await pb.presencePage("room-17/", { limit: 2 });
+  assert.deepEqual(p1.members.map((m) => m.id), ["a", "b"]);
+  const p2 = await pb.presencePage("room-17/", { limit: 2, cursor: p1.next });
+  assert.equal(p2.next, null);
+  assert.deepEqual(urls, ["/v1/boxes/room-17/~presence?limit=2", "/v1/boxes/room-17/~presence?limit=2&cursor=62"]);
 });
