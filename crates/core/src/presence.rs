@@ -24,12 +24,14 @@ use crate::render::write_json_str;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::fmt;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use crate::plan::{reserved_key, PRESENCE_SUFFIX};
+
+pub mod log;
 
 /// The most bytes a member's `info` takes, as compact JSON.
 pub const MAX_INFO_BYTES: usize = 400;
@@ -135,13 +137,16 @@ struct Shard {
     rooms: HashMap<Box<[u8]>, Room>,
     /// Members whose last connection ended: when they leave, their room,
     /// themselves. An entry whose member came back meanwhile is skipped.
-    leaving: BinaryHeap<Reverse<(u64, Box<[u8]>, Box<[u8]>)>>,
+    leaving: BinaryHeap<Reverse<Leaving>>,
     /// Rooms whose watchers wait for the count interval to be woken.
     waking: Vec<Box<[u8]>>,
     /// The highest version a room of this shard had when it emptied: an
     /// empty room reads at it, a new one starts past it.
     floor: u64,
 }
+
+/// When a member leaves, its room, itself.
+type Leaving = (u64, Box<[u8]>, Box<[u8]>);
 
 struct Room {
     version: u64,
@@ -267,9 +272,7 @@ impl Presence {
     }
 
     fn shard(&self, room: &[u8]) -> MutexGuard<'_, Shard> {
-        let mut h = self.hasher.build_hasher();
-        room.hash(&mut h);
-        let i = h.finish() as usize % SHARDS;
+        let i = self.hasher.hash_one(room) as usize % SHARDS;
         // A panic under the lock leaves a room as it was between two steps:
         // serve on.
         self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
@@ -430,8 +433,11 @@ impl Presence {
         if now_ms < self.due_ms.load(Relaxed) {
             return;
         }
-        // One worker does it; another tick meanwhile finds nothing due.
-        if self.due_ms.swap(u64::MAX, Relaxed) > now_ms {
+        // One worker does it; another tick meanwhile finds nothing due (and
+        // puts back a later deadline it took by mistake).
+        let due = self.due_ms.swap(u64::MAX, Relaxed);
+        if due > now_ms {
+            self.due_ms.fetch_min(due, Relaxed);
             return;
         }
         let mut woken: Vec<Box<[u8]>> = Vec::new();

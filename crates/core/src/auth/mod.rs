@@ -350,8 +350,11 @@ struct Grant {
     end_s: u64,
     source: Source,
     /// A signed token's `sub` and `pollbox.info` (docs/presence.md).
-    member: Option<(Box<str>, Option<Box<[u8]>>)>,
+    member: Option<Subject>,
 }
+
+/// Who a token names: its `sub`, and its `pollbox.info` (compact JSON).
+type Subject = (Box<str>, Option<Box<[u8]>>);
 
 /// Where a granted token was found: what a re-read of the files must still
 /// hold for it to stay valid ([`Access::carry_over`]).
