@@ -113,6 +113,36 @@ pub struct LoadArgs {
     #[arg(long, value_parser = PrefixTemplate::parse)]
     pub prefix: Option<PrefixTemplate>,
 
+    /// Presence (docs/presence.md): hold this many members present while the mix runs,
+    /// each an event stream of `<room>~presence?member=m-<n>` (member n in the room
+    /// `--presence-room` gives for n).
+    #[arg(long, default_value_t = 0)]
+    pub presence_members: usize,
+
+    /// Members a second that leave (close their stream) while as many new ones join
+    /// (the next ids, in the rooms of those they replace), from the start of the run;
+    /// needs `--presence-members`.
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_churn: f64,
+
+    /// A join storm: at the start of the measured window (after `--warmup`), this many
+    /// more members open their streams as fast as one thread connects them; the report
+    /// says how long until all joined and every watcher saw them.
+    #[arg(long, default_value_t = 0)]
+    pub presence_storm: usize,
+
+    /// Watchers of the rooms' presence: event streams of `<room>~presence` without
+    /// `member=` (watcher i in the room `--presence-room` gives for i); the report gives
+    /// their events/s, the bytes each received, and the last count they saw.
+    #[arg(long, default_value_t = 0)]
+    pub presence_watchers: usize,
+
+    /// Room of presence member (and watcher) i, a template as `--prefix` takes:
+    /// `room-0/` (one room), `room-{i%10}/`. Default: `room-{i%<rooms>}/` (the rooms
+    /// of `--rooms`), or `room-0/` without rooms.
+    #[arg(long, value_parser = PrefixTemplate::parse)]
+    pub presence_room: Option<PrefixTemplate>,
+
     /// Requests in flight per connection (HTTP/1.1 pipelining depth).
     #[arg(long, default_value_t = 1)]
     pub pipeline: usize,
@@ -165,6 +195,25 @@ impl LoadArgs {
             .unwrap_or_else(|| PrefixTemplate::default_for(self.rooms))
     }
 
+    /// The rooms of the presence mix: `--presence-room`, or each member's room of
+    /// `--rooms` (`room-0/` without rooms).
+    pub fn presence_template(&self) -> PrefixTemplate {
+        self.presence_room
+            .clone()
+            .unwrap_or_else(|| PrefixTemplate::default_for(self.rooms.max(1)))
+    }
+
+    /// What the presence mix does (nothing when no `--presence-*` asks for it).
+    pub(crate) fn presence_plan(&self) -> crate::presence::PresencePlan {
+        crate::presence::PresencePlan {
+            rooms: self.presence_template(),
+            members: self.presence_members,
+            churn_per_s: self.presence_churn,
+            storm: self.presence_storm,
+            watchers: self.presence_watchers,
+        }
+    }
+
     /// Arguments with every default, for callers that build them in code (`pollbox demo`,
     /// tests). Keep in step with the `#[arg]` defaults above (a test checks it).
     pub fn new(url: impl Into<String>) -> LoadArgs {
@@ -186,6 +235,11 @@ impl LoadArgs {
             sse: 0,
             prefix_streams: 0,
             prefix: None,
+            presence_members: 0,
+            presence_churn: 0.0,
+            presence_storm: 0,
+            presence_watchers: 0,
+            presence_room: None,
             pipeline: 1,
             token: None,
             preseed: false,

@@ -14,6 +14,10 @@
 //! - `--rooms R` names key n `room-<n % R>/lg-<n>` (docs/http.md#rooms), and
 //!   `--prefix-streams N` holds N event streams of prefixes open (`--prefix
 //!   room-{i%R}/`-style templates), as `--sse N` holds streams of one box each.
+//! - Presence (docs/presence.md): `--presence-members N` members held present in rooms,
+//!   `--presence-churn` of them replaced a second, a `--presence-storm` of joins at the
+//!   start of the window, and `--presence-watchers` streams of the rooms' presence
+//!   counting the events and bytes they are sent (`presence.rs`).
 //! - Every answer is checked: the status the operation expects, the payload's key and
 //!   version (never backwards per key on a connection), batch counts; a many-box
 //!   answer's array (one element per key asked, `null` or its payload) and its ETag.
@@ -37,6 +41,7 @@ mod hgrm;
 mod keys;
 mod mix;
 mod plot;
+mod presence;
 mod progress;
 mod report;
 mod request;
@@ -189,6 +194,12 @@ fn validate(args: &LoadArgs) -> Result<(), LoadError> {
     if !(args.max_error_rate.is_finite() && args.max_error_rate >= 0.0) {
         return bad("--max-error-rate must be a number >= 0");
     }
+    if !(args.presence_churn.is_finite() && args.presence_churn >= 0.0) {
+        return bad("--presence-churn must be a number of members per second >= 0");
+    }
+    if args.presence_churn > 0.0 && args.presence_members == 0 {
+        return bad("--presence-churn replaces members of --presence-members: give it too");
+    }
     Ok(())
 }
 
@@ -234,13 +245,26 @@ pub fn run(args: &LoadArgs) -> Result<Report, LoadError> {
         sse::subscribe_prefixes(target.addr, &target.host, &template, args.prefix_streams)
             .map_err(connect_error)?,
     );
+    let presence_plan = args.presence_plan();
+    let presence = if presence_plan.active() {
+        let opened =
+            presence::open(target.addr, &target.host, &presence_plan).map_err(connect_error)?;
+        Some(Presence {
+            plan: &presence_plan,
+            host: &target.host,
+            opened,
+        })
+    } else {
+        None
+    };
     let mut streams = Vec::with_capacity(args.connections);
     for _ in 0..args.connections {
         streams.push(connect(target.addr)?);
     }
 
     let plan = plan(args, target.addr, requests);
-    let (stats, sse_result) = drive_threads(args, &plan, threads, streams, subscribers)?;
+    let (stats, sse_result, presence_result) =
+        drive_threads(args, &plan, threads, streams, subscribers, presence)?;
     let warmup = args.warmup.unwrap_or(Duration::ZERO);
     let mut report = Report::build(
         RunShape {
@@ -275,6 +299,18 @@ pub fn run(args: &LoadArgs) -> Result<Report, LoadError> {
                     args.duration,
                 ));
             }
+        }
+        Some(Ok(Err(e))) => return Err(LoadError::Io(e)),
+        Some(Err(_)) => return Err(LoadError::ThreadPanicked),
+    }
+    match presence_result {
+        None => {}
+        Some(Ok(Ok(p))) => {
+            report.presence = Some(report::PresenceReport::of(
+                &p,
+                &presence_plan,
+                args.duration,
+            ));
         }
         Some(Ok(Err(e))) => return Err(LoadError::Io(e)),
         Some(Err(_)) => return Err(LoadError::ThreadPanicked),
@@ -323,17 +359,28 @@ fn plan(args: &LoadArgs, addr: SocketAddr, requests: Requests) -> Plan {
 /// What the event-stream thread returns, when there is one.
 type SseOutcome = std::thread::Result<std::io::Result<sse::StreamStats>>;
 
+/// What the presence thread returns, when there is one.
+type PresenceOutcome = std::thread::Result<std::io::Result<presence::PresenceStats>>;
+
+/// The presence mix to run: what it does, and its streams opened before the clock.
+struct Presence<'a> {
+    plan: &'a presence::PresencePlan,
+    host: &'a str,
+    opened: presence::Opened,
+}
+
 /// Run the load: `threads` threads share `streams` (contiguous shares), one
-/// more reads the event streams of `subscribers`, and progress is printed
-/// each second unless `--quiet`. Returns the threads' stats merged, and the
-/// event-stream thread's outcome.
+/// more reads the event streams of `subscribers`, one more runs the presence
+/// mix, and progress is printed each second unless `--quiet`. Returns the
+/// threads' stats merged, and the event-stream and presence threads' outcomes.
 fn drive_threads(
     args: &LoadArgs,
     plan: &Plan,
     threads: usize,
     streams: Vec<std::net::TcpStream>,
     subscribers: Vec<sse::Subscription>,
-) -> Result<(Stats, Option<SseOutcome>), LoadError> {
+    presence: Option<Presence<'_>>,
+) -> Result<(Stats, Option<SseOutcome>, Option<PresenceOutcome>), LoadError> {
     let mut shares: Vec<Vec<(usize, std::net::TcpStream)>> =
         (0..threads).map(|_| Vec::new()).collect();
     for (global, stream) in streams.into_iter().enumerate() {
@@ -344,6 +391,7 @@ fn drive_threads(
     // A little head start so every thread is waiting when the clock starts.
     let origin = Instant::now() + Duration::from_millis(20);
     let mut sse_result = None;
+    let mut presence_result = None;
     let results: Vec<std::thread::Result<std::io::Result<Stats>>> = std::thread::scope(|scope| {
         let sse_handle = plan.published.as_ref().map(|p| {
             let window = sse::Window {
@@ -361,6 +409,19 @@ fn drive_threads(
             std::thread::Builder::new()
                 .name("load-sse".into())
                 .spawn_scoped(scope, move || sse::drive(subscribers, reader, window))
+        });
+        let presence_handle = presence.map(|p| {
+            let window = sse::Window {
+                origin,
+                warmup_ns: plan.warmup_ns,
+                end_ns: plan.end_ns + Duration::from_millis(200).as_nanos() as u64,
+            };
+            let addr = plan.addr;
+            std::thread::Builder::new()
+                .name("load-presence".into())
+                .spawn_scoped(scope, move || {
+                    presence::drive(addr, p.host, p.plan, p.opened, window)
+                })
         });
         let handles: Vec<_> = shares
             .into_iter()
@@ -380,6 +441,10 @@ fn drive_threads(
             Ok(h) => h.join(),
             Err(e) => Ok(Err(e)),
         });
+        presence_result = presence_handle.map(|h| match h {
+            Ok(h) => h.join(),
+            Err(e) => Ok(Err(e)),
+        });
         handles
             .into_iter()
             .map(|h| match h {
@@ -396,7 +461,7 @@ fn drive_threads(
             Err(_) => return Err(LoadError::ThreadPanicked),
         }
     }
-    Ok((stats, sse_result))
+    Ok((stats, sse_result, presence_result))
 }
 
 fn connect(addr: SocketAddr) -> Result<std::net::TcpStream, LoadError> {
@@ -562,10 +627,79 @@ mod tests {
             |a| a.rate = Some(0.0),
             |a| a.rate = Some(f64::NAN),
             |a| a.max_error_rate = -1.0,
+            |a| a.presence_churn = 5.0,
+            |a| {
+                a.presence_members = 10;
+                a.presence_churn = -1.0;
+            },
+            |a| {
+                a.presence_members = 10;
+                a.presence_churn = f64::INFINITY;
+            },
         ] {
             let mut args = ok.clone();
             change(&mut args);
             assert!(matches!(validate(&args), Err(LoadError::InvalidArgs(_))));
+        }
+    }
+
+    #[test]
+    fn presence_flags_are_parsed_into_a_plan() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            load: LoadArgs,
+        }
+        let parsed = Cli::parse_from(["load", "--url", "http://h:1"]).load;
+        assert!(!parsed.presence_plan().active());
+        assert_eq!(parsed.presence_template().render(7), "room-0/");
+        let parsed = Cli::parse_from([
+            "load",
+            "--url",
+            "http://h:1",
+            "--rooms",
+            "4",
+            "--presence-members",
+            "100",
+            "--presence-churn",
+            "2.5",
+            "--presence-watchers",
+            "10",
+            "--presence-storm",
+            "1000",
+        ])
+        .load;
+        assert!(validate(&parsed).is_ok());
+        let plan = parsed.presence_plan();
+        assert!(plan.active());
+        assert_eq!(
+            (plan.members, plan.churn_per_s, plan.watchers, plan.storm),
+            (100, 2.5, 10, 1000)
+        );
+        assert_eq!(plan.rooms.render(6), "room-2/", "the rooms of --rooms");
+        let parsed = Cli::parse_from([
+            "load",
+            "--url",
+            "http://h:1",
+            "--rooms",
+            "4",
+            "--presence-watchers",
+            "3",
+            "--presence-room",
+            "lobby:",
+        ])
+        .load;
+        assert_eq!(parsed.presence_plan().rooms.render(6), "lobby:");
+        for (flag, bad) in [
+            ("--presence-room", "lobby"),
+            ("--presence-members", "-1"),
+            ("--presence-churn", "fast"),
+        ] {
+            assert!(
+                Cli::try_parse_from(["load", "--url", "http://h:1", flag, bad]).is_err(),
+                "{flag} {bad}"
+            );
         }
     }
 

@@ -205,7 +205,7 @@ pub fn subscribe_prefixes(
 }
 
 /// Connect and write `GET <path>` asking for an event stream.
-fn open(addr: SocketAddr, host: &str, path: &[u8]) -> io::Result<std::net::TcpStream> {
+pub(crate) fn open(addr: SocketAddr, host: &str, path: &[u8]) -> io::Result<std::net::TcpStream> {
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     s.set_nodelay(true)?;
     let mut head = path.to_vec();
@@ -480,7 +480,7 @@ fn box_of(payload: &[u8]) -> Option<(&[u8], u64)> {
     Some((&payload[k..k + len], version))
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+pub(crate) fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 

@@ -226,3 +226,67 @@ fn many_box_polls_get_200s_and_304s_and_no_errors() {
     assert_eq!(delta("long_poll"), r.op("longpoll_many").unwrap().requests);
     s.shutdown().unwrap();
 }
+
+/// A gauge or counter without labels from `/metrics`.
+fn metric(s: &Server, name: &str) -> u64 {
+    let text = pollbox_memcheck::scrape(&format!("http://{}", s.addr())).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {name} in /metrics"))
+        .parse()
+        .unwrap()
+}
+
+/// The presence mix against the server's presence (docs/presence.md): held members
+/// join once each, the churn replaces members at its rate, a storm joins at the start
+/// of the window, and the watchers count what they are sent and the last count, which
+/// includes every member open (and those churned out, still in their grace).
+#[test]
+fn presence_members_churn_a_storm_and_watchers() {
+    let mut c = Config::embedded();
+    c.server.listen = "127.0.0.1:0".into();
+    c.server.workers = 2;
+    c.presence.count_interval_ms = 200;
+    let s = Server::start(c).unwrap();
+    let mut a = LoadArgs::new(format!("http://{}", s.addr()));
+    a.connections = 1;
+    a.rate = Some(20.0);
+    a.mix = Mix::parse("poll").unwrap();
+    a.quiet = true;
+    a.warmup = Some(Duration::from_millis(500));
+    a.duration = Duration::from_secs(2);
+    a.presence_members = 20;
+    a.presence_churn = 10.0;
+    a.presence_storm = 300;
+    a.presence_watchers = 4;
+    a.presence_room = Some(pollbox_load::PrefixTemplate::parse("room-0/").unwrap());
+    let r = pollbox_load::run(&a).unwrap();
+    let p = r.presence.as_ref().expect("a presence report");
+    assert_eq!((p.member_errors, p.watcher_errors), (0, 0), "{p:?}");
+    assert_eq!((p.rooms, p.watchers), (1, 4));
+    assert_eq!(p.members_open, 20 + 300, "{p:?}");
+    // 10 a second through a window of 2.2 s (the streams' 200 ms after it included).
+    assert!((15..=30).contains(&p.leaves), "{p:?}");
+    assert!(p.joins >= 300 + p.leaves - 2, "{p:?}");
+    let storm = p.storm.as_ref().expect("a storm");
+    assert_eq!((storm.members, storm.errors), (300, 0));
+    let joined = storm.joined_ms.expect("every storm member joined");
+    let seen = storm.seen_ms.expect("every watcher saw the storm");
+    assert!(storm.opened_ms <= joined && joined <= seen, "{storm:?}");
+    // Members churned out are still in their grace (5 s): counted too.
+    assert!(
+        p.last_count >= 320 && p.last_count <= 320 + p.leaves + 10,
+        "{p:?}"
+    );
+    assert!(p.events > 0 && p.bytes_per_watcher > 0.0, "{p:?}");
+    assert!(p.member_list_bytes > 320 * 14, "{p:?}");
+    assert!(p.watcher_bytes_ratio.is_some_and(|r| r > 0.0), "{p:?}");
+    // Every member the run opened joined once: the held, the storm, the churned in.
+    let joins = metric(&s, "pollbox_presence_joins_total");
+    assert!(
+        joins >= 320 + p.leaves && joins <= 320 + p.leaves + 10,
+        "server joins {joins}, {p:?}"
+    );
+    assert_eq!(r.errors_total, 0, "{:?}", r.errors);
+    s.shutdown().unwrap();
+}
