@@ -5,6 +5,7 @@
 //! file in the repository and the binary's default can never drift apart.
 
 pub use crate::auth::{AuthConfig, JwtConfig, ReadAccess, StaticTokenConfig};
+pub use crate::presence::PresenceConfig;
 use pollbox_table::config::invalid;
 pub use pollbox_table::config::{
     largest_payload, parse_pointer, BoxesConfig, ConfigError, FieldConfig, FieldType, Reduce,
@@ -155,39 +156,6 @@ impl Default for WalConfig {
             path: String::new(),
             segment_bytes: 64 << 20,
             sync_timeout_ms: 5000,
-        }
-    }
-}
-
-/// `[presence]`: who is in a room (docs/presence.md).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PresenceConfig {
-    /// A member leaves this long after its last presence connection ended
-    /// (a reconnect or a long-poll's next request within it is no leave).
-    pub leave_grace_ms: u64,
-    /// A room's presence lists its members up to this many; past it, the
-    /// count only (pages still list), and a watcher is told of changes at
-    /// most once per `count_interval_ms`.
-    pub max_listed: usize,
-    pub count_interval_ms: u64,
-    /// Members a room holds at most (503 `room full` past it).
-    pub max_members: usize,
-    /// Presence connections a member holds at most, on this node (429).
-    pub max_connections_per_member: usize,
-    /// Presence connections this node holds at most (503).
-    pub max_connections: usize,
-}
-
-impl Default for PresenceConfig {
-    fn default() -> Self {
-        Self {
-            leave_grace_ms: 5000,
-            max_listed: 100,
-            count_interval_ms: 1000,
-            max_members: 100_000,
-            max_connections_per_member: 16,
-            max_connections: 100_000,
         }
     }
 }
@@ -391,35 +359,8 @@ impl Config {
             ));
         }
         self.check_wal()?;
-        self.check_presence()?;
+        self.presence.validate()?;
         self.log.validate()
-    }
-
-    /// `[presence]`: each bound at least 1 and within what a node serves.
-    fn check_presence(&self) -> Result<(), ConfigError> {
-        let p = &self.presence;
-        if p.leave_grace_ms > 600_000 {
-            return Err(invalid("presence.leave_grace_ms", "must be 0 to 600000"));
-        }
-        if !(1..=1000).contains(&p.max_listed) {
-            return Err(invalid("presence.max_listed", "must be 1 to 1000"));
-        }
-        if !(1..=600_000).contains(&p.count_interval_ms) {
-            return Err(invalid("presence.count_interval_ms", "must be 1 to 600000"));
-        }
-        if !(1..=10_000_000).contains(&p.max_members) {
-            return Err(invalid("presence.max_members", "must be 1 to 10000000"));
-        }
-        if !(1..=65_535).contains(&p.max_connections_per_member) {
-            return Err(invalid(
-                "presence.max_connections_per_member",
-                "must be 1 to 65535",
-            ));
-        }
-        if p.max_connections < 1 {
-            return Err(invalid("presence.max_connections", "must be at least 1"));
-        }
-        Ok(())
     }
 
     /// `[wal]`: its sizes, and that it goes with a snapshot and not a log.

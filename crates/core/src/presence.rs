@@ -19,7 +19,6 @@
 //! members; docs/presence.md says where that stands), nor the HTTP side
 //! (`service::presence` parses the parameters and answers).
 
-use crate::config::PresenceConfig;
 use crate::render::write_json_str;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
@@ -32,6 +31,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub use crate::plan::{reserved_key, PRESENCE_SUFFIX};
 
 pub mod log;
+mod settings;
+pub use settings::PresenceConfig;
 
 /// The most bytes a member's `info` takes, as compact JSON.
 pub const MAX_INFO_BYTES: usize = 400;

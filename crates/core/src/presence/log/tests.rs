@@ -166,7 +166,10 @@ impl Sim {
                 n.inc += 1;
                 let inc = n.inc;
                 let holds: Vec<_> = n.holds.clone().into_iter().collect();
-                self.produce(PresenceRecord::Hello { node: id.clone(), inc });
+                self.produce(PresenceRecord::Hello {
+                    node: id.clone(),
+                    inc,
+                });
                 for ((room, member), info) in holds {
                     self.produce(PresenceRecord::Join {
                         node: id.clone(),
@@ -181,7 +184,10 @@ impl Sim {
             }
             if self.ts >= self.nodes[i].last_lease + LEASE / 3 {
                 self.nodes[i].last_lease = self.ts;
-                self.produce(PresenceRecord::Lease { node: id.clone(), inc });
+                self.produce(PresenceRecord::Lease {
+                    node: id.clone(),
+                    inc,
+                });
             }
             if self.ts >= self.nodes[i].last_sync + LEASE {
                 self.nodes[i].last_sync = self.ts;
@@ -260,7 +266,11 @@ fn run(ops: &[Op]) {
     // Quiet for long enough that every stall ends, every crash lapses, and a
     // late starter's window holds only what is settled.
     sim.advance(3 * LEASE);
-    assert_eq!(listed(&sim.view), sim.held(), "members are what live nodes hold");
+    assert_eq!(
+        listed(&sim.view),
+        sim.held(),
+        "members are what live nodes hold"
+    );
     let end = sim.ts;
     let from = sim
         .log
@@ -271,7 +281,11 @@ fn run(ops: &[Op]) {
     for (offset, (ts, rec)) in sim.log.iter().enumerate().skip(from) {
         late.apply(offset as i64, *ts, rec);
     }
-    assert_eq!(late.rooms(), sim.view.rooms(), "a node that started late agrees");
+    assert_eq!(
+        late.rooms(),
+        sim.view.rooms(),
+        "a node that started late agrees"
+    );
 }
 
 proptest! {
@@ -309,7 +323,14 @@ fn a_crashed_nodes_members_go_at_the_first_record_past_its_lease() {
     v.apply(4, LEASE + 2, &join("a", "amy"));
     assert_eq!(v.members("r/").len(), 1);
     assert!(v.expired("a", 1));
-    v.apply(5, LEASE + 3, &PresenceRecord::Hello { node: "a".into(), inc: 2 });
+    v.apply(
+        5,
+        LEASE + 3,
+        &PresenceRecord::Hello {
+            node: "a".into(),
+            inc: 2,
+        },
+    );
     v.apply(
         6,
         LEASE + 3,
@@ -340,7 +361,14 @@ fn a_hello_clears_the_earlier_incarnation_at_once() {
         },
     );
     assert_eq!(v.members("r/"), [("ann".into(), Some(r#"{"x":1}"#.into()))]);
-    v.apply(1, 10, &PresenceRecord::Hello { node: "a".into(), inc: 2 });
+    v.apply(
+        1,
+        10,
+        &PresenceRecord::Hello {
+            node: "a".into(),
+            inc: 2,
+        },
+    );
     assert!(v.members("r/").is_empty());
     assert_eq!(v.version("r/"), 2);
     // An old incarnation's late record changes nothing.
