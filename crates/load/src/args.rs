@@ -203,17 +203,6 @@ impl LoadArgs {
             .unwrap_or_else(|| PrefixTemplate::default_for(self.rooms.max(1)))
     }
 
-    /// What the presence mix does (nothing when no `--presence-*` asks for it).
-    pub(crate) fn presence_plan(&self) -> crate::presence::PresencePlan {
-        crate::presence::PresencePlan {
-            rooms: self.presence_template(),
-            members: self.presence_members,
-            churn_per_s: self.presence_churn,
-            storm: self.presence_storm,
-            watchers: self.presence_watchers,
-        }
-    }
-
     /// Arguments with every default, for callers that build them in code (`pollbox demo`,
     /// tests). Keep in step with the `#[arg]` defaults above (a test checks it).
     pub fn new(url: impl Into<String>) -> LoadArgs {

@@ -245,7 +245,7 @@ pub fn run(args: &LoadArgs) -> Result<Report, LoadError> {
         sse::subscribe_prefixes(target.addr, &target.host, &template, args.prefix_streams)
             .map_err(connect_error)?,
     );
-    let presence_plan = args.presence_plan();
+    let presence_plan = presence::PresencePlan::of(args);
     let presence = if presence_plan.active() {
         let opened =
             presence::open(target.addr, &target.host, &presence_plan).map_err(connect_error)?;
@@ -652,7 +652,7 @@ mod tests {
             load: LoadArgs,
         }
         let parsed = Cli::parse_from(["load", "--url", "http://h:1"]).load;
-        assert!(!parsed.presence_plan().active());
+        assert!(!presence::PresencePlan::of(&parsed).active());
         assert_eq!(parsed.presence_template().render(7), "room-0/");
         let parsed = Cli::parse_from([
             "load",
@@ -671,7 +671,7 @@ mod tests {
         ])
         .load;
         assert!(validate(&parsed).is_ok());
-        let plan = parsed.presence_plan();
+        let plan = presence::PresencePlan::of(&parsed);
         assert!(plan.active());
         assert_eq!(
             (plan.members, plan.churn_per_s, plan.watchers, plan.storm),
@@ -690,7 +690,10 @@ mod tests {
             "lobby:",
         ])
         .load;
-        assert_eq!(parsed.presence_plan().rooms.render(6), "lobby:");
+        assert_eq!(
+            presence::PresencePlan::of(&parsed).rooms.render(6),
+            "lobby:"
+        );
         for (flag, bad) in [
             ("--presence-room", "lobby"),
             ("--presence-members", "-1"),

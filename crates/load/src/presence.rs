@@ -55,6 +55,18 @@ pub struct PresencePlan {
 }
 
 impl PresencePlan {
+    /// What the presence mix of `args` does (nothing when no `--presence-*`
+    /// asks for it).
+    pub(crate) fn of(args: &crate::args::LoadArgs) -> PresencePlan {
+        PresencePlan {
+            rooms: args.presence_template(),
+            members: args.presence_members,
+            churn_per_s: args.presence_churn,
+            storm: args.presence_storm,
+            watchers: args.presence_watchers,
+        }
+    }
+
     /// Whether there is anything to do.
     pub fn active(&self) -> bool {
         self.members > 0 || self.storm > 0 || self.watchers > 0

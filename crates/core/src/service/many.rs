@@ -96,8 +96,8 @@ impl Service {
         if let Some(prefix) = q.prefix {
             return self.poll_prefix(x, &q, prefix);
         }
-        if super::presence::names_member(&buf[frame.query.clone()]) {
-            return self.error(x, RouteLabel::Poll, 400, super::presence::MEMBER_WHERE);
+        if super::presence_box::names_member(&buf[frame.query.clone()]) {
+            return self.error(x, RouteLabel::Poll, 400, super::presence_box::MEMBER_WHERE);
         }
         if let Err(what) = self.decode_keys(q.keys) {
             return self.error(x, RouteLabel::Poll, 400, &what);
@@ -197,7 +197,7 @@ impl Service {
                 break;
             };
             self.body.clear();
-            match super::presence::read_box(&self.node, key, &mut self.body) {
+            match super::presence_box::read_box(&self.node, key, &mut self.body) {
                 Some(version) if version > *last => {
                     // Versions between two events of a box were coalesced; a
                     // first event (or a new incarnation) skips nothing.
@@ -287,7 +287,7 @@ impl Service {
             if i > 0 {
                 self.body.push(b',');
             }
-            let v = match super::presence::read_box(&self.node, key, &mut self.body) {
+            let v = match super::presence_box::read_box(&self.node, key, &mut self.body) {
                 Some(v) => v,
                 None => {
                     self.body.extend_from_slice(b"null");

@@ -25,7 +25,8 @@ mod many;
 mod pages;
 mod poll;
 mod presence;
-pub use presence::{parse_presence_query, PresenceQuery};
+mod presence_box;
+pub use presence_box::{parse_presence_query, PresenceQuery};
 mod refusal;
 mod rooms;
 // The ETag of one box, which a many-box read matches too.

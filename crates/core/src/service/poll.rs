@@ -42,14 +42,14 @@ impl Service {
             }
         }
         let stream = frame.method == Method::Get && wants_event_stream(frame, buf);
-        if let Some(room) = presence::presence_room(&self.key) {
+        if let Some(room) = presence_box::presence_room(&self.key) {
             let room = room.to_vec();
             let held = stream || (q.after.is_some() && q.wait_ms.is_some_and(|w| w > 0));
             if let Err(r) = self.presence_request(x, &room, held) {
                 return r;
             }
-        } else if !frame.query.is_empty() && presence::names_member(&buf[frame.query.clone()]) {
-            return self.error(x, RouteLabel::Poll, 400, presence::MEMBER_WHERE);
+        } else if !frame.query.is_empty() && presence_box::names_member(&buf[frame.query.clone()]) {
+            return self.error(x, RouteLabel::Poll, 400, presence_box::MEMBER_WHERE);
         }
         if stream {
             return self.subscribe(x, q.last_event_id);
@@ -158,7 +158,8 @@ impl Service {
         self.body.clear();
         let frame = x.frame;
         let head = frame.method == Method::Head;
-        let Some(version) = super::presence::read_box(&self.node, &self.key, &mut self.body) else {
+        let Some(version) = super::presence_box::read_box(&self.node, &self.key, &mut self.body)
+        else {
             if not_modified {
                 // Nothing was ever ingested for this key while we waited.
                 let a = Answer {

@@ -113,7 +113,7 @@ impl Service {
         host: &mut H,
     ) -> Event {
         self.body.clear();
-        let Some(version) = super::presence::read_box(&self.node, key, &mut self.body) else {
+        let Some(version) = super::presence_box::read_box(&self.node, key, &mut self.body) else {
             return Event::NoBox;
         };
         if version <= stream.last {
