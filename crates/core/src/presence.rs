@@ -131,6 +131,27 @@ pub struct Presence {
     joins: AtomicU64,
     leaves: AtomicU64,
     refused: [AtomicU64; 3],
+    /// On a node of a log ([`Presence::logged`]): the rooms as the log's
+    /// view gives them, which is what is served; the local shards then only
+    /// hold this node's connections, whose joins and leaves go out as
+    /// records ([`Presence::take_outbound`]).
+    served: Option<Box<[Mutex<Shard>]>>,
+    outbound: Mutex<Vec<Outbound>>,
+}
+
+/// A change of this node's own holds, for the presence topic (a node of a
+/// log): a member's first connection here, new info, or its leave here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outbound {
+    Join {
+        room: Vec<u8>,
+        member: Vec<u8>,
+        info: Option<Vec<u8>>,
+    },
+    Leave {
+        room: Vec<u8>,
+        member: Vec<u8>,
+    },
 }
 
 #[derive(Default)]
@@ -265,7 +286,33 @@ impl Presence {
             joins: AtomicU64::new(0),
             leaves: AtomicU64::new(0),
             refused: Default::default(),
+            served: None,
+            outbound: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Presence on a node of a log (docs/presence.md#on-a-log-cluster): this
+    /// node's holds go out as records, and what is served is what the
+    /// presence thread says the log's view holds ([`Presence::serve`]). A
+    /// room no node knows reads at [`log::FORGOTTEN`], on every node alike.
+    pub fn logged(cfg: PresenceConfig) -> Presence {
+        let served = (0..SHARDS)
+            .map(|_| {
+                Mutex::new(Shard {
+                    floor: log::FORGOTTEN,
+                    ..Shard::default()
+                })
+            })
+            .collect();
+        Presence {
+            served: Some(served),
+            ..Presence::new(cfg, 1)
+        }
+    }
+
+    /// Whether this node's presence comes from a log.
+    pub fn is_logged(&self) -> bool {
+        self.served.is_some()
     }
 
     pub fn config(&self) -> &PresenceConfig {
@@ -277,6 +324,18 @@ impl Presence {
         // A panic under the lock leaves a room as it was between two steps:
         // serve on.
         self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The shard a room is served from: the local one, or on a node of a
+    /// log the view's.
+    fn serving(&self, room: &[u8]) -> MutexGuard<'_, Shard> {
+        match &self.served {
+            Some(served) => {
+                let i = self.hasher.hash_one(room) as usize % SHARDS;
+                served[i].lock().unwrap_or_else(|p| p.into_inner())
+            }
+            None => self.shard(room),
+        }
     }
 
     /// `member` opens a presence connection to `room` (with `info`, compact
@@ -350,7 +409,7 @@ impl Presence {
             };
             match refusal {
                 Ok(changed) => {
-                    if changed {
+                    if changed && self.served.is_none() {
                         r.version += 1;
                         r.render(room, self.cfg.max_listed);
                     }
@@ -371,7 +430,115 @@ impl Presence {
             room: room.into(),
             member: member.into(),
         };
+        if self.served.is_some() {
+            if changed {
+                self.send(Outbound::Join {
+                    room: room.to_vec(),
+                    member: member.to_vec(),
+                    info: info.map(<[u8]>::to_vec),
+                });
+            }
+            // Served once the log's view has it, as every node serves it.
+            return Ok((hold, false));
+        }
         Ok((hold, changed && self.wake_now(room, now_ms)))
+    }
+
+    fn send(&self, o: Outbound) {
+        self.outbound
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(o);
+    }
+
+    /// This node's joins and leaves since the last call, in order (the
+    /// presence thread produces them).
+    pub fn take_outbound(&self) -> Vec<Outbound> {
+        std::mem::take(&mut *self.outbound.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Every member this node holds (connected, or in its grace), by room:
+    /// what its `sync` says and what it joins again as a new incarnation.
+    pub fn local_holds(&self) -> Vec<(Vec<u8>, Vec<u8>, Option<Vec<u8>>)> {
+        let mut out = Vec::new();
+        for s in self.shards.iter() {
+            let shard = s.lock().unwrap_or_else(|p| p.into_inner());
+            for (room, r) in &shard.rooms {
+                for (member, m) in &r.members {
+                    out.push((
+                        room.to_vec(),
+                        member.to_vec(),
+                        m.info.as_deref().map(<[u8]>::to_vec),
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// The log's view says `room` is at `version` with `members` (id, info
+    /// as compact JSON): serve that. Returns whether its watchers are woken
+    /// now (else at a later tick, past `max_listed`).
+    pub fn serve(
+        &self,
+        room: &[u8],
+        version: u64,
+        members: &[(String, Option<String>)],
+        now_ms: u64,
+    ) -> bool {
+        let Some(served) = &self.served else {
+            return false;
+        };
+        let i = self.hasher.hash_one(room) as usize % SHARDS;
+        let mut shard = served[i].lock().unwrap_or_else(|p| p.into_inner());
+        let shard = &mut *shard;
+        let r = shard.rooms.entry(room.into()).or_insert_with(|| Room {
+            version,
+            members: BTreeMap::new(),
+            payload: Vec::new(),
+            woke_ms: 0,
+            wake_waits: false,
+            first_page: None,
+        });
+        r.version = version;
+        r.members = members
+            .iter()
+            .map(|(id, info)| {
+                let m = Member {
+                    conns: 0,
+                    leave_ms: 0,
+                    info: info.as_ref().map(|i| i.as_bytes().into()),
+                };
+                (id.as_bytes().into(), m)
+            })
+            .collect();
+        r.render(room, self.cfg.max_listed);
+        if r.members.len() <= self.cfg.max_listed
+            || now_ms >= r.woke_ms.saturating_add(self.cfg.count_interval_ms)
+        {
+            r.woke_ms = now_ms;
+            return true;
+        }
+        if !r.wake_waits {
+            r.wake_waits = true;
+            shard.waking.push(room.into());
+            self.due_ms
+                .fetch_min(r.woke_ms + self.cfg.count_interval_ms, Relaxed);
+        }
+        false
+    }
+
+    /// The log's view forgot `room` (empty for two leases): it reads as no
+    /// one's, at [`log::FORGOTTEN`].
+    pub fn forget(&self, room: &[u8]) {
+        if let Some(served) = &self.served {
+            let i = self.hasher.hash_one(room) as usize % SHARDS;
+            served[i]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .rooms
+                .remove(room);
+        }
     }
 
     fn refuse(&self, e: JoinError) -> JoinError {
@@ -442,7 +609,8 @@ impl Presence {
             return;
         }
         let mut woken: Vec<Box<[u8]>> = Vec::new();
-        for s in self.shards.iter() {
+        let served = self.served.as_deref().unwrap_or(&[]);
+        for s in self.shards.iter().chain(served.iter()) {
             let mut shard = s.lock().unwrap_or_else(|p| p.into_inner());
             let next = self.tick_shard(&mut shard, now_ms, &mut woken);
             self.due_ms.fetch_min(next, Relaxed);
@@ -482,6 +650,19 @@ impl Presence {
             r.version += 1;
             self.members.fetch_sub(1, Relaxed);
             self.leaves.fetch_add(1, Relaxed);
+            if self.served.is_some() {
+                // Gone from here: every node serves the leave once the log
+                // has it.
+                self.send(Outbound::Leave {
+                    room: room.to_vec(),
+                    member: member.to_vec(),
+                });
+                if r.members.is_empty() {
+                    rooms.remove(&room);
+                    self.rooms.fetch_sub(1, Relaxed);
+                }
+                continue;
+            }
             if r.members.is_empty() {
                 *floor = (*floor).max(r.version);
                 rooms.remove(&room);
@@ -525,7 +706,7 @@ impl Presence {
 
     /// `room`'s presence as served, into `out`; returns its version.
     pub fn read(&self, room: &[u8], out: &mut Vec<u8>) -> u64 {
-        let shard = self.shard(room);
+        let shard = self.serving(room);
         match shard.rooms.get(room) {
             Some(r) => {
                 out.extend_from_slice(&r.payload);
@@ -542,7 +723,7 @@ impl Presence {
 
     /// `room`'s version (an empty room: its shard's floor).
     pub fn version(&self, room: &[u8]) -> u64 {
-        let shard = self.shard(room);
+        let shard = self.serving(room);
         shard.rooms.get(room).map_or(shard.floor, |r| r.version)
     }
 
@@ -558,7 +739,7 @@ impl Presence {
         out: &mut Vec<u8>,
         write_next: impl FnOnce(Option<&[u8]>, &mut Vec<u8>),
     ) -> u64 {
-        let mut shard = self.shard(room);
+        let mut shard = self.serving(room);
         let floor = shard.floor;
         let Some(r) = shard.rooms.get_mut(room) else {
             render_head(room, floor, 0, out);

@@ -191,6 +191,7 @@ impl Server {
                 wakeups: shared.wakeups().clone(),
                 lifecycle: shared.lifecycle().clone(),
                 producer: shared.producer().cloned(),
+                listen: actual,
             })?),
             None => None,
         };

@@ -109,6 +109,12 @@ impl PresenceRecord {
     }
 }
 
+/// A member's info as a record carries it (compact JSON in, a JSON value
+/// out; info that is not JSON is none).
+pub fn info_value(compact: &[u8]) -> Option<serde_json::Value> {
+    serde_json::from_slice(compact).ok()
+}
+
 #[derive(Debug, Clone, Default)]
 struct NodeView {
     inc: u64,
@@ -384,6 +390,12 @@ impl PresenceView {
                 .cloned()
                 .flatten(),
         )
+    }
+
+    /// Whether the view knows `room` (members, or empty for less than two
+    /// leases).
+    pub fn knows(&self, room: &str) -> bool {
+        self.rooms.contains_key(room)
     }
 
     /// A room's version ([`FORGOTTEN`] for a room no node knows).

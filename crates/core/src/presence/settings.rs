@@ -22,6 +22,12 @@ pub struct PresenceConfig {
     pub max_connections_per_member: usize,
     /// Presence connections this node holds at most (503).
     pub max_connections: usize,
+    /// On a node of a log: a node whose records stop for this long (in the
+    /// log's time) loses its members on every node.
+    pub lease_ms: u64,
+    /// On a node of a log: this node's name on the presence topic, the same
+    /// across its restarts ("" = the host name and the listen port).
+    pub node: String,
 }
 
 impl Default for PresenceConfig {
@@ -33,6 +39,8 @@ impl Default for PresenceConfig {
             max_members: 100_000,
             max_connections_per_member: 16,
             max_connections: 100_000,
+            lease_ms: 6000,
+            node: String::new(),
         }
     }
 }
@@ -58,6 +66,9 @@ impl PresenceConfig {
                 "presence.max_connections_per_member",
                 "must be 1 to 65535",
             ));
+        }
+        if !(300..=600_000).contains(&p.lease_ms) {
+            return Err(invalid("presence.lease_ms", "must be 300 to 600000"));
         }
         if p.max_connections < 1 {
             return Err(invalid("presence.max_connections", "must be at least 1"));

@@ -102,10 +102,11 @@ impl Node {
         let clients =
             ClientTable::new(config.limits.client_limits(), config.limits.max_connections);
         Node {
-            presence: Arc::new(crate::presence::Presence::new(
-                config.presence.clone(),
-                boxes.version_clock(),
-            )),
+            presence: Arc::new(if config.log.enabled() {
+                crate::presence::Presence::logged(config.presence.clone())
+            } else {
+                crate::presence::Presence::new(config.presence.clone(), boxes.version_clock())
+            }),
             access: LiveAccess::new(access),
             trusted,
             clients,
@@ -543,8 +544,8 @@ impl Service {
     /// The box's version, 0 if there is no such box.
     pub fn version(&self, key: &[u8]) -> u64 {
         match crate::presence::room_of(key) {
-            Some(room) if !self.node.config.log.enabled() => self.node.presence.version(room),
-            _ => self.node.boxes.version(key).unwrap_or(0),
+            Some(room) => self.node.presence.version(room),
+            None => self.node.boxes.version(key).unwrap_or(0),
         }
     }
 

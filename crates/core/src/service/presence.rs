@@ -29,14 +29,6 @@ impl Service {
         held: bool,
     ) -> Result<(), Reply> {
         let route = RouteLabel::Poll;
-        if self.node.config.log.enabled() {
-            return Err(self.error(
-                x,
-                route,
-                501,
-                "presence is not served by a node of a log yet (docs/presence.md)",
-            ));
-        }
         let q = match parse_presence_query(&x.buf[x.frame.query.clone()]) {
             Ok(q) => q,
             Err(what) => return Err(self.error(x, route, 400, what)),
@@ -87,14 +79,6 @@ impl Service {
                 route,
                 400,
                 "member= needs an event stream or a long-poll (after=V&wait_ms=N)",
-            ));
-        }
-        if self.node.config.log.enabled() {
-            return Err(self.error(
-                x,
-                route,
-                501,
-                "presence is not served by a node of a log yet (docs/presence.md)",
             ));
         }
         let mut member = Vec::new();

@@ -72,8 +72,8 @@ pub(super) fn names_member(q: &[u8]) -> bool {
 #[inline]
 pub(super) fn read_box(node: &Node, key: &[u8], out: &mut Vec<u8>) -> Option<u64> {
     match room_of(key) {
-        Some(room) if !node.config.log.enabled() => Some(node.presence.read(room, out)),
-        _ => node.boxes.poll(key, out),
+        Some(room) => Some(node.presence.read(room, out)),
+        None => node.boxes.poll(key, out),
     }
 }
 

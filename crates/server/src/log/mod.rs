@@ -34,6 +34,7 @@ mod consume;
 mod context;
 mod deliveries;
 mod ends;
+mod presence;
 mod produce;
 mod start;
 pub mod topic;

@@ -1,7 +1,8 @@
 //! Starting the log's threads, and stopping them: the consuming threads
 //! (`pollbox-log`, which starts `pollbox-log-N`), the delivery thread
-//! (`pollbox-acks`, with a producer) and the log-end thread
-//! (`pollbox-log-end`), each handed its parts (each part owned by its
+//! (`pollbox-acks`, with a producer), the log-end thread
+//! (`pollbox-log-end`) and the presence thread (`pollbox-presence`), each
+//! handed its parts (each part owned by its
 //! module and shared).
 //!
 //! They stop once the workers have (`Lifecycle::workers_stopped`): an
@@ -34,12 +35,16 @@ pub(crate) struct LogParts {
     pub(crate) lifecycle: Arc<Lifecycle>,
     /// The node's producer (none: ingest is not produced).
     pub(crate) producer: Option<Arc<Producer>>,
+    /// Where the node listens (the default name of the node on the presence
+    /// topic).
+    pub(crate) listen: std::net::SocketAddr,
 }
 
 /// The log's threads that a shutdown waits for.
 pub(crate) struct LogThreads {
     consuming: JoinHandle<()>,
     delivering: Option<JoinHandle<()>>,
+    presencing: JoinHandle<()>,
 }
 
 impl LogThreads {
@@ -50,6 +55,7 @@ impl LogThreads {
         if let Some(d) = self.delivering {
             let _ = d.join();
         }
+        let _ = self.presencing.join();
     }
 }
 
@@ -61,7 +67,17 @@ pub(crate) fn spawn(parts: LogParts) -> io::Result<LogThreads> {
         wakeups,
         lifecycle,
         producer,
+        listen,
     } = parts;
+    let pr = super::presence::Presencing {
+        node: node.clone(),
+        wakeups: wakeups.clone(),
+        lifecycle: lifecycle.clone(),
+        listen,
+    };
+    let presencing = std::thread::Builder::new()
+        .name("pollbox-presence".into())
+        .spawn(move || super::presence::run(&pr))?;
     let mut delivering = None;
     if let Some(producer) = producer {
         let e = Ends {
@@ -96,5 +112,6 @@ pub(crate) fn spawn(parts: LogParts) -> io::Result<LogThreads> {
     Ok(LogThreads {
         consuming,
         delivering,
+        presencing,
     })
 }
