@@ -139,6 +139,9 @@ pub struct Presence {
     outbound: Mutex<Vec<Outbound>>,
 }
 
+/// A member this node holds: room, member, info (compact JSON).
+pub type Hold = (Vec<u8>, Vec<u8>, Option<Vec<u8>>);
+
 /// A change of this node's own holds, for the presence topic (a node of a
 /// log): a member's first connection here, new info, or its leave here.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -459,7 +462,7 @@ impl Presence {
 
     /// Every member this node holds (connected, or in its grace), by room:
     /// what its `sync` says and what it joins again as a new incarnation.
-    pub fn local_holds(&self) -> Vec<(Vec<u8>, Vec<u8>, Option<Vec<u8>>)> {
+    pub fn local_holds(&self) -> Vec<Hold> {
         let mut out = Vec::new();
         for s in self.shards.iter() {
             let shard = s.lock().unwrap_or_else(|p| p.into_inner());

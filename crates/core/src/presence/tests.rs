@@ -8,6 +8,7 @@ fn cfg() -> PresenceConfig {
         max_members: 5,
         max_connections_per_member: 2,
         max_connections: 8,
+        ..PresenceConfig::default()
     }
 }
 

@@ -263,7 +263,7 @@ fn lossy(b: &[u8]) -> String {
 fn sync(
     w: &Writer<'_>,
     view: &PresenceView,
-    holds: Vec<(Vec<u8>, Vec<u8>, Option<Vec<u8>>)>,
+    holds: Vec<pollbox_core::presence::Hold>,
     inc: u64,
     seq: u64,
 ) {
