@@ -78,7 +78,9 @@ fn a_killed_nodes_members_go_on_every_node_once_its_lease_lapses() {
     let (_b_proc, b) = spawn("node-b");
     let (_c_proc, c) = spawn("node-c");
     until("nodes ready", || {
-        [a, b, c].iter().all(|&x| common::get(x, "/readyz").0 == 200)
+        [a, b, c]
+            .iter()
+            .all(|&x| common::get(x, "/readyz").0 == 200)
     });
     // n members on node-a, one on node-b.
     let mut held: Vec<TcpStream> = (0..n)
@@ -115,7 +117,9 @@ fn a_killed_nodes_members_go_on_every_node_once_its_lease_lapses() {
         }
         gone_ms.iter().all(|&g| g > 0)
     });
-    until("b and c agree", || presence(b, "lobby/").2 == presence(c, "lobby/").2);
+    until("b and c agree", || {
+        presence(b, "lobby/").2 == presence(c, "lobby/").2
+    });
     let (_, _, body) = presence(b, "lobby/");
     assert!(body.contains("\"stays\""), "{body}");
     eprintln!(

@@ -108,12 +108,61 @@ impl Writer<'_> {
     }
 }
 
+/// Make the presence topic if the brokers do not have it: one partition
+/// (one order for every node), as many replicas as the log's topic has, and
+/// records kept at least [`LATE_START_LEASES`] leases (a late node reads that
+/// far back). A topic made by an operator is taken as it is.
+fn ensure_topic(cfg: &pollbox_core::config::Config, topic: &str) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    let Ok(admin) = client_config(&cfg.log).create::<AdminClient<DefaultClientContext>>() else {
+        return;
+    };
+    let timeout = Duration::from_secs(5);
+    let Ok(md) = admin.inner().fetch_metadata(None, timeout) else {
+        return;
+    };
+    if md
+        .topics()
+        .iter()
+        .any(|t| t.name() == topic && t.error().is_none())
+    {
+        return;
+    }
+    let replicas = md
+        .topics()
+        .iter()
+        .find(|t| t.name() == cfg.log.topic)
+        .and_then(|t| t.partitions().first().map(|p| p.replicas().len()))
+        .unwrap_or(1)
+        .max(1) as i32;
+    let retention = (cfg.presence.lease_ms * LATE_START_LEASES * 4)
+        .max(3_600_000)
+        .to_string();
+    let new =
+        NewTopic::new(topic, 1, TopicReplication::Fixed(replicas)).set("retention.ms", &retention);
+    let opts = AdminOptions::new().operation_timeout(Some(timeout));
+    match futures_executor::block_on(admin.create_topics([&new], &opts)) {
+        Ok(results) => {
+            for r in results {
+                if let Err((name, e)) = r {
+                    if e != rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists {
+                        eprintln!("pollbox: presence: cannot make the topic {name}: {e}");
+                    }
+                }
+            }
+        }
+        Err(e) => eprintln!("pollbox: presence: cannot make the topic {topic}: {e}"),
+    }
+}
+
 /// The thread: until the workers have stopped.
 pub(crate) fn run(p: &Presencing) {
     let cfg = &p.node.config;
     let topic = presence_topic(&cfg.log.topic);
     let lease = cfg.presence.lease_ms;
     let node = node_name(p);
+    ensure_topic(cfg, &topic);
     let producer: BaseProducer = match client_config(&cfg.log)
         .set("linger.ms", "5")
         .set("enable.idempotence", "true")
