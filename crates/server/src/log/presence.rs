@@ -35,6 +35,11 @@ const SYNC_ROOMS: usize = 64;
 /// Members a part of a sync holds at most.
 const SYNC_MEMBERS: usize = 2000;
 
+/// How long a turn of the thread waits for records when none come: this
+/// node's joins and leaves go out within it, and an idle node's thread
+/// wakes this often.
+const TURN_MS: u64 = 100;
+
 /// What the presence thread is handed.
 pub(crate) struct Presencing {
     pub(crate) node: Arc<Node>,
@@ -178,7 +183,9 @@ pub(crate) fn run(p: &Presencing) {
         .set("group.id", "pollbox-presence")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
-        .set("fetch.wait.max.ms", "100")
+        // As the consuming threads: a record answers a fetch at once; this is
+        // how often an idle topic is asked again.
+        .set("fetch.wait.max.ms", super::consume::FETCH_WAIT_MS)
         .create()
     {
         Ok(c) => c,
@@ -252,9 +259,10 @@ pub(crate) fn run(p: &Presencing) {
             sync(&w, &view, presence.local_holds(), inc, seq);
         }
         producer.poll(Duration::ZERO);
-        // Read what came, a bounded batch a turn.
-        for _ in 0..1000 {
-            let timeout = Duration::from_millis(10);
+        // Read what came, a bounded batch a turn. The first wait is the
+        // turn's idle time: what the workers queue goes out within it.
+        for k in 0..1000 {
+            let timeout = Duration::from_millis(if k == 0 { TURN_MS } else { 0 });
             let Some(m) = consumer.poll(timeout) else {
                 break;
             };
