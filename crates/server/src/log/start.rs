@@ -8,8 +8,8 @@
 //! They stop once the workers have (`Lifecycle::workers_stopped`): an
 //! ingest in flight at a SIGTERM is answered with its record's fate.
 //! [`LogThreads::join`] waits for the consuming and delivery threads; the
-//! log-end thread, asleep for up to a second or waiting on a broker, is left
-//! to end on its own.
+//! log-end and presence threads, asleep or waiting on a broker, are left to
+//! end on their own.
 
 use super::consume::{self, Consuming};
 use super::context::LogState;
@@ -44,7 +44,6 @@ pub(crate) struct LogParts {
 pub(crate) struct LogThreads {
     consuming: JoinHandle<()>,
     delivering: Option<JoinHandle<()>>,
-    presencing: JoinHandle<()>,
 }
 
 impl LogThreads {
@@ -55,7 +54,6 @@ impl LogThreads {
         if let Some(d) = self.delivering {
             let _ = d.join();
         }
-        let _ = self.presencing.join();
     }
 }
 
@@ -75,7 +73,10 @@ pub(crate) fn spawn(parts: LogParts) -> io::Result<LogThreads> {
         lifecycle: lifecycle.clone(),
         listen,
     };
-    let presencing = std::thread::Builder::new()
+    // Not waited for at shutdown, as the log-end thread: at a broker that
+    // does not answer it may be in a request for seconds; it sees the
+    // workers stopped at its next turn.
+    std::thread::Builder::new()
         .name("pollbox-presence".into())
         .spawn(move || super::presence::run(&pr))?;
     let mut delivering = None;
@@ -112,6 +113,5 @@ pub(crate) fn spawn(parts: LogParts) -> io::Result<LogThreads> {
     Ok(LogThreads {
         consuming,
         delivering,
-        presencing,
     })
 }
