@@ -112,6 +112,9 @@ pub struct PresenceStats {
     pub connections: u64,
     pub joins: u64,
     pub leaves: u64,
+    /// On a node of a log: node incarnations whose lease lapsed, as this
+    /// node's view of the presence topic counts them.
+    pub lease_expiries: u64,
     /// Refusals by [`JoinError`], in its order.
     pub refused: [u64; 3],
 }
@@ -132,6 +135,7 @@ pub struct Presence {
     members: AtomicUsize,
     joins: AtomicU64,
     leaves: AtomicU64,
+    lease_expiries: AtomicU64,
     refused: [AtomicU64; 3],
     /// On a node of a log ([`Presence::logged`]): the rooms as the log's
     /// view gives them, which is what is served; the local shards then only
@@ -272,6 +276,7 @@ impl Presence {
             members: AtomicUsize::new(0),
             joins: AtomicU64::new(0),
             leaves: AtomicU64::new(0),
+            lease_expiries: AtomicU64::new(0),
             refused: Default::default(),
             served: None,
             outbound: Mutex::new(Vec::new()),
@@ -670,6 +675,7 @@ impl Presence {
             connections: self.connections.load(Relaxed) as u64,
             joins: self.joins.load(Relaxed),
             leaves: self.leaves.load(Relaxed),
+            lease_expiries: self.lease_expiries.load(Relaxed),
             refused: [0, 1, 2].map(|i| self.refused[i].load(Relaxed)),
         }
     }

@@ -141,6 +141,8 @@ struct RoomView {
 #[derive(Debug, Clone)]
 pub struct PresenceView {
     lease_ms: u64,
+    /// Node incarnations whose lease lapsed so far (`pollbox_presence_lease_expiries_total`).
+    pub expiries: u64,
     nodes: BTreeMap<String, NodeView>,
     rooms: BTreeMap<String, RoomView>,
 }
@@ -152,6 +154,7 @@ impl PresenceView {
     pub fn new(lease_ms: u64) -> PresenceView {
         PresenceView {
             lease_ms,
+            expiries: 0,
             nodes: BTreeMap::new(),
             rooms: BTreeMap::new(),
         }
@@ -221,6 +224,7 @@ impl PresenceView {
             .map(|(id, _)| id.clone())
             .collect();
         for id in lapsed {
+            self.expiries += 1;
             self.drop_node(&id, version, ts_ms, changed);
             if let Some(n) = self.nodes.get_mut(&id) {
                 n.expired = true;

@@ -26,6 +26,11 @@ pub enum Outbound {
 }
 
 impl Presence {
+    /// The view's count of lapsed leases (the presence thread says it).
+    pub fn set_lease_expiries(&self, n: u64) {
+        self.lease_expiries.store(n, Relaxed);
+    }
+
     pub(super) fn send(&self, o: Outbound) {
         self.outbound
             .lock()

@@ -95,7 +95,11 @@ struct Writer<'a> {
 impl Writer<'_> {
     fn send(&self, rec: &PresenceRecord) {
         let bytes = rec.encode();
-        let mut r = BaseRecord::to(self.topic).key(self.node).payload(&bytes);
+        // Partition 0 whatever the topic has: one order for every node.
+        let mut r = BaseRecord::to(self.topic)
+            .partition(0)
+            .key(self.node)
+            .payload(&bytes);
         // A full queue: wait for it to drain (the records are few and small).
         for _ in 0..100 {
             match self.producer.send(r) {
@@ -289,6 +293,7 @@ pub(crate) fn run(p: &Presencing) {
                 }
             }
         }
+        presence.set_lease_expiries(view.expiries);
         if view.expired(&node, inc) {
             // Our records stopped for a lease (a stall): every node dropped
             // what we held. A new incarnation joins it all again.

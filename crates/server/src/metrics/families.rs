@@ -206,6 +206,13 @@ pub static FAMILIES: &[Family] = &[
     ),
     Family::new(
         Counter,
+        "pollbox_presence_lease_expiries_total",
+        &[],
+        "On a node of a log: nodes whose presence lease lapsed (their members gone on every node).",
+        |s, o| o.value(s.shared.node().presence.stats().lease_expiries),
+    ),
+    Family::new(
+        Counter,
         "pollbox_presence_refused_total",
         &["limit"],
         "Presence connections refused, by the setting that bounds them.",

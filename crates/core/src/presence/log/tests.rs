@@ -319,6 +319,7 @@ fn a_crashed_nodes_members_go_at_the_first_record_past_its_lease() {
     assert!(changed.contains("r/"));
     assert_eq!(v.members("r/"), [("ben".to_string(), None)]);
     assert_eq!(v.version("r/"), 4, "the version of the record it lapsed at");
+    assert_eq!(v.expiries, 1);
     // Its later records are ignored until it says hello again.
     v.apply(4, LEASE + 2, &join("a", "amy"));
     assert_eq!(v.members("r/").len(), 1);
