@@ -446,7 +446,12 @@ impl Presence {
     /// since the last wake-up; else the wake-up waits for a later tick.
     fn wake_now(&self, room: &[u8], now_ms: u64) -> bool {
         let mut shard = self.shard(room);
-        let shard = &mut *shard;
+        self.woken(&mut shard, room, now_ms)
+    }
+
+    /// [`Presence::wake_now`] for `room` of `shard` (a local shard, or on a
+    /// node of a log a served one), its lock held.
+    fn woken(&self, shard: &mut Shard, room: &[u8], now_ms: u64) -> bool {
         let Some(r) = shard.rooms.get_mut(room) else {
             return true;
         };

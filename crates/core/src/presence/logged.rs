@@ -100,19 +100,7 @@ impl Presence {
             })
             .collect();
         r.render(room, self.cfg.max_listed);
-        if r.members.len() <= self.cfg.max_listed
-            || now_ms >= r.woke_ms.saturating_add(self.cfg.count_interval_ms)
-        {
-            r.woke_ms = now_ms;
-            return true;
-        }
-        if !r.wake_waits {
-            r.wake_waits = true;
-            shard.waking.push(room.into());
-            self.due_ms
-                .fetch_min(r.woke_ms + self.cfg.count_interval_ms, Relaxed);
-        }
-        false
+        self.woken(shard, room, now_ms)
     }
 
     /// The log's view forgot `room` (empty for two leases): it reads as no
