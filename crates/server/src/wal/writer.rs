@@ -64,17 +64,20 @@ impl Threads {
 /// Start the writing and the applying thread.
 pub(crate) fn spawn(w: Writing) -> io::Result<Threads> {
     let (tx, rx) = crossbeam_channel::bounded::<Synced>(64);
+    // Applied groups' buffers, cleared, back to the writer: the next group
+    // the workers fill starts with their capacity, not from nothing.
+    let (spare_tx, spare_rx) = crossbeam_channel::bounded::<Synced>(4);
     let apply = {
         let node = w.node.clone();
         let wal = w.wal.clone();
         let wakeups = w.wakeups.clone();
         std::thread::Builder::new()
             .name("pollbox-wal-apply".into())
-            .spawn(move || apply_loop(&node, &wal, &wakeups, &rx))?
+            .spawn(move || apply_loop(&node, &wal, &wakeups, &rx, &spare_tx))?
     };
     let write = std::thread::Builder::new()
         .name("pollbox-wal".into())
-        .spawn(move || write_loop(&w, &tx))?;
+        .spawn(move || write_loop(&w, &tx, &spare_rx))?;
     Ok(Threads { write, apply })
 }
 
@@ -133,13 +136,22 @@ enum Fault {
     Fatal(&'static str, String),
 }
 
-fn write_loop(w: &Writing, tx: &crossbeam_channel::Sender<Synced>) {
+fn write_loop(
+    w: &Writing,
+    tx: &crossbeam_channel::Sender<Synced>,
+    spares: &crossbeam_channel::Receiver<Synced>,
+) {
     let wal = &w.wal;
     let mut segment: Option<Segment> = None;
     let mut buf = Vec::new();
     let mut tags = Vec::new();
     let mut values = Vec::new();
     loop {
+        if buf.capacity() == 0 {
+            if let Ok(spare) = spares.try_recv() {
+                (buf, tags, values) = (spare.bytes, spare.tags, spare.values);
+            }
+        }
         let first = {
             let Ok(mut q) = wal.queue.lock() else { return };
             while q.tags.is_empty() && !q.stopping {
@@ -335,13 +347,20 @@ pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
 }
 
 /// Apply synced groups in order and report each record.
-fn apply_loop(node: &Node, wal: &Wal, wakeups: &Wakeups, rx: &crossbeam_channel::Receiver<Synced>) {
+fn apply_loop(
+    node: &Node,
+    wal: &Wal,
+    wakeups: &Wakeups,
+    rx: &crossbeam_channel::Receiver<Synced>,
+    spares: &crossbeam_channel::Sender<Synced>,
+) {
     let mut replica = Replica::new(node.plan.clone(), node.config.limits.arena_limit_bytes, 1);
     let mut reports = PassReports::new(wakeups.workers());
     let mut key = Vec::new();
     let mut watchers: &Wakeups = wakeups;
-    for group in rx {
+    for mut group in rx {
         let (mut at, mut v_at) = (0, 0);
+        // Values borrow the group's bytes: one list a group.
         let mut values = Vec::new();
         for t in &group.tags {
             let Ok(Some((rec, n))) = decode(&group.bytes[at..]) else {
@@ -375,6 +394,11 @@ fn apply_loop(node: &Node, wal: &Wal, wakeups: &Wakeups, rx: &crossbeam_channel:
             }
         }
         reports.hand_over(wakeups);
+        group.bytes.clear();
+        group.tags.clear();
+        group.values.clear();
+        // Full (the writer has spares enough): dropped.
+        let _ = spares.try_send(group);
     }
 }
 
