@@ -61,16 +61,22 @@ fn node_name(p: &Presencing) -> String {
     if !named.is_empty() {
         return named.clone();
     }
+    let host = host_name();
+    format!("{host}:{}", p.listen.port())
+}
+
+/// The machine's host name (`gethostname`), or `pollbox` if it has none.
+fn host_name() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`, which
-    // lives for the call; the result is read only up to its first NUL.
-    let host = if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0 {
-        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-        String::from_utf8_lossy(&buf[..end]).into_owned()
-    } else {
-        "pollbox".to_string()
-    };
-    format!("{host}:{}", p.listen.port())
+    // lives for the call; the result is read only up to its first NUL (or
+    // the whole buffer, if it was cut short without one).
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    if !ok || end == 0 {
+        return "pollbox".to_string();
+    }
+    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 fn wall_ms() -> u64 {
@@ -362,5 +368,24 @@ fn sync(
             last: k + 1 == count,
             rooms,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_host_name_is_the_kernels() {
+        let name = host_name();
+        assert!(!name.is_empty() && !name.contains('\0'));
+        if let Ok(kernel) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+            assert_eq!(name, kernel.trim());
+        }
+    }
+
+    #[test]
+    fn the_presence_topic_follows_the_logs() {
+        assert_eq!(presence_topic("scores"), "scores-presence");
     }
 }
