@@ -41,15 +41,18 @@ mod common;
 #[path = "../../server/tests/common/jwt.rs"]
 mod jwt;
 
-use chromium::{chromium_dump_dom, dump_dom, page_origin, results, serve_page};
+use chromium::{
+    chromium_dump_dom, dump_dom, free_port, page_origin, request_target, results, serve_page,
+    serve_page_routed, serve_page_with_holds, Hold, ReleaseOnDrop,
+};
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pollbox_core::config::Config;
@@ -285,44 +288,6 @@ fn readme_event_source_client() -> &'static str {
     &readme[start..end]
 }
 
-/// Answers `/hold` only once released (or after two minutes).
-#[derive(Default)]
-struct Hold {
-    released: Mutex<bool>,
-    cv: Condvar,
-}
-
-impl Hold {
-    fn wait(&self) {
-        let released = self.released.lock().unwrap();
-        let _ = self
-            .cv
-            .wait_timeout_while(released, Duration::from_secs(120), |r| !*r)
-            .unwrap();
-    }
-
-    fn release(&self) {
-        *self.released.lock().unwrap() = true;
-        self.cv.notify_all();
-    }
-}
-
-/// Read a request head from `stream`; its target (`/` if unreadable).
-fn request_target(stream: &TcpStream) -> String {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    let mut target = None;
-    while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
-        if line == "\r\n" {
-            break;
-        }
-        target.get_or_insert_with(|| line.split(' ').nth(1).unwrap_or("/").to_owned());
-        line.clear();
-    }
-    target.unwrap_or_else(|| "/".into())
-}
-
 /// Wait up to `within` until the page has reported `what` `times` times
 /// (counting the reports not read yet); else what it reported meanwhile.
 fn reports_until(
@@ -404,15 +369,6 @@ impl Outage {
     }
 }
 
-/// A port no socket listens on now (the kernel's pick, given back).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `pollbox serve --config cfg`, which must listen on `port`.
 fn serve_on(cfg: &Path, port: u16) -> common::Server {
     let (server, addr, _) = common::serve(
@@ -474,7 +430,9 @@ fn the_readme_event_source_client_gets_the_next_update_after_a_rolling_restart()
     serve_page_with_holds(
         page_listener,
         page,
-        report_tx,
+        move |what| {
+            let _ = report_tx.send(what.to_owned());
+        },
         vec![("/hold", hold.clone())],
     );
     let url = format!("http://{page_addr}/");
@@ -660,53 +618,6 @@ fetch("/go", { cache: "no-store" }).then(async () => {
 record();
 </script></body></html>
 "#;
-
-/// Serve a page on `listener`: `/report?WHAT` sends `WHAT` to the test, each
-/// path of `holds` is answered once its `Hold` is released, anything else gets
-/// the page.
-fn serve_page_with_holds(
-    listener: TcpListener,
-    page: String,
-    reports: Sender<String>,
-    holds: Vec<(&'static str, Arc<Hold>)>,
-) {
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let (page, reports, holds) = (page.clone(), reports.clone(), holds.clone());
-            std::thread::spawn(move || {
-                let target = request_target(&stream);
-                let (kind, body) = if let Some(what) = target.strip_prefix("/report?") {
-                    let _ = reports.send(what.to_owned());
-                    ("text/plain", String::new())
-                } else if let Some((_, hold)) = holds.iter().find(|(p, _)| *p == target) {
-                    hold.wait();
-                    ("text/plain", String::new())
-                } else {
-                    ("text/html; charset=utf-8", page)
-                };
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nCache-Control: no-store\r\n\
-                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            });
-        }
-    });
-}
-
-/// Releases its holds when dropped, so a test that fails part way lets the
-/// page's load end (and Chromium exit) without waiting for the holds' timeout.
-struct ReleaseOnDrop(Vec<Arc<Hold>>);
-
-impl Drop for ReleaseOnDrop {
-    fn drop(&mut self) {
-        for h in &self.0 {
-            h.release();
-        }
-    }
-}
 
 /// What the page has reported so far.
 #[derive(Default)]
@@ -896,7 +807,9 @@ fn one_event_source_on_twenty_boxes_sees_every_update_and_a_deletion_while_the_p
     serve_page_with_holds(
         page_listener,
         page,
-        report_tx,
+        move |what| {
+            let _ = report_tx.send(what.to_owned());
+        },
         vec![("/hold", hold.clone()), ("/go", go.clone())],
     );
     let _release = ReleaseOnDrop(vec![hold.clone(), go.clone()]);
@@ -1119,40 +1032,25 @@ fn serve_token_page(
     hold: Arc<Hold>,
 ) {
     let given = Arc::new(AtomicUsize::new(0));
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let (page, tokens, reports) = (page.clone(), tokens.clone(), reports.clone());
-            let (hold, given) = (hold.clone(), given.clone());
-            std::thread::spawn(move || {
-                let target = request_target(&stream);
-                let mut cookie = String::new();
-                let (kind, body) = if target == "/token" {
-                    let i = given.fetch_add(1, Ordering::Relaxed).min(tokens.len() - 1);
-                    cookie = format!(
-                        "Set-Cookie: pollbox_token={}; Path=/; HttpOnly; SameSite=Lax\r\n",
-                        tokens[i]
-                    );
-                    let _ = reports.send(format!("token={}", i + 1));
-                    ("text/plain", String::new())
-                } else if let Some(what) = target.strip_prefix("/report?") {
-                    let _ = reports.send(what.to_owned());
-                    ("text/plain", String::new())
-                } else if target == "/hold" {
-                    hold.wait();
-                    ("text/plain", String::new())
-                } else {
-                    ("text/html; charset=utf-8", page)
-                };
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nCache-Control: no-store\r\n\
-                     {cookie}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            });
-        }
-    });
+    let token_reports = reports.clone();
+    serve_page_routed(
+        listener,
+        page,
+        move |what| {
+            let _ = reports.send(what.to_owned());
+        },
+        vec![("/hold", hold)],
+        move |target| {
+            (target == "/token").then(|| {
+                let i = given.fetch_add(1, Ordering::Relaxed).min(tokens.len() - 1);
+                let _ = token_reports.send(format!("token={}", i + 1));
+                format!(
+                    "Set-Cookie: pollbox_token={}; Path=/; HttpOnly; SameSite=Lax\r\n",
+                    tokens[i]
+                )
+            })
+        },
+    );
 }
 
 /// Tokens for `claims`, one each, signed with the EdDSA key of a key set

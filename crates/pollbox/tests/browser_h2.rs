@@ -20,12 +20,11 @@
 mod chromium;
 mod common;
 
-use chromium::{chromium_dump_dom, page_origin, results, serve_page};
+use chromium::{
+    certificate, chromium_dump_dom, free_port, haproxy, page_origin, results, serve_page,
+};
 use pollbox_core::config::Config;
 use pollbox_server::Server;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 
 const STREAMS: usize = 10;
 
@@ -73,42 +72,13 @@ setTimeout(() => finish("timed out"), 30000);
 </script></body></html>
 "#;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 #[test]
 #[ignore = "needs chromium, haproxy and openssl (Debian packages); .ci/run installs them"]
 fn ten_event_streams_of_one_page_flow_over_http2_through_haproxy() {
     let dir = common::tmpdir("browser-h2");
-    // A self-signed certificate for 127.0.0.1, and its key, in one PEM file.
-    let st = Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        ])
-        .args([
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-        ])
-        .arg("-keyout")
-        .arg(dir.join("key.pem"))
-        .arg("-out")
-        .arg(dir.join("cert.pem"))
-        .stderr(Stdio::null())
-        .status()
-        .expect("openssl on PATH");
-    assert!(st.success(), "openssl made a certificate");
-    let pem = [
-        std::fs::read(dir.join("cert.pem")).unwrap(),
-        std::fs::read(dir.join("key.pem")).unwrap(),
-    ]
-    .concat();
-    std::fs::write(dir.join("both.pem"), pem).unwrap();
+    // A self-signed certificate for 127.0.0.1, and its key, in one PEM file;
+    // Chromium takes it by its key's hash.
+    let (pem, spki) = certificate(&dir);
 
     let (page_listener, page_addr) = page_origin();
     let mut c = Config::embedded();
@@ -130,62 +100,13 @@ fn ten_event_streams_of_one_page_flow_over_http2_through_haproxy() {
     }
 
     // HAProxy as deploy/ ships it, both nodes this one server.
-    let (front, tls) = (free_port(), free_port());
-    let node = server.addr().to_string();
-    let mut proxy = Command::new("haproxy")
-        .args(["-db", "-f"])
-        .arg(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../deploy/haproxy/haproxy.cfg.tmpl"),
-        )
-        .env("FRONT_PORT", front.to_string())
-        .env("TLS_PORT", tls.to_string())
-        .env("TLS_CRT", dir.join("both.pem"))
-        .env("NODE1", &node)
-        .env("NODE2", &node)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("haproxy on PATH");
-    let log = Arc::new(Mutex::new(Vec::<String>::new()));
-    for out in [
-        Box::new(proxy.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-        Box::new(proxy.stderr.take().unwrap()),
-    ] {
-        let log = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                log.lock().unwrap().push(line);
-            }
-        });
-    }
-    let proxy = common::Server::from(proxy);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", tls)).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "haproxy listens: {:?}",
-            log.lock().unwrap()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let tls = free_port();
+    let (proxy, log) = haproxy(server.addr(), tls, &pem);
 
     let page = PAGE
         .replace("__BASE__", &format!("https://127.0.0.1:{tls}"))
         .replace("__STREAMS__", &STREAMS.to_string());
     serve_page(page_listener, page);
-    // Chromium takes the self-signed certificate by its key's hash.
-    let spki = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "openssl x509 -in '{}' -pubkey -noout | openssl pkey -pubin -outform der \
-             | openssl dgst -sha256 -binary | base64",
-            dir.join("cert.pem").display()
-        ))
-        .output()
-        .expect("openssl");
-    let spki = String::from_utf8_lossy(&spki.stdout).trim().to_string();
-    assert!(!spki.is_empty(), "the certificate's key hash");
     let dom = chromium_dump_dom(
         &format!("http://{page_addr}/"),
         &[

@@ -3,10 +3,12 @@
 //! two people in one room of the `pollbox` binary (standalone, with
 //! `presence.leave_grace_ms = 500` and CORS for both origins).
 //!
-//! Each page follows the room's presence (`/v1/boxes/browser-room%2F~presence`)
-//! with `EventSource`, as the JavaScript client does with a member: it
-//! compares each state's `members` with the one before (by id) and records
-//! joins and leaves in the DOM. It first watches the room without being in
+//! Each page (tests/common/presence_page.rs, which
+//! tests/browser_presence_cluster.rs loads too) follows the room's presence
+//! (`/v1/boxes/browser-room%2F~presence`) with `EventSource`, as the
+//! JavaScript client does with a member: it compares each state's `members`
+//! with the one before (by id) and records joins and leaves in the DOM. It
+//! first watches the room without being in
 //! it (a stream with no `member=`: the empty room); when the test says so it
 //! closes that stream and opens one with `member=ann` (or `ben`) and
 //! `info={"name":...}`, going on from the last state it had. The test lets
@@ -28,15 +30,16 @@
 #[path = "common/chromium.rs"]
 mod chromium;
 mod common;
+#[path = "common/presence_page.rs"]
+mod presence_page;
 
-use chromium::{chromium_dump_dom, page_origin, results};
+use chromium::{chromium_dump_dom, page_origin, results, ReleaseOnDrop};
+use presence_page::{
+    ann_then_ben_join, assert_ben_gone_after_the_grace, ids, metric, presence, serve_page, strings,
+    until_ben_gone, Reports,
+};
 
-use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::Command;
-use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -45,262 +48,6 @@ use serde_json::{json, Value};
 const PRESENCE: &str = "browser-room/~presence";
 /// `presence.leave_grace_ms` of the server under test.
 const GRACE_MS: u64 = 500;
-/// The server's clock for presence moves once an epoch (`server.epoch_ms`,
-/// 16 by default): a grace starts at the clock of the worker's last tick.
-const EPOCH_MS: u64 = 16;
-
-/// The page: `POLLBOX`, `PRESENCE`, `MEMBER` and `INFO` (a JSON object) are
-/// filled in. It watches the room's presence with no member until `/present`
-/// answers, then follows it as `MEMBER`; every state it gets is compared
-/// with the one before (the first state is the baseline). It reports each
-/// step to the test (its own origin: `/report?...`) and writes what it saw
-/// into `#results`; `/hold` holds its load event (and so Chromium's exit)
-/// until the test lets it end. Anything unexpected goes into `errors`.
-const PAGE: &str = r#"<!doctype html>
-<html><head><meta charset="utf-8"><title>pollbox presence</title></head>
-<body><pre id="results">pending</pre>
-<img src="/hold" alt="">
-<script>
-const me = "MEMBER";
-const key = "PRESENCE";
-const url = "POLLBOX/v1/boxes/" + encodeURIComponent(key);
-const results = { member: me, states: [], joins: [], leaves: [], infos: {}, opens: [], errors: [] };
-let last = null; // the ids of the last state: what the next is compared with
-let lastVer = 0;
-function record() {
-  document.getElementById("results").textContent = JSON.stringify(results);
-}
-function report(what) {
-  fetch("/report?" + what, { cache: "no-store" }).catch(() => {});
-}
-function fail(what) {
-  results.errors.push(what);
-  record();
-  report("error=" + encodeURIComponent(what));
-}
-function follow(src, stream) {
-  const es = new EventSource(src);
-  es.onopen = () => { results.opens.push(stream); record(); report("open=" + stream); };
-  es.onerror = () => fail(stream + ": EventSource error, readyState " + es.readyState);
-  es.onmessage = (e) => {
-    let p;
-    try { p = JSON.parse(e.data); } catch (err) { return fail(stream + ": not JSON: " + e.data); }
-    if (p.k !== key || !Array.isArray(p.members) || p.count !== p.members.length) {
-      return fail(stream + ": not the room's listed presence: " + e.data);
-    }
-    if (p.ver < lastVer) fail(stream + ": version " + p.ver + " after " + lastVer);
-    lastVer = p.ver;
-    const ids = p.members.map((m) => m.id);
-    for (const m of p.members) if (m.info) results.infos[m.id] = m.info;
-    if (last !== null) {
-      for (const id of last) {
-        if (!ids.includes(id)) { results.leaves.push(id); report("leave=" + encodeURIComponent(id)); }
-      }
-      for (const id of ids) {
-        if (!last.includes(id)) { results.joins.push(id); report("join=" + encodeURIComponent(id)); }
-      }
-    }
-    last = ids;
-    results.states.push({ stream: stream, ver: p.ver, members: ids });
-    record();
-    report("state=" + stream + ":" + ids.map(encodeURIComponent).join("_"));
-  };
-  return es;
-}
-const watch = follow(url, "watch");
-fetch("/present", { cache: "no-store" }).then(() => {
-  // Into the room: the watching stream closes, the member's stream goes on
-  // from the last state the page had (whole states: nothing is missed).
-  watch.close();
-  follow(url + "?member=" + encodeURIComponent(me) + "&info=" + encodeURIComponent(JSON.stringify(INFO)), "member");
-});
-record();
-</script></body></html>
-"#;
-
-/// Answers a page's request only once released (or after two minutes).
-#[derive(Default)]
-struct Hold {
-    released: Mutex<bool>,
-    cv: Condvar,
-}
-
-impl Hold {
-    fn wait(&self) {
-        let released = self.released.lock().unwrap();
-        let _ = self
-            .cv
-            .wait_timeout_while(released, Duration::from_secs(120), |r| !*r)
-            .unwrap();
-    }
-
-    fn release(&self) {
-        *self.released.lock().unwrap() = true;
-        self.cv.notify_all();
-    }
-}
-
-/// Releases its holds when dropped, so a test that fails part way lets the
-/// pages end (and Chromium exit) without waiting for the holds' timeout.
-struct ReleaseOnDrop(Vec<Arc<Hold>>);
-
-impl Drop for ReleaseOnDrop {
-    fn drop(&mut self) {
-        for h in &self.0 {
-            h.release();
-        }
-    }
-}
-
-/// One page's origin: its `/hold` (the load event) and `/present` (into the
-/// room).
-struct Holds {
-    hold: Arc<Hold>,
-    present: Arc<Hold>,
-}
-
-/// Read a request head from `stream`; its target (`/` if unreadable).
-fn request_target(stream: &TcpStream) -> String {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    let mut target = None;
-    while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
-        if line == "\r\n" {
-            break;
-        }
-        target.get_or_insert_with(|| line.split(' ').nth(1).unwrap_or("/").to_owned());
-        line.clear();
-    }
-    target.unwrap_or_else(|| "/".into())
-}
-
-/// Serve `page` on `listener` for `who`: `/report?WHAT` sends `who:WHAT` to
-/// the test, `/hold` and `/present` wait for their holds, anything else gets
-/// the page.
-fn serve_page(
-    listener: TcpListener,
-    who: &'static str,
-    page: String,
-    reports: Sender<String>,
-) -> Holds {
-    let holds = Holds {
-        hold: Arc::new(Hold::default()),
-        present: Arc::new(Hold::default()),
-    };
-    let (hold, present) = (holds.hold.clone(), holds.present.clone());
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let (page, reports) = (page.clone(), reports.clone());
-            let (hold, present) = (hold.clone(), present.clone());
-            std::thread::spawn(move || {
-                let target = request_target(&stream);
-                let (kind, body) = if let Some(what) = target.strip_prefix("/report?") {
-                    let _ = reports.send(format!("{who}:{what}"));
-                    ("text/plain", String::new())
-                } else if target == "/hold" {
-                    hold.wait();
-                    ("text/plain", String::new())
-                } else if target == "/present" {
-                    present.wait();
-                    ("text/plain", String::new())
-                } else {
-                    ("text/html; charset=utf-8", page)
-                };
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nCache-Control: no-store\r\n\
-                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            });
-        }
-    });
-    holds
-}
-
-/// What the pages have reported so far.
-#[derive(Default)]
-struct Reports {
-    got: HashSet<String>,
-    all: Vec<String>,
-}
-
-impl Reports {
-    /// Wait up to `within` until the pages have reported each of `wanted`;
-    /// else panic with `what`, which are missing and the last reports.
-    fn wait_for(
-        &mut self,
-        reports: &Receiver<String>,
-        wanted: &[&str],
-        within: Duration,
-        what: &str,
-    ) {
-        let deadline = Instant::now() + within;
-        loop {
-            let missing: Vec<&&str> = wanted.iter().filter(|w| !self.got.contains(**w)).collect();
-            if missing.is_empty() {
-                return;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            match reports.recv_timeout(left) {
-                Ok(r) => {
-                    self.got.insert(r.clone());
-                    self.all.push(r);
-                }
-                Err(_) => {
-                    let recent = &self.all[self.all.len().saturating_sub(30)..];
-                    panic!("{what}: missing {missing:?}; the last reports: {recent:?}");
-                }
-            }
-        }
-    }
-}
-
-/// The room's presence by a plain poll: its body as JSON.
-fn presence(addr: SocketAddr) -> Value {
-    let (code, body) = common::get(addr, "/v1/boxes/browser-room%2F~presence");
-    assert_eq!(code, 200, "GET the room's presence: {body}");
-    serde_json::from_str(&body).unwrap_or_else(|e| panic!("the room's presence: {e}: {body:?}"))
-}
-
-/// The member ids a presence payload lists.
-fn ids(p: &Value) -> Vec<&str> {
-    p["members"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no members listed: {p}"))
-        .iter()
-        .map(|m| {
-            m["id"]
-                .as_str()
-                .unwrap_or_else(|| panic!("a member with no id: {p}"))
-        })
-        .collect()
-}
-
-/// A value of `/metrics` (a family with no labels).
-fn metric(addr: SocketAddr, name: &str) -> u64 {
-    let (code, text) = common::get(addr, "/metrics");
-    assert_eq!(code, 200, "/metrics: {text}");
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in /metrics"))
-}
-
-/// The strings a page's results hold at `field` (an array of strings).
-fn strings<'a>(r: &'a Value, field: &str) -> Vec<&'a str> {
-    r[field]
-        .as_array()
-        .unwrap_or_else(|| panic!("no {field} in the page's results: {r}"))
-        .iter()
-        .map(|v| {
-            v.as_str()
-                .unwrap_or_else(|| panic!("{field}: not a string in {r}"))
-        })
-        .collect()
-}
 
 #[test]
 #[ignore = "needs chromium (Debian package chromium); .ci/run installs it"]
@@ -322,14 +69,14 @@ fn two_pages_see_each_other_join_and_a_closed_tab_leaves_after_the_grace() {
         ["serve".as_ref(), "--config".as_ref(), cfg.as_os_str()],
         &[],
     );
-    assert_eq!(presence(addr)["count"], 0, "the room is empty at first");
+    assert_eq!(
+        presence(addr, PRESENCE)["count"],
+        0,
+        "the room is empty at first"
+    );
 
-    let page = |member: &str, name: &str| {
-        PAGE.replace("POLLBOX", &format!("http://{addr}"))
-            .replace("PRESENCE", PRESENCE)
-            .replace("MEMBER", member)
-            .replace("INFO", &json!({ "name": name }).to_string())
-    };
+    let pollbox = format!("http://{addr}");
+    let page = |member: &str, name: &str| presence_page::page(&pollbox, PRESENCE, member, name);
     let (report_tx, reports) = std::sync::mpsc::channel();
     let ann = serve_page(ann_listener, "ann", page("ann", "Ann"), report_tx.clone());
     let ben = serve_page(ben_listener, "ben", page("ben", "Ben"), report_tx);
@@ -348,45 +95,11 @@ fn two_pages_see_each_other_join_and_a_closed_tab_leaves_after_the_grace() {
     let mut r = Reports::default();
     let within = Duration::from_secs(60);
 
-    // Both pages watch the empty room.
-    r.wait_for(
-        &reports,
-        &[
-            "ann:open=watch",
-            "ann:state=watch:",
-            "ben:open=watch",
-            "ben:state=watch:",
-        ],
-        within,
-        "the pages watch the room",
-    );
-    // ann comes in: her own stream lists her; ben's page sees her join.
-    ann.present.release();
-    r.wait_for(
-        &reports,
-        &[
-            "ann:open=member",
-            "ann:state=member:ann",
-            "ann:join=ann",
-            "ben:join=ann",
-        ],
-        within,
-        "ann joins",
-    );
-    // ben comes in: ann's page sees him join on her stream as a member.
-    ben.present.release();
-    r.wait_for(
-        &reports,
-        &[
-            "ben:open=member",
-            "ben:state=member:ann_ben",
-            "ben:join=ben",
-            "ann:join=ben",
-        ],
-        within,
-        "ben joins",
-    );
-    let both = presence(addr);
+    // Both pages watch the empty room; ann comes in (ben's page sees her
+    // join while it watches), then ben (ann's page sees him join on her
+    // stream as a member).
+    ann_then_ben_join(&mut r, &reports, [&ann, &ben], within, ["", ""]);
+    let both = presence(addr, PRESENCE);
     assert_eq!(both["count"], 2, "{both}");
     assert_eq!(
         both["members"],
@@ -410,20 +123,14 @@ fn two_pages_see_each_other_join_and_a_closed_tab_leaves_after_the_grace() {
     let mut last_open = let_go; // the start of the last look that counted his connection open
     let mut closed = None; // when his connection was first seen ended
     let mut listed_after_close = 0; // polls that listed him after that (his grace)
-    let gone = loop {
-        let look = Instant::now();
-        assert!(
-            look.duration_since(let_go) < Duration::from_secs(30),
-            "ben was not gone 30 s after his page ended: {}",
-            presence(addr)
-        );
+    let gone = until_ben_gone(addr, PRESENCE, "", let_go, |look| {
         if ben_browser.as_ref().is_some_and(|b| b.is_finished()) {
             let b = ben_browser.take().expect("ben's Chromium");
             ben_dom = Some(b.join().expect("ben's Chromium"));
             exited = Some(look);
         }
         let open = metric(addr, "pollbox_presence_connections");
-        let p = presence(addr);
+        let p = presence(addr, PRESENCE);
         let listed = ids(&p).contains(&"ben");
         if open == 2 {
             assert!(listed, "his connection is open, yet he is not listed: {p}");
@@ -431,14 +138,11 @@ fn two_pages_see_each_other_join_and_a_closed_tab_leaves_after_the_grace() {
         } else if closed.is_none() {
             closed = Some(look);
         }
-        if !listed {
-            break Instant::now();
-        }
-        if closed.is_some() {
+        if listed && closed.is_some() {
             listed_after_close += 1;
         }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+        listed
+    });
     let ms = |a: Instant, b: Instant| b.saturating_duration_since(a).as_millis();
     eprintln!(
         "ben's page let go at 0 ms; Chromium seen exited at {:?} ms; his connection last seen open \
@@ -450,19 +154,9 @@ fn two_pages_see_each_other_join_and_a_closed_tab_leaves_after_the_grace() {
         ms(let_go, gone),
     );
     // His connection cannot end before his page was let go, nor before the
-    // last `/metrics` that counted it open: the grace runs from then (from
-    // the worker's clock, which is at most an epoch behind).
-    assert!(
-        gone.duration_since(let_go) >= Duration::from_millis(GRACE_MS),
-        "ben was gone {} ms after his page was let go, before the grace ({GRACE_MS} ms)",
-        ms(let_go, gone)
-    );
-    assert!(
-        gone.duration_since(last_open) >= Duration::from_millis(GRACE_MS - EPOCH_MS),
-        "ben was gone {} ms after his connection was last seen open, before the grace ({GRACE_MS} ms)",
-        ms(last_open, gone)
-    );
-    let p = presence(addr);
+    // last `/metrics` that counted it open: the grace runs from then.
+    assert_ben_gone_after_the_grace("", GRACE_MS, let_go, last_open, gone);
+    let p = presence(addr, PRESENCE);
     assert_eq!(p["count"], 1, "{p}");
     assert_eq!(
         p["members"],
@@ -525,15 +219,9 @@ fn two_pages_see_each_other_join_and_a_closed_tab_leaves_after_the_grace() {
                 let stream = s["stream"]
                     .as_str()
                     .unwrap_or_else(|| panic!("a state with no stream: {s}"));
-                let members = s["members"]
-                    .as_array()
-                    .unwrap_or_else(|| panic!("a state with no members: {s}"))
-                    .iter()
-                    .map(|m| {
-                        m.as_str()
-                            .unwrap_or_else(|| panic!("a member not a string: {s}"))
-                            .to_owned()
-                    })
+                let members = strings(s, "members")
+                    .into_iter()
+                    .map(str::to_owned)
                     .collect();
                 (stream.to_owned(), members)
             })
@@ -567,15 +255,15 @@ fn two_pages_see_each_other_join_and_a_closed_tab_leaves_after_the_grace() {
 
     // ann's tab closed: after her grace the room is empty.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while presence(addr)["count"] != 0 {
+    while presence(addr, PRESENCE)["count"] != 0 {
         assert!(
             Instant::now() < deadline,
             "ann was not gone 30 s after her page ended: {}",
-            presence(addr)
+            presence(addr, PRESENCE)
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let p = presence(addr);
+    let p = presence(addr, PRESENCE);
     assert_eq!(
         (&p["k"], &p["members"]),
         (&json!(PRESENCE), &json!([])),
