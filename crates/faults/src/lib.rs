@@ -25,6 +25,7 @@ pub mod history;
 pub mod http;
 pub mod nemesis;
 pub mod partition;
+pub mod presence;
 pub mod rng;
 pub mod run;
 pub mod workload;

@@ -16,6 +16,7 @@ use crate::cluster::{Cluster, Layout, PARTITIONS, TOPIC};
 use crate::history::{Event, ReadMode, Recorder};
 use crate::http::Client;
 use crate::nemesis::{self, Schedule};
+use crate::presence::{self, Presence};
 use crate::workload::{Shared, Target, Workload};
 use std::io::Write;
 use std::path::PathBuf;
@@ -125,6 +126,7 @@ fn run_with(
     let shared = Arc::new(Shared::new(opts.keys));
     let (nodes, lb) = targets(&cluster)?;
     let mut workload = Workload::start(shared.clone(), rec, &nodes, &lb, opts.seed);
+    let mut presence = Presence::start(rec, &nodes, opts.seed);
     say(&format!(
         "workload and nemesis for {} s (seed {})",
         opts.duration.as_secs(),
@@ -144,6 +146,9 @@ fn run_with(
     workload.stop();
     say("workload stopped; recovering");
     recover(&cluster)?;
+    if !presence.settle(Duration::from_secs(30)) {
+        say("presence: some members did not reach their final state in 30 s");
+    }
     say("cluster recovered; waiting for the producers' last records (6 s)");
     std::thread::sleep(Duration::from_secs(6));
     let (ends, finals) = read_at_the_end(&cluster, rec, &shared.keys)?;
@@ -165,8 +170,60 @@ fn run_with(
         t.elapsed().as_secs_f64()
     );
     note_record_counts(&cluster, rec);
+
+    let t = Instant::now();
+    final_presence(&cluster, rec)?;
+    presence.finish();
+    phases += &format!(
+        "presence read on a, b, c, then on a and c after b's kill -9, in {:.0} s\n",
+        t.elapsed().as_secs_f64()
+    );
     cluster.stop();
     Ok(phases)
+}
+
+/// The presence reads the checker judges: every room on every node (the
+/// one that replayed from nothing included) once the members settled and
+/// the cluster was quiet for two leases and the grace (round 1); then node
+/// b killed with kill -9 for good, and every room on a and c once a lease,
+/// the grace and a margin passed (round 2: b's members gone, a's there).
+fn final_presence(cluster: &Cluster, rec: &Recorder) -> Result<(), String> {
+    let quiet = Duration::from_millis(2 * presence::LEASE_MS + presence::LEAVE_GRACE_MS + 1_000);
+    say(&format!(
+        "presence: quiet for {:.1} s, then read on every node",
+        quiet.as_secs_f64()
+    ));
+    std::thread::sleep(quiet);
+    let target = |n: &Node| Target {
+        name: n.name.clone(),
+        addr: n.addr,
+        runs: Some(n.runs.clone()),
+    };
+    let read_all = |round: u32, names: &[&str]| -> Result<(), String> {
+        for name in names {
+            let t = target(cluster.node(name));
+            let mut cl = Client::new(t.addr);
+            for room in presence::ROOMS {
+                presence::read_presence(rec, &mut cl, &t, room, Some(round))
+                    .ok_or_else(|| format!("final presence read of {room} on {name}: no answer"))?;
+            }
+        }
+        Ok(())
+    };
+    read_all(1, &["a", "b", REPLAY_NODE])?;
+    say("presence: kill -9 of node b, for good");
+    rec.note(
+        "nemesis",
+        Event::Fault {
+            fault: "final-kill-node".into(),
+            target: "b".into(),
+            phase: crate::history::Phase::Start,
+            detail: Some("not restarted: its members must go after the lease".into()),
+        },
+    );
+    cluster.node("b").kill();
+    std::thread::sleep(quiet + Duration::from_secs(1));
+    read_all(2, &["a", REPLAY_NODE])
 }
 
 /// What the workload talks to: each node, and the load balancer.
