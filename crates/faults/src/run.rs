@@ -11,6 +11,7 @@
 //!   data is removed after a valid run).
 
 use crate::checker::{self, Report, REPLAY_NODE};
+use crate::cluster::net::Lan;
 use crate::cluster::node::Node;
 use crate::cluster::{Cluster, Layout, PARTITIONS, TOPIC};
 use crate::history::{Event, ReadMode, Recorder};
@@ -175,20 +176,61 @@ fn run_with(
     final_presence(&cluster, rec)?;
     presence.finish();
     phases += &format!(
-        "presence read on a, b, c, then on a and c after b's kill -9, in {:.0} s\n",
+        "presence: b paused, a cut off, read on a, b, c, then on a and c after b's kill -9, in {:.0} s\n",
         t.elapsed().as_secs_f64()
     );
     cluster.stop();
     Ok(phases)
 }
 
-/// The presence reads the checker judges: every room on every node (the
-/// one that replayed from nothing included) once the members settled and
-/// the cluster was quiet for two leases and the grace (round 1); then node
-/// b killed with kill -9 for good, and every room on a and c once a lease,
-/// the grace and a margin passed (round 2: b's members gone, a's there).
+/// The presence reads the checker judges: node b paused and node a cut off
+/// from the brokers in turn, the brokers left alone (the readers judged by
+/// presence-dead-expired); every room on every node (the one that replayed
+/// from nothing included) once the cluster was quiet for two leases and
+/// the grace (round 1); then node b killed with kill -9 for good, and every
+/// room on a and c once two leases, the grace and 2 s passed (round 2: b's
+/// members gone, a's there).
 fn final_presence(cluster: &Cluster, rec: &Recorder) -> Result<(), String> {
     let quiet = Duration::from_millis(2 * presence::LEASE_MS + presence::LEAVE_GRACE_MS + 1_000);
+    // With the brokers left alone (the nemesis' broker lane rarely is), a
+    // node paused, then one cut off from the brokers, each for a lease and
+    // 4 s: the readers of the other node see its members go (what
+    // presence-dead-expired judges during the run).
+    let silent = Duration::from_millis(presence::LEASE_MS + 4_000);
+    let fault = |fault: &str, node: &str, phase: crate::history::Phase, t0: u64| {
+        rec.record(
+            t0,
+            "nemesis",
+            Event::Fault {
+                fault: fault.into(),
+                target: node.into(),
+                phase,
+                detail: None,
+            },
+        );
+    };
+    say("presence: node b paused, then node a cut off from the brokers, each for a lease and 4 s");
+    let b = cluster.node("b");
+    let t0 = rec.now();
+    fault("quiet-pause-node", "b", crate::history::Phase::Start, t0);
+    let paused = b.signal(libc::SIGSTOP);
+    std::thread::sleep(silent);
+    let _ = b.signal(libc::SIGCONT);
+    fault("quiet-pause-node", "b", crate::history::Phase::End, t0);
+    paused?;
+    b.wait_ready(Duration::from_secs(60))?;
+    // b's own view catches up (it saw itself expired and joined its
+    // members anew) before its readers are judged again.
+    std::thread::sleep(quiet);
+    let a = cluster.node("a");
+    let t0 = rec.now();
+    fault("quiet-isolate-node", "a", crate::history::Phase::Start, t0);
+    let cut = cluster.net.cut("a", Lan::Kafka);
+    std::thread::sleep(silent);
+    let _ = cluster.net.heal("a", Lan::Kafka);
+    fault("quiet-isolate-node", "a", crate::history::Phase::End, t0);
+    cut?;
+    a.wait_ready(Duration::from_secs(60))?;
     say(&format!(
         "presence: quiet for {:.1} s, then read on every node",
         quiet.as_secs_f64()

@@ -172,10 +172,11 @@ impl<'a> PresenceHistory<'a> {
                     phase,
                     ..
                 } => {
-                    let node_fault = matches!(
-                        fault.as_str(),
-                        "kill-node" | "pause-node" | "isolate-node" | "final-kill-node"
-                    );
+                    // The nemesis' faults of a node, and the run's own at
+                    // its end (`quiet-pause-node`, `final-kill-node`...).
+                    let node_fault = ["kill-node", "pause-node", "isolate-node"]
+                        .iter()
+                        .any(|f| fault.ends_with(f));
                     let broker_fault = matches!(
                         fault.as_str(),
                         "kill-broker"
@@ -239,9 +240,16 @@ impl<'a> PresenceHistory<'a> {
 
     /// The node silenced over all of `[from, to]` by one fault.
     fn silenced_throughout(&self, node: &str, from: u64, to: u64) -> bool {
+        self.silence_over(node, from, to).is_some()
+    }
+
+    /// When the fault that silenced the node over all of `[from, to]` began.
+    fn silence_over(&self, node: &str, from: u64, to: u64) -> Option<u64> {
         self.silences
-            .get(node)
-            .is_some_and(|v| v.iter().any(|&(s, e)| s <= from && e >= to))
+            .get(node)?
+            .iter()
+            .find(|&&(s, e)| s <= from && e >= to)
+            .map(|&(s, _)| s)
     }
 
     /// When a stream stops counting, as its node can see it: its close, or
@@ -457,6 +465,7 @@ impl<'a> Checker<'a> {
     /// healthy node past the lease.
     fn presence_dead_expired(&mut self, h: &PresenceHistory) {
         let mut eligible = 0;
+        let mut while_silent = 0;
         for r in h.reads.iter().filter(|r| r.round.is_none()) {
             let Ok((_, listed)) = &r.served else {
                 continue;
@@ -473,6 +482,12 @@ impl<'a> Checker<'a> {
                 continue; // the presence topic may have stalled
             }
             eligible += 1;
+            if h.silences
+                .keys()
+                .any(|n| *n != r.via && h.silenced_throughout(n, lease_back, r.t1 + 200 * MS))
+            {
+                while_silent += 1;
+            }
             for m in listed {
                 let streams: Vec<&Stream> =
                     h.streams_of(r.room, m).filter(|s| s.t0 <= r.t1).collect();
@@ -483,16 +498,30 @@ impl<'a> Checker<'a> {
                 };
                 if !streams.is_empty() && streams.iter().all(dead) {
                     let s = streams.iter().max_by_key(|s| s.t0).copied();
+                    let why = match s {
+                        Some(s) => match h.silence_over(s.via, lease_back, r.t1 + 200 * MS) {
+                            Some(since) => format!(
+                                "its stream (opened {}) is held by node {}, killed, paused or cut off from the brokers since {}",
+                                secs(s.t0),
+                                s.via,
+                                secs(since)
+                            ),
+                            None => format!(
+                                "its last stream (to node {}, opened {}) ended at {}",
+                                s.via,
+                                secs(s.t0),
+                                s.closed.map_or("never".into(), secs)
+                            ),
+                        },
+                        None => String::new(),
+                    };
                     self.violate(
                         Property::PresenceDeadExpired,
                         Some(r.room),
                         format!(
-                            "node {} lists {m} at {}, but its last stream (to node {}, opened {}, ended {}) is gone or its node silenced for more than the lease + {MARGIN_MS} ms",
+                            "node {} lists {m} at {}: {why}, more than the lease + {MARGIN_MS} ms (grace too, for an ended stream) before; expected absent, served {listed:?}",
                             r.via,
                             secs(r.t0),
-                            s.map_or("-", |s| s.via),
-                            s.map_or("-".into(), |s| secs(s.t0)),
-                            s.and_then(|s| s.closed).map_or("never".into(), secs),
                         ),
                         [s.map(|s| s.ops.clone()).unwrap_or_default(), vec![r.i]].concat(),
                     );
@@ -500,6 +529,7 @@ impl<'a> Checker<'a> {
             }
         }
         self.report.figures.presence_reads_judged = eligible;
+        self.report.figures.presence_reads_judged_silent = while_silent;
     }
 }
 

@@ -121,6 +121,9 @@ pub struct Figures {
     /// Reads during the run judged for dead members (a healthy node, the
     /// brokers left alone).
     pub presence_reads_judged: u64,
+    /// Of those, reads while another node had been killed, paused or cut
+    /// off for more than the lease + margin.
+    pub presence_reads_judged_silent: u64,
 }
 
 /// The checker's verdict.
@@ -190,11 +193,12 @@ impl fmt::Display for Figures {
         if self.presence_reads > 0 {
             write!(
                 f,
-                "\npresence: {} streams opened ({} more sent and unanswered), {} reads ({} during the run judged for dead members); final reads: {} member listings judged, {} not (an open or close too near)",
+                "\npresence: {} streams opened ({} more sent and unanswered), {} reads ({} during the run judged for dead members, {} of them while another node was silent past its lease); final reads: {} member listings judged, {} not (an open or close too near)",
                 self.presence_opens,
                 self.presence_unanswered,
                 self.presence_reads,
                 self.presence_reads_judged,
+                self.presence_reads_judged_silent,
                 self.presence_judged,
                 self.presence_unjudged
             )?;
