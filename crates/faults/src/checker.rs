@@ -34,6 +34,14 @@
 //! - **wrong-partition-counted**: the node that replayed from nothing
 //!   counted every record outside its home partition, once.
 //!
+//! With the presence workload's operations (`presence-*`; see
+//! `checker/presence.rs` for the exact rules): **presence-agreement** (every
+//! node serves one version and one member list per room once quiet),
+//! **presence-members** (the final reads list exactly the members whose
+//! streams are open to live nodes), **presence-dead-expired** (during the
+//! run, no healthy node lists a member of a node dead or silenced for more
+//! than the lease).
+//!
 //! What it is not: a linearizability checker. The boxes are replicas built
 //! from a log, so the log itself is the order; what is checked is that every
 //! node agrees with it.
@@ -44,6 +52,7 @@
 
 mod history_promises;
 mod log_promises;
+mod presence;
 mod reading;
 mod report;
 mod topic;
@@ -74,9 +83,16 @@ pub fn check(ops: &[Op]) -> Report {
     if has_log {
         c.log_checks();
     }
-    let mut checked: Vec<Property> = Property::ALL[..6].to_vec();
+    let has_presence = c.has_presence();
+    if has_presence {
+        c.presence_checks();
+    }
+    let mut checked: Vec<Property> = Property::ALL[Property::HISTORY].to_vec();
     if has_log {
-        checked.extend_from_slice(&Property::ALL[6..]);
+        checked.extend_from_slice(&Property::ALL[Property::LOG]);
+    }
+    if has_presence {
+        checked.extend_from_slice(&Property::ALL[Property::PRESENCE]);
     }
     c.report.checked = checked;
     c.report

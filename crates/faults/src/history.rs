@@ -143,6 +143,47 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         value: Option<String>,
     },
+    /// A presence member's event stream
+    /// (`GET /v1/boxes/{room}~presence?member={member}`) answered 200 by
+    /// node `via`: the member is held there from then on, until the
+    /// matching `presence-close`.
+    PresenceOpen {
+        member: String,
+        room: String,
+        via: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        run: Option<u32>,
+    },
+    /// That stream ended: closed by the suite (`cause` "client"), or seen
+    /// broken (`cause` "broken: ..."; it may have broken earlier, at worst
+    /// at the open's completion, e.g. with a kill of its node).
+    PresenceClose {
+        member: String,
+        room: String,
+        via: String,
+        cause: String,
+    },
+    /// A member's stream sent to node `via` and not answered (the node
+    /// paused): the node may hold the member for a while once it runs again.
+    PresenceUnanswered {
+        member: String,
+        room: String,
+        via: String,
+        error: String,
+    },
+    /// `GET /v1/boxes/{room}~presence` on node `via`: its status and body.
+    /// `round`: a final read, once faults stopped and the cluster was quiet
+    /// for more than a lease and the leave grace (1: every node up; 2: node
+    /// b killed for good before it).
+    PresenceRead {
+        via: String,
+        room: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        round: Option<u32>,
+        status: u16,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        payload: Option<String>,
+    },
     /// A node's metric, scraped once faults stopped.
     Metric {
         via: String,

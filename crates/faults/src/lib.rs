@@ -6,7 +6,10 @@
 //! sent, one payload per version, replicas identical (a node replaying the
 //! topic from nothing included), versions never backwards, clients moving
 //! between nodes ending at the final state, records of other partitioners
-//! never applied.
+//! never applied; and presence's (a [`presence`] workload of members held by
+//! event streams to each node): every node the same members and version per
+//! room, exactly the members whose streams are open, none of a node dead for
+//! a lease.
 //!
 //! It runs against the real thing on one machine, as root: three Kafka
 //! brokers (KRaft, `scripts/kafka`'s jars), the release `pollbox` binary as
@@ -25,6 +28,7 @@ pub mod history;
 pub mod http;
 pub mod nemesis;
 pub mod partition;
+pub mod presence;
 pub mod rng;
 pub mod run;
 pub mod workload;

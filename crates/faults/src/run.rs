@@ -11,11 +11,13 @@
 //!   data is removed after a valid run).
 
 use crate::checker::{self, Report, REPLAY_NODE};
+use crate::cluster::net::Lan;
 use crate::cluster::node::Node;
 use crate::cluster::{Cluster, Layout, PARTITIONS, TOPIC};
 use crate::history::{Event, ReadMode, Recorder};
 use crate::http::Client;
 use crate::nemesis::{self, Schedule};
+use crate::presence::{self, Presence};
 use crate::workload::{Shared, Target, Workload};
 use std::io::Write;
 use std::path::PathBuf;
@@ -125,6 +127,7 @@ fn run_with(
     let shared = Arc::new(Shared::new(opts.keys));
     let (nodes, lb) = targets(&cluster)?;
     let mut workload = Workload::start(shared.clone(), rec, &nodes, &lb, opts.seed);
+    let mut presence = Presence::start(rec, &nodes, opts.seed);
     say(&format!(
         "workload and nemesis for {} s (seed {})",
         opts.duration.as_secs(),
@@ -144,6 +147,9 @@ fn run_with(
     workload.stop();
     say("workload stopped; recovering");
     recover(&cluster)?;
+    if !presence.settle(Duration::from_secs(30)) {
+        say("presence: some members did not reach their final state in 30 s");
+    }
     say("cluster recovered; waiting for the producers' last records (6 s)");
     std::thread::sleep(Duration::from_secs(6));
     let (ends, finals) = read_at_the_end(&cluster, rec, &shared.keys)?;
@@ -165,8 +171,101 @@ fn run_with(
         t.elapsed().as_secs_f64()
     );
     note_record_counts(&cluster, rec);
+
+    let t = Instant::now();
+    final_presence(&cluster, rec)?;
+    presence.finish();
+    phases += &format!(
+        "presence: b paused, a cut off, read on a, b, c, then on a and c after b's kill -9, in {:.0} s\n",
+        t.elapsed().as_secs_f64()
+    );
     cluster.stop();
     Ok(phases)
+}
+
+/// The presence reads the checker judges: node b paused and node a cut off
+/// from the brokers in turn, the brokers left alone (the readers judged by
+/// presence-dead-expired); every room on every node (the one that replayed
+/// from nothing included) once the cluster was quiet for two leases and
+/// the grace (round 1); then node b killed with kill -9 for good, and every
+/// room on a and c once two leases, the grace and 2 s passed (round 2: b's
+/// members gone, a's there).
+fn final_presence(cluster: &Cluster, rec: &Recorder) -> Result<(), String> {
+    let quiet = Duration::from_millis(2 * presence::LEASE_MS + presence::LEAVE_GRACE_MS + 1_000);
+    // With the brokers left alone (the nemesis' broker lane rarely is), a
+    // node paused, then one cut off from the brokers, each for a lease and
+    // 4 s: the readers of the other node see its members go (what
+    // presence-dead-expired judges during the run).
+    let silent = Duration::from_millis(presence::LEASE_MS + 4_000);
+    let fault = |fault: &str, node: &str, phase: crate::history::Phase, t0: u64| {
+        rec.record(
+            t0,
+            "nemesis",
+            Event::Fault {
+                fault: fault.into(),
+                target: node.into(),
+                phase,
+                detail: None,
+            },
+        );
+    };
+    say("presence: node b paused, then node a cut off from the brokers, each for a lease and 4 s");
+    let b = cluster.node("b");
+    let t0 = rec.now();
+    fault("quiet-pause-node", "b", crate::history::Phase::Start, t0);
+    let paused = b.signal(libc::SIGSTOP);
+    std::thread::sleep(silent);
+    let _ = b.signal(libc::SIGCONT);
+    fault("quiet-pause-node", "b", crate::history::Phase::End, t0);
+    paused?;
+    b.wait_ready(Duration::from_secs(60))?;
+    // b's own view catches up (it saw itself expired and joined its
+    // members anew) before its readers are judged again.
+    std::thread::sleep(quiet);
+    let a = cluster.node("a");
+    let t0 = rec.now();
+    fault("quiet-isolate-node", "a", crate::history::Phase::Start, t0);
+    let cut = cluster.net.cut("a", Lan::Kafka);
+    std::thread::sleep(silent);
+    let _ = cluster.net.heal("a", Lan::Kafka);
+    fault("quiet-isolate-node", "a", crate::history::Phase::End, t0);
+    cut?;
+    a.wait_ready(Duration::from_secs(60))?;
+    say(&format!(
+        "presence: quiet for {:.1} s, then read on every node",
+        quiet.as_secs_f64()
+    ));
+    std::thread::sleep(quiet);
+    let target = |n: &Node| Target {
+        name: n.name.clone(),
+        addr: n.addr,
+        runs: Some(n.runs.clone()),
+    };
+    let read_all = |round: u32, names: &[&str]| -> Result<(), String> {
+        for name in names {
+            let t = target(cluster.node(name));
+            let mut cl = Client::new(t.addr);
+            for room in presence::ROOMS {
+                presence::read_presence(rec, &mut cl, &t, room, Some(round))
+                    .ok_or_else(|| format!("final presence read of {room} on {name}: no answer"))?;
+            }
+        }
+        Ok(())
+    };
+    read_all(1, &["a", "b", REPLAY_NODE])?;
+    say("presence: kill -9 of node b, for good");
+    rec.note(
+        "nemesis",
+        Event::Fault {
+            fault: "final-kill-node".into(),
+            target: "b".into(),
+            phase: crate::history::Phase::Start,
+            detail: Some("not restarted: its members must go after the lease".into()),
+        },
+    );
+    cluster.node("b").kill();
+    std::thread::sleep(quiet + Duration::from_secs(1));
+    read_all(2, &["a", REPLAY_NODE])
 }
 
 /// What the workload talks to: each node, and the load balancer.

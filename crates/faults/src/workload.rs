@@ -110,10 +110,10 @@ pub struct Target {
 }
 
 impl Target {
-    fn run_now(&self) -> u32 {
+    pub fn run_now(&self) -> u32 {
         self.runs.as_ref().map_or(1, Runs::read)
     }
-    fn served(&self, before: u32) -> Option<u32> {
+    pub fn served(&self, before: u32) -> Option<u32> {
         self.runs
             .as_ref()
             .and_then(|r| Runs::served(before, r.read()))

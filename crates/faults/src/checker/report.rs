@@ -24,10 +24,13 @@ pub enum Property {
     WrongPartitionNotApplied,
     ObservationsMatchLog,
     WrongPartitionCounted,
+    PresenceAgreement,
+    PresenceMembers,
+    PresenceDeadExpired,
 }
 
 impl Property {
-    pub const ALL: [Property; 12] = [
+    pub const ALL: [Property; 15] = [
         Property::Counts,
         Property::ReplicasIdentical,
         Property::UniqueVersion,
@@ -40,7 +43,15 @@ impl Property {
         Property::WrongPartitionNotApplied,
         Property::ObservationsMatchLog,
         Property::WrongPartitionCounted,
+        Property::PresenceAgreement,
+        Property::PresenceMembers,
+        Property::PresenceDeadExpired,
     ];
+    /// Those checked from the history alone, those that need the topic
+    /// read at the end, those of presence (docs/presence.md).
+    pub const HISTORY: std::ops::Range<usize> = 0..6;
+    pub const LOG: std::ops::Range<usize> = 6..12;
+    pub const PRESENCE: std::ops::Range<usize> = 12..15;
 
     /// The property named `name` (as [`Property::name`] writes it).
     pub fn from_name(name: &str) -> Option<Property> {
@@ -61,6 +72,9 @@ impl Property {
             Property::WrongPartitionNotApplied => "wrong-partition-not-applied",
             Property::ObservationsMatchLog => "observations-match-log",
             Property::WrongPartitionCounted => "wrong-partition-counted",
+            Property::PresenceAgreement => "presence-agreement",
+            Property::PresenceMembers => "presence-members",
+            Property::PresenceDeadExpired => "presence-dead-expired",
         }
     }
 }
@@ -97,6 +111,19 @@ pub struct Figures {
     pub duplicated: u64,
     pub keys: u64,
     pub nodes_final: Vec<String>,
+    /// Presence streams answered, sent and not answered, presence reads.
+    pub presence_opens: u64,
+    pub presence_unanswered: u64,
+    pub presence_reads: u64,
+    /// Members judged (and not: an open or close too near) in final reads.
+    pub presence_judged: u64,
+    pub presence_unjudged: u64,
+    /// Reads during the run judged for dead members (a healthy node, the
+    /// brokers left alone).
+    pub presence_reads_judged: u64,
+    /// Of those, reads while another node had been killed, paused or cut
+    /// off for more than the lease + margin.
+    pub presence_reads_judged_silent: u64,
 }
 
 /// The checker's verdict.
@@ -162,7 +189,21 @@ impl fmt::Display for Figures {
             "log: {} records ({} outside their home partition)",
             self.log_records, self.log_wrong_partition
         )?;
-        write!(f, "lost: {}, duplicated: {}", self.lost, self.duplicated)
+        write!(f, "lost: {}, duplicated: {}", self.lost, self.duplicated)?;
+        if self.presence_reads > 0 {
+            write!(
+                f,
+                "\npresence: {} streams opened ({} more sent and unanswered), {} reads ({} during the run judged for dead members, {} of them while another node was silent past its lease); final reads: {} member listings judged, {} not (an open or close too near)",
+                self.presence_opens,
+                self.presence_unanswered,
+                self.presence_reads,
+                self.presence_reads_judged,
+                self.presence_reads_judged_silent,
+                self.presence_judged,
+                self.presence_unjudged
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -296,7 +296,10 @@ fn set_final(h: &mut H, node: &str, p: Option<String>, ver: u64) {
 fn a_history_that_keeps_every_promise_is_valid() {
     let r = check(&base().ops);
     assert!(r.valid(), "{r}");
-    assert_eq!(r.checked.len(), Property::ALL.len());
+    assert_eq!(
+        r.checked.len(),
+        Property::HISTORY.len() + Property::LOG.len()
+    );
     assert_eq!(r.figures.acknowledged, 2);
     assert_eq!(r.figures.indeterminate, 1);
     assert_eq!(r.figures.foreign_wrong_partition, 1);
@@ -602,13 +605,18 @@ fn a_history_survives_its_file() {
     let dir = std::env::temp_dir().join(format!("pollbox-faults-history-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("history.jsonl");
-    let rec = crate::history::Recorder::to_file(&path).unwrap();
+    // Written as the recorder writes it, one op a line, with the ops' own
+    // times (re-recording them would stamp each `t1` with the test's clock,
+    // and the real-time order of reads with it).
+    let mut text = String::new();
     for op in base().ops {
-        rec.record(op.t0, &op.process, op.event);
+        text.push_str(&serde_json::to_string(&op).unwrap());
+        text.push('\n');
     }
-    rec.flush().unwrap();
+    std::fs::write(&path, text).unwrap();
     let back = crate::history::read(&path).unwrap();
     assert_eq!(back.len(), base().ops.len());
-    assert!(check(&back).valid());
+    let r = check(&back);
+    assert!(r.valid(), "{r}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -78,8 +78,13 @@ impl Node {
                  trusted_proxies = [\"{proxy}/32\"]\n\n\
                  [http]\nsse_heartbeat_ms = 1000\n\n\
                  [snapshot]\npath = \"{snap}\"\ninterval_s = 1\n\n\
-                 [log]\nbrokers = \"{bootstrap}\"\ntopic = \"{topic}\"\nack_timeout_ms = 5000\n\
+                 [log]\nbrokers = \"{bootstrap}\"\ntopic = \"{topic}\"\nack_timeout_ms = 5000\n\n\
+                 [presence]\nnode = \"{name}\"\nlease_ms = {lease}\nleave_grace_ms = {grace}\n\
                  {client}",
+                // Short, so that a run sees leases lapse; the node's name
+                // is its slot's, so a restart clears its members at once.
+                lease = crate::presence::LEASE_MS,
+                grace = crate::presence::LEAVE_GRACE_MS,
                 snap = dir.join("boxes.snap").display(),
                 // A client setting to judge under faults (e.g. a consumer's
                 // fetch wait), as `[log.client]` lines.
