@@ -51,6 +51,20 @@ pub fn room_of(key: &[u8]) -> Option<&[u8]> {
     crate::boxes::is_prefix(room).then_some(room)
 }
 
+/// Whether the box `key` at `version` is news to a client at `last` (a
+/// long-poll's `after`, a stream's last id). A box's versions only grow, so
+/// a newer one is news; a room's presence on a node of a log can read at
+/// [`log::FORGOTTEN`] after a higher version (an emptied room forgotten),
+/// so for it any other version is news: a watcher is never left holding a
+/// state that is gone.
+#[inline]
+pub fn moved(key: &[u8], version: u64, last: u64) -> bool {
+    if version > last {
+        return true;
+    }
+    version != last && room_of(key).is_some()
+}
+
 /// Why a presence connection was refused (each its own answer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JoinError {
@@ -143,6 +157,9 @@ pub struct Presence {
     /// records ([`Presence::take_outbound`]).
     served: Option<Box<[Mutex<Shard>]>>,
     outbound: Mutex<Vec<Outbound>>,
+    /// The presence topic read to where it ended when the node started (a
+    /// node of a log says ready only then); a standalone node always is.
+    caught_up: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -280,6 +297,7 @@ impl Presence {
             refused: Default::default(),
             served: None,
             outbound: Mutex::new(Vec::new()),
+            caught_up: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
@@ -298,6 +316,7 @@ impl Presence {
             .collect();
         Presence {
             served: Some(served),
+            caught_up: std::sync::atomic::AtomicBool::new(false),
             ..Presence::new(cfg, 1)
         }
     }

@@ -221,6 +221,7 @@ impl Shared {
         self.lifecycle.is_started()
             && self.log.as_ref().is_none_or(|l| l.ready())
             && self.wal.as_ref().is_none_or(|w| w.failed().is_none())
+            && self.node.presence.caught_up()
     }
 
     /// Milliseconds since the server started (the clock of timeouts).

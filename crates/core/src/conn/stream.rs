@@ -72,7 +72,7 @@ impl Connection {
             self.end_stream(cx.now_ms, cx.service);
             return true;
         }
-        if version <= s.stream.last {
+        if !crate::presence::moved(&s.key, version, s.stream.last) {
             return false;
         }
         if !self.sendq.is_empty() {

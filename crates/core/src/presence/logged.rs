@@ -26,6 +26,17 @@ pub enum Outbound {
 }
 
 impl Presence {
+    /// Whether what is served is the log's presence: on a node of a log,
+    /// once the presence topic was read to where it ended at start.
+    pub fn caught_up(&self) -> bool {
+        self.caught_up.load(Relaxed)
+    }
+
+    /// The presence thread read the topic to its end at start.
+    pub fn set_caught_up(&self) {
+        self.caught_up.store(true, Relaxed);
+    }
+
     /// The view's count of lapsed leases (the presence thread says it).
     pub fn set_lease_expiries(&self, n: u64) {
         self.lease_expiries.store(n, Relaxed);

@@ -239,3 +239,47 @@ fn info_and_ids_are_checked() {
     assert!(check_member(&[b'a'; 129]).is_err());
     assert!(check_member(&[0xff]).is_err());
 }
+
+#[test]
+fn on_a_log_the_view_is_served_and_a_forgotten_room_is_news_to_its_watchers() {
+    let p = Arc::new(Presence::logged(cfg()));
+    assert!(p.is_logged());
+    // A join here goes out as a record; nothing is served until the view says.
+    let (hold, wake) = p.join(b"r/", b"ann", Some(br#"{"n":1}"#), 0, 10).unwrap();
+    assert!(!wake);
+    assert_eq!(
+        p.take_outbound(),
+        [Outbound::Join {
+            room: b"r/".to_vec(),
+            member: b"ann".to_vec(),
+            info: Some(br#"{"n":1}"#.to_vec()),
+        }]
+    );
+    assert_eq!(read(&p, "r/").0, log::FORGOTTEN);
+    assert!(p.serve(b"r/", 50, &[("ann".into(), Some(r#"{"n":1}"#.into()))], 0));
+    assert_eq!(
+        read(&p, "r/"),
+        (
+            50,
+            r#"{"k":"r/~presence","ver":50,"count":1,"members":[{"id":"ann","info":{"n":1}}]}"#
+                .into()
+        )
+    );
+    assert_eq!(p.local_holds().len(), 1);
+    drop(hold);
+    ticked(&p, 1000);
+    assert_eq!(
+        p.take_outbound(),
+        [Outbound::Leave {
+            room: b"r/".to_vec(),
+            member: b"ann".to_vec(),
+        }]
+    );
+    p.forget(b"r/");
+    assert_eq!(read(&p, "r/").0, log::FORGOTTEN);
+    // Lower than what a watcher holds, and news to it all the same.
+    assert!(moved(b"r/~presence", log::FORGOTTEN, 50));
+    assert!(!moved(b"r/~presence", 50, 50));
+    assert!(!moved(b"r/a", 1, 50), "a box's versions only grow");
+    assert!(moved(b"r/a", 51, 50));
+}

@@ -198,7 +198,7 @@ impl Service {
             };
             self.body.clear();
             match super::presence_box::read_box(&self.node, key, &mut self.body) {
-                Some(version) if version > *last => {
+                Some(version) if crate::presence::moved(key, version, *last) => {
                     // Versions between two events of a box were coalesced; a
                     // first event (or a new incarnation) skips nothing.
                     let skipped = match *last {

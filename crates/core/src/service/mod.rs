@@ -558,7 +558,8 @@ impl Service {
         if park.many {
             self.many_tag(key) != park.after
         } else {
-            park.due(self.version(key))
+            let version = self.version(key);
+            park.due(version) || crate::presence::moved(key, version, park.after)
         }
     }
 

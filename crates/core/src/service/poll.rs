@@ -58,7 +58,7 @@ impl Service {
             (Some(after), Some(wait)) => {
                 let wait = wait.min(self.node.config.limits.max_wait_ms);
                 let version = self.version(&self.key);
-                let unchanged = version <= after;
+                let unchanged = !crate::presence::moved(&self.key, version, after);
                 if unchanged && wait > 0 {
                     return Reply::Park {
                         park: Park {

@@ -116,13 +116,14 @@ impl Service {
         let Some(version) = super::presence_box::read_box(&self.node, key, &mut self.body) else {
             return Event::NoBox;
         };
-        if version <= stream.last {
+        if !crate::presence::moved(key, version, stream.last) {
             return Event::Unchanged;
         }
         // Versions between two events of this stream were coalesced (a box
         // is state: only the newest is sent). The first event skips nothing.
         let skipped = if stream.existed {
-            version - stream.last - 1
+            // A forgotten room's presence reads lower (presence::moved).
+            version.saturating_sub(stream.last + 1)
         } else {
             0
         };

@@ -219,8 +219,22 @@ pub(crate) fn run(p: &Presencing) {
         .unwrap_or(Offset::End);
     let mut assign = TopicPartitionList::new();
     let _ = assign.add_partition_offset(&topic, 0, start);
+    // Ready once read to where the topic ends now (what every node serves);
+    // without an answer, at once (the log's own checks say what is wrong).
+    let end = consumer
+        .fetch_watermarks(&topic, 0, Duration::from_secs(10))
+        .ok()
+        .map(|(_, high)| high);
+    let mut catching_up = match (end, start) {
+        (Some(high), Offset::Offset(from)) if from < high => Some(high),
+        _ => None,
+    };
+    if catching_up.is_none() {
+        p.node.presence.set_caught_up();
+    }
     if let Err(e) = consumer.assign(&assign) {
         eprintln!("pollbox: presence: cannot read {topic}: {e}");
+        p.node.presence.set_caught_up();
         return;
     }
     let w = Writer {
@@ -279,7 +293,15 @@ pub(crate) fn run(p: &Presencing) {
             let Ok(m) = m else {
                 break;
             };
+            if catching_up.is_some_and(|high| m.offset() + 1 >= high) {
+                // Ready after this record (decodable or not) is applied.
+                catching_up = Some(0);
+            }
             let Some(rec) = m.payload().and_then(|b| PresenceRecord::decode(b).ok()) else {
+                if catching_up == Some(0) {
+                    catching_up = None;
+                    presence.set_caught_up();
+                }
                 continue;
             };
             let ts = m.timestamp().to_millis().unwrap_or(0).max(0) as u64;
@@ -297,6 +319,10 @@ pub(crate) fn run(p: &Presencing) {
                 if wake {
                     wakeups.box_updated(&presence_key(r));
                 }
+            }
+            if catching_up == Some(0) {
+                catching_up = None;
+                presence.set_caught_up();
             }
         }
         presence.set_lease_expiries(view.expiries);
