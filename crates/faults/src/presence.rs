@@ -35,10 +35,7 @@ pub const PER_NODE: usize = 3;
 /// The member held on every node at once, in `ROOMS[0]`.
 pub const SHARED: &str = "all-m";
 
-/// The nodes' `[presence]` settings for the run (written into their
-/// configs, and what the checker waits and allows for).
-pub const LEASE_MS: u64 = 2_000;
-pub const LEAVE_GRACE_MS: u64 = 300;
+pub use crate::cluster::node::{LEASE_MS, LEAVE_GRACE_MS};
 
 const RUN: u8 = 0;
 const SETTLE: u8 = 1;

@@ -16,6 +16,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The nodes' `[presence]` settings for the run (written into their
+/// configs, and what the checker waits and allows for).
+pub const LEASE_MS: u64 = 2_000;
+pub const LEAVE_GRACE_MS: u64 = 300;
+
 pub const HTTP_PORT: u16 = 8080;
 
 /// The run counter of a node, shared with the workload.
@@ -83,8 +88,8 @@ impl Node {
                  {client}",
                 // Short, so that a run sees leases lapse; the node's name
                 // is its slot's, so a restart clears its members at once.
-                lease = crate::presence::LEASE_MS,
-                grace = crate::presence::LEAVE_GRACE_MS,
+                lease = LEASE_MS,
+                grace = LEAVE_GRACE_MS,
                 snap = dir.join("boxes.snap").display(),
                 // A client setting to judge under faults (e.g. a consumer's
                 // fetch wait), as `[log.client]` lines.
