@@ -372,17 +372,7 @@ impl Presence {
             if !shard.rooms.contains_key(room) {
                 self.rooms.fetch_add(1, Relaxed);
                 let version = clock.max(shard.floor + 1).saturating_sub(1);
-                shard.rooms.insert(
-                    room.into(),
-                    Room {
-                        version,
-                        members: BTreeMap::new(),
-                        payload: Vec::new(),
-                        woke_ms: 0,
-                        wake_waits: false,
-                        first_page: None,
-                    },
-                );
+                shard.rooms.insert(room.into(), Room::new(version));
             }
             let Some(r) = shard.rooms.get_mut(room) else {
                 // Inserted just above, under the same lock.
@@ -706,6 +696,18 @@ impl Presence {
 }
 
 impl Room {
+    /// A room at `version`, no one in it yet.
+    fn new(version: u64) -> Room {
+        Room {
+            version,
+            members: BTreeMap::new(),
+            payload: Vec::new(),
+            woke_ms: 0,
+            wake_waits: false,
+            first_page: None,
+        }
+    }
+
     /// A page of its members after `after`, at most `limit` (see
     /// [`Presence::page`]).
     fn render_page(

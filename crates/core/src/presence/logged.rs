@@ -90,14 +90,10 @@ impl Presence {
         let i = self.hasher.hash_one(room) as usize % SHARDS;
         let mut shard = served[i].lock().unwrap_or_else(|p| p.into_inner());
         let shard = &mut *shard;
-        let r = shard.rooms.entry(room.into()).or_insert_with(|| Room {
-            version,
-            members: BTreeMap::new(),
-            payload: Vec::new(),
-            woke_ms: 0,
-            wake_waits: false,
-            first_page: None,
-        });
+        let r = shard
+            .rooms
+            .entry(room.into())
+            .or_insert_with(|| Room::new(version));
         r.version = version;
         r.members = members
             .iter()
