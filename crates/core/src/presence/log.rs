@@ -115,6 +115,13 @@ pub fn info_value(compact: &[u8]) -> Option<serde_json::Value> {
     serde_json::from_slice(compact).ok()
 }
 
+/// One part of a node's sync, as [`PresenceRecord::Sync`] carries it.
+struct SyncPart<'a> {
+    seq: u64,
+    last: bool,
+    rooms: &'a [SyncRoom],
+}
+
 #[derive(Debug, Clone, Default)]
 struct NodeView {
     inc: u64,
@@ -209,7 +216,14 @@ impl PresenceView {
             }
             PresenceRecord::Sync {
                 seq, last, rooms, ..
-            } => self.sync(node, *seq, *last, rooms, ts_ms, &mut changed),
+            } => {
+                let part = SyncPart {
+                    seq: *seq,
+                    last: *last,
+                    rooms,
+                };
+                self.sync(node, part, ts_ms, &mut changed);
+            }
         }
         changed
     }
@@ -293,16 +307,8 @@ impl PresenceView {
     /// that started late has not seen, and moves no version of its own (the
     /// rooms take the versions it announces, if higher): for a node that read
     /// everything it changes nothing.
-    #[allow(clippy::too_many_arguments)]
-    fn sync(
-        &mut self,
-        node: &str,
-        seq: u64,
-        last: bool,
-        rooms: &[SyncRoom],
-        ts_ms: u64,
-        changed: &mut BTreeSet<String>,
-    ) {
+    fn sync(&mut self, node: &str, part: SyncPart<'_>, ts_ms: u64, changed: &mut BTreeSet<String>) {
+        let SyncPart { seq, last, rooms } = part;
         let Some(n) = self.nodes.get_mut(node) else {
             return;
         };
