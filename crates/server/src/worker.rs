@@ -19,7 +19,7 @@
 //! counting, wake-ups, `/metrics`).
 
 use crate::shared::Shared;
-use conns::Slab;
+use conns::{Conn, Slab};
 use host::WorkerHost;
 use mio::net::TcpListener;
 use mio::{Interest, Poll, Token};
@@ -51,6 +51,25 @@ pub(crate) const WAKER: Token = Token(1);
 const METRICS_LISTENER: Token = Token(2);
 const FIRST_CONN: usize = 3;
 
+// A connection's token holds its generation in the high 32 bits.
+const _: () = assert!(usize::BITS >= 64, "connection tokens need 64 bits");
+
+/// A connection's token: its slot and its generation. A turn's events are read
+/// before they are served (and ingesting connections' events wait in `later`),
+/// so an event may come after its connection closed and its slot went to a new
+/// one: with the generation in the token that event finds no connection,
+/// instead of handing the new one the old one's hang-up.
+pub(super) fn conn_token(slot: usize, gen: u32) -> Token {
+    Token(((gen as usize) << 32) | (slot + FIRST_CONN))
+}
+
+/// The slot and generation a connection's token names (`None`: not a
+/// connection's).
+fn conn_of(token: usize) -> Option<(usize, u32)> {
+    let slot = (token & 0xffff_ffff).checked_sub(FIRST_CONN)?;
+    Some((slot, (token >> 32) as u32))
+}
+
 /// Unsent bytes the kernel holds for an event stream (`TCP_NOTSENT_LOWAT`): a
 /// subscriber that stops reading is then queued no more than this in its socket
 /// plus one event in the server, and is sent the newest version when it reads
@@ -80,6 +99,9 @@ mod tick;
 mod transmit;
 mod uring;
 mod waiting;
+
+#[cfg(test)]
+mod tests;
 
 /// A wheel entry: which connection (slot, generation) to look at.
 #[derive(Clone, Copy)]
@@ -422,11 +444,7 @@ impl Worker {
     /// (or, once served, builds a page of a prefix: its next steps come
     /// later, between other connections' turns).
     fn serve_or_defer(&mut self, ev: Ready, later: &mut Vec<Ready>) {
-        let ingests = Token(ev.token)
-            .0
-            .checked_sub(FIRST_CONN)
-            .and_then(|slot| self.sockets.conns.get_mut(slot))
-            .is_some_and(|c| c.core.ingesting());
+        let ingests = self.conn_of(ev).is_some_and(|c| c.core.ingesting());
         if ingests {
             later.push(ev);
         } else {
@@ -439,11 +457,13 @@ impl Worker {
 
     /// Whether `ev`'s connection builds a page of a prefix.
     fn pages(&mut self, ev: Ready) -> bool {
-        Token(ev.token)
-            .0
-            .checked_sub(FIRST_CONN)
-            .and_then(|slot| self.sockets.conns.get_mut(slot))
-            .is_some_and(|c| c.core.paging())
+        self.conn_of(ev).is_some_and(|c| c.core.paging())
+    }
+
+    /// The connection `ev` is for, if it is still open.
+    fn conn_of(&mut self, ev: Ready) -> Option<&mut Conn> {
+        let (slot, gen) = conn_of(ev.token)?;
+        self.sockets.conns.get_mut(slot).filter(|c| c.gen == gen)
     }
 
     /// The ring cannot be used: write with `send` from now on.
@@ -462,8 +482,11 @@ impl Worker {
             METRICS_LISTENER => self.accept(Listener::Metrics),
             WAKER => self.on_wake(),
             Token(t) => {
-                let slot = t - FIRST_CONN;
-                let Some(mut c) = self.sockets.conns.take(slot) else {
+                let Some((slot, gen)) = conn_of(t) else {
+                    return;
+                };
+                // A closed connection's event (its slot may hold another now).
+                let Some(mut c) = self.sockets.conns.take_gen(slot, gen) else {
                     return;
                 };
                 c.peer_hup |= ev.hup;

@@ -3,10 +3,10 @@
 //! down, over a limit) with a 503.
 
 use super::conns::Conn;
-use super::{Worker, FIRST_CONN, PROBE_RESERVE};
+use super::{conn_token, Worker, PROBE_RESERVE};
 use crate::stats::Rejected;
 use mio::net::TcpStream;
-use mio::{Interest, Token};
+use mio::Interest;
 use pollbox_core::conn::Connection;
 use pollbox_core::service::Listener;
 use std::io::{self, Write};
@@ -84,7 +84,7 @@ impl Worker {
         let (slot, gen) = self.sockets.conns.vacant();
         if let Err(e) = self.sockets.poll.registry().register(
             &mut stream,
-            Token(slot + FIRST_CONN),
+            conn_token(slot, gen),
             Interest::READABLE | Interest::WRITABLE,
         ) {
             eprintln!("pollbox: worker {}: register failed: {e}", self.id);
