@@ -443,7 +443,10 @@ fn expected(case: &Case, m: &Model) -> Result<auth::Verified, Refusal> {
             m.write.iter().map(String::as_str),
         ),
         exp_s: exp.saturating_add(LEEWAY_S),
-        key: 0, // not modelled (see the caller)
+        // Not modelled (see the caller): the key, and who the token names.
+        key: 0,
+        sub: None,
+        info: None,
     })
 }
 
