@@ -14,6 +14,10 @@
 #  - page:  GET /v1/boxes/room-0/~presence?limit=100 (the first page: 100 members)
 # then each again with 16 requests pipelined a write (benches/rooms/path-pipeline.lua).
 # Server CPU from /proc/PID/stat, requests from wrk. Rounds: PRESENCE_REPS (3).
+# Beside it, in each round, the floor (benches/rooms/answer-floor.c, CPU 0): a
+# server that only counts requests and writes pollbox's own answers to the box
+# poll and to the page (heads and bodies, taken from pollbox at the start) with
+# one writev of iovecs on the same bytes: what those bytes alone cost.
 # Writes benches/rooms/results/<date>-presence-read.txt.
 source "$(dirname "$0")/lib.sh"
 M=${PRESENCE_MEMBERS:-1000}
@@ -28,15 +32,41 @@ taskset -c 1 python3 "$ROOT/benches/rooms/presence-members.py" "$PORT" room-0/ "
 BGS="$BGS $!"
 wait_metric pollbox_presence_members "$M" 120
 echo "# $(metric pollbox_presence_members) members present; count payload: $(curl -s "$(URL)/v1/boxes/room-0/~presence")"
-measure() { # name path depth
-    local c0 c1 out reqs
-    c0=$(cpu_ticks)
+# pollbox's answers, head and body, as wrk's requests get them.
+answer() { # path file
+    python3 - "$PORT" "$1" "$2" <<'PY'
+import socket, sys
+port, path, out = sys.argv[1:]
+s = socket.create_connection(("127.0.0.1", int(port)))
+s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+buf = b""
+while b"\r\n\r\n" not in buf:
+    buf += s.recv(65536)
+head, _, body = buf.partition(b"\r\n\r\n")
+n = int(next(l.split(b":")[1] for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")))
+while len(body) < n:
+    body += s.recv(65536)
+open(out, "wb").write(head + b"\r\n\r\n" + body[:n])
+PY
+}
+answer /v1/boxes/room-0/a "$D/box.answer"
+answer "/v1/boxes/room-0/~presence?limit=100" "$D/page.answer"
+cc -O2 -o "$D/answer-floor" "$ROOT/benches/rooms/answer-floor.c"
+FLOOR_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+taskset -c 0 "$D/answer-floor" "$FLOOR_PORT" "$D/box.answer" "$D/page.answer" '~presence' &
+FLOOR=$!
+BGS="$BGS $FLOOR"
+sleep 0.2
+echo "# answers: box $(wc -c <"$D/box.answer") B, page $(wc -c <"$D/page.answer") B (heads included); the floor on port $FLOOR_PORT, pid $FLOOR"
+measure() { # name path depth rep [port pid]
+    local c0 c1 out reqs port=${5:-$PORT} pid=${6:-$SRV}
+    c0=$(awk '{print $14 + $15}' "/proc/$pid/stat")
     if [ "$3" = 1 ]; then
-        out=$(taskset -c 1 wrk -t1 -c32 -d"${SECS}s" "$(URL)$2")
+        out=$(taskset -c 1 wrk -t1 -c32 -d"${SECS}s" "http://127.0.0.1:$port$2")
     else
-        out=$(taskset -c 1 wrk -t1 -c32 -d"${SECS}s" -s "$ROOT/benches/rooms/path-pipeline.lua" "$(URL)" -- "$2" "$3")
+        out=$(taskset -c 1 wrk -t1 -c32 -d"${SECS}s" -s "$ROOT/benches/rooms/path-pipeline.lua" "http://127.0.0.1:$port" -- "$2" "$3")
     fi
-    c1=$(cpu_ticks)
+    c1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
     reqs=$(echo "$out" | awk '/requests in/ {print $1}')
     local non2xx
     non2xx=$(echo "$out" | awk '/Non-2xx/ {print $NF}')
@@ -50,6 +80,8 @@ for rep in $(seq "$REPS"); do
         measure box /v1/boxes/room-0/a "$depth" "$rep"
         measure count /v1/boxes/room-0/~presence "$depth" "$rep"
         measure page "/v1/boxes/room-0/~presence?limit=100" "$depth" "$rep"
+        measure floor-box /v1/boxes/room-0/a "$depth" "$rep" "$FLOOR_PORT" "$FLOOR"
+        measure floor-page "/v1/boxes/room-0/~presence?limit=100" "$depth" "$rep" "$FLOOR_PORT" "$FLOOR"
     done
 done
 machine_state
@@ -65,4 +97,17 @@ for depth in (1, 16):
             get = lambda k: next(r for r in runs if r["kind"] == k and r["depth"] == depth and r["rep"] == rep)
             ratios.append(get(kind)["cpu_us_per_request"] / get("box")["cpu_us_per_request"])
         print(f"{kind} / box, depth {depth}: median {statistics.median(ratios):.2f}x  ({', '.join(f'{x:.2f}' for x in ratios)})")
+print()
+print("# what the page's bytes add, µs a request (median of rounds): pollbox against the floor")
+for depth in (1, 16):
+    rows = {}
+    for rep in sorted({r["rep"] for r in runs}):
+        get = lambda k: next(r for r in runs if r["kind"] == k and r["depth"] == depth and r["rep"] == rep)["cpu_us_per_request"]
+        for name, page, box in (("pollbox", "page", "box"), ("floor", "floor-page", "floor-box")):
+            rows.setdefault(name, []).append((get(page) - get(box), get(page) / get(box), get(box), get(page)))
+    for name, v in rows.items():
+        med = lambda i: statistics.median(x[i] for x in v)
+        print(f"depth {depth}: {name:8s} box {med(2):.3f} µs, page {med(3):.3f} µs: page - box {med(0):+.3f} µs, page / box {med(1):.2f}x")
+    extra = statistics.median(p[0] - f[0] for p, f in zip(rows["pollbox"], rows["floor"]))
+    print(f"depth {depth}: pollbox's page costs {extra:+.3f} µs a request over what its bytes alone cost the floor")
 PY

@@ -22,36 +22,58 @@
 # redis-tools), nats-server and nats (GOBIN=$HOME/go/bin go install
 # github.com/nats-io/nats-server/v2@v2.15.2 and github.com/nats-io/natscli/nats@v0.5.0);
 # a peer that is missing is reported and skipped.
-# Knobs: PEERS_REPS (3), PEERS_DURATION (8 s), PEERS_KINDS ("batched many"), WAL_TAG;
-# lib.sh's WAL_* knobs.
+# With PEERS_BASELINES=1 each server also runs without its durability, beside it
+# in the same rounds: pollbox with snapshots only (no [wal]), Redis with
+# appendonly no, NATS into a memory stream of the same server. The summary then
+# gives each server's own cost of syncing before the answer (durable / not), the
+# state of the art for the write-ahead file's goal of 0.8x.
+# Knobs: PEERS_REPS (3), PEERS_DURATION (8 s), PEERS_KINDS ("batched many"),
+# PEERS_BASELINES (0), WAL_TAG; lib.sh's WAL_* knobs.
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 . "$(dirname "$0")/lib.sh"
 REPS=${PEERS_REPS:-3}
 DUR=${PEERS_DURATION:-8}
 KINDS=${PEERS_KINDS:-batched many}
+BASELINES=${PEERS_BASELINES:-0}
 OUT=$RESULTS/$(date -u +%F)-peers${WAL_TAG:+-$WAL_TAG}.txt
 PATH=$PATH:$HOME/go/bin
 build
-header "$OUT" "PEERS_REPS=$REPS PEERS_DURATION=$DUR PEERS_KINDS='$KINDS' benches/wal/peers.sh"
+header "$OUT" "PEERS_REPS=$REPS PEERS_DURATION=$DUR PEERS_KINDS='$KINDS' PEERS_BASELINES=$BASELINES benches/wal/peers.sh"
 
 # pollbox: the write-ahead file, a snapshot every 10 s.
 node_up pollbox 19331 wal
 POLLBOX_PID=$NODE_PID
 wait_ready 19331 pollbox 60
 echo "# pollbox: $("$POLLBOX" --version 2>/dev/null || echo "build $BUILD_DESC"); [wal] default segment_bytes, snapshot.interval_s 10, --workers 1" | tee -a "$OUT"
+PLAIN_PID=""
+if [[ $BASELINES == 1 ]]; then
+  node_up plain 19334 snapshots
+  PLAIN_PID=$NODE_PID
+  wait_ready 19334 plain 60
+  echo "# pollbox-plain: the same build, snapshots only (no [wal]), port 19334" | tee -a "$OUT"
+fi
 
 # Redis: every write fsynced before its reply (appendfsync always), no RDB, no AOF rewrite.
-REDIS_PID=""
+redis_up() { # PORT DIR ARGS...: sets REDIS_UP_PID
+  local port=$1 dir=$2; shift 2
+  mkdir -p "$dir"
+  taskset -c "$SERVER_CPU" redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" "$@" \
+    --save '' --daemonize no --logfile "$dir/redis.log" &
+  REDIS_UP_PID=$!
+  STARTED_PIDS+=("$REDIS_UP_PID")
+  for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+}
+REDIS_PID=""; REDIS_PLAIN_PID=""
 if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null; then
-  mkdir -p "$WORK/redis"
-  taskset -c "$SERVER_CPU" redis-server --port 19332 --bind 127.0.0.1 --dir "$WORK/redis" \
-    --appendonly yes --appendfsync always --save '' --auto-aof-rewrite-percentage 0 \
-    --daemonize no --logfile "$WORK/redis/redis.log" &
-  REDIS_PID=$!
-  STARTED_PIDS+=("$REDIS_PID")
-  for _ in $(seq 100); do redis-cli -p 19332 ping >/dev/null 2>&1 && break; sleep 0.05; done
+  redis_up 19332 "$WORK/redis" --appendonly yes --appendfsync always --auto-aof-rewrite-percentage 0
+  REDIS_PID=$REDIS_UP_PID
   echo "# redis: $(redis-server --version); appendonly yes, appendfsync always, save '', auto-aof-rewrite-percentage 0" | tee -a "$OUT"
+  if [[ $BASELINES == 1 ]]; then
+    redis_up 19335 "$WORK/redis-plain" --appendonly no
+    REDIS_PLAIN_PID=$REDIS_UP_PID
+    echo "# redis-plain: appendonly no, save '' (memory only), port 19335" | tee -a "$OUT"
+  fi
 else
   echo "# redis: not installed ($(command -v redis-server || echo 'redis-server: command not found'))" | tee -a "$OUT"
 fi
@@ -75,6 +97,10 @@ EOF
   for _ in $(seq 100); do nats server check connection >/dev/null 2>&1 && break; sleep 0.05; done
   nats stream add walbench --subjects 'walbench.>' --storage file --replicas 1 --defaults >/dev/null
   echo "# nats: $(nats-server --version); sync_interval: always; stream walbench (file, R1); client $(nats --version 2>&1)" | tee -a "$OUT"
+  if [[ $BASELINES == 1 ]]; then
+    nats stream add walmem --subjects 'walmem.>' --storage memory --replicas 1 --defaults >/dev/null
+    echo "# nats-plain: stream walmem (memory, R1) on the same server" | tee -a "$OUT"
+  fi
 else
   echo "# nats: not installed ($(command -v nats-server || echo 'nats-server: command not found'); $(command -v nats || echo 'nats: command not found'))" | tee -a "$OUT"
 fi
@@ -90,72 +116,75 @@ print(f"{name:16s} rep {rep}  {msgs / secs:10,.0f} msg/s  server CPU {us:.2f} us
 PY
 }
 
-pollbox_run() { # KIND REP
-  local args t0 t1 m0 m1 w0 w1
-  if [[ $1 == batched ]]; then args=(--mix batch:100 --batch-size 100 -c 16); else args=(--mix ingest:100 -c 1000); fi
-  t0=$(ticks "$POLLBOX_PID"); m0=$(metric 19331 pollbox_ingest_messages_total); w0=$(now)
-  taskset -c "$LOAD_CPU" "$POLLBOX" load --url http://127.0.0.1:19331 "${args[@]}" --body-bytes 512 --keys 10000 \
+pollbox_run() { # NAME PORT PID KIND REP
+  local name=$1 port=$2 pid=$3 kind=$4 args t0 t1 m0 m1 w0 w1
+  [[ -n "$pid" ]] || return 0
+  if [[ $kind == batched ]]; then args=(--mix batch:100 --batch-size 100 -c 16); else args=(--mix ingest:100 -c 1000); fi
+  t0=$(ticks "$pid"); m0=$(metric "$port" pollbox_ingest_messages_total); w0=$(now)
+  taskset -c "$LOAD_CPU" "$POLLBOX" load --url "http://127.0.0.1:$port" "${args[@]}" --body-bytes 512 --keys 10000 \
     -d "${DUR}s" -q --json "$WORK/p.json" >"$WORK/load.txt" 2>&1 || { echo "# load failed:"; sed 's/^/#   /' "$WORK/load.txt"; }
-  t1=$(ticks "$POLLBOX_PID"); m1=$(metric 19331 pollbox_ingest_messages_total); w1=$(now)
-  line "pollbox-$1" "$2" "$(python3 -c "print($m1 - $m0)")" "$(python3 -c "print($w1 - $w0)")" "$((t1 - t0))" \
+  t1=$(ticks "$pid"); m1=$(metric "$port" pollbox_ingest_messages_total); w1=$(now)
+  line "$name-$kind" "$5" "$(python3 -c "print($m1 - $m0)")" "$(python3 -c "print($w1 - $w0)")" "$((t1 - t0))" \
     "errors $(python3 -c "import json; print(json.load(open('$WORK/p.json'))['errors_total'])")"
 }
 
-REDIS_N=""
-redis_run() { # KIND REP
-  [[ -n "$REDIS_PID" ]] || return 0
-  local args t0 t1 c0 c1 w0 w1 n
-  if [[ $1 == batched ]]; then args=(-c 16 -P 100); else args=(-c 1000 -P 1); fi
-  n=${REDIS_N_OF[$1]:-}
+declare -A REDIS_N_OF=()
+redis_run() { # NAME PORT PID KIND REP
+  local name=$1 port=$2 pid=$3 kind=$4 args t0 t1 c0 c1 w0 w1 n
+  [[ -n "$pid" ]] || return 0
+  if [[ $kind == batched ]]; then args=(-c 16 -P 100); else args=(-c 1000 -P 1); fi
+  n=${REDIS_N_OF[$name-$kind]:-}
   if [[ -z "$n" ]]; then # size the run from a short one
     w0=$(now)
-    taskset -c "$LOAD_CPU" redis-benchmark -p 19332 -t set -d 512 -r 10000 "${args[@]}" -n 20000 -q >/dev/null 2>&1
+    taskset -c "$LOAD_CPU" redis-benchmark -p "$port" -t set -d 512 -r 10000 "${args[@]}" -n 20000 -q >/dev/null 2>&1
     w1=$(now)
     n=$(python3 -c "print(max(20000, int(20000 / ($w1 - $w0) * $DUR)))")
-    REDIS_N_OF[$1]=$n
+    REDIS_N_OF[$name-$kind]=$n
   fi
-  c0=$(redis-cli -p 19332 info stats | tr -d '\r' | sed -n 's/^total_commands_processed://p')
-  t0=$(ticks "$REDIS_PID"); w0=$(now)
-  taskset -c "$LOAD_CPU" redis-benchmark -p 19332 -t set -d 512 -r 10000 "${args[@]}" -n "$n" -q 2>&1 \
+  c0=$(redis-cli -p "$port" info stats | tr -d '\r' | sed -n 's/^total_commands_processed://p')
+  t0=$(ticks "$pid"); w0=$(now)
+  taskset -c "$LOAD_CPU" redis-benchmark -p "$port" -t set -d 512 -r 10000 "${args[@]}" -n "$n" -q 2>&1 \
     | tr '\r' '\n' | grep 'requests per second' | tail -1 >"$WORK/redis.txt" || true
-  t1=$(ticks "$REDIS_PID"); w1=$(now)
-  c1=$(redis-cli -p 19332 info stats | tr -d '\r' | sed -n 's/^total_commands_processed://p')
+  t1=$(ticks "$pid"); w1=$(now)
+  c1=$(redis-cli -p "$port" info stats | tr -d '\r' | sed -n 's/^total_commands_processed://p')
   # The INFO call itself is one command.
-  line "redis-$1" "$2" "$((c1 - c0 - 1))" "$(python3 -c "print($w1 - $w0)")" "$((t1 - t0))" \
-    "(redis-benchmark: $(tr -s ' ' <"$WORK/redis.txt"); $(du -sh "$WORK/redis" | cut -f1) on disk)"
+  line "$name-$kind" "$5" "$((c1 - c0 - 1))" "$(python3 -c "print($w1 - $w0)")" "$((t1 - t0))" \
+    "(redis-benchmark: $(tr -s ' ' <"$WORK/redis.txt"))"
 }
 
-nats_msgs() { nats stream info walbench -j | python3 -c "import json, sys; print(json.load(sys.stdin)['state']['messages'])"; }
-NATS_N_OF_batched=""; NATS_N_OF_many=""
-nats_run() { # KIND REP
+nats_msgs() { nats stream info "$1" -j | python3 -c "import json, sys; print(json.load(sys.stdin)['state']['messages'])"; }
+declare -A NATS_N_OF=()
+nats_run() { # NAME STREAM KIND REP
+  local name=$1 stream=$2 kind=$3 args t0 t1 c0 c1 w0 w1 n
   [[ -n "$NATS_PID" ]] || return 0
-  local args t0 t1 c0 c1 w0 w1 n var=NATS_N_OF_$1
-  if [[ $1 == batched ]]; then args=(async walbench.x --clients 16 --batch 100); else args=(sync walbench.x --clients 1000); fi
-  n=${!var}
+  if [[ $kind == batched ]]; then args=(async "$stream.x" --clients 16 --batch 100); else args=(sync "$stream.x" --clients 1000); fi
+  n=${NATS_N_OF[$name-$kind]:-}
   if [[ -z "$n" ]]; then
     w0=$(now)
-    taskset -c "$LOAD_CPU" nats bench js pub "${args[@]}" --stream walbench --size 512 --msgs 4000 \
+    taskset -c "$LOAD_CPU" nats bench js pub "${args[@]}" --stream "$stream" --size 512 --msgs 4000 \
       --no-progress >"$WORK/nats-bench.txt" 2>&1 || { echo "# nats bench failed:"; sed 's/^/#   /' "$WORK/nats-bench.txt"; return 0; }
     w1=$(now)
     n=$(python3 -c "print(max(2000, int(4000 / ($w1 - $w0) * $DUR)))")
-    printf -v "$var" %s "$n"
+    NATS_N_OF[$name-$kind]=$n
   fi
-  c0=$(nats_msgs); t0=$(ticks "$NATS_PID"); w0=$(now)
-  taskset -c "$LOAD_CPU" nats bench js pub "${args[@]}" --stream walbench --size 512 --msgs "$n" \
+  c0=$(nats_msgs "$stream"); t0=$(ticks "$NATS_PID"); w0=$(now)
+  taskset -c "$LOAD_CPU" nats bench js pub "${args[@]}" --stream "$stream" --size 512 --msgs "$n" \
     --no-progress >"$WORK/nats-bench.txt" 2>&1 || { echo "# nats bench failed:"; sed 's/^/#   /' "$WORK/nats-bench.txt"; }
   t1=$(ticks "$NATS_PID"); w1=$(now)
-  c1=$(nats_msgs)
-  line "nats-$1" "$2" "$((c1 - c0))" "$(python3 -c "print($w1 - $w0)")" "$((t1 - t0))" \
+  c1=$(nats_msgs "$stream")
+  line "$name-$kind" "$4" "$((c1 - c0))" "$(python3 -c "print($w1 - $w0)")" "$((t1 - t0))" \
     "(nats bench: $(grep -m1 -i 'msgs/sec' "$WORK/nats-bench.txt" | tr -s ' '))"
 }
 
-declare -A REDIS_N_OF=()
 for rep in $(seq 1 "$REPS"); do
   {
     for kind in $KINDS; do
-      pollbox_run "$kind" "$rep"
-      redis_run "$kind" "$rep"
-      nats_run "$kind" "$rep"
+      pollbox_run pollbox 19331 "$POLLBOX_PID" "$kind" "$rep"
+      pollbox_run pollbox-plain 19334 "$PLAIN_PID" "$kind" "$rep"
+      redis_run redis 19332 "$REDIS_PID" "$kind" "$rep"
+      redis_run redis-plain 19335 "$REDIS_PLAIN_PID" "$kind" "$rep"
+      nats_run nats walbench "$kind" "$rep"
+      [[ $BASELINES != 1 ]] || nats_run nats-plain walmem "$kind" "$rep"
     done
     contention
   } | tee -a "$OUT"
@@ -180,5 +209,11 @@ for kind in ("batched", "many"):
         q = med.get(f"{peer}-{kind}")
         if q:
             print(f"# {kind}: pollbox / {peer}: msg/s per core of server CPU {q[1] / p[1]:.2f}x, msg/s {p[0] / q[0]:.2f}x")
+print("# each server durable against itself without syncing (PEERS_BASELINES=1): msg/s; msg/s per core of server CPU")
+for kind in ("batched", "many"):
+    for peer in ("pollbox", "redis", "nats"):
+        d, n = med.get(f"{peer}-{kind}"), med.get(f"{peer}-plain-{kind}")
+        if d and n:
+            print(f"# {kind}: {peer} durable / {peer}-plain: msg/s {d[0] / n[0]:.2f}x, msg/s per core {n[1] / d[1]:.2f}x")
 PY
 echo "# raw: $OUT"

@@ -11,6 +11,11 @@
 #  - single-snap / single-wal: single 512 B messages open-loop at SINGLE_RATE/s over
 #                  16 connections (latency from the intended send time);
 #  - many-snap / many-wal: 1,000 connections each posting single messages, closed loop.
+#  - single-redis (SPEED_REDIS=1): Redis (appendfsync always, on the servers' CPU)
+#                  given the same single messages by benches/wal/redis-single.py: SETs
+#                  of 512 B open-loop at SINGLE_RATE/s over 16 connections, latency
+#                  from the intended send time (the state of the art beside the
+#                  p99 goal).
 # Each line: messages/s, answer p50/p99, errors, server CPU per message (utime +
 # stime of the node from /proc/PID/stat over the run, warm-up included, divided by
 # pollbox_ingest_messages_total over the same span), records per sync, the node's
@@ -22,7 +27,7 @@
 # Knobs: SPEED_REPS (3), SPEED_DURATION (8 s), SPEED_PROBE_S (5), SINGLE_RATE (1000),
 # BATCH_CONNECTIONS (16), BATCH_PIPELINE (1: requests in flight a connection),
 # MANY_CONNECTIONS (1000), SPEED_KINDS ("batch single many": the
-# probe runs always), WAL_TAG; lib.sh's WAL_* knobs.
+# probe runs always), SPEED_REDIS (0), WAL_TAG; lib.sh's WAL_* knobs.
 set -euo pipefail
 # shellcheck source=lib.sh source-path=SCRIPTDIR
 . "$(dirname "$0")/lib.sh"
@@ -33,10 +38,11 @@ RATE=${SINGLE_RATE:-1000}
 MANY=${MANY_CONNECTIONS:-1000}
 BCONNS=${BATCH_CONNECTIONS:-16}
 BDEPTH=${BATCH_PIPELINE:-1}
+REDIS=${SPEED_REDIS:-0}
 KINDS=${SPEED_KINDS:-batch single many}
 OUT=$RESULTS/$(date -u +%F)-speed${WAL_TAG:+-$WAL_TAG}.txt
 build
-header "$OUT" "SPEED_REPS=$REPS SPEED_DURATION=$DUR SPEED_PROBE_S=$PROBE_S SINGLE_RATE=$RATE MANY_CONNECTIONS=$MANY BATCH_CONNECTIONS=$BCONNS BATCH_PIPELINE=$BDEPTH SPEED_KINDS='$KINDS' benches/wal/speed.sh"
+header "$OUT" "SPEED_REPS=$REPS SPEED_DURATION=$DUR SPEED_PROBE_S=$PROBE_S SINGLE_RATE=$RATE MANY_CONNECTIONS=$MANY BATCH_CONNECTIONS=$BCONNS BATCH_PIPELINE=$BDEPTH SPEED_KINDS='$KINDS' SPEED_REDIS=$REDIS benches/wal/speed.sh"
 
 node_up snap 19311 snap
 declare -A PID_OF=([snap]=$NODE_PID) PORT_OF=([snap]=19311)
@@ -44,6 +50,17 @@ node_up wal 19312 wal
 PID_OF[wal]=$NODE_PID PORT_OF[wal]=19312
 wait_ready 19311 snap 60
 wait_ready 19312 wal 60
+REDIS_PID=""
+if [[ $REDIS == 1 ]]; then
+  mkdir -p "$WORK/redis"
+  taskset -c "$SERVER_CPU" redis-server --port 19313 --bind 127.0.0.1 --dir "$WORK/redis" \
+    --appendonly yes --appendfsync always --auto-aof-rewrite-percentage 0 --save '' \
+    --daemonize no --logfile "$WORK/redis/redis.log" &
+  REDIS_PID=$!
+  STARTED_PIDS+=("$REDIS_PID")
+  for _ in $(seq 100); do redis-cli -p 19313 ping >/dev/null 2>&1 && break; sleep 0.05; done
+  echo "# single-redis: $(redis-server --version); appendonly yes, appendfsync always; benches/wal/redis-single.py 19313 $RATE $DUR 1 16" | tee -a "$OUT"
+fi
 
 COMMON=(--body-bytes 512 --keys 10000 --warmup 1s -d "${DUR}s" -q --max-error-rate 1)
 BATCH=(--mix batch:100 --batch-size 100 -c "$BCONNS" --pipeline "$BDEPTH" "${COMMON[@]}")
@@ -109,6 +126,24 @@ sync_hist() {
   curl -sf "http://127.0.0.1:$1/metrics" | sed -n 's/^pollbox_wal_sync_seconds_bucket{le="\([^"]*\)"} \(.*\)/\1 \2/p' | sed 's/^+Inf/inf/'
 }
 
+# run_redis REP: Redis given the single messages; prints a line as `run` does.
+run_redis() {
+  local t0 t1 c0 c1
+  c0=$(redis-cli -p 19313 info stats | tr -d '\r' | sed -n 's/^total_commands_processed://p')
+  t0=$(ticks "$REDIS_PID")
+  taskset -c "$LOAD_CPU" python3 "$ROOT/benches/wal/redis-single.py" 19313 "$RATE" "$DUR" 1 16 "$WORK/redis.json"
+  t1=$(ticks "$REDIS_PID")
+  c1=$(redis-cli -p 19313 info stats | tr -d '\r' | sed -n 's/^total_commands_processed://p')
+  python3 - "$WORK/redis.json" "$1" "$((t1 - t0))" "$HZ" "$((c1 - c0 - 1))" <<'PY'
+import json, sys
+path, rep, t, hz, msgs = sys.argv[1:]
+r = json.load(open(path)); l = r["latency_ms"]
+cpu = int(t) / int(hz) * 1e6 / max(int(msgs), 1)
+print(f"single-redis rep {rep}  {r['messages_per_s']:10,.0f} msg/s  p50 {l['p50']:.3f}  p99 {l['p99']:.3f} ms  "
+      f"errors {r['errors_total']}  server CPU {cpu:.2f} us/msg ({int(t) / int(hz):.2f} s over {int(msgs):,} commands)")
+PY
+}
+
 probe() { # REP
   mkdir -p "$WORK/probe"
   echo "probe        rep $1  $(taskset -c "$SERVER_CPU" "$SYNCPROBE" "$WORK/probe" "$PROBE_S" 4096)"
@@ -126,6 +161,7 @@ for rep in $(seq 1 "$REPS"); do
       run single1-wal "$rep" "${SINGLE1[@]}"
       run single-snap "$rep" "${SINGLE[@]}"
       run single-wal "$rep" "${SINGLE[@]}"
+      [[ -z "$REDIS_PID" ]] || run_redis "$rep"
     fi
     if has many; then
       run many-snap "$rep" "${MANYC[@]}"
@@ -164,6 +200,9 @@ if has("single-wal", "single-snap", "single1-wal"):
   print(f"# single at the rate: wal p99 {g('single-wal', 2):.3f} ms vs the disk's sync p99 {pm[2]:.3f} ms + 1 ms = {pm[2] + 1:.3f} "
       f"(goal <= it: {'met' if g('single-wal', 2) <= pm[2] + 1 else 'NOT met'}); snap p99 {g('single-snap', 2):.3f} ms; "
       f"one connection one at a time: wal p99 {g('single1-wal', 2):.3f} ms")
+if has("single-redis"):
+  print(f"# single at the rate, Redis (appendfsync always): p99 {g('single-redis', 2):.3f} ms vs the disk's sync p99 + 1 ms = {pm[2] + 1:.3f} "
+      f"({'within' if g('single-redis', 2) <= pm[2] + 1 else 'NOT within'}); pollbox's wal p99 / Redis's {g('single-wal', 2) / g('single-redis', 2):.2f}x")
 if has("many-wal", "many-snap", "single1-wal"):
   print(f"# many connections: wal {g('many-wal', 0):,.0f} msg/s = {g('many-wal', 0) * pm[0] / 1e3:.1f}x 1/(mean sync) "
       f"and {g('many-wal', 0) / g('single1-wal', 0):.1f}x one connection one at a time ({g('single1-wal', 0):,.0f} msg/s) (goal >= 20x); "
