@@ -283,3 +283,83 @@ fn on_a_log_the_view_is_served_and_a_forgotten_room_is_news_to_its_watchers() {
     assert!(!moved(b"r/a", 1, 50), "a box's versions only grow");
     assert!(moved(b"r/a", 51, 50));
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// Whatever the ids and infos hold (quotes, backslashes, control
+    /// characters, any Unicode), the room's payload and its pages are JSON that
+    /// give back each member's id and info as joined, in byte order, and the
+    /// pages walked by their cursors give every member once.
+    #[test]
+    fn payloads_and_pages_are_json_that_give_back_every_id_and_info(
+        members in proptest::collection::btree_map(
+            "(?s).{1,12}",
+            proptest::option::of("(?s).{0,8}"),
+            1..40,
+        ),
+        limit in 1usize..8,
+    ) {
+        let p = Arc::new(Presence::new(
+            PresenceConfig {
+                max_listed: 100,
+                max_members: 100,
+                max_connections: 100,
+                ..cfg()
+            },
+            0,
+        ));
+        let info_of = |n: &Option<String>| {
+            n.as_ref()
+                .map(|n| serde_json::to_vec(&serde_json::json!({ "n": n })).unwrap())
+        };
+        let _held: Vec<_> = members
+            .iter()
+            .map(|(id, n)| {
+                let info = info_of(n);
+                p.join(b"r/", id.as_bytes(), info.as_deref(), 0, 10).unwrap().0
+            })
+            .collect();
+        let expected: Vec<(String, Option<serde_json::Value>)> = members
+            .iter()
+            .map(|(id, n)| (id.clone(), n.as_ref().map(|n| serde_json::json!({ "n": n }))))
+            .collect();
+        let listed = |body: &[u8]| -> (u64, Vec<(String, Option<serde_json::Value>)>) {
+            let v: serde_json::Value = serde_json::from_slice(body)
+                .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(body)));
+            assert_eq!(v["k"], "r/~presence");
+            let list = v["members"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| (m["id"].as_str().unwrap().to_string(), m.get("info").cloned()))
+                .collect();
+            (v["count"].as_u64().unwrap(), list)
+        };
+        let mut out = Vec::new();
+        p.read(b"r/", &mut out);
+        proptest::prop_assert_eq!(listed(&out), (members.len() as u64, expected.clone()));
+        let mut walked = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let mut out = Vec::new();
+            let mut next = None;
+            p.page(b"r/", after.as_deref(), limit, &mut out, |last, out| {
+                next = last.map(<[u8]>::to_vec);
+                match last {
+                    Some(id) => crate::render::write_json_str(std::str::from_utf8(id).unwrap(), out),
+                    None => out.extend_from_slice(b"null"),
+                }
+            });
+            let (count, page) = listed(&out);
+            proptest::prop_assert_eq!(count, members.len() as u64);
+            proptest::prop_assert!(page.len() <= limit);
+            walked.extend(page);
+            match next {
+                Some(id) => after = Some(id),
+                None => break,
+            }
+        }
+        proptest::prop_assert_eq!(walked, expected);
+    }
+}
