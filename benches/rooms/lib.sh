@@ -32,7 +32,10 @@ else
     REV="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo '+changes')"
 fi
 B=$D/pollbox
-ulimit -n "$(ulimit -Hn)" 2>/dev/null || true   # 10,000 streams on each side
+# 10,000 streams on each side (100,000 presence members for presence-read.sh: root,
+# where the container lets it, may raise the hard limit).
+ulimit -Hn 250000 2>/dev/null || true
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 PORT=0
 SRV=""
 
