@@ -306,11 +306,22 @@ fn power_cuts_at_100_random_points_lose_nothing_acknowledged() {
 
 #[test]
 fn the_checker_catches_a_disk_whose_syncs_lag_behind() {
-    let (h, before, seed, cut) = power_cuts("wal-power-lag", 10, true);
-    let verdict = check(&h, &before);
-    assert!(
-        verdict.is_err(),
-        "seed {seed}: acknowledged records a sync did not cover must be caught ({cut:?})"
-    );
-    eprintln!("caught (seed {seed}): {}", verdict.unwrap_err());
+    // Whether a cut loses an acknowledged record depends on where it falls and
+    // on how much of the unsynced tail reached the disk: on a loaded machine
+    // (fewer answers a round) a quarter of the batches of 10 cuts showed none,
+    // so up to 8 batches. A checker that misses lost acknowledged records
+    // fails all of them.
+    for batch in 0..8 {
+        let (h, before, seed, cut) = power_cuts(&format!("wal-power-lag-{batch}"), 10, true);
+        match check(&h, &before) {
+            Err(e) => {
+                eprintln!("caught (seed {seed}, batch {batch}): {e}");
+                return;
+            }
+            Ok(()) => eprintln!(
+                "batch {batch}, seed {seed}: 10 cuts lost nothing acknowledged ({cut:?}); another batch"
+            ),
+        }
+    }
+    panic!("80 cuts of a disk whose syncs lag behind, and the checker caught no lost acknowledged record");
 }
