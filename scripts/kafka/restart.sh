@@ -43,6 +43,9 @@ until [[ "$(grep -c 'Kafka Server started' "$dir/server.log" 2>/dev/null || true
     && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
   if ! kill -0 "$pid" 2>/dev/null; then
     tail -n 30 "$dir/server.log" >&2 || true
+    # What the JVM said on its way out (a port or the data folder's lock taken).
+    echo "restart.sh: the broker's output (kafka.out):" >&2
+    tail -n 30 "$dir/kafka.out" >&2 || true
     echo "restart.sh: the broker exited during startup" >&2
     exit 1
   fi

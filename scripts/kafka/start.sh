@@ -80,12 +80,30 @@ else
 fi
 dir="$(cd "$dir" && pwd)"
 
-# Free ports, asked of the kernel (all at once, so they differ).
+# Free ports, all different, below the kernel's ephemeral range where it has
+# room (else asked of the kernel): a port in that range can be handed to an
+# outgoing connection's local end while its broker is down, and restart.sh then
+# finds it taken.
 free_ports() {
   python3 - "$1" <<'PY'
-import socket, sys
+import random, socket, sys
+n = int(sys.argv[1])
+try:
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError, IndexError):
+    low = 32768
 socks = []
-for _ in range(int(sys.argv[1])):
+if low > 11000:
+    for p in random.sample(range(10000, low), min(low - 10000, 4 * n + 64)):
+        if len(socks) == n:
+            break
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", p))
+            socks.append(s)
+        except OSError:
+            s.close()
+while len(socks) < n:
     s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
 print(" ".join(str(s.getsockname()[1]) for s in socks))
 PY
