@@ -1,7 +1,7 @@
 //! The worker's dispatch of a turn's events, over real sockets.
 
 use super::transmit::Ready;
-use super::{conn_token, Worker, LISTENER};
+use super::{conn_token, Worker, LISTENER, WAKER};
 use crate::auth_files::AuthFiles;
 use crate::preflight::Preflight;
 use crate::shared::{Shared, Sources};
@@ -18,7 +18,10 @@ fn worker() -> (Worker, SocketAddr) {
     let p = Preflight::run(config, false).expect("preflight");
     let listener = mio::net::TcpListener::bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
     let addr = listener.local_addr().expect("local addr");
-    let (polls, wakers) = crate::worker_threads::new_polls(1).expect("poll");
+    let poll = mio::Poll::new().expect("poll");
+    let wakers = vec![Arc::new(
+        mio::Waker::new(poll.registry(), WAKER).expect("waker"),
+    )];
     let wakeups = Arc::new(crate::wakeups::Wakeups::new(wakers.clone()));
     let node = Node::new(p.config, p.plan, p.boxes);
     let sources = Sources {
@@ -29,7 +32,6 @@ fn worker() -> (Worker, SocketAddr) {
     let shared = Arc::new(Shared::new(
         node, &wakers, wakeups, p.started, sources, auth_files,
     ));
-    let poll = polls.into_iter().next().expect("a poll");
     let w = Worker::new(0, shared, listener, None, poll).expect("worker");
     (w, addr)
 }
