@@ -146,6 +146,10 @@ pub(crate) fn model_message(plan: &Plan, o: &Object, keys: KeySource) -> ModelMe
             Some(Json::String(s)) if s.len() > plan.max_key_bytes => {
                 return Err(MessageError::KeyTooLong)
             }
+            // A room's presence (docs/presence.md): no message writes it.
+            Some(Json::String(s)) if s.ends_with("~presence") => {
+                return Err(MessageError::ReservedKey)
+            }
             Some(Json::String(s)) => Some(s.clone()),
             Some(_) => return Err(MessageError::KeyNotString),
         },
