@@ -65,7 +65,7 @@ pub(super) fn conn_token(slot: usize, gen: u32) -> Token {
 
 /// The slot and generation a connection's token names (`None`: not a
 /// connection's).
-fn conn_of(token: usize) -> Option<(usize, u32)> {
+fn slot_gen(token: usize) -> Option<(usize, u32)> {
     let slot = (token & 0xffff_ffff).checked_sub(FIRST_CONN)?;
     Some((slot, (token >> 32) as u32))
 }
@@ -462,7 +462,7 @@ impl Worker {
 
     /// The connection `ev` is for, if it is still open.
     fn conn_of(&mut self, ev: Ready) -> Option<&mut Conn> {
-        let (slot, gen) = conn_of(ev.token)?;
+        let (slot, gen) = slot_gen(ev.token)?;
         self.sockets.conns.get_mut(slot).filter(|c| c.gen == gen)
     }
 
@@ -482,7 +482,7 @@ impl Worker {
             METRICS_LISTENER => self.accept(Listener::Metrics),
             WAKER => self.on_wake(),
             Token(t) => {
-                let Some((slot, gen)) = conn_of(t) else {
+                let Some((slot, gen)) = slot_gen(t) else {
                     return;
                 };
                 // A closed connection's event (its slot may hold another now).
