@@ -53,19 +53,13 @@ exec > >(tee "$OUT") 2>&1
 echo "# bash benches/rooms/presence-page-floor.sh: FLOOR_SECONDS=$SECS FLOOR_REPS=$REPS"
 echo "# $(date -u +%FT%TZ) on $(hostname): $(nproc) cores; $(nginx -v 2>&1); worker pid $WPID on CPU 0, wrk on CPU 1"
 echo "# box body $(curl -s "127.0.0.1:$PORT/box" | wc -c) B, page body $(curl -s "127.0.0.1:$PORT/page" | wc -c) B"
+source "$ROOT/benches/rooms/wrk-cpu.sh"
 measure() { # path depth rep
-    local c0 c1 out reqs
-    c0=$(awk '{print $14 + $15}' "/proc/$WPID/stat")
-    if [ "$2" = 1 ]; then
-        out=$(taskset -c 1 wrk -t1 -c32 -d"${SECS}s" "http://127.0.0.1:$PORT$1")
-    else
-        out=$(taskset -c 1 wrk -t1 -c32 -d"${SECS}s" -s "$ROOT/benches/rooms/path-pipeline.lua" "http://127.0.0.1:$PORT" -- "$1" "$2")
-    fi
-    c1=$(awk '{print $14 + $15}' "/proc/$WPID/stat")
-    reqs=$(echo "$out" | awk '/requests in/ {print $1}')
+    local reqs ticks non2xx
+    read -r reqs ticks non2xx < <(wrk_cpu "$PORT" "$1" "$2" "$WPID" "$SECS")
     python3 -c "
 import json
-c=($c1-$c0)/$TICK; r=$reqs
+c=$ticks/$TICK; r=$reqs
 print(json.dumps({'path':'$1','depth':$2,'rep':$3,'requests':r,'cpu_us_per_request':round(c*1e6/r,3)}))" | tee -a "$D/runs.jsonl"
 }
 for rep in $(seq "$REPS"); do

@@ -58,22 +58,14 @@ FLOOR=$!
 BGS="$BGS $FLOOR"
 sleep 0.2
 echo "# answers: box $(wc -c <"$D/box.answer") B, page $(wc -c <"$D/page.answer") B (heads included); the floor on port $FLOOR_PORT, pid $FLOOR"
+source "$ROOT/benches/rooms/wrk-cpu.sh"
 measure() { # name path depth rep [port pid]
-    local c0 c1 out reqs port=${5:-$PORT} pid=${6:-$SRV}
-    c0=$(awk '{print $14 + $15}' "/proc/$pid/stat")
-    if [ "$3" = 1 ]; then
-        out=$(taskset -c 1 wrk -t1 -c32 -d"${SECS}s" "http://127.0.0.1:$port$2")
-    else
-        out=$(taskset -c 1 wrk -t1 -c32 -d"${SECS}s" -s "$ROOT/benches/rooms/path-pipeline.lua" "http://127.0.0.1:$port" -- "$2" "$3")
-    fi
-    c1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
-    reqs=$(echo "$out" | awk '/requests in/ {print $1}')
-    local non2xx
-    non2xx=$(echo "$out" | awk '/Non-2xx/ {print $NF}')
+    local reqs ticks non2xx
+    read -r reqs ticks non2xx < <(wrk_cpu "${5:-$PORT}" "$2" "$3" "${6:-$SRV}" "$SECS")
     python3 -c "
 import json,sys
-c=($c1-$c0)/$TICK; r=$reqs
-print(json.dumps({'kind':'$1','depth':$3,'rep':$4,'requests':r,'non_2xx':int('${non2xx:-0}'),'server_cpu_s':round(c,3),'cpu_us_per_request':round(c*1e6/r,3),'requests_per_s':round(r/$SECS,1)}))" | tee -a "$D/runs.jsonl"
+c=$ticks/$TICK; r=$reqs
+print(json.dumps({'kind':'$1','depth':$3,'rep':$4,'requests':r,'non_2xx':$non2xx,'server_cpu_s':round(c,3),'cpu_us_per_request':round(c*1e6/r,3),'requests_per_s':round(r/$SECS,1)}))" | tee -a "$D/runs.jsonl"
 }
 for rep in $(seq "$REPS"); do
     for depth in 1 16; do
